@@ -1,0 +1,10 @@
+#!/usr/bin/env node
+import { main } from '../dist/cli/main.js';
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err) => {
+    process.stderr.write(`skiff: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,96 @@
+/** The `skiff` command line. */
+import { parseArgs } from 'node:util';
+import { startDaemon } from '../daemon.js';
+import { errorMessage } from '../errors.js';
+import { createLogger, isLogLevel } from '../log.js';
+import { SKIFF_VERSION } from '../version.js';
+
+const HELP = `skiff ${SKIFF_VERSION}: a small Kubernetes container runtime (CRI v1)
+
+Usage:
+  skiff cri [flags]     serve the CRI runtime and image services on a Unix socket
+  skiff version         print the version
+  skiff help            show this help
+
+Flags for "skiff cri":
+  --socket PATH            CRI socket to serve (default /run/skiff/skiff.sock)
+  --root DIR               persistent state: images, snapshots, metadata (default /var/lib/skiff)
+  --state DIR              per-boot state (default /run/skiff)
+  --registry-config DIR    registry hosts in containerd's certs.d/<host>/hosts.toml layout
+                           (default /etc/skiff/certs.d; a missing directory means defaults)
+  --pinned-image REF       an image reported as pinned, so the kubelet never collects it (repeatable)
+  --log-level LEVEL        debug, info, warn or error (default info)
+
+Point crictl at it:
+  crictl --runtime-endpoint unix:///run/skiff/skiff.sock --image-endpoint unix:///run/skiff/skiff.sock images
+`;
+
+async function cri(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      socket: { type: 'string', default: '/run/skiff/skiff.sock' },
+      root: { type: 'string', default: '/var/lib/skiff' },
+      state: { type: 'string', default: '/run/skiff' },
+      'registry-config': { type: 'string', default: '/etc/skiff/certs.d' },
+      'pinned-image': { type: 'string', multiple: true, default: [] },
+      'log-level': { type: 'string', default: 'info' },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  if (values.help) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  const level = values['log-level']!;
+  if (!isLogLevel(level)) throw new Error(`--log-level must be debug, info, warn or error, not "${level}"`);
+  const log = createLogger(level);
+  if (process.getuid?.() !== 0) log.warn('skiff cri is not running as root: unpacking layers with their owners and devices will fail');
+  const daemon = await startDaemon(
+    {
+      socket: values.socket!,
+      root: values.root!,
+      state: values.state!,
+      registryConfig: values['registry-config']!,
+      pinnedImages: values['pinned-image']!,
+    },
+    log,
+  );
+  return new Promise<number>((resolve) => {
+    const stop = (signal: string) => {
+      log.info('shutting down', { signal });
+      daemon.close().then(
+        () => resolve(0),
+        (err) => {
+          log.error('shutdown failed', { error: errorMessage(err) });
+          resolve(1);
+        },
+      );
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [cmd, ...rest] = argv;
+  switch (cmd) {
+    case 'cri':
+      return cri(rest);
+    case 'version':
+    case '--version':
+      process.stdout.write(`skiff ${SKIFF_VERSION}\n`);
+      return 0;
+    case undefined:
+    case 'help':
+    case '--help':
+    case '-h':
+      process.stdout.write(HELP);
+      return 0;
+    default:
+      process.stderr.write(`skiff: unknown command "${cmd}"\n\n${HELP}`);
+      return 2;
+  }
+}

@@ -1,0 +1,48 @@
+/** The embedded metadata store: SQLite in WAL mode, schema versioned by user_version. */
+import Database from 'better-sqlite3';
+import fs from 'node:fs';
+import path from 'node:path';
+
+export type Db = Database.Database;
+
+const migrations: string[] = [
+  `CREATE TABLE images (
+     id TEXT PRIMARY KEY,
+     manifest_digest TEXT NOT NULL,
+     config TEXT NOT NULL,
+     size INTEGER NOT NULL,
+     chain_ids TEXT NOT NULL,
+     blobs TEXT NOT NULL,
+     created_at INTEGER NOT NULL
+   );
+   CREATE TABLE image_names (
+     name TEXT PRIMARY KEY,
+     image_id TEXT NOT NULL REFERENCES images(id) ON DELETE CASCADE,
+     kind TEXT NOT NULL CHECK (kind IN ('tag', 'digest'))
+   );
+   CREATE INDEX image_names_by_image ON image_names(image_id);
+   CREATE TABLE snapshots (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     chain_id TEXT NOT NULL UNIQUE,
+     parent TEXT,
+     size INTEGER NOT NULL,
+     inodes INTEGER NOT NULL
+   );`,
+];
+
+export function openDb(file: string): Db {
+  fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+  const db = new Database(file);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+  db.pragma('foreign_keys = ON');
+  db.pragma('busy_timeout = 5000');
+  const version = db.pragma('user_version', { simple: true }) as number;
+  for (let v = version; v < migrations.length; v++) {
+    db.transaction(() => {
+      db.exec(migrations[v]!);
+      db.pragma(`user_version = ${v + 1}`);
+    })();
+  }
+  return db;
+}

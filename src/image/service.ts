@@ -1,0 +1,388 @@
+/**
+ * Images: pull (resolve → fetch → verify → unpack → record), look-up by
+ * name, tag, digest or id, removal and garbage collection of the blobs and
+ * snapshots no image needs.
+ */
+import { createHash } from 'node:crypto';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import pLimit from 'p-limit';
+import type { Db } from '../db.js';
+import { SkiffError, errorMessage, isErrno, wrap } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { ContentStore } from './content.js';
+import { formatPlatform, hostPlatform, selectPlatform, type Platform } from './platform.js';
+import { formatReference, isImageId, parseReference, repository, tagName, type Reference } from './reference.js';
+import { MediaType, type Credentials, type RegistryClient, type RegistrySession } from './registry.js';
+import type { Snapshot, Snapshotter } from './snapshot.js';
+import { applyLayer } from './unpack.js';
+
+export interface Descriptor {
+  mediaType: string;
+  digest: string;
+  size: number;
+  platform?: Partial<Platform>;
+}
+
+export interface ImageConfig {
+  architecture?: string;
+  os?: string;
+  config?: {
+    User?: string;
+    Env?: string[];
+    Entrypoint?: string[] | null;
+    Cmd?: string[] | null;
+    WorkingDir?: string;
+    StopSignal?: string;
+    Labels?: Record<string, string>;
+    ExposedPorts?: Record<string, unknown>;
+    Volumes?: Record<string, unknown>;
+  };
+  rootfs?: { type?: string; diff_ids?: string[] };
+  [k: string]: unknown;
+}
+
+export interface ImageRecord {
+  id: string;
+  repoTags: string[];
+  repoDigests: string[];
+  size: number;
+  config: ImageConfig;
+  chainIds: string[];
+  manifestDigest: string;
+  pinned: boolean;
+}
+
+interface ImageRow {
+  id: string;
+  manifest_digest: string;
+  config: string;
+  size: number;
+  chain_ids: string;
+  blobs: string;
+  created_at: number;
+}
+
+export interface ImageServiceDeps {
+  db: Db;
+  content: ContentStore;
+  snapshots: Snapshotter;
+  registry: RegistryClient;
+  log: Logger;
+  platform?: Platform;
+  /** Image names that are never garbage collected by the kubelet (reported as pinned). */
+  pinned?: string[];
+  downloadConcurrency?: number;
+  unpackConcurrency?: number;
+}
+
+const MANIFEST_TYPES = new Set<string>([MediaType.OciManifest, MediaType.DockerManifest]);
+const INDEX_TYPES = new Set<string>([MediaType.OciIndex, MediaType.DockerList]);
+
+export function chainIds(diffIds: string[]): string[] {
+  const out: string[] = [];
+  for (const d of diffIds) {
+    const prev = out[out.length - 1];
+    out.push(prev ? `sha256:${createHash('sha256').update(`${prev} ${d}`).digest('hex')}` : d);
+  }
+  return out;
+}
+
+function parseJson<T>(buf: Buffer, what: string): T {
+  try {
+    return JSON.parse(buf.toString('utf8')) as T;
+  } catch {
+    throw new SkiffError('InvalidArgument', `${what} is not valid JSON`);
+  }
+}
+
+export class ImageService {
+  private readonly pulls = new Map<string, Promise<string>>();
+  private readonly unpacks = new Map<string, Promise<Snapshot>>();
+  /** Blobs and snapshots an unfinished pull is using: garbage collection leaves them. */
+  private readonly leases = new Map<string, number>();
+  private readonly downloads: ReturnType<typeof pLimit>;
+  private readonly unpackSlots: ReturnType<typeof pLimit>;
+  private readonly platform: Platform;
+  private readonly pinned: Set<string>;
+
+  constructor(private readonly d: ImageServiceDeps) {
+    this.downloads = pLimit(d.downloadConcurrency ?? 3);
+    this.unpackSlots = pLimit(d.unpackConcurrency ?? 2);
+    this.platform = d.platform ?? hostPlatform();
+    this.pinned = new Set((d.pinned ?? []).map((n) => formatReference(parseReference(n))));
+  }
+
+  /** Pulls `image`; concurrent pulls of the same reference share one. Returns the image id. */
+  pull(image: string, creds: Credentials = {}): Promise<string> {
+    const ref = parseReference(image);
+    const key = formatReference(ref);
+    const running = this.pulls.get(key);
+    if (running) return running;
+    const p = this.doPull(ref, creds).finally(() => this.pulls.delete(key));
+    this.pulls.set(key, p);
+    return p;
+  }
+
+  private lease(keys: string[]): () => void {
+    for (const k of keys) this.leases.set(k, (this.leases.get(k) ?? 0) + 1);
+    return () => {
+      for (const k of keys) {
+        const n = (this.leases.get(k) ?? 1) - 1;
+        if (n <= 0) this.leases.delete(k);
+        else this.leases.set(k, n);
+      }
+    };
+  }
+
+  private async doPull(ref: Reference, creds: Credentials): Promise<string> {
+    const started = Date.now();
+    const name = formatReference(ref);
+    const session = await this.d.registry.session(ref, creds);
+    const held: string[] = [];
+    let release = () => {};
+    const hold = (...keys: string[]) => {
+      held.push(...keys);
+      const r = this.lease(keys);
+      const prev = release;
+      release = () => {
+        prev();
+        r();
+      };
+    };
+    try {
+      const top = await session.manifest(ref.digest ?? ref.tag!);
+      hold(top.digest);
+      const blobs = [top.digest];
+      await this.d.content.ingest({ digest: top.digest, size: top.body.length }, bufferStream(top.body));
+      let manifestDesc = { digest: top.digest, mediaType: top.mediaType, body: top.body };
+      if (top.mediaType === MediaType.DockerSchema1) {
+        throw new SkiffError('InvalidArgument', `${name} uses Docker image manifest schema 1, which is deprecated and not supported`);
+      }
+      if (INDEX_TYPES.has(top.mediaType)) {
+        const index = parseJson<{ manifests?: Descriptor[] }>(top.body, `index ${top.digest}`);
+        const chosen = selectPlatform(index.manifests ?? [], this.platform);
+        if (!chosen) {
+          const have = (index.manifests ?? []).map((m) => (m.platform ? formatPlatform(m.platform as Platform) : '?')).join(', ');
+          throw new SkiffError('NotFound', `${name} has no image for platform ${formatPlatform(this.platform)} (it has: ${have || 'none'})`);
+        }
+        const m = await session.manifest(chosen.digest);
+        hold(m.digest);
+        blobs.push(m.digest);
+        await this.d.content.ingest({ digest: m.digest, size: m.body.length }, bufferStream(m.body));
+        manifestDesc = m;
+      }
+      if (!MANIFEST_TYPES.has(manifestDesc.mediaType)) {
+        throw new SkiffError('InvalidArgument', `${name}: unsupported manifest media type "${manifestDesc.mediaType}"`);
+      }
+      const manifest = parseJson<{ config?: Descriptor; layers?: Descriptor[] }>(manifestDesc.body, `manifest ${manifestDesc.digest}`);
+      if (!manifest.config?.digest || !Array.isArray(manifest.layers)) {
+        throw new SkiffError('InvalidArgument', `manifest ${manifestDesc.digest} has no config or layers`);
+      }
+      hold(manifest.config.digest);
+      blobs.push(manifest.config.digest);
+      await this.fetchBlob(session, manifest.config);
+      const config = parseJson<ImageConfig>(await this.d.content.readBytes(manifest.config.digest), `image config ${manifest.config.digest}`);
+      const diffIds = config.rootfs?.diff_ids ?? [];
+      if (diffIds.length !== manifest.layers.length) {
+        throw new SkiffError('InvalidArgument', `image ${name}: ${manifest.layers.length} layers but ${diffIds.length} diff ids in its config`);
+      }
+      const chain = chainIds(diffIds);
+      hold(...chain, ...manifest.layers.map((l) => l.digest));
+      blobs.push(...manifest.layers.map((l) => l.digest));
+
+      const committed: Array<Promise<Snapshot>> = [];
+      manifest.layers.forEach((layer, i) => {
+        committed.push(this.layer(session, layer, diffIds[i]!, chain[i]!, i > 0 ? chain[i - 1] : undefined, committed[i - 1]));
+      });
+      // Wait for all, so that a failure leaves no unpack running when we clean up.
+      const results = await Promise.allSettled(committed);
+      const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
+
+      const size = manifest.config.size + manifest.layers.reduce((a, l) => a + l.size, 0);
+      const id = manifest.config.digest;
+      const names: Array<[string, 'tag' | 'digest']> = [[`${repository(ref)}@${top.digest}`, 'digest']];
+      const tag = tagName(ref);
+      if (tag) names.push([tag, 'tag']);
+      this.d.db.transaction(() => {
+        this.d.db
+          .prepare(
+            `INSERT INTO images (id, manifest_digest, config, size, chain_ids, blobs, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT(id) DO UPDATE SET manifest_digest = excluded.manifest_digest, size = excluded.size,
+               chain_ids = excluded.chain_ids, blobs = (SELECT json_group_array(DISTINCT value) FROM
+               (SELECT value FROM json_each(images.blobs) UNION SELECT value FROM json_each(excluded.blobs)))`,
+          )
+          .run(id, manifestDesc.digest, JSON.stringify(config), size, JSON.stringify(chain), JSON.stringify(blobs), Date.now());
+        const put = this.d.db.prepare('INSERT OR REPLACE INTO image_names (name, image_id, kind) VALUES (?, ?, ?)');
+        for (const [n, kind] of names) put.run(n, id, kind);
+      })();
+      this.d.log.info('image pulled', { image: name, id, layers: manifest.layers.length, bytes: size, ms: Date.now() - started });
+      return id;
+    } catch (err) {
+      release();
+      release = () => {};
+      await this.gc().catch((e) => this.d.log.warn('cleanup after failed pull failed', { error: errorMessage(e) }));
+      throw err instanceof SkiffError ? wrapPull(name, err) : wrap(err, `failed to pull image "${name}"`, 'Internal');
+    } finally {
+      release();
+    }
+  }
+
+  private async fetchBlob(session: RegistrySession, desc: Descriptor): Promise<void> {
+    if (await this.d.content.has(desc.digest)) return;
+    await this.downloads(async () => {
+      if (await this.d.content.has(desc.digest)) return;
+      const body = await session.blob(desc.digest);
+      try {
+        await this.d.content.ingest({ digest: desc.digest, size: desc.size }, body);
+      } catch (err) {
+        throw wrap(err, `failed to fetch blob ${desc.digest}`, 'Unavailable');
+      }
+    });
+  }
+
+  private layer(
+    session: RegistrySession,
+    layer: Descriptor,
+    diffId: string,
+    chainId: string,
+    parent: string | undefined,
+    parentDone: Promise<Snapshot> | undefined,
+  ): Promise<Snapshot> {
+    const existing = this.d.snapshots.get(chainId);
+    if (existing) return this.fetchBlob(session, layer).then(() => existing);
+    const running = this.unpacks.get(chainId);
+    if (running) return running;
+    const work = (async () => {
+      await this.fetchBlob(session, layer);
+      return this.unpackSlots(async () => {
+        const dir = await this.d.snapshots.prepare();
+        try {
+          const result = await applyLayer(dir, this.d.content.read(layer.digest), {
+            lookupLower: async (rel) => {
+              if (!parent || !parentDone) return undefined;
+              await parentDone;
+              return this.findInLowers(parent, rel);
+            },
+          });
+          if (result.diffId !== diffId) {
+            throw new SkiffError('InvalidArgument', `layer ${layer.digest} unpacked to diff id ${result.diffId}, its image config says ${diffId}`);
+          }
+          return this.d.snapshots.commit(chainId, parent, dir, result);
+        } catch (err) {
+          await this.d.snapshots.abort(dir);
+          throw wrap(err, `failed to unpack layer ${layer.digest}`);
+        }
+      });
+    })().finally(() => this.unpacks.delete(chainId));
+    this.unpacks.set(chainId, work);
+    return work;
+  }
+
+  private async findInLowers(chainId: string, rel: string): Promise<string | undefined> {
+    for (const dir of this.d.snapshots.lowerDirs(chainId)) {
+      const full = path.join(dir, rel);
+      const st = await fsp.lstat(full).catch((e) => (isErrno(e, 'ENOENT') || isErrno(e, 'ENOTDIR') ? undefined : Promise.reject(e)));
+      if (!st) continue;
+      if (st.isCharacterDevice() && st.rdev === 0) return undefined; // whited out
+      return st.isFile() ? full : undefined;
+    }
+    return undefined;
+  }
+
+  private rows(where = '', ...args: unknown[]): ImageRecord[] {
+    const rows = this.d.db.prepare(`SELECT * FROM images ${where} ORDER BY created_at, id`).all(...args) as ImageRow[];
+    const names = this.d.db.prepare('SELECT name, image_id, kind FROM image_names').all() as Array<{ name: string; image_id: string; kind: string }>;
+    return rows.map((r) => {
+      const mine = names.filter((n) => n.image_id === r.id);
+      const repoTags = mine.filter((n) => n.kind === 'tag').map((n) => n.name).sort();
+      return {
+        id: r.id,
+        repoTags,
+        repoDigests: mine.filter((n) => n.kind === 'digest').map((n) => n.name).sort(),
+        size: r.size,
+        config: JSON.parse(r.config) as ImageConfig,
+        chainIds: JSON.parse(r.chain_ids) as string[],
+        manifestDigest: r.manifest_digest,
+        pinned: repoTags.some((t) => this.pinned.has(t)),
+      };
+    });
+  }
+
+  list(): ImageRecord[] {
+    return this.rows();
+  }
+
+  /** Finds an image by name (tag or digest), by id, or by a unique id prefix. */
+  find(nameOrId: string): ImageRecord | undefined {
+    const s = nameOrId.trim();
+    if (isImageId(s)) {
+      const id = s.startsWith('sha256:') ? s : `sha256:${s}`;
+      return this.rows('WHERE id = ?', id)[0];
+    }
+    let ref: Reference | undefined;
+    try {
+      ref = parseReference(s);
+    } catch (err) {
+      if (!/^(sha256:)?[a-f0-9]{3,63}$/.test(s)) throw err;
+    }
+    if (ref) {
+      const key = ref.digest ? `${repository(ref)}@${ref.digest}` : tagName(ref)!;
+      const row = this.d.db.prepare('SELECT image_id FROM image_names WHERE name = ?').get(key) as { image_id: string } | undefined;
+      if (row) return this.rows('WHERE id = ?', row.image_id)[0];
+    }
+    if (/^(sha256:)?[a-f0-9]{3,63}$/.test(s)) {
+      const prefix = s.startsWith('sha256:') ? s : `sha256:${s}`;
+      const hits = this.rows('WHERE substr(id, 1, ?) = ?', prefix.length, prefix);
+      if (hits.length === 1) return hits[0];
+    }
+    return undefined;
+  }
+
+  /** Removes the image with all its names; removing a missing image is not an error. */
+  async remove(nameOrId: string): Promise<boolean> {
+    const img = this.find(nameOrId);
+    if (!img) return false;
+    this.d.db.prepare('DELETE FROM images WHERE id = ?').run(img.id);
+    await this.gc();
+    this.d.log.info('image removed', { id: img.id, tags: img.repoTags });
+    return true;
+  }
+
+  /** Deletes the snapshots and blobs that no image refers to and no pull holds. */
+  async gc(): Promise<void> {
+    const rows = this.d.db.prepare('SELECT chain_ids, blobs FROM images').all() as Array<{ chain_ids: string; blobs: string }>;
+    const keep = new Set<string>(this.leases.keys());
+    for (const r of rows) {
+      for (const c of JSON.parse(r.chain_ids) as string[]) keep.add(c);
+      for (const b of JSON.parse(r.blobs) as string[]) keep.add(b);
+    }
+    // Children first, so a parent is never removed while a child still names it.
+    for (const s of this.d.snapshots.list().reverse()) {
+      if (!keep.has(s.chainId) && !this.unpacks.has(s.chainId)) await this.d.snapshots.remove(s.chainId);
+    }
+    for (const b of await this.d.content.list()) {
+      if (!keep.has(b.digest)) await this.d.content.delete(b.digest);
+    }
+  }
+
+  async fsUsage(): Promise<{ mountpoint: string; bytes: number; inodes: number }> {
+    const snap = this.d.snapshots.usage();
+    const blobs = await this.d.content.list();
+    return {
+      mountpoint: this.d.snapshots.mountpoint,
+      bytes: snap.bytes + blobs.reduce((a, b) => a + b.size, 0),
+      inodes: snap.inodes + blobs.length,
+    };
+  }
+}
+
+function wrapPull(name: string, err: SkiffError): SkiffError {
+  return new SkiffError(err.kind, `failed to pull image "${name}": ${err.message}`, { cause: err });
+}
+
+function bufferStream(buf: Buffer): Readable {
+  return Readable.from([buf]);
+}

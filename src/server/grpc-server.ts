@@ -1,0 +1,51 @@
+/**
+ * Builds the gRPC server for both CRI services. Every method in the proto is
+ * registered: the ones skiff implements get their handler, the others answer
+ * UNIMPLEMENTED with a message, so no client ever hangs on a missing method.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { SkiffError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { toServiceError, unary, unimplemented, type UnaryHandler } from './boundary.js';
+import { loadCri } from './proto.js';
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type Handlers = Record<string, UnaryHandler<any, any>>;
+
+function register(server: grpc.Server, service: grpc.ServiceDefinition, serviceName: string, handlers: Handlers, log: Logger): void {
+  const impl: grpc.UntypedServiceImplementation = {};
+  for (const [name, method] of Object.entries(service)) {
+    // `name` is the proto's method name (PullImage); grpc-js also accepts it as the implementation key.
+    const full = `${serviceName}/${name}`;
+    const key = name;
+    const h = handlers[key];
+    if (method.responseStream) {
+      impl[key] = (call: grpc.ServerWritableStream<unknown, unknown>) => {
+        log.info('rpc', { method: full, code: 'UNIMPLEMENTED' });
+        call.emit('error', toServiceError(new SkiffError('Unimplemented', `${full} is not implemented by skiff yet`)));
+      };
+    } else if (h) {
+      impl[key] = unary(full, log, h);
+    } else {
+      impl[key] = unimplemented(full, log, 'see the project issues for what is planned');
+    }
+  }
+  server.addService(service, impl);
+}
+
+export function createGrpcServer(runtime: Handlers, image: Handlers, log: Logger): grpc.Server {
+  const cri = loadCri();
+  const server = new grpc.Server({
+    'grpc.max_receive_message_length': 16 << 20,
+    'grpc.max_send_message_length': 16 << 20,
+  });
+  register(server, cri.runtime.v1.RuntimeService.service, 'runtime.v1.RuntimeService', runtime, log);
+  register(server, cri.runtime.v1.ImageService.service, 'runtime.v1.ImageService', image, log);
+  return server;
+}
+
+export function bindUnix(server: grpc.Server, socketPath: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.bindAsync(`unix:${socketPath}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve()));
+  });
+}
