@@ -85,6 +85,17 @@ function registryWords(text: string): string {
   return text.trim().slice(0, 300);
 }
 
+/**
+ * When every endpoint failed, the error names what each one said; its kind is
+ * the last endpoint's (the server, after the mirrors).
+ */
+function combine(errors: unknown[]): unknown {
+  if (errors.length === 1) return errors[0];
+  const last = errors[errors.length - 1];
+  const kind = last instanceof SkiffError ? last.kind : 'Internal';
+  return new SkiffError(kind, errors.map(errorMessage).join('; then '), { cause: last });
+}
+
 export class RegistryClient {
   private readonly agents = new Map<string, Agent>();
   private readonly attempts: number;
@@ -149,7 +160,7 @@ export class RegistrySession {
     const byDigest = tagOrDigest.startsWith('sha256:');
     const eps = this.endpoints.filter((e) => e.capabilities.includes(byDigest ? 'pull' : 'resolve'));
     if (!eps.length) throw new SkiffError('FailedPrecondition', `no registry host for ${this.ref.domain} may ${byDigest ? 'pull' : 'resolve'}`);
-    let lastErr: unknown;
+    const errors: unknown[] = [];
     for (const ep of eps) {
       try {
         const res = await this.request(ep, `/${this.ref.path}/manifests/${tagOrDigest}`, { accept: ACCEPT });
@@ -171,27 +182,28 @@ export class RegistrySession {
         this.preferred = ep;
         return { digest, mediaType, body };
       } catch (err) {
-        lastErr = err;
+        errors.push(err);
         this.log.debug('registry endpoint failed', { host: ep.host, ref: this.name, error: errorMessage(err) });
       }
     }
-    throw lastErr;
+    throw combine(errors);
   }
 
   /** Streams a blob; the caller verifies its digest while storing it. */
   async blob(digest: string): Promise<Readable> {
     const eps = this.endpoints.filter((e) => e.capabilities.includes('pull'));
     if (this.preferred) eps.sort((a, b) => (a === this.preferred ? -1 : b === this.preferred ? 1 : 0));
-    let lastErr: unknown;
+    const errors: unknown[] = [];
     for (const ep of eps) {
       try {
         const res = await this.request(ep, `/${this.ref.path}/blobs/${digest}`, {});
         return res.body;
       } catch (err) {
-        lastErr = err;
+        errors.push(err);
       }
     }
-    throw lastErr ?? new SkiffError('FailedPrecondition', `no registry host for ${this.ref.domain} may pull`);
+    if (!errors.length) throw new SkiffError('FailedPrecondition', `no registry host for ${this.ref.domain} may pull`);
+    throw combine(errors);
   }
 
   private url(ep: RegistryEndpoint, p: string): string {

@@ -1,0 +1,128 @@
+/**
+ * Runs a real `skiff cri` process on a temporary socket and root, and talks
+ * to it with a gRPC client over that socket, as crictl or the kubelet would.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { ImageServiceClient } from '../../src/gen/runtime/v1/ImageService.js';
+import type { RuntimeServiceClient } from '../../src/gen/runtime/v1/RuntimeService.js';
+import { loadCri } from '../../src/server/proto.js';
+import { waitFor } from './registry.js';
+
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const bin = path.join(repoRoot, 'bin', 'skiff.js');
+
+export interface DaemonDirs {
+  base: string;
+  socket: string;
+  root: string;
+  state: string;
+  certs: string;
+}
+
+export async function makeDirs(): Promise<DaemonDirs> {
+  const base = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-test-'));
+  return {
+    base,
+    socket: path.join(base, 'run', 'skiff.sock'),
+    root: path.join(base, 'root'),
+    state: path.join(base, 'state'),
+    certs: path.join(base, 'certs.d'),
+  };
+}
+
+/** Writes `<certs>/<host>/hosts.toml`. */
+export async function hostsToml(dirs: DaemonDirs, host: string, text: string): Promise<void> {
+  await fs.mkdir(path.join(dirs.certs, host), { recursive: true });
+  await fs.writeFile(path.join(dirs.certs, host, 'hosts.toml'), text);
+}
+
+type Promisified<C> = {
+  [K in keyof C as C[K] extends (req: infer _R, cb: infer _CB) => unknown ? K : never]: C[K] extends {
+    (argument: infer Req, callback: grpc.requestCallback<infer Res>): grpc.ClientUnaryCall;
+  }
+    ? (req: Req) => Promise<Res>
+    : never;
+};
+
+function promisify<C extends grpc.Client>(client: C): Promisified<C> {
+  return new Proxy(client, {
+    get(target, prop) {
+      const fn = (target as unknown as Record<string | symbol, unknown>)[prop];
+      if (typeof fn !== 'function') return fn;
+      return (req: unknown) =>
+        new Promise((resolve, reject) =>
+          (fn as (r: unknown, m: grpc.Metadata, o: grpc.CallOptions, cb: (e: unknown, r: unknown) => void) => void).call(
+            target,
+            req,
+            new grpc.Metadata(),
+            { deadline: Date.now() + 120_000 },
+            (err, res) => (err ? reject(err) : resolve(res)),
+          ),
+        );
+    },
+  }) as unknown as Promisified<C>;
+}
+
+export class SkiffProcess {
+  child!: ChildProcess;
+  log = '';
+  exit!: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  images!: Promisified<ImageServiceClient>;
+  runtime!: Promisified<RuntimeServiceClient>;
+  private clients: grpc.Client[] = [];
+
+  constructor(
+    readonly dirs: DaemonDirs,
+    readonly extraArgs: string[] = [],
+  ) {}
+
+  async start(): Promise<this> {
+    const args = [bin, 'cri', '--socket', this.dirs.socket, '--root', this.dirs.root, '--state', this.dirs.state, '--registry-config', this.dirs.certs, '--log-level', 'debug', ...this.extraArgs];
+    this.log = '';
+    this.child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child.stdout!.on('data', (d: Buffer) => (this.log += d.toString()));
+    this.child.stderr!.on('data', (d: Buffer) => (this.log += d.toString()));
+    this.exit = new Promise((resolve) => this.child.once('exit', (code, signal) => resolve({ code, signal })));
+    await waitFor(`skiff to serve ${this.dirs.socket}`, async () => {
+      if (this.child.exitCode !== null) throw new Error(`skiff exited: ${this.log}`);
+      return this.log.includes('skiff cri serving');
+    });
+    const cri = loadCri();
+    const target = `unix:${this.dirs.socket}`;
+    const img = new cri.runtime.v1.ImageService(target, grpc.credentials.createInsecure());
+    const rt = new cri.runtime.v1.RuntimeService(target, grpc.credentials.createInsecure());
+    this.clients = [img, rt];
+    this.images = promisify(img);
+    this.runtime = promisify(rt);
+    return this;
+  }
+
+  closeClients(): void {
+    for (const c of this.clients) c.close();
+    this.clients = [];
+  }
+
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+    this.closeClients();
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill(signal);
+    return this.exit;
+  }
+}
+
+/** The gRPC status code of a failed call. */
+export async function codeOf(p: Promise<unknown>): Promise<{ code: grpc.status; details: string }> {
+  try {
+    await p;
+  } catch (err) {
+    const e = err as grpc.ServiceError;
+    return { code: e.code, details: e.details };
+  }
+  throw new Error('expected the call to fail, but it succeeded');
+}
+
+export { grpc };
