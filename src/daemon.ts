@@ -1,5 +1,4 @@
 /** `skiff cri`: wires the stores, services and servers together and runs them. */
-import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
@@ -70,8 +69,8 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   await content.init();
   const snapshots = new OverlaySnapshotter(opts.root, db);
   await snapshots.init();
-  const registryConfig = fs.existsSync(opts.registryConfig) ? opts.registryConfig : undefined;
-  const registry = new RegistryClient({ configRoot: registryConfig, logger: log });
+  // Read at every pull: a directory or hosts.toml added later takes effect without a restart.
+  const registry = new RegistryClient({ configRoot: opts.registryConfig, logger: log });
   const images = new ImageService({ db, content, snapshots, registry, log, pinned: opts.pinnedImages });
   await images.gc();
 
@@ -82,7 +81,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
       reason: 'NetworkPluginNotReady',
       message: 'skiff does not run pod sandboxes yet, so no pod network is configured',
     }),
-    info: () => ({ root: opts.root, state: opts.state, registryConfig: registryConfig ?? null }),
+    info: () => ({ root: opts.root, state: opts.state, registryConfig: opts.registryConfig }),
   };
   const server: grpc.Server = createGrpcServer(
     { Version: version, Status: status(readiness) },
@@ -107,7 +106,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     process.umask(oldMask);
   }
   await fsp.chmod(opts.socket, 0o660);
-  log.info('skiff cri serving', { socket: opts.socket, root: opts.root, state: opts.state, registryConfig: registryConfig ?? null });
+  log.info('skiff cri serving', { socket: opts.socket, root: opts.root, state: opts.state, registryConfig: opts.registryConfig });
 
   let closing: Promise<void> | undefined;
   return {

@@ -140,9 +140,6 @@ export class RegistryClient {
 
 export class RegistrySession {
   private readonly tokens = new Map<string, string>();
-  /** The endpoint that answered the manifest is asked for blobs first. */
-  private preferred?: RegistryEndpoint;
-
   constructor(
     private readonly client: RegistryClient,
     readonly ref: Reference,
@@ -179,7 +176,6 @@ export class RegistrySession {
         } catch {
           throw new SkiffError('InvalidArgument', `manifest for ${this.name}:${tagOrDigest} is not valid JSON`);
         }
-        this.preferred = ep;
         return { digest, mediaType, body };
       } catch (err) {
         errors.push(err);
@@ -191,8 +187,8 @@ export class RegistrySession {
 
   /** Streams a blob; the caller verifies its digest while storing it. */
   async blob(digest: string): Promise<Readable> {
+    // In configured order, mirrors first, as containerd does; a miss falls through to the next.
     const eps = this.endpoints.filter((e) => e.capabilities.includes('pull'));
-    if (this.preferred) eps.sort((a, b) => (a === this.preferred ? -1 : b === this.preferred ? 1 : 0));
     const errors: unknown[] = [];
     for (const ep of eps) {
       try {
