@@ -14,8 +14,9 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
-          // These share the host (processes, mounts, ports): one file at a time.
-          fileParallelism: false,
+          // These share the host (processes, mounts, ports): one file at a time, in one process.
+          pool: 'forks',
+          poolOptions: { forks: { singleFork: true } },
           testTimeout: 120_000,
           hookTimeout: 120_000,
           globalSetup: ['test/integration/global-setup.ts'],

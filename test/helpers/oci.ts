@@ -200,7 +200,7 @@ export class Pusher {
     if (start.status !== 202) throw new Error(`upload start ${start.status}: ${await start.text()}`);
     const loc = new URL(start.headers.get('location')!, this.base);
     loc.searchParams.set('digest', digest);
-    const put = await fetch(loc, { method: 'PUT', body: data, headers: { 'content-type': 'application/octet-stream' } });
+    const put = await fetch(loc, { method: 'PUT', body: new Uint8Array(data), headers: { 'content-type': 'application/octet-stream' } });
     if (put.status !== 201) throw new Error(`upload ${put.status}: ${await put.text()}`);
     return digest;
   }
@@ -208,7 +208,7 @@ export class Pusher {
   async manifest(repo: string, ref: string, m: Blob): Promise<string> {
     const res = await fetch(`${this.base}/v2/${repo}/manifests/${ref}`, {
       method: 'PUT',
-      body: m.data,
+      body: new Uint8Array(m.data),
       headers: { 'content-type': m.mediaType },
     });
     if (res.status !== 201) throw new Error(`manifest put ${res.status}: ${await res.text()}`);

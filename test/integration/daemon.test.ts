@@ -1,0 +1,174 @@
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs/promises';
+import http2 from 'node:http2';
+import net from 'node:net';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { codeOf, grpc, makeDirs, repoRoot, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
+import { isRoot } from '../helpers/env.js';
+import { Front } from '../helpers/front.js';
+import { buildImage, Pusher } from '../helpers/oci.js';
+import { waitFor } from '../helpers/registry.js';
+
+/** A gRPC Version call over raw HTTP/2 with `:authority` set the way Go's CRI clients set it. */
+function versionWithAuthority(socket: string, authority: string): Promise<{ status?: string; body: string; error?: string }> {
+  return new Promise((resolve) => {
+    const session = http2.connect('http://localhost', { createConnection: () => net.connect(socket) });
+    session.on('error', (e) => resolve({ body: '', error: e.message }));
+    const req = session.request({
+      ':method': 'POST',
+      ':path': '/runtime.v1.RuntimeService/Version',
+      ':authority': authority,
+      'content-type': 'application/grpc',
+      te: 'trailers',
+    });
+    let body = Buffer.alloc(0);
+    let status: string | undefined;
+    req.on('data', (d: Buffer) => (body = Buffer.concat([body, d])));
+    req.on('trailers', (t) => (status = String(t['grpc-status'])));
+    req.on('end', () => {
+      session.close();
+      resolve({ status, body: body.subarray(5).toString('latin1') });
+    });
+    req.on('error', (e) => {
+      session.close();
+      resolve({ body: '', error: e.message });
+    });
+    req.end(Buffer.alloc(5));
+  });
+}
+
+function listeningTcpInodes(): Set<string> {
+  const out = new Set<string>();
+  for (const f of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    const text = spawnSync('cat', [f]).stdout.toString();
+    for (const line of text.split('\n').slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      if (cols[3] === '0A') out.add(cols[9]!);
+    }
+  }
+  return out;
+}
+
+describe.skipIf(!isRoot)('skiff cri: the daemon', () => {
+  let dirs: DaemonDirs;
+  let skiff: SkiffProcess;
+
+  beforeAll(async () => {
+    dirs = await makeDirs();
+    skiff = await new SkiffProcess(dirs).start();
+  });
+  afterAll(async () => {
+    await skiff?.stop();
+    await fs.rm(dirs.base, { recursive: true, force: true });
+  });
+
+  it('answers Version as skiff speaking CRI v1', async () => {
+    const v = await skiff.runtime.Version({ version: 'v1' });
+    expect(v).toMatchObject({ runtimeName: 'skiff', runtimeApiVersion: 'v1', version: '0.1.0' });
+    expect(v.runtimeVersion).toMatch(/^\d+\.\d+\.\d+/);
+  });
+
+  it('reports runtime and network readiness truthfully, with verbose info', async () => {
+    const st = await skiff.runtime.Status({ verbose: true });
+    const conds = Object.fromEntries(st.status!.conditions!.map((c) => [c.type, c]));
+    expect(conds.RuntimeReady?.status).toBe(true);
+    expect(conds.NetworkReady?.status).toBe(false);
+    expect(conds.NetworkReady?.reason).toBe('NetworkPluginNotReady');
+    expect(conds.NetworkReady?.message).toMatch(/pod/);
+    expect(JSON.parse(st.info!.config!)).toMatchObject({ root: dirs.root, state: dirs.state });
+  });
+
+  it('answers RPCs it does not implement yet with UNIMPLEMENTED and a message', async () => {
+    const err = await codeOf(skiff.runtime.ListContainers({}));
+    expect(err.code).toBe(grpc.status.UNIMPLEMENTED);
+    expect(err.details).toMatch(/ListContainers is not implemented/);
+  });
+
+  it('answers a streaming RPC it does not implement with UNIMPLEMENTED', async () => {
+    const { loadCri } = await import('../../src/server/proto.js');
+    const cri = loadCri();
+    const client = new cri.runtime.v1.RuntimeService(`unix:${dirs.socket}`, grpc.credentials.createInsecure());
+    const code = await new Promise<number>((resolve) => {
+      const call = client.GetContainerEvents({});
+      call.on('error', (e: grpc.ServiceError) => resolve(e.code));
+      call.on('data', () => undefined);
+    });
+    client.close();
+    expect(code).toBe(grpc.status.UNIMPLEMENTED);
+  });
+
+  it('serves a root-only 0660 socket and no TCP port', async () => {
+    const st = await fs.stat(dirs.socket);
+    expect(st.isSocket()).toBe(true);
+    expect(st.mode & 0o777).toBe(0o660);
+    expect(st.uid).toBe(0);
+    const listening = listeningTcpInodes();
+    const fds = await fs.readdir(`/proc/${skiff.child.pid}/fd`);
+    for (const fd of fds) {
+      const target = await fs.readlink(`/proc/${skiff.child.pid}/fd/${fd}`).catch(() => '');
+      const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1];
+      if (inode) expect(listening.has(inode), `fd ${fd} is a listening TCP socket`).toBe(false);
+    }
+  });
+
+  it('accepts the socket path as :authority, as Go clients (crictl, kubelet) send it', async () => {
+    // grpc-js alone refuses such a request: that is the trap the relay exists for.
+    const direct = await versionWithAuthority(path.join(dirs.state, 'grpc.sock'), dirs.socket);
+    expect(direct.status).not.toBe('0');
+    const viaSkiff = await versionWithAuthority(dirs.socket, dirs.socket);
+    expect(viaSkiff.error).toBeUndefined();
+    expect(viaSkiff.status).toBe('0');
+    expect(viaSkiff.body).toContain('skiff');
+  });
+
+  it.skipIf(spawnSync('sh', ['-c', 'command -v crictl']).status !== 0)('works with crictl (when crictl is installed)', () => {
+    const r = spawnSync('crictl', ['--runtime-endpoint', `unix://${dirs.socket}`, '--image-endpoint', `unix://${dirs.socket}`, 'version'], { encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toMatch(/RuntimeName:\s+skiff/);
+  });
+
+  it('logs one structured line per RPC with method, duration and code', async () => {
+    await skiff.runtime.Version({});
+    const lines = skiff.log.split('\n').filter((l) => l.includes('"msg":"rpc"')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const v = lines.filter((l) => l.method === 'runtime.v1.RuntimeService/Version').at(-1);
+    expect(v).toMatchObject({ code: 'OK', level: 'info' });
+    expect(typeof v?.ms).toBe('number');
+  });
+
+  it('refuses to start a second daemon on a socket in use', async () => {
+    const child = spawn(process.execPath, [path.join(repoRoot, 'bin/skiff.js'), 'cri', '--socket', dirs.socket, '--root', `${dirs.base}/root2`, '--state', `${dirs.base}/state2`], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let err = '';
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
+    expect(code).not.toBe(0);
+    expect(err).toMatch(/another process is serving/);
+    // The first daemon is unharmed.
+    expect((await skiff.runtime.Version({})).runtimeName).toBe('skiff');
+  });
+});
+
+describe.skipIf(!isRoot)('skiff cri: shutdown', () => {
+  it('on SIGTERM finishes the in-flight pull, then exits 0 and removes its socket', async () => {
+    const reg = inject('registryHost');
+    const img = await buildImage({ layers: [{ entries: [{ name: 'slow', data: Buffer.alloc(50_000, 3) }] }] });
+    await new Pusher(`http://${reg}`).image('test/shutdown', 'v1', img);
+    const slow = await new Front({ upstream: `http://${reg}`, delayMs: 1_500 }).start();
+    const dirs = await makeDirs();
+    const skiff = await new SkiffProcess(dirs).start();
+    try {
+      const pull = skiff.images.PullImage({ image: { image: `${slow.host}/test/shutdown:v1` } });
+      await waitFor('the layer download to begin', async () => slow.requests.some((r) => r.endsWith(img.layers[0]!.digest)));
+      skiff.child.kill('SIGTERM');
+      const res = await pull;
+      expect(res.imageRef).toBe(img.config.digest);
+      const exit = await skiff.exit;
+      expect(exit.code).toBe(0);
+      await expect(fs.stat(dirs.socket)).rejects.toThrow(/ENOENT/);
+    } finally {
+      await skiff.stop();
+      await slow.close();
+      await fs.rm(dirs.base, { recursive: true, force: true });
+    }
+  });
+});
