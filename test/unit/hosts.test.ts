@@ -1,0 +1,58 @@
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resolveEndpoints } from '../../src/image/hosts.js';
+
+describe('resolveEndpoints (containerd hosts.toml)', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-hosts-'));
+    const write = async (host: string, text: string) => {
+      await fs.mkdir(path.join(dir, host), { recursive: true });
+      await fs.writeFile(path.join(dir, host, 'hosts.toml'), text);
+    };
+    await write('docker.io', `server = "https://registry-1.docker.io"
+[host."http://127.0.0.1:5000"]
+  capabilities = ["pull", "resolve"]
+[host."https://mirror.internal/prefix"]
+  capabilities = ["pull"]
+  skip_verify = true
+  override_path = true
+  ca = "mirror.pem"
+  [host."https://mirror.internal/prefix".header]
+    x-team = ["a", "b"]
+`);
+    await fs.writeFile(path.join(dir, 'docker.io', 'mirror.pem'), 'PEM');
+    await write('myreg.io_5000_', 'server = "https://myreg.io:5000"\n');
+    await write('_default', 'server = "http://fallback.local"\n');
+    await write('broken.io', 'server = [unterminated\n');
+  });
+  afterAll(() => fs.rm(dir, { recursive: true, force: true }));
+
+  it('uses defaults without a config directory', async () => {
+    expect((await resolveEndpoints(undefined, 'docker.io')).map((e) => e.apiRoot)).toEqual(['https://registry-1.docker.io/v2']);
+    expect((await resolveEndpoints(undefined, 'quay.io')).map((e) => e.apiRoot)).toEqual(['https://quay.io/v2']);
+    expect((await resolveEndpoints(undefined, '127.0.0.1:5000')).map((e) => e.apiRoot)).toEqual(['http://127.0.0.1:5000/v2']);
+    expect((await resolveEndpoints(path.join(dir, 'missing'), 'localhost:5000')).map((e) => e.apiRoot)).toEqual(['http://localhost:5000/v2']);
+  });
+
+  it('lists mirrors in order, then the server, with their settings', async () => {
+    const eps = await resolveEndpoints(dir, 'docker.io');
+    expect(eps.map((e) => [e.apiRoot, e.mirror, e.capabilities])).toEqual([
+      ['http://127.0.0.1:5000/v2', true, ['pull', 'resolve']],
+      ['https://mirror.internal/prefix', true, ['pull']],
+      ['https://registry-1.docker.io/v2', false, ['pull', 'resolve', 'push']],
+    ]);
+    expect(eps[1]).toMatchObject({ skipVerify: true, ca: ['PEM'], headers: { 'x-team': ['a', 'b'] } });
+  });
+
+  it('finds host_port_ directories, then _default', async () => {
+    expect((await resolveEndpoints(dir, 'myreg.io:5000')).map((e) => e.apiRoot)).toEqual(['https://myreg.io:5000/v2']);
+    expect((await resolveEndpoints(dir, 'other.io')).map((e) => e.apiRoot)).toEqual(['http://fallback.local/v2']);
+  });
+
+  it('refuses a malformed hosts.toml with its path', async () => {
+    await expect(resolveEndpoints(dir, 'broken.io')).rejects.toThrow(/invalid .*broken\.io\/hosts\.toml/);
+  });
+});
