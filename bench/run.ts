@@ -1,0 +1,113 @@
+/**
+ * `npm run bench`: cold pull throughput against this machine's floor.
+ *
+ * Builds an image of three 56 MiB layers of random bytes (gzip barely shrinks
+ * them), serves it from a local docker-registry, and pulls it cold with a real
+ * `skiff cri` several times. The floor is the least work any runtime must do
+ * for those bytes, measured in the same run: read each blob, sha256 it,
+ * gunzip it and sha256 the tar.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { Writable } from 'node:stream';
+import zlib from 'node:zlib';
+import { makeDirs, SkiffProcess } from '../test/helpers/daemon.js';
+import { buildImage, Pusher, tarOf } from '../test/helpers/oci.js';
+import { startRegistry } from '../test/helpers/registry.js';
+
+const LAYERS = 3;
+const LAYER_MIB = 56;
+const RUNS = 3;
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+function sink(onChunk: (c: Buffer) => void): Writable {
+  return new Writable({
+    highWaterMark: 1 << 20,
+    write(c: Buffer, _e, cb) {
+      onChunk(c);
+      cb();
+    },
+  });
+}
+
+async function floorOnce(files: string[]): Promise<number> {
+  const t0 = process.hrtime.bigint();
+  for (const f of files) {
+    const compressed = createHash('sha256');
+    const plain = createHash('sha256');
+    const gunzip = zlib.createGunzip({ chunkSize: 1 << 18 });
+    const read = fs.createReadStream(f, { highWaterMark: 1 << 20 });
+    read.on('data', (c) => compressed.update(c as Buffer));
+    await pipeline(read, gunzip, sink((c) => plain.update(c)));
+    compressed.digest();
+    plain.digest();
+  }
+  return Number(process.hrtime.bigint() - t0) / 1e9;
+}
+
+async function main(): Promise<void> {
+  if (process.getuid?.() !== 0) throw new Error('the benchmark runs skiff cri, which needs root');
+  const registry = await startRegistry();
+  const work = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-bench-'));
+  const dirs = await makeDirs();
+  let skiff: SkiffProcess | undefined;
+  try {
+    process.stdout.write(`building ${LAYERS} × ${LAYER_MIB} MiB random layers…\n`);
+    const layers = [];
+    for (let i = 0; i < LAYERS; i++) {
+      layers.push({ raw: await tarOf([{ name: `blob${i}`, data: randomBytes(LAYER_MIB << 20) }]) });
+    }
+    const img = await buildImage({ layers });
+    await new Pusher(registry.url).image('bench/big', 'v1', img);
+    const files: string[] = [];
+    for (const l of img.layers) {
+      const f = path.join(work, l.digest.slice(7));
+      await fsp.writeFile(f, l.data);
+      files.push(f);
+    }
+    const bytes = img.layers.reduce((a, l) => a + l.data.length, 0);
+    const mib = bytes / (1 << 20);
+
+    skiff = await new SkiffProcess(dirs).start();
+    const ref = `${registry.host}/bench/big:v1`;
+    const pulls: number[] = [];
+    const floors: number[] = [];
+    for (let r = 0; r < RUNS; r++) {
+      floors.push(await floorOnce(files));
+      const t0 = process.hrtime.bigint();
+      await skiff.images.PullImage({ image: { image: ref } });
+      pulls.push(Number(process.hrtime.bigint() - t0) / 1e9);
+      await skiff.images.RemoveImage({ image: { image: ref } });
+    }
+    const pull = median(pulls);
+    const floor = median(floors);
+    const line = (label: string, secs: number) => `${label.padEnd(48)} ${secs.toFixed(2)} s  ${(mib / secs).toFixed(1).padStart(6)} MiB/s`;
+    process.stdout.write(
+      [
+        `cold pull of ${mib.toFixed(1)} MiB in ${LAYERS} layers, median of ${RUNS} (runs: ${pulls.map((p) => p.toFixed(2)).join(', ')} s)`,
+        line('skiff PullImage (registry → verify → unpack)', pull),
+        line('floor: read + sha256 + gunzip + sha256', floor),
+        `ratio pull/floor: ${(pull / floor).toFixed(2)}× (target ≤ 2×)`,
+        '',
+      ].join('\n'),
+    );
+  } finally {
+    await skiff?.stop();
+    await registry.stop();
+    await fsp.rm(work, { recursive: true, force: true });
+    await fsp.rm(dirs.base, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exit(1);
+});
