@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
-import { Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import pLimit from 'p-limit';
 import type { Db } from '../db.js';
 import { SkiffError, errorMessage, isErrno, wrap } from '../errors.js';
@@ -96,6 +96,9 @@ function parseJson<T>(buf: Buffer, what: string): T {
     throw new SkiffError('InvalidArgument', `${what} is not valid JSON`);
   }
 }
+
+/** A layer hardlinks into the layers below it before they are committed: retry once they are. */
+class NeedsLowerLayers extends Error {}
 
 export class ImageService {
   private readonly pulls = new Map<string, Promise<string>>();
@@ -256,29 +259,78 @@ export class ImageService {
     const running = this.unpacks.get(chainId);
     if (running) return running;
     const work = (async () => {
-      await this.fetchBlob(session, layer);
-      return this.unpackSlots(async () => {
-        const dir = await this.d.snapshots.prepare();
-        try {
-          const result = await applyLayer(dir, this.d.content.read(layer.digest), {
-            lookupLower: async (rel) => {
-              if (!parent || !parentDone) return undefined;
-              await parentDone;
-              return this.findInLowers(parent, rel);
-            },
-          });
-          if (result.diffId !== diffId) {
-            throw new SkiffError('InvalidArgument', `layer ${layer.digest} unpacked to diff id ${result.diffId}, its image config says ${diffId}`);
-          }
-          return this.d.snapshots.commit(chainId, parent, dir, result);
-        } catch (err) {
-          await this.d.snapshots.abort(dir);
-          throw wrap(err, `failed to unpack layer ${layer.digest}`);
-        }
-      });
+      try {
+        return await this.downloads(() => this.unpackLayer(session, layer, diffId, chainId, parent, false));
+      } catch (err) {
+        if (!(err instanceof NeedsLowerLayers)) throw err;
+        // A hardlink into a lower layer: wait for the parent outside any slot, then go again from the stored blob.
+        await parentDone;
+        return this.unpackSlots(() => this.unpackLayer(session, layer, diffId, chainId, parent, true));
+      }
     })().finally(() => this.unpacks.delete(chainId));
     this.unpacks.set(chainId, work);
     return work;
+  }
+
+  /**
+   * Unpacks a layer into a new snapshot. A blob not yet stored is fetched and
+   * teed: one copy is verified into the content store while the other is
+   * unpacked, and the snapshot is committed only if both succeed.
+   */
+  private async unpackLayer(
+    session: RegistrySession,
+    layer: Descriptor,
+    diffId: string,
+    chainId: string,
+    parent: string | undefined,
+    parentReady: boolean,
+  ): Promise<Snapshot> {
+    const dir = await this.d.snapshots.prepare();
+    let stored: Promise<unknown> = Promise.resolve();
+    let source: Readable;
+    if (await this.d.content.has(layer.digest)) {
+      source = this.d.content.read(layer.digest);
+    } else {
+      const body = await session.blob(layer.digest);
+      const toStore = new PassThrough({ highWaterMark: 1 << 20 });
+      const toUnpack = new PassThrough({ highWaterMark: 1 << 20 });
+      body.on('error', (e) => {
+        toStore.destroy(e);
+        toUnpack.destroy(e);
+      });
+      body.pipe(toStore);
+      body.pipe(toUnpack);
+      stored = this.d.content.ingest({ digest: layer.digest, size: layer.size }, toStore).catch((err) => {
+        toUnpack.destroy(err);
+        throw wrap(err, `failed to fetch blob ${layer.digest}`, 'Unavailable');
+      });
+      source = toUnpack;
+    }
+    const [unpacked, fetched] = await Promise.allSettled([
+      applyLayer(dir, source, {
+        lookupLower: async (rel) => {
+          if (!parent) return undefined;
+          if (!parentReady) throw new NeedsLowerLayers();
+          return this.findInLowers(parent, rel);
+        },
+      }),
+      stored,
+    ]);
+    try {
+      if (fetched.status === 'rejected') throw fetched.reason;
+      if (unpacked.status === 'rejected') {
+        if (unpacked.reason instanceof NeedsLowerLayers) throw unpacked.reason;
+        throw wrap(unpacked.reason, `failed to unpack layer ${layer.digest}`);
+      }
+      const result = unpacked.value;
+      if (result.diffId !== diffId) {
+        throw new SkiffError('InvalidArgument', `layer ${layer.digest} unpacked to diff id ${result.diffId}, its image config says ${diffId}`);
+      }
+      return this.d.snapshots.commit(chainId, parent, dir, result);
+    } catch (err) {
+      await this.d.snapshots.abort(dir);
+      throw err;
+    }
   }
 
   private async findInLowers(chainId: string, rel: string): Promise<string | undefined> {

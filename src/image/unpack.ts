@@ -91,7 +91,7 @@ export function decompress(source: Readable): Readable {
   const decide = () => {
     decided = true;
     const buf = Buffer.concat(head);
-    let stage: NodeJS.ReadWriteStream | undefined;
+    let stage: zlib.Gunzip | undefined;
     if (buf.length >= 2 && buf[0] === 0x1f && buf[1] === 0x8b) {
       stage = zlib.createGunzip({ chunkSize: 1 << 18 });
     } else if (buf.length >= 4 && buf.readUInt32LE(0) === 0xfd2fb528) {
@@ -108,10 +108,17 @@ export function decompress(source: Readable): Readable {
       return;
     }
     source.unshift(buf);
+    // Wired by hand (not with pipeline) so that `out` fails with the wrapped error, not the raw one.
+    source.on('error', (e) => out.destroy(e));
+    out.on('close', () => {
+      stage?.destroy();
+      source.destroy();
+    });
     if (stage) {
-      pipeline(source, stage, out).catch((e) => out.destroy(wrapDecompressError(e)));
+      stage.on('error', (e) => out.destroy(wrapDecompressError(e)));
+      source.pipe(stage).pipe(out);
     } else {
-      pipeline(source, out).catch((e) => out.destroy(e));
+      source.pipe(out);
     }
   };
   const onData = (chunk: Buffer) => {
@@ -327,6 +334,8 @@ export async function applyLayer(root: string, source: Readable, opts: ApplyOpti
   const extract = tar.extract();
   const writer = new LayerWriter(root, opts);
   extract.on('entry', (header, stream, next) => {
+    // The extractor reports a broken archive itself; this keeps the entry's copy of that error from going unhandled.
+    stream.on('error', () => undefined);
     writer.entry(header as Header, stream as unknown as Readable).then(
       () => next(),
       (err) => {

@@ -180,6 +180,20 @@ describe.skipIf(!isRoot)('PullImage: what lands on disk', () => {
     expect(err.details).toMatch(/test\/nothing-here.*not found/);
   });
 
+  it('fails the pull, and lives on, when a layer with a valid digest does not decompress', async () => {
+    const good = await tarOf([{ name: 'big', data: Buffer.alloc(200_000, 5) }]);
+    const gz = (await import('node:zlib')).gzipSync(good);
+    const broken = Buffer.from(gz);
+    broken.fill(0x55, 20, 200);
+    const img = await buildImage({ layers: [{ raw: broken, compression: 'none' }] });
+    await push.image('test/badgzip', 'v1', img);
+    const err = await codeOf(skiff.images.PullImage({ image: { image: `${reg}/test/badgzip:v1` } }));
+    expect(err.details).toMatch(/did not decompress/);
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.details).toMatch(/did not decompress/);
+    expect((await skiff.runtime.Version({})).runtimeName).toBe('skiff');
+  });
+
   it('verifies layers against their diff ids', async () => {
     const raw = await tarOf([{ name: 'f', data: 'real' }]);
     const img = await buildImage({ layers: [{ raw }], config: { rootfs: { type: 'layers', diff_ids: [sha256('something else')] } } });
