@@ -204,7 +204,12 @@ export class ImageService {
       const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
       if (failed) throw failed.reason;
 
-      const size = manifest.config.size + manifest.layers.reduce((a, l) => a + l.size, 0);
+      // As containerd counts it: every blob of the image, index and manifest included.
+      const size =
+        top.body.length +
+        (manifestDesc.digest !== top.digest ? manifestDesc.body.length : 0) +
+        manifest.config.size +
+        manifest.layers.reduce((a, l) => a + l.size, 0);
       const id = manifest.config.digest;
       const names: Array<[string, 'tag' | 'digest']> = [[`${repository(ref)}@${top.digest}`, 'digest']];
       const tag = tagName(ref);

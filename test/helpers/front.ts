@@ -10,7 +10,15 @@ import type { AddressInfo } from 'node:net';
 export interface FrontOptions {
   upstream: string;
   /** bearer: anonymous tokens unless `user` is set; basic: user and password required. */
-  auth?: { kind: 'bearer' | 'basic'; user?: string; pass?: string };
+  auth?: {
+    kind: 'bearer' | 'basic';
+    user?: string;
+    pass?: string;
+    /** Accepted as an OAuth2 refresh token (POST /token, grant_type=refresh_token). */
+    refreshToken?: string;
+    /** A bearer token the registry accepts without a token request. */
+    presetToken?: string;
+  };
   corrupt?: (path: string) => boolean;
   failStatus?: (path: string) => number | undefined;
   delayMs?: number;
@@ -24,7 +32,9 @@ export class Front {
   host = '';
   url = '';
 
-  constructor(private readonly opts: FrontOptions) {}
+  constructor(private readonly opts: FrontOptions) {
+    if (opts.auth?.presetToken) this.tokens.add(opts.auth.presetToken);
+  }
 
   async start(): Promise<this> {
     this.server = http.createServer((req, res) => void this.handle(req, res));
@@ -51,6 +61,22 @@ export class Front {
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', this.url);
+    if (url.pathname === '/token' && req.method === 'POST') {
+      let body = '';
+      for await (const c of req) body += String(c);
+      const form = new URLSearchParams(body);
+      this.tokenRequests.push({ scope: form.get('scope') ?? undefined, service: form.get('service') ?? undefined, authorization: `refresh ${form.get('refresh_token')}` });
+      if (form.get('grant_type') !== 'refresh_token' || form.get('refresh_token') !== this.opts.auth?.refreshToken) {
+        res.writeHead(401, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ errors: [{ code: 'UNAUTHORIZED', message: 'invalid refresh token' }] }));
+        return;
+      }
+      const token = randomBytes(12).toString('hex');
+      this.tokens.add(token);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ access_token: token }));
+      return;
+    }
     if (url.pathname === '/token') {
       this.tokenRequests.push({
         authorization: req.headers.authorization,

@@ -111,7 +111,7 @@ describe.skipIf(!isRoot)('PullImage: what lands on disk', () => {
     expect(st.image?.repoDigests).toEqual([`${reg}/test/docker@${digest}`]);
     expect(st.image?.uid?.value).toBe(1000);
     expect(st.image?.username).toBe('');
-    expect(Number(st.image?.size)).toBe(img.config.data.length + img.layers[0]!.data.length);
+    expect(Number(st.image?.size)).toBe(img.manifest.data.length + img.config.data.length + img.layers[0]!.data.length);
   });
 
   it('handles gzip, zstd and uncompressed layers in one image', async () => {

@@ -73,6 +73,21 @@ describe.skipIf(!isRoot)('PullImage: registries, auth, mirrors and faults', () =
     expect(viaAuth.imageRef).toBe(img.config.digest);
   });
 
+  it('trades an identity token for an access token, and uses a registry token as it is', async () => {
+    const f = await front({ auth: { kind: 'bearer', user: 'nobody-may-login', refreshToken: 'refresh-123', presetToken: 'preset-456' } });
+    const viaIdentity = await skiff.images.PullImage({ image: { image: `${f.host}/test/reg:v1` }, auth: { identityToken: 'refresh-123' } });
+    expect(viaIdentity.imageRef).toBe(img.config.digest);
+    expect(f.tokenRequests.at(-1)).toMatchObject({ authorization: 'refresh refresh-123', scope: 'repository:test/reg:pull' });
+    await skiff.images.RemoveImage({ image: { image: viaIdentity.imageRef! } });
+    const before = f.tokenRequests.length;
+    const viaRegistryToken = await skiff.images.PullImage({ image: { image: `${f.host}/test/reg:v1` }, auth: { registryToken: 'preset-456' } });
+    expect(viaRegistryToken.imageRef).toBe(img.config.digest);
+    expect(f.tokenRequests.length).toBe(before);
+    const bad = await codeOf(skiff.images.PullImage({ image: { image: `${f.host}/test/reg:v2` }, auth: { identityToken: 'stale' } }));
+    expect(bad.code).toBe(grpc.status.UNAUTHENTICATED);
+    expect(bad.details).toMatch(/invalid refresh token/);
+  });
+
   it('uses basic auth when the registry asks for it', async () => {
     const f = await front({ auth: { kind: 'basic', user: 'bob', pass: 'pw' } });
     const denied = await codeOf(skiff.images.PullImage({ image: { image: `${f.host}/test/reg:v1` } }));
