@@ -9,6 +9,7 @@ packages=(
   containernetworking-plugins iproute2 iptables socat util-linux  # pod networking and namespaces
   zstd                                # zstd-compressed layers
   docker-registry busybox-static      # the tests' local registry and image contents
+  openssl                             # the tests' TLS registry certificate
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -4,6 +4,7 @@
  * counting, and injected faults (corrupt blobs, 5xx answers, slow bodies).
  */
 import http from 'node:http';
+import https from 'node:https';
 import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 
@@ -22,13 +23,15 @@ export interface FrontOptions {
   corrupt?: (path: string) => boolean;
   failStatus?: (path: string) => number | undefined;
   delayMs?: number;
+  /** Serve https with this key and certificate. */
+  tls?: { key: string; cert: string };
 }
 
 export class Front {
   readonly requests: string[] = [];
   readonly tokenRequests: Array<{ authorization?: string; scope?: string; service?: string }> = [];
   private readonly tokens = new Set<string>();
-  private server!: http.Server;
+  private server!: http.Server | https.Server;
   host = '';
   url = '';
 
@@ -37,10 +40,11 @@ export class Front {
   }
 
   async start(): Promise<this> {
-    this.server = http.createServer((req, res) => void this.handle(req, res));
+    const handler = (req: http.IncomingMessage, res: http.ServerResponse) => void this.handle(req, res);
+    this.server = this.opts.tls ? https.createServer(this.opts.tls, handler) : http.createServer(handler);
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', () => r()));
     this.host = `127.0.0.1:${(this.server.address() as AddressInfo).port}`;
-    this.url = `http://${this.host}`;
+    this.url = `${this.opts.tls ? 'https' : 'http'}://${this.host}`;
     return this;
   }
 

@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -128,6 +129,26 @@ describe.skipIf(!isRoot)('PullImage: registries, auth, mirrors and faults', () =
     expect(mirror.requests.some((r) => r.includes('/manifests/v1'))).toBe(false);
     expect(server.requests.some((r) => r.includes('/manifests/v1'))).toBe(true);
     expect(mirror.blobGets(img.layers[0]!.digest)).toBe(1);
+  });
+
+  it('trusts a registry\'s certificate through the hosts.toml ca file, and only then', async () => {
+    const tlsDir = path.join(dirs.base, 'tls');
+    await fs.mkdir(tlsDir, { recursive: true });
+    const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
+      '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', path.join(tlsDir, 'key.pem'), '-out', path.join(tlsDir, 'cert.pem')], { encoding: 'utf8' });
+    expect(made.status, made.stderr).toBe(0);
+    const tls = { key: await fs.readFile(path.join(tlsDir, 'key.pem'), 'utf8'), cert: await fs.readFile(path.join(tlsDir, 'cert.pem'), 'utf8') };
+    const f = await front({ tls });
+    // Not loopback-by-name defaults: the host is only reachable through the https server entry.
+    await hostsToml(dirs, 'secure.example', `server = "https://${f.host}"\n`);
+    const untrusted = await codeOf(skiff.images.PullImage({ image: { image: 'secure.example/test/reg:v1' } }));
+    expect(untrusted.details).toMatch(/certificate/i);
+    await hostsToml(dirs, 'secure.example', `server = "https://${f.host}"\nca = "${path.join(tlsDir, 'cert.pem')}"\n`);
+    const ok = await skiff.images.PullImage({ image: { image: 'secure.example/test/reg:v1' } });
+    expect(ok.imageRef).toBe(img.config.digest);
+    await hostsToml(dirs, 'skipverify.example', `server = "https://${f.host}"\nskip_verify = true\n`);
+    await skiff.images.RemoveImage({ image: { image: ok.imageRef! } });
+    expect((await skiff.images.PullImage({ image: { image: 'skipverify.example/test/reg:v1' } })).imageRef).toBe(img.config.digest);
   });
 
   it('fails a pull whose blob does not match its digest, and keeps none of it', async () => {
