@@ -1,4 +1,5 @@
 /** `skiff cri`: wires the stores, services and servers together and runs them. */
+import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
@@ -19,6 +20,13 @@ import { removeImage } from './server/image-remove.js';
 import { imageStatus } from './server/image-status.js';
 import { status, type Readiness } from './server/runtime-status.js';
 import { version } from './server/runtime-version.js';
+import { containerHandlers } from './server/container.js';
+import { sandboxHandlers } from './server/sandbox.js';
+import { ContainerService } from './container/service.js';
+import { OciRuntime } from './container/oci-runtime.js';
+import { CniNetwork } from './sandbox/cni.js';
+import { SandboxService } from './sandbox/service.js';
+import { run, type Runner } from './sys/run.js';
 
 export interface DaemonOptions {
   socket: string;
@@ -26,6 +34,10 @@ export interface DaemonOptions {
   state: string;
   registryConfig: string;
   pinnedImages: string[];
+  cniConfDir: string;
+  cniBinDirs: string[];
+  podCidr: string;
+  infraBinary: string;
 }
 
 export interface Daemon {
@@ -74,17 +86,76 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   const images = new ImageService({ db, content, snapshots, registry, log, pinned: opts.pinnedImages });
   await images.gc();
 
+  const runner = run;
+  const runtimes = await probeRuntimes(path.join(opts.state, 'runtimes'), runner);
+  const cni = new CniNetwork({
+    confDir: opts.cniConfDir,
+    binDirs: opts.cniBinDirs,
+    dataDir: path.join(opts.root, 'cni'),
+    podCidr: opts.podCidr,
+    runner,
+    log,
+  });
+  const oomFloor = Number((await fsp.readFile('/proc/self/oom_score_adj', 'utf8').catch(() => '0')).trim()) || 0;
+  let sandboxes: SandboxService;
+  const containers = new ContainerService({
+    db,
+    rootDir: opts.root,
+    stateDir: opts.state,
+    images,
+    snapshots,
+    sandboxes: () => sandboxes,
+    runtimeFor: (h) => sandboxes.runtimeFor(h),
+    runner,
+    log,
+    oomScoreAdjFloor: oomFloor,
+  });
+  sandboxes = new SandboxService({
+    db,
+    stateDir: opts.state,
+    runtimes,
+    defaultRuntime: 'runc',
+    cni,
+    runner,
+    log,
+    infraBinary: opts.infraBinary,
+    oomScoreAdjFloor: oomFloor,
+    containers,
+  });
+  await sandboxes.init();
+  await containers.init();
+
   const readiness: Readiness = {
-    runtime: () => ({ ready: true }),
-    network: () => ({
-      ready: false,
-      reason: 'NetworkPluginNotReady',
-      message: 'skiff does not run pod sandboxes yet, so no pod network is configured',
+    runtime: () => {
+      const rt = runtimes.get('runc');
+      return rt && !('unavailable' in rt) ? { ready: true } : { ready: false, reason: 'RuntimeNotReady', message: rt && 'unavailable' in rt ? rt.unavailable : 'runc not found' };
+    },
+    network: () => cni.status(),
+    handlers: () => [...runtimes].filter(([, r]) => !('unavailable' in r)).map(([n]) => n),
+    info: () => ({
+      root: opts.root,
+      state: opts.state,
+      registryConfig: opts.registryConfig,
+      cniConfDir: opts.cniConfDir,
+      cniBinDirs: opts.cniBinDirs,
+      podCidr: opts.podCidr,
+      cgroupDriver: 'cgroupfs',
+      runtimeHandlers: Object.fromEntries([...runtimes].map(([n, r]) => [n, 'unavailable' in r ? { available: false, reason: r.unavailable } : { available: true, binary: r.binary }])),
     }),
-    info: () => ({ root: opts.root, state: opts.state, registryConfig: opts.registryConfig }),
   };
   const server: grpc.Server = createGrpcServer(
-    { Version: version, Status: status(readiness) },
+    {
+      Version: version,
+      Status: status(readiness),
+      ...sandboxHandlers(sandboxes),
+      ...containerHandlers(containers),
+      RuntimeConfig: async () => ({ linux: { cgroupDriver: 'CGROUPFS' } }),
+      UpdateRuntimeConfig: async (req: { runtimeConfig?: { networkConfig?: { podCidr?: string } | null } | null }) => {
+        const cidr = req.runtimeConfig?.networkConfig?.podCidr;
+        if (cidr) cni.setPodCidr(cidr);
+        return {};
+      },
+    },
     {
       PullImage: pullImage(images),
       ListImages: listImages(images),
@@ -120,9 +191,46 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
         clearTimeout(grace);
         proxy.destroyConnections();
         await registry.close();
+        containers.close();
         db.close();
         await fsp.rm(opts.socket, { force: true });
         await fsp.rm(privateSocket, { force: true });
       })()),
   };
+}
+
+/**
+ * runc is the default handler; crun is offered only where it works. crun 1.8
+ * refuses hosts with hybrid cgroups, so it is probed, not assumed.
+ */
+async function probeRuntimes(stateDir: string, runner: Runner): Promise<Map<string, OciRuntime | { unavailable: string }>> {
+  const out = new Map<string, OciRuntime | { unavailable: string }>();
+  const hybrid = fs.existsSync('/sys/fs/cgroup/unified') && !fs.existsSync('/sys/fs/cgroup/cgroup.controllers');
+  for (const [name, binary] of [['runc', 'runc'], ['crun', 'crun']] as const) {
+    const full = await which(binary);
+    const v = full ? await runner(full, ['--version']).catch(() => undefined) : undefined;
+    if (!full || !v || v.code !== 0) {
+      out.set(name, { unavailable: `${binary} is not installed` });
+    } else if (name === 'crun' && hybrid) {
+      out.set(name, { unavailable: 'crun refuses hosts with hybrid cgroups (v1 controllers with a v2 hierarchy), as this one has' });
+    } else {
+      await fsp.mkdir(path.join(stateDir, name), { recursive: true, mode: 0o700 });
+      out.set(name, new OciRuntime(name, full, path.join(stateDir, name), runner));
+    }
+  }
+  return out;
+}
+
+/** The absolute path of `cmd` on PATH (conmon wants the runtime's full path). */
+async function which(cmd: string): Promise<string | undefined> {
+  for (const dir of (process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin').split(':')) {
+    const p = path.join(dir, cmd);
+    try {
+      await fsp.access(p, fs.constants.X_OK);
+      return p;
+    } catch {
+      // next
+    }
+  }
+  return undefined;
 }

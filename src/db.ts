@@ -28,6 +28,18 @@ const migrations: string[] = [
      size INTEGER NOT NULL,
      inodes INTEGER NOT NULL
    );`,
+  `CREATE TABLE sandboxes (
+     id TEXT PRIMARY KEY,
+     name TEXT NOT NULL UNIQUE,
+     data TEXT NOT NULL
+   );
+   CREATE TABLE containers (
+     id TEXT PRIMARY KEY,
+     name TEXT NOT NULL UNIQUE,
+     sandbox_id TEXT NOT NULL,
+     data TEXT NOT NULL
+   );
+   CREATE INDEX containers_by_sandbox ON containers(sandbox_id);`,
 ];
 
 export function openDb(file: string): Db {

@@ -19,6 +19,11 @@ Flags for "skiff cri":
   --registry-config DIR    registry hosts in containerd's certs.d/<host>/hosts.toml layout
                            (default /etc/skiff/certs.d; a missing directory means defaults)
   --pinned-image REF       an image reported as pinned, so the kubelet never collects it (repeatable)
+  --cni-conf-dir DIR       CNI network configs (default /etc/cni/net.d; none there means skiff's own
+                           bridge + host-local + portmap network)
+  --cni-bin-dir DIR        CNI plugin directory, searched in order (repeatable; default /usr/lib/cni, /opt/cni/bin)
+  --pod-cidr CIDR          pod addresses for skiff's own network (default 10.88.0.0/16)
+  --infra-binary PATH      the pod infra process, run as "PATH -P" (default /usr/bin/catatonit)
   --log-level LEVEL        debug, info, warn or error (default info)
 
 Point crictl at it:
@@ -35,6 +40,10 @@ async function cri(args: string[]): Promise<number> {
       'registry-config': { type: 'string', default: '/etc/skiff/certs.d' },
       'pinned-image': { type: 'string', multiple: true, default: [] },
       'log-level': { type: 'string', default: 'info' },
+      'cni-conf-dir': { type: 'string', default: '/etc/cni/net.d' },
+      'cni-bin-dir': { type: 'string', multiple: true, default: ['/usr/lib/cni', '/opt/cni/bin'] },
+      'pod-cidr': { type: 'string', default: '10.88.0.0/16' },
+      'infra-binary': { type: 'string', default: '/usr/bin/catatonit' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -55,6 +64,10 @@ async function cri(args: string[]): Promise<number> {
       state: values.state!,
       registryConfig: values['registry-config']!,
       pinnedImages: values['pinned-image']!,
+      cniConfDir: values['cni-conf-dir']!,
+      cniBinDirs: values['cni-bin-dir']!.flatMap((d) => d.split(':')).filter(Boolean),
+      podCidr: values['pod-cidr']!,
+      infraBinary: values['infra-binary']!,
     },
     log,
   );

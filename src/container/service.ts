@@ -1,0 +1,499 @@
+/**
+ * Containers: an overlayfs rootfs over the image's snapshots, an OCI bundle,
+ * conmon as the monitor (it holds stdio, writes the CRI log and the exit
+ * code), and the runtime CLI for start, signals and removal.
+ *
+ * States follow the CRI: CREATED → RUNNING → EXITED; every operation refreshes
+ * the record, checks its guard, acts and saves.
+ */
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { Db } from '../db.js';
+import { SkiffError, errorMessage, failedPrecondition, invalidArgument, isErrno, notFound } from '../errors.js';
+import type { ContainerConfig__Output } from '../gen/runtime/v1/ContainerConfig.js';
+import type { ImageService } from '../image/service.js';
+import type { Snapshotter } from '../image/snapshot.js';
+import type { Logger } from '../log.js';
+import { Registrar, Rollback } from '../registrar.js';
+import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
+import { nowNs } from '../sandbox/service.js';
+import { mountOverlay, unmount } from '../sys/mount.js';
+import type { Runner } from '../sys/run.js';
+import { startConmon, type OciRuntime } from './oci-runtime.js';
+import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
+import { resolveUser } from './user.js';
+
+export type ContainerState = 'CONTAINER_CREATED' | 'CONTAINER_RUNNING' | 'CONTAINER_EXITED' | 'CONTAINER_UNKNOWN';
+
+export interface ContainerRecord {
+  id: string;
+  name: string;
+  sandboxId: string;
+  state: ContainerState;
+  config: ContainerConfig__Output;
+  imageId: string;
+  /** What the kubelet asked for, as it asked. */
+  imageRef: string;
+  createdAt: number;
+  startedAt: number;
+  finishedAt: number;
+  exitCode: number;
+  reason: string;
+  message: string;
+  pid?: number;
+  logPath: string;
+  runtimeHandler: string;
+  bundle: string;
+  rootfs: string;
+  spec: OciSpec;
+}
+
+export interface ContainerDeps {
+  db: Db;
+  rootDir: string;
+  stateDir: string;
+  images: ImageService;
+  snapshots: Snapshotter;
+  sandboxes: () => SandboxService;
+  runtimeFor: (handler: string) => OciRuntime;
+  runner: Runner;
+  log: Logger;
+  /** The lowest oom_score_adj this process may give a child (lowering below our own can be refused). */
+  oomScoreAdjFloor: number;
+  onEvent?: (type: 'CONTAINER_CREATED_EVENT' | 'CONTAINER_STARTED_EVENT' | 'CONTAINER_STOPPED_EVENT' | 'CONTAINER_DELETED_EVENT', c: ContainerRecord) => void;
+}
+
+export class ContainerService {
+  private readonly names = new Registrar();
+  private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly exitDir: string;
+  private readonly socketDir: string;
+  private readonly waiters = new Map<string, Array<() => void>>();
+  private watcher?: fs.FSWatcher;
+
+  constructor(private readonly d: ContainerDeps) {
+    this.exitDir = path.join(d.stateDir, 'exits');
+    this.socketDir = path.join(d.stateDir, 'attach');
+  }
+
+  async init(): Promise<void> {
+    await fsp.mkdir(this.exitDir, { recursive: true, mode: 0o700 });
+    await fsp.mkdir(this.socketDir, { recursive: true, mode: 0o700 });
+    await fsp.mkdir(path.join(this.d.rootDir, 'containers'), { recursive: true, mode: 0o700 });
+    for (const c of this.list()) this.names.reserve(c.name, c.id, 'container');
+    this.watcher = fs.watch(this.exitDir, (_ev, file) => {
+      if (file) void this.onExitFile(String(file));
+    });
+    this.watcher.unref();
+    // Containers may have exited while skiff was down: conmon left their exit files.
+    for (const c of this.list()) if (c.state === 'CONTAINER_RUNNING') await this.onExitFile(c.id);
+  }
+
+  close(): void {
+    this.watcher?.close();
+  }
+
+  private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.locks.get(id) ?? Promise.resolve();
+    const next = prev.catch(() => undefined).then(fn);
+    this.locks.set(id, next);
+    try {
+      return await next;
+    } finally {
+      if (this.locks.get(id) === next) this.locks.delete(id);
+    }
+  }
+
+  private save(c: ContainerRecord): void {
+    this.d.db.prepare('INSERT OR REPLACE INTO containers (id, name, sandbox_id, data) VALUES (?, ?, ?, ?)').run(c.id, c.name, c.sandboxId, JSON.stringify(c));
+  }
+
+  get(id: string): ContainerRecord | undefined {
+    const r = this.d.db.prepare('SELECT data FROM containers WHERE id = ?').get(id) as { data: string } | undefined;
+    return r ? (JSON.parse(r.data) as ContainerRecord) : undefined;
+  }
+
+  find(idOrPrefix: string): ContainerRecord | undefined {
+    if (!idOrPrefix) return undefined;
+    const exact = this.get(idOrPrefix);
+    if (exact) return exact;
+    const rows = this.d.db.prepare('SELECT data FROM containers WHERE substr(id, 1, ?) = ?').all(idOrPrefix.length, idOrPrefix) as Array<{ data: string }>;
+    return rows.length === 1 ? (JSON.parse(rows[0]!.data) as ContainerRecord) : undefined;
+  }
+
+  mustGet(id: string): ContainerRecord {
+    const c = this.find(id);
+    if (!c) throw notFound(`container "${id}" not found`);
+    return c;
+  }
+
+  list(sandboxId?: string): ContainerRecord[] {
+    const rows = (sandboxId
+      ? this.d.db.prepare('SELECT data FROM containers WHERE sandbox_id = ? ORDER BY rowid').all(sandboxId)
+      : this.d.db.prepare('SELECT data FROM containers ORDER BY rowid').all()) as Array<{ data: string }>;
+    return rows.map((r) => JSON.parse(r.data) as ContainerRecord);
+  }
+
+  async create(sandboxId: string, config: ContainerConfig__Output): Promise<string> {
+    const sandbox = this.d.sandboxes().mustGet(sandboxId);
+    if (sandbox.state !== 'SANDBOX_READY') throw failedPrecondition(`pod sandbox ${sandbox.id} is not ready`);
+    const md = config.metadata;
+    if (!md?.name) throw invalidArgument('CreateContainer: metadata.name is required');
+    const imageRef = config.image?.image ?? '';
+    if (!imageRef) throw invalidArgument('CreateContainer: image.image is required');
+    const pmd = sandbox.config.metadata!;
+    const name = `${md.name}_${pmd.name}_${pmd.namespace}_${pmd.uid}_${md.attempt}`;
+    const id = randomBytes(32).toString('hex');
+    this.names.reserve(name, id, 'container');
+    const undo = new Rollback();
+    undo.add('name', () => this.names.release(name));
+    try {
+      const image = this.d.images.find(imageRef);
+      if (!image) throw notFound(`image "${imageRef}" not found: pull it first`);
+      const dir = path.join(this.d.rootDir, 'containers', id);
+      const bundle = path.join(this.d.stateDir, 'containers', id);
+      const rootfs = path.join(dir, 'rootfs');
+      for (const p of ['upper', 'work', 'rootfs']) await fsp.mkdir(path.join(dir, p), { recursive: true, mode: 0o700 });
+      undo.add('dir', () => fsp.rm(dir, { recursive: true, force: true }));
+      await fsp.mkdir(bundle, { recursive: true, mode: 0o700 });
+      undo.add('bundle', () => fsp.rm(bundle, { recursive: true, force: true }));
+      const top = image.chainIds[image.chainIds.length - 1];
+      const lowers = top ? this.d.snapshots.lowerDirs(top) : [];
+      if (!lowers.length) {
+        await fsp.mkdir(path.join(dir, 'empty'));
+        lowers.push(path.join(dir, 'empty'));
+      }
+      await mountOverlay(this.d.runner, lowers, path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
+      undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
+      const sc = config.linux?.securityContext;
+      const user = await resolveUser(rootfs, {
+        runAsUser: sc?.runAsUser ? Number(sc.runAsUser.value) : undefined,
+        runAsUsername: sc?.runAsUsername || undefined,
+        runAsGroup: sc?.runAsGroup ? Number(sc.runAsGroup.value) : undefined,
+        supplementalGroups: (sc?.supplementalGroups ?? []).map(Number),
+        imageUser: image.config.config?.User,
+      });
+      const devices = await resolveDevices(config);
+      const spec = buildSpec({
+        id,
+        image: image.config,
+        config,
+        pod: podContext(sandbox),
+        rootfs,
+        user,
+        oomScoreAdjFloor: this.d.oomScoreAdjFloor,
+        devices,
+      });
+      // The working directory must exist, as the kubelet expects runtimes to create it.
+      await ensureDirInRoot(rootfs, spec.process.cwd, user.uid, user.gid);
+      await fsp.writeFile(path.join(bundle, 'config.json'), JSON.stringify(spec));
+      const logPath = sandbox.config.logDirectory && config.logPath ? path.join(sandbox.config.logDirectory, config.logPath) : path.join(bundle, 'console.log');
+      const rec: ContainerRecord = {
+        id,
+        name,
+        sandboxId: sandbox.id,
+        state: 'CONTAINER_CREATED',
+        config,
+        imageId: image.id,
+        imageRef,
+        createdAt: nowNs(),
+        startedAt: 0,
+        finishedAt: 0,
+        exitCode: 0,
+        reason: '',
+        message: '',
+        logPath,
+        runtimeHandler: sandbox.runtimeHandler,
+        bundle,
+        rootfs,
+        spec,
+      };
+      this.save(rec);
+      this.d.onEvent?.('CONTAINER_CREATED_EVENT', rec);
+      return id;
+    } catch (err) {
+      await undo.run((what, e) => this.d.log.warn('container rollback step failed', { id, step: what, error: errorMessage(e) }));
+      throw err;
+    }
+  }
+
+  async start(id: string): Promise<void> {
+    const found = this.mustGet(id);
+    await this.locked(found.id, async () => {
+      const c = this.get(found.id)!;
+      if (c.state !== 'CONTAINER_CREATED') throw failedPrecondition(`container ${c.id} is ${c.state}, not CONTAINER_CREATED`);
+      const runtime = this.d.runtimeFor(c.runtimeHandler);
+      await fsp.mkdir(path.dirname(c.logPath), { recursive: true });
+      await fsp.rm(path.join(this.exitDir, c.id), { force: true });
+      try {
+        const pid = await startConmon({
+          id: c.id,
+          name: c.name,
+          bundle: c.bundle,
+          runtime,
+          logPath: c.logPath,
+          exitDir: this.exitDir,
+          socketDir: this.socketDir,
+          pidFile: path.join(c.bundle, 'pid'),
+          conmonPidFile: path.join(c.bundle, 'conmon.pid'),
+          tty: c.config.tty,
+          stdin: c.config.stdin,
+          stdinOnce: c.config.stdinOnce,
+        });
+        await runtime.start(c.id);
+        c.pid = pid;
+        c.state = 'CONTAINER_RUNNING';
+        c.startedAt = nowNs();
+        this.save(c);
+        this.d.onEvent?.('CONTAINER_STARTED_EVENT', c);
+      } catch (err) {
+        // A container that could not start is EXITED with the reason, as containerd reports it.
+        await runtime.delete(c.id).catch(() => undefined);
+        c.state = 'CONTAINER_EXITED';
+        c.finishedAt = nowNs();
+        c.exitCode = 128;
+        c.reason = 'StartError';
+        c.message = errorMessage(err);
+        this.save(c);
+        throw err;
+      }
+    });
+    // It may have exited before we saved it as running.
+    await this.onExitFile(found.id);
+  }
+
+  /** Reads conmon's exit file for `id`, if there is one, and records the exit. */
+  private async onExitFile(id: string): Promise<void> {
+    if (!/^[a-f0-9]{64}$/.test(id)) return;
+    let text: string;
+    let mtime: Date;
+    try {
+      const f = path.join(this.exitDir, id);
+      text = await fsp.readFile(f, 'utf8');
+      mtime = (await fsp.stat(f)).mtime;
+    } catch {
+      return;
+    }
+    if (text.trim() === '') return;
+    const c = this.get(id);
+    if (!c || c.state !== 'CONTAINER_RUNNING') {
+      this.wake(id);
+      return;
+    }
+    const code = Number(text.trim());
+    c.state = 'CONTAINER_EXITED';
+    c.exitCode = Number.isFinite(code) ? code : -1;
+    c.finishedAt = mtime.getTime() * 1e6;
+    c.reason = (await this.oomKilled(c)) ? 'OOMKilled' : c.exitCode === 0 ? 'Completed' : 'Error';
+    c.pid = undefined;
+    this.save(c);
+    this.d.onEvent?.('CONTAINER_STOPPED_EVENT', c);
+    this.wake(id);
+  }
+
+  private async oomKilled(c: ContainerRecord): Promise<boolean> {
+    // cgroup v1: the memory controller counts OOM kills under memory.oom_control.
+    try {
+      const t = await fsp.readFile(path.join('/sys/fs/cgroup/memory', c.spec.linux.cgroupsPath, 'memory.oom_control'), 'utf8');
+      return /oom_kill [1-9]/.test(t);
+    } catch {
+      return false;
+    }
+  }
+
+  private wake(id: string): void {
+    for (const w of this.waiters.get(id) ?? []) w();
+    this.waiters.delete(id);
+  }
+
+  /** Resolves when the container is no longer running, or after `ms`. */
+  private waitExit(id: string, ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      const check = () => this.get(id)?.state !== 'CONTAINER_RUNNING';
+      if (check()) return resolve(true);
+      const timer = setTimeout(() => resolve(check()), ms);
+      const poll = setInterval(() => void this.onExitFile(id), 500);
+      poll.unref();
+      const list = this.waiters.get(id) ?? [];
+      list.push(() => {
+        clearTimeout(timer);
+        clearInterval(poll);
+        resolve(true);
+      });
+      this.waiters.set(id, list);
+    });
+  }
+
+  async stop(id: string, timeoutSeconds: number): Promise<void> {
+    const found = this.mustGet(id);
+    await this.locked(found.id, () => this.stopLocked(found.id, timeoutSeconds));
+  }
+
+  private async stopLocked(id: string, timeoutSeconds: number): Promise<void> {
+    const c = this.get(id);
+    if (!c || c.state !== 'CONTAINER_RUNNING') return;
+    const runtime = this.d.runtimeFor(c.runtimeHandler);
+    const image = this.d.images.find(c.imageId);
+    const signal = (image?.config.config?.StopSignal ?? 'SIGTERM').replace(/^(?!SIG)(?=[A-Z])/, 'SIG');
+    if (timeoutSeconds > 0) {
+      await runtime.kill(c.id, signal);
+      if (await this.waitExit(c.id, timeoutSeconds * 1000)) return;
+    }
+    await runtime.kill(c.id, 'SIGKILL');
+    if (!(await this.waitExit(c.id, 10_000))) {
+      throw new SkiffError('DeadlineExceeded', `container ${c.id} did not exit within 10s of SIGKILL`);
+    }
+  }
+
+  async remove(id: string): Promise<void> {
+    const found = this.find(id);
+    if (!found) return;
+    await this.locked(found.id, async () => {
+      const c = this.get(found.id);
+      if (!c) return;
+      if (c.state === 'CONTAINER_RUNNING') await this.stopLocked(c.id, 0);
+      const runtime = this.d.runtimeFor(c.runtimeHandler);
+      await runtime.delete(c.id);
+      await unmount(this.d.runner, c.rootfs);
+      await fsp.rm(path.dirname(c.rootfs), { recursive: true, force: true });
+      await fsp.rm(c.bundle, { recursive: true, force: true });
+      await fsp.rm(path.join(this.exitDir, c.id), { force: true });
+      this.d.db.prepare('DELETE FROM containers WHERE id = ?').run(c.id);
+      this.names.release(c.name);
+      this.d.onEvent?.('CONTAINER_DELETED_EVENT', c);
+    });
+  }
+
+  async stopAll(sandboxId: string): Promise<void> {
+    for (const c of this.list(sandboxId)) await this.stop(c.id, 0);
+  }
+
+  async removeAll(sandboxId: string): Promise<void> {
+    for (const c of this.list(sandboxId)) await this.remove(c.id);
+  }
+
+  /**
+   * Runs a command in a running container and collects its output. A timeout
+   * kills the command and is a result (exit code -1), not an RPC error.
+   */
+  async execSync(id: string, cmd: string[], timeoutSeconds: number): Promise<{ stdout: Buffer; stderr: Buffer; exitCode: number }> {
+    const c = this.mustGet(id);
+    if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
+    if (!cmd.length) throw invalidArgument('ExecSync: cmd is empty');
+    const runtime = this.d.runtimeFor(c.runtimeHandler);
+    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-exec-'));
+    const pidFile = path.join(tmp, 'pid');
+    const processJson = path.join(tmp, 'process.json');
+    await fsp.writeFile(processJson, JSON.stringify({ ...c.spec.process, terminal: false, args: cmd }));
+    const max = 16 << 20;
+    try {
+      const { spawn } = await import('node:child_process');
+      return await new Promise((resolve, reject) => {
+        const child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--process', processJson, '--pid-file', pidFile, c.id], { stdio: ['ignore', 'pipe', 'pipe'] });
+        const out: Buffer[] = [];
+        const err: Buffer[] = [];
+        let outLen = 0;
+        let errLen = 0;
+        child.stdout.on('data', (d: Buffer) => {
+          if (outLen < max) out.push(d.subarray(0, max - outLen));
+          outLen += d.length;
+        });
+        child.stderr.on('data', (d: Buffer) => {
+          if (errLen < max) err.push(d.subarray(0, max - errLen));
+          errLen += d.length;
+        });
+        let timedOut = false;
+        const timer =
+          timeoutSeconds > 0
+            ? setTimeout(async () => {
+                timedOut = true;
+                const pid = Number(await fsp.readFile(pidFile, 'utf8').catch(() => '0'));
+                if (pid > 0) {
+                  try {
+                    process.kill(pid, 'SIGKILL');
+                  } catch {
+                    // already gone
+                  }
+                }
+                child.kill('SIGKILL');
+              }, timeoutSeconds * 1000)
+            : undefined;
+        child.on('error', (e) => reject(new SkiffError('Internal', `could not run ${runtime.name} exec: ${e.message}`)));
+        child.on('close', (code) => {
+          if (timer) clearTimeout(timer);
+          const stderr = Buffer.concat(err);
+          if (timedOut) {
+            resolve({ stdout: Buffer.concat(out), stderr: Buffer.concat([stderr, Buffer.from(`command timed out after ${timeoutSeconds}s\n`)]), exitCode: -1 });
+            return;
+          }
+          resolve({ stdout: Buffer.concat(out), stderr, exitCode: code ?? -1 });
+        });
+      });
+    } finally {
+      await fsp.rm(tmp, { recursive: true, force: true });
+    }
+  }
+}
+
+export function podContext(s: SandboxRecord) {
+  return {
+    sandboxId: s.id,
+    netns: s.netns,
+    ipcns: s.ipcns,
+    utsns: s.utsns,
+    infraPid: s.infraPid,
+    hostPid: s.hostPid,
+    hostsFile: path.join(s.dir, 'hosts'),
+    resolvFile: path.join(s.dir, 'resolv.conf'),
+    hostnameFile: path.join(s.dir, 'hostname'),
+    shmPath: s.shm,
+    cgroupParent: s.cgroupParent,
+    sysctls: s.config.linux?.sysctls ?? {},
+  };
+}
+
+async function resolveDevices(config: ContainerConfig__Output): Promise<OciDevice[]> {
+  const out: OciDevice[] = [];
+  for (const d of config.devices) {
+    let st: fs.Stats;
+    try {
+      st = await fsp.stat(d.hostPath);
+    } catch (err) {
+      throw invalidArgument(`device ${d.hostPath}: ${isErrno(err, 'ENOENT') ? 'no such device on the host' : errorMessage(err)}`);
+    }
+    if (!st.isCharacterDevice() && !st.isBlockDevice()) throw invalidArgument(`device ${d.hostPath} is not a device node`);
+    const rdev = st.rdev;
+    out.push({
+      path: d.containerPath || d.hostPath,
+      type: st.isCharacterDevice() ? 'c' : 'b',
+      major: Number((BigInt(rdev) >> 8n) & 0xfffn),
+      minor: Number((BigInt(rdev) & 0xffn) | ((BigInt(rdev) >> 12n) & ~0xffn)),
+      fileMode: st.mode & 0o777,
+      uid: st.uid,
+      gid: st.gid,
+      permissions: d.permissions || 'rwm',
+    });
+  }
+  return out;
+}
+
+/** Creates `dir` inside `rootfs`, refusing to pass through symlinks. */
+async function ensureDirInRoot(rootfs: string, dir: string, uid: number, gid: number): Promise<void> {
+  let cur = rootfs;
+  for (const part of dir.split('/').filter(Boolean)) {
+    if (part === '..') throw invalidArgument(`working directory "${dir}" leaves the rootfs`);
+    cur = path.join(cur, part);
+    const st = await fsp.lstat(cur).catch(() => undefined);
+    if (!st) {
+      await fsp.mkdir(cur, { mode: 0o755 });
+      await fsp.chown(cur, uid, gid);
+    } else if (st.isSymbolicLink()) {
+      return; // resolved inside the container by the runtime
+    } else if (!st.isDirectory()) {
+      throw invalidArgument(`working directory "${dir}" is not a directory in the image`);
+    }
+  }
+}

@@ -1,0 +1,104 @@
+/**
+ * Resolves who a container runs as, from the CRI security context or the
+ * image's User, using the image's own /etc/passwd and /etc/group. Those files
+ * are read without following symlinks, so a hostile image cannot point them at
+ * the host's.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { invalidArgument } from '../errors.js';
+import type { ResolvedUser } from './spec.js';
+
+interface PasswdEntry {
+  name: string;
+  uid: number;
+  gid: number;
+  home: string;
+}
+interface GroupEntry {
+  name: string;
+  gid: number;
+  members: string[];
+}
+
+async function readInRoot(rootfs: string, rel: string): Promise<string> {
+  const full = path.join(rootfs, rel);
+  try {
+    const st = await fs.lstat(full);
+    if (!st.isFile() || st.size > 4 << 20) return '';
+    return await fs.readFile(full, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+export function parsePasswd(text: string): PasswdEntry[] {
+  return text
+    .split('\n')
+    .map((l) => l.split(':'))
+    .filter((f) => f.length >= 7 && /^\d+$/.test(f[2]!) && /^\d+$/.test(f[3]!))
+    .map((f) => ({ name: f[0]!, uid: Number(f[2]), gid: Number(f[3]), home: f[5]! }));
+}
+
+export function parseGroup(text: string): GroupEntry[] {
+  return text
+    .split('\n')
+    .map((l) => l.split(':'))
+    .filter((f) => f.length >= 4 && /^\d+$/.test(f[2]!))
+    .map((f) => ({ name: f[0]!, gid: Number(f[2]), members: f[3]!.split(',').filter(Boolean) }));
+}
+
+export interface UserRequest {
+  /** From the security context. */
+  runAsUser?: number;
+  runAsUsername?: string;
+  runAsGroup?: number;
+  supplementalGroups: number[];
+  /** The image config's User: `name`, `uid`, `name:group`, `uid:gid`. */
+  imageUser?: string;
+}
+
+export async function resolveUser(rootfs: string, req: UserRequest): Promise<ResolvedUser> {
+  const passwd = parsePasswd(await readInRoot(rootfs, 'etc/passwd'));
+  const groups = parseGroup(await readInRoot(rootfs, 'etc/group'));
+  let uid: number;
+  let gid: number | undefined;
+  let entry: PasswdEntry | undefined;
+  let groupPart: string | undefined;
+  if (req.runAsUser !== undefined) {
+    uid = req.runAsUser;
+    entry = passwd.find((p) => p.uid === uid);
+  } else if (req.runAsUsername) {
+    entry = passwd.find((p) => p.name === req.runAsUsername);
+    if (!entry) throw invalidArgument(`user "${req.runAsUsername}" is not in the image's /etc/passwd`);
+    uid = entry.uid;
+  } else {
+    const [u = '', g] = (req.imageUser ?? '').split(':');
+    groupPart = g;
+    if (u === '') {
+      uid = 0;
+      entry = passwd.find((p) => p.uid === 0);
+    } else if (/^\d+$/.test(u)) {
+      uid = Number(u);
+      entry = passwd.find((p) => p.uid === uid);
+    } else {
+      entry = passwd.find((p) => p.name === u);
+      if (!entry) throw invalidArgument(`image user "${u}" is not in the image's /etc/passwd`);
+      uid = entry.uid;
+    }
+  }
+  if (req.runAsGroup !== undefined) gid = req.runAsGroup;
+  else if (groupPart !== undefined && groupPart !== '') {
+    if (/^\d+$/.test(groupPart)) gid = Number(groupPart);
+    else {
+      const g = groups.find((x) => x.name === groupPart);
+      if (!g) throw invalidArgument(`image group "${groupPart}" is not in the image's /etc/group`);
+      gid = g.gid;
+    }
+  }
+  gid ??= entry?.gid ?? 0;
+  const additional = new Set<number>();
+  if (entry) for (const g of groups) if (g.members.includes(entry.name) && g.gid !== gid) additional.add(g.gid);
+  for (const g of req.supplementalGroups) if (g !== gid) additional.add(g);
+  return { uid, gid, additionalGids: [...additional].sort((a, b) => a - b), home: entry?.home };
+}

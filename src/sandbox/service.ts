@@ -1,0 +1,322 @@
+/**
+ * Pod sandboxes: pinned network, IPC and UTS namespaces, a CNI network, a
+ * tmpfs /dev/shm, and an infra process (catatonit) that holds the pod's PID
+ * namespace and needs no image.
+ */
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { Db } from '../db.js';
+import { SkiffError, errorMessage, invalidArgument, isErrno, notFound } from '../errors.js';
+import type { PodSandboxConfig__Output } from '../gen/runtime/v1/PodSandboxConfig.js';
+import type { Logger } from '../log.js';
+import { Registrar, Rollback } from '../registrar.js';
+import { bindMount, isMountpoint, unmount } from '../sys/mount.js';
+import { runChecked, type Runner } from '../sys/run.js';
+import type { OciRuntime } from '../container/oci-runtime.js';
+import { DEFAULT_MASKED, DEFAULT_READONLY } from '../container/spec.js';
+import type { CniNetwork, PortMapping } from './cni.js';
+
+export type SandboxState = 'SANDBOX_READY' | 'SANDBOX_NOTREADY';
+
+export interface SandboxRecord {
+  id: string;
+  name: string;
+  state: SandboxState;
+  createdAt: number;
+  config: PodSandboxConfig__Output;
+  runtimeHandler: string;
+  dir: string;
+  netns?: string;
+  ipcns?: string;
+  utsns?: string;
+  hostNetwork: boolean;
+  hostIpc: boolean;
+  hostPid: boolean;
+  shm?: string;
+  ips: string[];
+  infraPid?: number;
+  cgroupParent: string;
+  hostname: string;
+}
+
+export interface SandboxDeps {
+  db: Db;
+  stateDir: string;
+  runtimes: Map<string, OciRuntime | { unavailable: string }>;
+  defaultRuntime: string;
+  cni: CniNetwork;
+  runner: Runner;
+  log: Logger;
+  infraBinary: string;
+  /** The lowest oom_score_adj a child may be given here (lowering below the daemon's own can be refused). */
+  oomScoreAdjFloor: number;
+  /** Stops and removes a pod's containers (supplied by the container service). */
+  containers: { stopAll(sandboxId: string): Promise<void>; removeAll(sandboxId: string): Promise<void> };
+}
+
+const nsMode = (m: unknown): string => String(m ?? 'POD');
+
+export function nowNs(): number {
+  return Date.now() * 1e6;
+}
+
+export class SandboxService {
+  private readonly names = new Registrar();
+  private readonly locks = new Map<string, Promise<unknown>>();
+  readonly sandboxesDir: string;
+
+  constructor(private readonly d: SandboxDeps) {
+    this.sandboxesDir = path.join(d.stateDir, 'sandboxes');
+  }
+
+  /** The namespace pins need a private mount to live on. */
+  async init(): Promise<void> {
+    await fs.mkdir(this.sandboxesDir, { recursive: true, mode: 0o711 });
+    if (!(await isMountpoint(this.sandboxesDir))) await bindMount(this.d.runner, this.sandboxesDir, this.sandboxesDir, { private: true });
+    for (const s of this.list()) this.names.reserve(s.name, s.id, 'pod sandbox');
+  }
+
+  /** Runs `fn` with the sandbox's lock held: one lifecycle operation per pod at a time. */
+  private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.locks.get(id) ?? Promise.resolve();
+    const next = prev.catch(() => undefined).then(fn);
+    this.locks.set(id, next);
+    try {
+      return await next;
+    } finally {
+      if (this.locks.get(id) === next) this.locks.delete(id);
+    }
+  }
+
+  private save(s: SandboxRecord): void {
+    this.d.db.prepare('INSERT OR REPLACE INTO sandboxes (id, name, data) VALUES (?, ?, ?)').run(s.id, s.name, JSON.stringify(s));
+  }
+
+  get(id: string): SandboxRecord | undefined {
+    const r = this.d.db.prepare('SELECT data FROM sandboxes WHERE id = ?').get(id) as { data: string } | undefined;
+    return r ? (JSON.parse(r.data) as SandboxRecord) : undefined;
+  }
+
+  /** By full id or unique prefix. */
+  find(idOrPrefix: string): SandboxRecord | undefined {
+    if (!idOrPrefix) return undefined;
+    const exact = this.get(idOrPrefix);
+    if (exact) return exact;
+    const rows = this.d.db.prepare('SELECT data FROM sandboxes WHERE substr(id, 1, ?) = ?').all(idOrPrefix.length, idOrPrefix) as Array<{ data: string }>;
+    return rows.length === 1 ? (JSON.parse(rows[0]!.data) as SandboxRecord) : undefined;
+  }
+
+  mustGet(id: string): SandboxRecord {
+    const s = this.find(id);
+    if (!s) throw notFound(`pod sandbox "${id}" not found`);
+    return s;
+  }
+
+  list(): SandboxRecord[] {
+    return (this.d.db.prepare('SELECT data FROM sandboxes ORDER BY rowid').all() as Array<{ data: string }>).map((r) => JSON.parse(r.data) as SandboxRecord);
+  }
+
+  runtimeFor(handler: string): OciRuntime {
+    const name = handler || this.d.defaultRuntime;
+    const rt = this.d.runtimes.get(name);
+    if (!rt) throw invalidArgument(`unknown runtime handler "${name}" (known: ${[...this.d.runtimes.keys()].join(', ')})`);
+    if ('unavailable' in rt) throw new SkiffError('FailedPrecondition', `runtime handler "${name}" is unavailable on this host: ${rt.unavailable}`);
+    return rt;
+  }
+
+  async run(config: PodSandboxConfig__Output, handler: string): Promise<string> {
+    const md = config.metadata;
+    if (!md || !md.name) throw invalidArgument('RunPodSandbox: metadata.name is required');
+    if (!md.namespace) throw invalidArgument('RunPodSandbox: metadata.namespace is required');
+    const runtime = this.runtimeFor(handler);
+    const name = `${md.name}_${md.namespace}_${md.uid}_${md.attempt}`;
+    const id = randomBytes(32).toString('hex');
+    this.names.reserve(name, id, 'pod sandbox');
+    const undo = new Rollback();
+    undo.add('name', () => this.names.release(name));
+    try {
+      return await this.locked(id, () => this.create(id, name, config, runtime, handler, undo));
+    } catch (err) {
+      await undo.run((what, e) => this.d.log.warn('sandbox rollback step failed', { id, step: what, error: errorMessage(e) }));
+      throw err;
+    }
+  }
+
+  private async create(id: string, name: string, config: PodSandboxConfig__Output, runtime: OciRuntime, handler: string, undo: Rollback): Promise<string> {
+    const opts = config.linux?.securityContext?.namespaceOptions;
+    const hostNetwork = nsMode(opts?.network) === 'NODE';
+    const hostIpc = nsMode(opts?.ipc) === 'NODE';
+    const hostPid = nsMode(opts?.pid) === 'NODE';
+    const dir = path.join(this.sandboxesDir, id);
+    await fs.mkdir(dir, { mode: 0o711 });
+    undo.add('dir', () => fs.rm(dir, { recursive: true, force: true }));
+    const hostname = config.hostname || (hostNetwork ? os.hostname() : md5ish(id));
+    const rec: SandboxRecord = {
+      id,
+      name,
+      state: 'SANDBOX_NOTREADY',
+      createdAt: nowNs(),
+      config,
+      runtimeHandler: handler,
+      dir,
+      hostNetwork,
+      hostIpc,
+      hostPid,
+      ips: [],
+      cgroupParent: config.linux?.cgroupParent || '/skiff',
+      hostname,
+    };
+    await this.writeFiles(rec);
+
+    // Namespaces, pinned to files so they outlive every process of the pod.
+    const nsDir = path.join(dir, 'ns');
+    await fs.mkdir(nsDir);
+    const unshareArgs: string[] = [];
+    const pin = async (kind: 'net' | 'ipc' | 'uts') => {
+      const f = path.join(nsDir, kind);
+      await fs.writeFile(f, '');
+      unshareArgs.push(`--${kind}=${f}`);
+      undo.add(`${kind} namespace`, () => unmount(this.d.runner, f));
+      return f;
+    };
+    if (!hostNetwork) rec.netns = await pin('net');
+    if (!hostIpc) rec.ipcns = await pin('ipc');
+    if (!hostNetwork) rec.utsns = await pin('uts');
+    if (unshareArgs.length) {
+      const program = rec.utsns ? ['hostname', hostname] : ['true'];
+      await runChecked(this.d.runner, 'unshare', [...unshareArgs, ...program]);
+    }
+    if (!hostIpc) {
+      rec.shm = path.join(dir, 'shm');
+      await fs.mkdir(rec.shm);
+      await runChecked(this.d.runner, 'mount', ['-t', 'tmpfs', '-o', 'nosuid,nodev,noexec,mode=1777,size=65536k', 'shm', rec.shm]);
+      undo.add('shm', () => unmount(this.d.runner, rec.shm!));
+    }
+    if (rec.netns) {
+      const ports: PortMapping[] = config.portMappings.map((p) => ({
+        hostPort: p.hostPort,
+        containerPort: p.containerPort,
+        protocol: String(p.protocol ?? 'TCP').toLowerCase(),
+        ...(p.hostIp ? { hostIP: p.hostIp } : {}),
+      }));
+      undo.add('network', () => this.d.cni.del(id));
+      const res = await this.d.cni.add(id, rec.netns, { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid }, ports);
+      rec.ips = res.ips;
+    }
+    rec.infraPid = await this.startInfra(rec, runtime, undo);
+    rec.state = 'SANDBOX_READY';
+    this.save(rec);
+    this.d.log.info('pod sandbox ready', { id, name, ips: rec.ips, infraPid: rec.infraPid });
+    return id;
+  }
+
+  private async writeFiles(rec: SandboxRecord): Promise<void> {
+    const dns = rec.config.dnsConfig;
+    let resolv: string;
+    if (dns && (dns.servers.length || dns.searches.length || dns.options.length)) {
+      resolv = [
+        ...(dns.searches.length ? [`search ${dns.searches.join(' ')}`] : []),
+        ...dns.servers.map((s) => `nameserver ${s}`),
+        ...(dns.options.length ? [`options ${dns.options.join(' ')}`] : []),
+      ].join('\n') + '\n';
+    } else {
+      resolv = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
+    }
+    await fs.writeFile(path.join(rec.dir, 'resolv.conf'), resolv, { mode: 0o644 });
+    await fs.writeFile(path.join(rec.dir, 'hostname'), `${rec.hostname}\n`, { mode: 0o644 });
+    const hosts = rec.hostNetwork
+      ? await fs.readFile('/etc/hosts', 'utf8').catch(() => '127.0.0.1\tlocalhost\n')
+      : '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n';
+    await fs.writeFile(path.join(rec.dir, 'hosts'), hosts, { mode: 0o644 });
+  }
+
+  private async startInfra(rec: SandboxRecord, runtime: OciRuntime, undo: Rollback): Promise<number> {
+    const bundle = path.join(rec.dir, 'infra');
+    const rootfs = path.join(bundle, 'rootfs');
+    await fs.mkdir(rootfs, { recursive: true });
+    await fs.writeFile(path.join(rootfs, 'pause'), '');
+    for (const d of ['proc', 'dev']) await fs.mkdir(path.join(rootfs, d));
+    const ns: Array<{ type: string; path?: string }> = [{ type: 'mount' }];
+    if (!rec.hostPid) ns.push({ type: 'pid' });
+    if (rec.netns) ns.push({ type: 'network', path: rec.netns });
+    if (rec.ipcns) ns.push({ type: 'ipc', path: rec.ipcns });
+    if (rec.utsns) ns.push({ type: 'uts', path: rec.utsns });
+    const spec = {
+      ociVersion: '1.0.2-dev',
+      process: {
+        terminal: false,
+        user: { uid: 0, gid: 0 },
+        args: ['/pause', '-P'],
+        env: ['PATH=/'],
+        cwd: '/',
+        capabilities: { bounding: [], effective: [], permitted: [], inheritable: [], ambient: [] },
+        noNewPrivileges: true,
+        oomScoreAdj: Math.max(-998, this.d.oomScoreAdjFloor),
+      },
+      root: { path: 'rootfs', readonly: true },
+      hostname: undefined,
+      mounts: [
+        { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
+        { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=64k'] },
+        { destination: '/pause', type: 'bind', source: this.d.infraBinary, options: ['rbind', 'ro', 'nosuid', 'nodev'] },
+      ],
+      annotations: { 'io.kubernetes.cri.container-type': 'sandbox', 'io.kubernetes.cri.sandbox-id': rec.id },
+      linux: {
+        namespaces: ns,
+        resources: { devices: [{ allow: false, access: 'rwm' }], cpu: { shares: 2 } },
+        cgroupsPath: `${rec.cgroupParent.replace(/\/+$/, '')}/skiff-${rec.id}`,
+        maskedPaths: DEFAULT_MASKED,
+        readonlyPaths: DEFAULT_READONLY,
+        ...(Object.keys(rec.config.linux?.sysctls ?? {}).length ? { sysctl: rec.config.linux!.sysctls } : {}),
+      },
+    };
+    await fs.writeFile(path.join(bundle, 'config.json'), JSON.stringify(spec));
+    undo.add('infra', () => runtime.delete(rec.id));
+    return runtime.runDetached(rec.id, bundle, path.join(bundle, 'pid'));
+  }
+
+  /** Stops every container, the infra process and the network; idempotent. */
+  async stop(id: string): Promise<void> {
+    const s = this.mustGet(id);
+    await this.locked(s.id, async () => {
+      const rec = this.get(s.id)!;
+      await this.d.containers.stopAll(rec.id);
+      const runtime = this.d.runtimes.get(rec.runtimeHandler || this.d.defaultRuntime);
+      if (runtime && !('unavailable' in runtime)) await runtime.delete(rec.id);
+      if (rec.netns) {
+        try {
+          await this.d.cni.del(rec.id);
+        } catch (err) {
+          // Never block a stop forever on a broken plugin: log it, leave the cache for a later try.
+          this.d.log.error('CNI DEL failed; the pod is stopped but its network may leak', { id: rec.id, error: errorMessage(err) });
+        }
+      }
+      if (rec.shm) await unmount(this.d.runner, rec.shm);
+      for (const f of [rec.netns, rec.ipcns, rec.utsns]) if (f) await unmount(this.d.runner, f);
+      rec.state = 'SANDBOX_NOTREADY';
+      rec.infraPid = undefined;
+      this.save(rec);
+    });
+  }
+
+  async remove(id: string): Promise<void> {
+    const s = this.find(id);
+    if (!s) return;
+    await this.stop(s.id);
+    await this.locked(s.id, async () => {
+      await this.d.containers.removeAll(s.id);
+      await fs.rm(s.dir, { recursive: true, force: true }).catch((err) => {
+        if (!isErrno(err, 'ENOENT')) throw err;
+      });
+      this.d.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(s.id);
+      this.names.release(s.name);
+    });
+  }
+}
+
+/** A short stable hostname from the id, when the pod names none. */
+function md5ish(id: string): string {
+  return id.slice(0, 12);
+}

@@ -1,0 +1,88 @@
+/** CreateContainer, StartContainer, StopContainer, RemoveContainer, ContainerStatus, ListContainers, ExecSync. */
+import type { Container } from '../gen/runtime/v1/Container.js';
+import type { ContainerStatusRequest__Output } from '../gen/runtime/v1/ContainerStatusRequest.js';
+import type { ContainerStatusResponse } from '../gen/runtime/v1/ContainerStatusResponse.js';
+import type { CreateContainerRequest__Output } from '../gen/runtime/v1/CreateContainerRequest.js';
+import type { CreateContainerResponse } from '../gen/runtime/v1/CreateContainerResponse.js';
+import type { ExecSyncRequest__Output } from '../gen/runtime/v1/ExecSyncRequest.js';
+import type { ExecSyncResponse } from '../gen/runtime/v1/ExecSyncResponse.js';
+import type { ListContainersRequest__Output } from '../gen/runtime/v1/ListContainersRequest.js';
+import type { ListContainersResponse } from '../gen/runtime/v1/ListContainersResponse.js';
+import type { RemoveContainerRequest__Output } from '../gen/runtime/v1/RemoveContainerRequest.js';
+import type { StartContainerRequest__Output } from '../gen/runtime/v1/StartContainerRequest.js';
+import type { StopContainerRequest__Output } from '../gen/runtime/v1/StopContainerRequest.js';
+import { invalidArgument } from '../errors.js';
+import type { ContainerRecord, ContainerService } from '../container/service.js';
+import { matchLabels } from './sandbox.js';
+
+function toContainer(c: ContainerRecord): Container {
+  return {
+    id: c.id,
+    podSandboxId: c.sandboxId,
+    metadata: c.config.metadata,
+    image: { image: c.imageRef, annotations: {} },
+    imageRef: c.imageId,
+    state: c.state,
+    createdAt: c.createdAt,
+    labels: c.config.labels,
+    annotations: c.config.annotations,
+  };
+}
+
+export function containerHandlers(containers: ContainerService) {
+  const need = (id: string, rpc: string) => {
+    if (!id) throw invalidArgument(`${rpc}: container_id is required`);
+    return id;
+  };
+  return {
+    CreateContainer: async (req: CreateContainerRequest__Output): Promise<CreateContainerResponse> => {
+      if (!req.podSandboxId) throw invalidArgument('CreateContainer: pod_sandbox_id is required');
+      if (!req.config) throw invalidArgument('CreateContainer: config is required');
+      return { containerId: await containers.create(req.podSandboxId, req.config) };
+    },
+    StartContainer: async (req: StartContainerRequest__Output) => {
+      await containers.start(need(req.containerId, 'StartContainer'));
+      return {};
+    },
+    StopContainer: async (req: StopContainerRequest__Output) => {
+      await containers.stop(need(req.containerId, 'StopContainer'), Number(req.timeout));
+      return {};
+    },
+    RemoveContainer: async (req: RemoveContainerRequest__Output) => {
+      await containers.remove(need(req.containerId, 'RemoveContainer'));
+      return {};
+    },
+    ContainerStatus: async (req: ContainerStatusRequest__Output): Promise<ContainerStatusResponse> => {
+      const c = containers.mustGet(need(req.containerId, 'ContainerStatus'));
+      return {
+        status: {
+          ...toContainer(c),
+          startedAt: c.startedAt,
+          finishedAt: c.finishedAt,
+          exitCode: c.exitCode,
+          reason: c.reason,
+          message: c.message,
+          mounts: c.config.mounts,
+          logPath: c.logPath,
+          resources: c.config.linux?.resources ? { linux: c.config.linux.resources } : null,
+        },
+        info: req.verbose
+          ? { info: JSON.stringify({ sandboxID: c.sandboxId, pid: c.pid ?? 0, runtimeType: c.runtimeHandler || 'runc', runtimeSpec: c.spec }) }
+          : {},
+      };
+    },
+    ListContainers: async (req: ListContainersRequest__Output): Promise<ListContainersResponse> => {
+      const f = req.filter;
+      let items = containers.list();
+      if (f?.id) items = items.filter((c) => c.id.startsWith(f.id));
+      if (f?.podSandboxId) items = items.filter((c) => c.sandboxId.startsWith(f.podSandboxId));
+      if (f?.state) items = items.filter((c) => c.state === f.state!.state);
+      if (f && Object.keys(f.labelSelector).length) items = items.filter((c) => matchLabels(c.config.labels, f.labelSelector));
+      return { containers: items.map(toContainer) };
+    },
+    ExecSync: async (req: ExecSyncRequest__Output): Promise<ExecSyncResponse> => {
+      const r = await containers.execSync(need(req.containerId, 'ExecSync'), req.cmd, Number(req.timeout));
+      return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
+    },
+  };
+}

@@ -1,0 +1,72 @@
+/** RunPodSandbox, StopPodSandbox, RemovePodSandbox, PodSandboxStatus, ListPodSandbox. */
+import type { ListPodSandboxRequest__Output } from '../gen/runtime/v1/ListPodSandboxRequest.js';
+import type { ListPodSandboxResponse } from '../gen/runtime/v1/ListPodSandboxResponse.js';
+import type { PodSandbox } from '../gen/runtime/v1/PodSandbox.js';
+import type { PodSandboxStatusRequest__Output } from '../gen/runtime/v1/PodSandboxStatusRequest.js';
+import type { PodSandboxStatusResponse } from '../gen/runtime/v1/PodSandboxStatusResponse.js';
+import type { RemovePodSandboxRequest__Output } from '../gen/runtime/v1/RemovePodSandboxRequest.js';
+import type { RunPodSandboxRequest__Output } from '../gen/runtime/v1/RunPodSandboxRequest.js';
+import type { RunPodSandboxResponse } from '../gen/runtime/v1/RunPodSandboxResponse.js';
+import type { StopPodSandboxRequest__Output } from '../gen/runtime/v1/StopPodSandboxRequest.js';
+import { invalidArgument } from '../errors.js';
+import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
+
+export function matchLabels(labels: Record<string, string>, selector: Record<string, string>): boolean {
+  return Object.entries(selector).every(([k, v]) => labels[k] === v);
+}
+
+function toPodSandbox(s: SandboxRecord): PodSandbox {
+  return {
+    id: s.id,
+    metadata: s.config.metadata,
+    state: s.state,
+    createdAt: s.createdAt,
+    labels: s.config.labels,
+    annotations: s.config.annotations,
+    runtimeHandler: s.runtimeHandler,
+  };
+}
+
+export function sandboxHandlers(sandboxes: SandboxService) {
+  return {
+    RunPodSandbox: async (req: RunPodSandboxRequest__Output): Promise<RunPodSandboxResponse> => {
+      if (!req.config) throw invalidArgument('RunPodSandbox: config is required');
+      return { podSandboxId: await sandboxes.run(req.config, req.runtimeHandler) };
+    },
+    StopPodSandbox: async (req: StopPodSandboxRequest__Output) => {
+      if (!req.podSandboxId) throw invalidArgument('StopPodSandbox: pod_sandbox_id is required');
+      // Stopping a pod that is already gone is success: the kubelet retries stops.
+      if (sandboxes.find(req.podSandboxId)) await sandboxes.stop(req.podSandboxId);
+      return {};
+    },
+    RemovePodSandbox: async (req: RemovePodSandboxRequest__Output) => {
+      if (!req.podSandboxId) throw invalidArgument('RemovePodSandbox: pod_sandbox_id is required');
+      await sandboxes.remove(req.podSandboxId);
+      return {};
+    },
+    PodSandboxStatus: async (req: PodSandboxStatusRequest__Output): Promise<PodSandboxStatusResponse> => {
+      const s = sandboxes.mustGet(req.podSandboxId);
+      const ns = s.config.linux?.securityContext?.namespaceOptions;
+      return {
+        status: {
+          ...toPodSandbox(s),
+          network: { ip: s.ips[0] ?? '', additionalIps: s.ips.slice(1).map((ip) => ({ ip })) },
+          linux: { namespaces: { options: { network: ns?.network ?? 'POD', pid: ns?.pid ?? 'POD', ipc: ns?.ipc ?? 'POD', targetId: '' } } },
+        },
+        info: req.verbose
+          ? { info: JSON.stringify({ pid: s.infraPid ?? 0, netns: s.netns ?? '', hostname: s.hostname, cgroupParent: s.cgroupParent, config: s.config }) }
+          : {},
+        containersStatuses: [],
+        timestamp: Date.now() * 1e6,
+      };
+    },
+    ListPodSandbox: async (req: ListPodSandboxRequest__Output): Promise<ListPodSandboxResponse> => {
+      const f = req.filter;
+      let items = sandboxes.list();
+      if (f?.id) items = items.filter((s) => s.id.startsWith(f.id));
+      if (f?.state) items = items.filter((s) => s.state === f.state!.state);
+      if (f && Object.keys(f.labelSelector).length) items = items.filter((s) => matchLabels(s.config.labels, f.labelSelector));
+      return { items: items.map(toPodSandbox) };
+    },
+  };
+}
