@@ -24,6 +24,7 @@ import { containerHandlers } from './server/container.js';
 import { sandboxHandlers } from './server/sandbox.js';
 import { ContainerService } from './container/service.js';
 import { OciRuntime } from './container/oci-runtime.js';
+import { capsFromMask } from './container/spec.js';
 import { CniNetwork } from './sandbox/cni.js';
 import { SandboxService } from './sandbox/service.js';
 import { run, type Runner } from './sys/run.js';
@@ -109,6 +110,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     runner,
     log,
     oomScoreAdjFloor: oomFloor,
+    allowedCaps: await boundingCaps(),
   });
   sandboxes = new SandboxService({
     db,
@@ -233,4 +235,11 @@ async function which(cmd: string): Promise<string | undefined> {
     }
   }
   return undefined;
+}
+
+/** This process's capability bounding set: a container can get nothing beyond it. */
+async function boundingCaps(): Promise<string[] | undefined> {
+  const status = await fsp.readFile('/proc/self/status', 'utf8').catch(() => '');
+  const m = /^CapBnd:\s*([0-9a-f]+)$/m.exec(status);
+  return m ? capsFromMask(m[1]!) : undefined;
 }

@@ -63,6 +63,8 @@ export interface ContainerDeps {
   log: Logger;
   /** The lowest oom_score_adj this process may give a child (lowering below our own can be refused). */
   oomScoreAdjFloor: number;
+  /** The capabilities this daemon holds (its bounding set). */
+  allowedCaps?: string[];
   onEvent?: (type: 'CONTAINER_CREATED_EVENT' | 'CONTAINER_STARTED_EVENT' | 'CONTAINER_STOPPED_EVENT' | 'CONTAINER_DELETED_EVENT', c: ContainerRecord) => void;
 }
 
@@ -156,7 +158,10 @@ export class ContainerService {
       const dir = path.join(this.d.rootDir, 'containers', id);
       const bundle = path.join(this.d.stateDir, 'containers', id);
       const rootfs = path.join(dir, 'rootfs');
-      for (const p of ['upper', 'work', 'rootfs']) await fsp.mkdir(path.join(dir, p), { recursive: true, mode: 0o700 });
+      await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
+      // The upper dir's mode is the mode of the container's `/`.
+      await fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 });
+      for (const p of ['work', 'rootfs']) await fsp.mkdir(path.join(dir, p), { mode: 0o700 });
       undo.add('dir', () => fsp.rm(dir, { recursive: true, force: true }));
       await fsp.mkdir(bundle, { recursive: true, mode: 0o700 });
       undo.add('bundle', () => fsp.rm(bundle, { recursive: true, force: true }));
@@ -185,6 +190,7 @@ export class ContainerService {
         rootfs,
         user,
         oomScoreAdjFloor: this.d.oomScoreAdjFloor,
+        allowedCaps: this.d.allowedCaps,
         devices,
       });
       // The working directory must exist, as the kubelet expects runtimes to create it.
@@ -410,6 +416,8 @@ export class ContainerService {
           timeoutSeconds > 0
             ? setTimeout(async () => {
                 timedOut = true;
+                // Kill the command and let `runc exec`, its parent, reap it; killing runc too
+                // would leave the command a zombie under the container's init.
                 const pid = Number(await fsp.readFile(pidFile, 'utf8').catch(() => '0'));
                 if (pid > 0) {
                   try {
@@ -418,7 +426,7 @@ export class ContainerService {
                     // already gone
                   }
                 }
-                child.kill('SIGKILL');
+                setTimeout(() => child.kill('SIGKILL'), 5_000).unref();
               }, timeoutSeconds * 1000)
             : undefined;
         child.on('error', (e) => reject(new SkiffError('Internal', `could not run ${runtime.name} exec: ${e.message}`)));

@@ -140,6 +140,8 @@ export function buildSpec(args: {
   rootfs: string;
   user: ResolvedUser;
   oomScoreAdjFloor: number;
+  /** The capabilities this daemon holds: a container can be given no others. */
+  allowedCaps?: string[];
   /** The CRI devices, resolved on the host (type and numbers). */
   devices?: OciDevice[];
 }): OciSpec {
@@ -156,7 +158,8 @@ export function buildSpec(args: {
     if (drop.includes('CAP_ALL')) caps = caps.filter((c) => add.includes(c));
     else caps = caps.filter((c) => !drop.includes(c));
   }
-  const ambient = (sc?.capabilities?.addAmbientCapabilities ?? []).map(capName);
+  if (args.allowedCaps) caps = caps.filter((c) => args.allowedCaps!.includes(c));
+  const ambient = (sc?.capabilities?.addAmbientCapabilities ?? []).map(capName).filter((c) => caps.includes(c));
 
   const env = mergeEnv(image.config?.Env ?? [], config.envs);
   if (!env.some((e) => e.startsWith('HOME=')) && user.home) env.push(`HOME=${user.home}`);
@@ -254,4 +257,10 @@ export function buildSpec(args: {
     },
   };
   return spec;
+}
+
+/** The capability names in a /proc/<pid>/status Cap* mask (kernel numbering). */
+export function capsFromMask(hex: string): string[] {
+  const mask = BigInt(`0x${hex}`);
+  return ALL_CAPS.filter((_c, i) => (mask >> BigInt(i)) & 1n);
 }

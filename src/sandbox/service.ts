@@ -195,7 +195,8 @@ export class SandboxService {
       undo.add('shm', () => unmount(this.d.runner, rec.shm!));
     }
     if (rec.netns) {
-      const ports: PortMapping[] = config.portMappings.map((p) => ({
+      // Only mappings with a host port concern the network (as containerd passes them).
+      const ports: PortMapping[] = config.portMappings.filter((p) => p.hostPort > 0).map((p) => ({
         hostPort: p.hostPort,
         containerPort: p.containerPort,
         protocol: String(p.protocol ?? 'TCP').toLowerCase(),
