@@ -22,6 +22,7 @@ import { status, type Readiness } from './server/runtime-status.js';
 import { version } from './server/runtime-version.js';
 import { containerHandlers } from './server/container.js';
 import { sandboxHandlers } from './server/sandbox.js';
+import { statsHandlers } from './server/stats.js';
 import { ContainerService } from './container/service.js';
 import { OciRuntime } from './container/oci-runtime.js';
 import { capsFromMask } from './container/spec.js';
@@ -151,6 +152,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
       Status: status(readiness),
       ...sandboxHandlers(sandboxes),
       ...containerHandlers(containers),
+      ...statsHandlers(sandboxes, containers),
       RuntimeConfig: async () => ({ linux: { cgroupDriver: 'CGROUPFS' } }),
       UpdateRuntimeConfig: async (req: { runtimeConfig?: { networkConfig?: { podCidr?: string } | null } | null }) => {
         const cidr = req.runtimeConfig?.networkConfig?.podCidr;

@@ -24,6 +24,7 @@ import { mountOverlay, unmount } from '../sys/mount.js';
 import type { Runner } from '../sys/run.js';
 import { startConmon, type OciRuntime } from './oci-runtime.js';
 import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
+import { loadSeccomp, seccompChoice } from './seccomp.js';
 import { resolveUser } from './user.js';
 
 export type ContainerState = 'CONTAINER_CREATED' | 'CONTAINER_RUNNING' | 'CONTAINER_EXITED' | 'CONTAINER_UNKNOWN';
@@ -174,6 +175,9 @@ export class ContainerService {
       await mountOverlay(this.d.runner, lowers, path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
       undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
       const sc = config.linux?.securityContext;
+      if (sc?.runAsGroup && !sc.runAsUser && !sc.runAsUsername) {
+        throw invalidArgument('run_as_group needs run_as_user or run_as_username');
+      }
       const user = await resolveUser(rootfs, {
         runAsUser: sc?.runAsUser ? Number(sc.runAsUser.value) : undefined,
         runAsUsername: sc?.runAsUsername || undefined,
@@ -193,6 +197,8 @@ export class ContainerService {
         allowedCaps: this.d.allowedCaps,
         devices,
       });
+      const seccomp = await loadSeccomp(seccompChoice(sc?.seccomp, sc?.seccompProfilePath ?? ''), spec.process.capabilities.bounding, sc?.privileged ?? false);
+      if (seccomp) spec.linux.seccomp = seccomp;
       // The working directory must exist, as the kubelet expects runtimes to create it.
       await ensureDirInRoot(rootfs, spec.process.cwd, user.uid, user.gid);
       await fsp.writeFile(path.join(bundle, 'config.json'), JSON.stringify(spec));
@@ -371,6 +377,31 @@ export class ContainerService {
       this.names.release(c.name);
       this.d.onEvent?.('CONTAINER_DELETED_EVENT', c);
     });
+  }
+
+  /** Asks conmon to reopen the log file (after the kubelet rotated it). */
+  async reopenLog(id: string): Promise<void> {
+    const c = this.mustGet(id);
+    if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
+    const ctl = path.join(c.bundle, 'ctl');
+    let fh: fsp.FileHandle;
+    try {
+      fh = await fsp.open(ctl, fs.constants.O_WRONLY | fs.constants.O_NONBLOCK);
+    } catch (err) {
+      throw new SkiffError('Internal', `cannot reach conmon for ${c.id}: ${errorMessage(err)}`);
+    }
+    try {
+      // conmon's control messages are "<type> <height> <width>"; type 2 reopens the log.
+      await fh.write('2 0 0\n');
+    } finally {
+      await fh.close();
+    }
+    const deadline = Date.now() + 5_000;
+    while (Date.now() < deadline) {
+      if (await fsp.stat(c.logPath).then(() => true, () => false)) return;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    throw new SkiffError('DeadlineExceeded', `conmon did not reopen ${c.logPath} within 5s`);
   }
 
   async stopAll(sandboxId: string): Promise<void> {

@@ -80,6 +80,10 @@ export function containerHandlers(containers: ContainerService) {
       if (f && Object.keys(f.labelSelector).length) items = items.filter((c) => matchLabels(c.config.labels, f.labelSelector));
       return { containers: items.map(toContainer) };
     },
+    ReopenContainerLog: async (req: { containerId: string }) => {
+      await containers.reopenLog(need(req.containerId, 'ReopenContainerLog'));
+      return {};
+    },
     ExecSync: async (req: ExecSyncRequest__Output): Promise<ExecSyncResponse> => {
       const r = await containers.execSync(need(req.containerId, 'ExecSync'), req.cmd, Number(req.timeout));
       return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };

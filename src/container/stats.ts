@@ -1,0 +1,124 @@
+/**
+ * Resource usage from cgroups, v1 or v2 (detected, not assumed), and the
+ * writable layer's disk usage.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+
+const CG = '/sys/fs/cgroup';
+
+async function read(p: string): Promise<string | undefined> {
+  try {
+    return await fs.readFile(p, 'utf8');
+  } catch {
+    return undefined;
+  }
+}
+
+function statField(text: string | undefined, key: string): number | undefined {
+  if (!text) return undefined;
+  const m = new RegExp(`^${key} (\\d+)$`, 'm').exec(text);
+  return m ? Number(m[1]) : undefined;
+}
+
+let unifiedOnly: boolean | undefined;
+async function isUnified(): Promise<boolean> {
+  unifiedOnly ??= (await read(path.join(CG, 'cgroup.controllers'))) !== undefined;
+  return unifiedOnly;
+}
+
+export interface CgroupUsage {
+  cpuNs?: number;
+  memoryUsage?: number;
+  workingSet?: number;
+  rss?: number;
+  pageFaults?: number;
+  majorPageFaults?: number;
+  limit?: number;
+  pids?: number;
+}
+
+/** Usage of the cgroup at `cgroupsPath` (the OCI config's cgroupfs path). */
+export async function cgroupUsage(cgroupsPath: string): Promise<CgroupUsage> {
+  const rel = cgroupsPath.replace(/^\/+/, '');
+  if (await isUnified()) {
+    const dir = path.join(CG, rel);
+    const cpu = statField(await read(path.join(dir, 'cpu.stat')), 'usage_usec');
+    const mem = await read(path.join(dir, 'memory.current'));
+    const stat = await read(path.join(dir, 'memory.stat'));
+    const usage = mem ? Number(mem) : undefined;
+    const inactive = statField(stat, 'inactive_file') ?? 0;
+    const max = (await read(path.join(dir, 'memory.max')))?.trim();
+    const procs = await read(path.join(dir, 'cgroup.procs'));
+    return {
+      cpuNs: cpu === undefined ? undefined : cpu * 1000,
+      memoryUsage: usage,
+      workingSet: usage === undefined ? undefined : Math.max(0, usage - inactive),
+      rss: statField(stat, 'anon'),
+      pageFaults: statField(stat, 'pgfault'),
+      majorPageFaults: statField(stat, 'pgmajfault'),
+      limit: max && max !== 'max' ? Number(max) : undefined,
+      pids: procs === undefined ? undefined : procs.split('\n').filter(Boolean).length,
+    };
+  }
+  const cpu = await read(path.join(CG, 'cpuacct', rel, 'cpuacct.usage'));
+  const mem = await read(path.join(CG, 'memory', rel, 'memory.usage_in_bytes'));
+  const stat = await read(path.join(CG, 'memory', rel, 'memory.stat'));
+  const limit = await read(path.join(CG, 'memory', rel, 'memory.limit_in_bytes'));
+  const procs = await read(path.join(CG, 'pids', rel, 'cgroup.procs'));
+  const usage = mem ? Number(mem) : undefined;
+  const inactive = statField(stat, 'total_inactive_file') ?? 0;
+  const lim = limit ? Number(limit) : undefined;
+  return {
+    cpuNs: cpu ? Number(cpu) : undefined,
+    memoryUsage: usage,
+    workingSet: usage === undefined ? undefined : Math.max(0, usage - inactive),
+    rss: statField(stat, 'total_rss'),
+    pageFaults: statField(stat, 'total_pgfault'),
+    majorPageFaults: statField(stat, 'total_pgmajfault'),
+    // v1 reports "no limit" as a huge number
+    limit: lim !== undefined && lim < 2 ** 62 ? lim : undefined,
+    pids: procs === undefined ? undefined : procs.split('\n').filter(Boolean).length,
+  };
+}
+
+/** Bytes and inodes under `dir`, without following symlinks. */
+export async function diskUsage(dir: string): Promise<{ bytes: number; inodes: number }> {
+  let bytes = 0;
+  let inodes = 0;
+  const walk = async (d: string): Promise<void> => {
+    let entries: import('node:fs').Dirent[];
+    try {
+      entries = await fs.readdir(d, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      const p = path.join(d, e.name);
+      const st = await fs.lstat(p).catch(() => undefined);
+      if (!st) continue;
+      inodes++;
+      bytes += st.blocks * 512;
+      if (e.isDirectory()) await walk(p);
+    }
+  };
+  await walk(dir);
+  return { bytes, inodes };
+}
+
+/** Counters of every interface but lo in the network namespace that `pid` lives in. */
+export async function netDev(pid: number): Promise<Array<{ name: string; rxBytes: number; rxErrors: number; txBytes: number; txErrors: number }>> {
+  const text = await read(`/proc/${pid}/net/dev`);
+  if (!text) return [];
+  return text
+    .split('\n')
+    .slice(2)
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .map((l) => {
+      const [name, rest] = l.split(':');
+      const f = rest!.trim().split(/\s+/).map(Number);
+      return { name: name!.trim(), rxBytes: f[0]!, rxErrors: f[2]!, txBytes: f[8]!, txErrors: f[10]! };
+    })
+    .filter((i) => i.name !== 'lo');
+}

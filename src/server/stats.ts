@@ -1,0 +1,81 @@
+/** ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats. */
+import path from 'node:path';
+import type { ContainerStats } from '../gen/runtime/v1/ContainerStats.js';
+import type { PodSandboxStats } from '../gen/runtime/v1/PodSandboxStats.js';
+import type { ContainerRecord, ContainerService } from '../container/service.js';
+import { cgroupUsage, diskUsage, netDev } from '../container/stats.js';
+import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
+import { invalidArgument } from '../errors.js';
+import { matchLabels } from './sandbox.js';
+
+const u64 = (v: number | undefined) => (v === undefined ? null : { value: v });
+
+async function containerStats(c: ContainerRecord): Promise<ContainerStats> {
+  const ts = Date.now() * 1e6;
+  const running = c.state === 'CONTAINER_RUNNING';
+  const cg = running ? await cgroupUsage(c.spec.linux.cgroupsPath) : {};
+  const upper = path.join(path.dirname(c.rootfs), 'upper');
+  const disk = await diskUsage(upper);
+  return {
+    attributes: { id: c.id, metadata: c.config.metadata, labels: c.config.labels, annotations: c.config.annotations },
+    cpu: { timestamp: ts, usageCoreNanoSeconds: u64(cg.cpuNs ?? 0), usageNanoCores: null },
+    memory: {
+      timestamp: ts,
+      workingSetBytes: u64(cg.workingSet ?? 0),
+      availableBytes: u64(cg.limit !== undefined && cg.workingSet !== undefined ? Math.max(0, cg.limit - cg.workingSet) : undefined),
+      usageBytes: u64(cg.memoryUsage ?? 0),
+      rssBytes: u64(cg.rss),
+      pageFaults: u64(cg.pageFaults),
+      majorPageFaults: u64(cg.majorPageFaults),
+    },
+    writableLayer: { timestamp: ts, fsId: { mountpoint: upper }, usedBytes: u64(disk.bytes), inodesUsed: u64(disk.inodes) },
+  };
+}
+
+async function podStats(s: SandboxRecord, containers: ContainerRecord[]): Promise<PodSandboxStats> {
+  const ts = Date.now() * 1e6;
+  const cs = await Promise.all(containers.map(containerStats));
+  const infra = s.infraPid ? await cgroupUsage(`${s.cgroupParent.replace(/\/+$/, '')}/skiff-${s.id}`) : {};
+  const sum = (f: (x: ContainerStats) => number | undefined, base = 0) => cs.reduce((a, x) => a + (f(x) ?? 0), base);
+  const ifaces = s.infraPid && s.netns ? await netDev(s.infraPid) : [];
+  const toIface = (i: (typeof ifaces)[0]) => ({ name: i.name, rxBytes: u64(i.rxBytes), rxErrors: u64(i.rxErrors), txBytes: u64(i.txBytes), txErrors: u64(i.txErrors) });
+  return {
+    attributes: { id: s.id, metadata: s.config.metadata, labels: s.config.labels, annotations: s.config.annotations },
+    linux: {
+      cpu: { timestamp: ts, usageCoreNanoSeconds: u64(sum((x) => Number(x.cpu?.usageCoreNanoSeconds?.value ?? 0), infra.cpuNs ?? 0)) },
+      memory: { timestamp: ts, workingSetBytes: u64(sum((x) => Number(x.memory?.workingSetBytes?.value ?? 0), infra.workingSet ?? 0)), usageBytes: u64(sum((x) => Number(x.memory?.usageBytes?.value ?? 0), infra.memoryUsage ?? 0)) },
+      network: { timestamp: ts, defaultInterface: ifaces.find((i) => i.name === 'eth0') ? toIface(ifaces.find((i) => i.name === 'eth0')!) : null, interfaces: ifaces.map(toIface) },
+      process: { timestamp: ts, processCount: u64(infra.pids ?? 0) },
+      containers: cs,
+    },
+  };
+}
+
+export function statsHandlers(sandboxes: SandboxService, containers: ContainerService) {
+  return {
+    ContainerStats: async (req: { containerId: string }) => {
+      if (!req.containerId) throw invalidArgument('ContainerStats: container_id is required');
+      return { stats: await containerStats(containers.mustGet(req.containerId)) };
+    },
+    ListContainerStats: async (req: { filter: { id: string; podSandboxId: string; labelSelector: Record<string, string> } | null }) => {
+      const f = req.filter;
+      // Every container, created and exited ones included (with zero usage), as containerd answers.
+      let items = containers.list();
+      if (f?.id) items = items.filter((c) => c.id.startsWith(f.id));
+      if (f?.podSandboxId) items = items.filter((c) => c.sandboxId.startsWith(f.podSandboxId));
+      if (f && Object.keys(f.labelSelector).length) items = items.filter((c) => matchLabels(c.config.labels, f.labelSelector));
+      return { stats: await Promise.all(items.map(containerStats)) };
+    },
+    PodSandboxStats: async (req: { podSandboxId: string }) => {
+      const s = sandboxes.mustGet(req.podSandboxId);
+      return { stats: await podStats(s, containers.list(s.id).filter((c) => c.state === 'CONTAINER_RUNNING')) };
+    },
+    ListPodSandboxStats: async (req: { filter: { id: string; labelSelector: Record<string, string> } | null }) => {
+      const f = req.filter;
+      let items = sandboxes.list().filter((s) => s.state === 'SANDBOX_READY');
+      if (f?.id) items = items.filter((s) => s.id.startsWith(f.id));
+      if (f && Object.keys(f.labelSelector).length) items = items.filter((s) => matchLabels(s.config.labels, f.labelSelector));
+      return { stats: await Promise.all(items.map((s) => podStats(s, containers.list(s.id).filter((c) => c.state === 'CONTAINER_RUNNING')))) };
+    },
+  };
+}
