@@ -196,6 +196,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
         proxy.destroyConnections();
         await registry.close();
         containers.close();
+        await sandboxes.close();
         db.close();
         await fsp.rm(opts.socket, { force: true });
         await fsp.rm(privateSocket, { force: true });

@@ -255,10 +255,11 @@ export class ContainerService {
           stdin: c.config.stdin,
           stdinOnce: c.config.stdinOnce,
         });
+        const startedAt = nowNs();
         await runtime.start(c.id);
         c.pid = pid;
         c.state = 'CONTAINER_RUNNING';
-        c.startedAt = nowNs();
+        c.startedAt = startedAt;
         this.save(c);
         this.d.onEvent?.('CONTAINER_STARTED_EVENT', c);
       } catch (err) {
@@ -298,7 +299,8 @@ export class ContainerService {
     const code = Number(text.trim());
     c.state = 'CONTAINER_EXITED';
     c.exitCode = Number.isFinite(code) ? code : -1;
-    c.finishedAt = mtime.getTime() * 1e6;
+    // The exit file's time has millisecond precision: never before the start.
+    c.finishedAt = Math.max(mtime.getTime() * 1e6, c.startedAt);
     c.reason = (await this.oomKilled(c)) ? 'OOMKilled' : c.exitCode === 0 ? 'Completed' : 'Error';
     c.pid = undefined;
     this.save(c);

@@ -78,6 +78,11 @@ export class SandboxService {
     for (const s of this.list()) this.names.reserve(s.name, s.id, 'pod sandbox');
   }
 
+  /** Drops the private mount for namespace pins when no pod needs it any more. */
+  async close(): Promise<void> {
+    if (this.list().length === 0 && (await isMountpoint(this.sandboxesDir))) await unmount(this.d.runner, this.sandboxesDir);
+  }
+
   /** Runs `fn` with the sandbox's lock held: one lifecycle operation per pod at a time. */
   private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
     const prev = this.locks.get(id) ?? Promise.resolve();

@@ -79,12 +79,15 @@ export class SkiffProcess {
   constructor(
     readonly dirs: DaemonDirs,
     readonly extraArgs: string[] = [],
+    /** Prefixes the command line, e.g. to enter a test network namespace. */
+    readonly wrap: (argv: string[]) => string[] = (a) => a,
   ) {}
 
   async start(): Promise<this> {
     const args = [bin, 'cri', '--socket', this.dirs.socket, '--root', this.dirs.root, '--state', this.dirs.state, '--registry-config', this.dirs.certs, '--log-level', 'debug', ...this.extraArgs];
     this.log = '';
-    this.child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const argv = this.wrap([process.execPath, ...args]);
+    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
     this.child.stdout!.on('data', (d: Buffer) => (this.log += d.toString()));
     this.child.stderr!.on('data', (d: Buffer) => (this.log += d.toString()));
     this.exit = new Promise((resolve) => this.child.once('exit', (code, signal) => resolve({ code, signal })));

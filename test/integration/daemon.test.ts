@@ -73,16 +73,34 @@ describe.skipIf(!isRoot)('skiff cri: the daemon', () => {
     const st = await skiff.runtime.Status({ verbose: true });
     const conds = Object.fromEntries(st.status!.conditions!.map((c) => [c.type, c]));
     expect(conds.RuntimeReady?.status).toBe(true);
-    expect(conds.NetworkReady?.status).toBe(false);
-    expect(conds.NetworkReady?.reason).toBe('NetworkPluginNotReady');
-    expect(conds.NetworkReady?.message).toMatch(/pod/);
-    expect(JSON.parse(st.info!.config!)).toMatchObject({ root: dirs.root, state: dirs.state });
+    expect(conds.NetworkReady?.status).toBe(true);
+    expect(st.runtimeHandlers?.map((h) => h.name)).toContain('runc');
+    const info = JSON.parse(st.info!.config!);
+    expect(info).toMatchObject({ root: dirs.root, state: dirs.state, cgroupDriver: 'cgroupfs' });
+    expect(info.runtimeHandlers.runc.available).toBe(true);
+    // crun is offered only where it works; where it is not, the reason is given.
+    if (!info.runtimeHandlers.crun.available) expect(info.runtimeHandlers.crun.reason).toMatch(/crun/);
+  });
+
+  it('reports the network as not ready, naming the missing plugin, when CNI plugins are absent', async () => {
+    const other = await makeDirs();
+    const d = await new SkiffProcess(other, ['--cni-bin-dir', path.join(other.base, 'no-plugins')]).start();
+    try {
+      const st = await d.runtime.Status({});
+      const net = st.status!.conditions!.find((c) => c.type === 'NetworkReady')!;
+      expect(net.status).toBe(false);
+      expect(net.reason).toBe('NetworkPluginNotReady');
+      expect(net.message).toMatch(/CNI plugin "bridge"/);
+    } finally {
+      await d.stop();
+      await fs.rm(other.base, { recursive: true, force: true });
+    }
   });
 
   it('answers RPCs it does not implement yet with UNIMPLEMENTED and a message', async () => {
-    const err = await codeOf(skiff.runtime.ListContainers({}));
+    const err = await codeOf(skiff.runtime.CheckpointContainer({ containerId: 'x' }));
     expect(err.code).toBe(grpc.status.UNIMPLEMENTED);
-    expect(err.details).toMatch(/ListContainers is not implemented/);
+    expect(err.details).toMatch(/CheckpointContainer is not implemented/);
   });
 
   it('answers a streaming RPC it does not implement with UNIMPLEMENTED', async () => {

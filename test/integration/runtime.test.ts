@@ -1,0 +1,264 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { codeOf, grpc, makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
+import { busyboxImage } from '../helpers/busybox.js';
+import { isRoot } from '../helpers/env.js';
+import { TestNetns } from '../helpers/netns.js';
+import { Pusher } from '../helpers/oci.js';
+import { waitFor } from '../helpers/registry.js';
+
+let seq = 0;
+function podConfig(dirs: DaemonDirs, extra: Record<string, unknown> = {}) {
+  const n = `pod${++seq}`;
+  return {
+    metadata: { name: n, namespace: 'test', uid: `uid-${n}`, attempt: 0 },
+    hostname: `host-${n}`,
+    logDirectory: path.join(dirs.base, 'logs', n),
+    labels: { app: 'skiff-test', pod: n },
+    linux: {},
+    ...extra,
+  };
+}
+
+function mountsUnder(dir: string): string[] {
+  return spawnSync('cat', ['/proc/self/mountinfo'], { encoding: 'utf8' })
+    .stdout.split('\n')
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((m) => m.startsWith(dir));
+}
+
+function processesMentioning(text: string): string[] {
+  return spawnSync('ps', ['-eo', 'pid,args'], { encoding: 'utf8' })
+    .stdout.split('\n')
+    .filter((l) => l.includes(text) && !l.includes('ps -eo'));
+}
+
+describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon and CNI', () => {
+  let dirs: DaemonDirs;
+  let skiff: SkiffProcess;
+  let ns: TestNetns;
+  let image: string;
+
+  beforeAll(async () => {
+    const reg = inject('registryHost');
+    const img = await busyboxImage();
+    await new Pusher(`http://${reg}`).image('test/busybox', 'v1', img);
+    image = `${reg}/test/busybox:v1`;
+    dirs = await makeDirs();
+    ns = new TestNetns().create();
+    await ns.bridgePort(Number(reg.split(':')[1]), dirs.base);
+    await fs.mkdir(path.join(dirs.base, 'net.d'));
+    skiff = await new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d')], (a) => ns.wrap(a)).start();
+    await skiff.images.PullImage({ image: { image } });
+  });
+
+  afterAll(async () => {
+    if (skiff) {
+      const pods = await skiff.runtime.ListPodSandbox({}).catch(() => ({ items: [] }));
+      for (const p of pods.items ?? []) await skiff.runtime.RemovePodSandbox({ podSandboxId: p.id! }).catch(() => undefined);
+      await skiff.stop();
+    }
+    await ns?.destroy();
+    // Leak check: nothing of this run may remain mounted or running (conmon, runc, the infra process).
+    await new Promise((r) => setTimeout(r, 200));
+    const mounts = dirs ? mountsUnder(dirs.base) : [];
+    const procs = dirs ? processesMentioning(dirs.base) : [];
+    if (dirs) await fs.rm(dirs.base, { recursive: true, force: true });
+    expect(mounts, 'mounts left behind').toEqual([]);
+    expect(procs, 'processes left behind').toEqual([]);
+  });
+
+  async function runPod(extra: Record<string, unknown> = {}) {
+    const config = podConfig(dirs, extra);
+    const { podSandboxId } = await skiff.runtime.RunPodSandbox({ config });
+    return { id: podSandboxId!, config };
+  }
+
+  async function runContainer(pod: { id: string; config: ReturnType<typeof podConfig> }, cfg: Record<string, unknown>) {
+    const name = `c${++seq}`;
+    const { containerId } = await skiff.runtime.CreateContainer({
+      podSandboxId: pod.id,
+      config: { metadata: { name }, image: { image }, logPath: `${name}.log`, linux: {}, ...cfg },
+      sandboxConfig: pod.config,
+    });
+    await skiff.runtime.StartContainer({ containerId: containerId! });
+    return containerId!;
+  }
+
+  async function waitState(id: string, state: string) {
+    return waitFor(`container ${id} to be ${state}`, async () => {
+      const st = await skiff.runtime.ContainerStatus({ containerId: id });
+      return st.status?.state === state ? st.status : undefined;
+    });
+  }
+
+  it('runs a pod with its own network, hostname and DNS, and lists it', async () => {
+    const pod = await runPod({ dnsConfig: { servers: ['10.0.0.10'], searches: ['test.svc'], options: ['ndots:5'] } });
+    const st = await skiff.runtime.PodSandboxStatus({ podSandboxId: pod.id, verbose: true });
+    expect(st.status?.state).toBe('SANDBOX_READY');
+    expect(st.status?.network?.ip).toMatch(/^10\.88\.\d+\.\d+$/);
+    expect(JSON.parse(st.info!.info!).pid).toBeGreaterThan(0);
+    const c = await runContainer(pod, { command: ['sleep', '1000'] });
+    const out = await skiff.runtime.ExecSync({ containerId: c, cmd: ['sh', '-c', 'hostname; cat /etc/resolv.conf; ip -o -4 addr show eth0'], timeout: 10 });
+    const text = Buffer.from(out.stdout!).toString();
+    expect(text).toContain(`host-pod${seq - 1}`);
+    expect(text).toContain('nameserver 10.0.0.10');
+    expect(text).toContain('search test.svc');
+    expect(text).toContain(st.status!.network!.ip!);
+    const ready = await skiff.runtime.ListPodSandbox({ filter: { state: { state: 'SANDBOX_READY' }, labelSelector: { pod: pod.config.metadata.name } } });
+    expect(ready.items?.map((p) => p.id)).toEqual([pod.id]);
+    await skiff.runtime.StopPodSandbox({ podSandboxId: pod.id });
+    await skiff.runtime.StopPodSandbox({ podSandboxId: pod.id });
+    expect((await skiff.runtime.ContainerStatus({ containerId: c })).status?.state).toBe('CONTAINER_EXITED');
+    expect((await skiff.runtime.PodSandboxStatus({ podSandboxId: pod.id })).status?.state).toBe('SANDBOX_NOTREADY');
+    await skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+    await skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+    expect((await codeOf(skiff.runtime.PodSandboxStatus({ podSandboxId: pod.id }))).code).toBe(grpc.status.NOT_FOUND);
+    expect((await codeOf(skiff.runtime.ContainerStatus({ containerId: c }))).code).toBe(grpc.status.NOT_FOUND);
+  });
+
+  it('lets pods reach each other over the pod network', async () => {
+    const a = await runPod();
+    const b = await runPod();
+    const ca = await runContainer(a, { command: ['sleep', '1000'] });
+    const ipB = (await skiff.runtime.PodSandboxStatus({ podSandboxId: b.id })).status!.network!.ip!;
+    await runContainer(b, { command: ['nc', '-l', '-p', '8080', '-e', 'echo', 'hello-from-b'] });
+    const r = await waitFor('pod a to reach pod b', async () => {
+      const out = await skiff.runtime.ExecSync({ containerId: ca, cmd: ['nc', ipB, '8080'], timeout: 5 });
+      const text = Buffer.from(out.stdout!).toString();
+      return text.includes('hello-from-b') ? text : undefined;
+    });
+    expect(r).toContain('hello-from-b');
+  });
+
+  it('writes CRI-format logs, reports exit codes and reasons, and answers wrong states', async () => {
+    const pod = await runPod();
+    const c = await runContainer(pod, { command: ['sh', '-c', 'echo out; echo err >&2; printf partial; exit 3'] });
+    const st = await waitState(c, 'CONTAINER_EXITED');
+    expect(st.exitCode).toBe(3);
+    expect(st.reason).toBe('Error');
+    expect(Number(st.finishedAt)).toBeGreaterThanOrEqual(Number(st.startedAt));
+    const log = await fs.readFile(st.logPath!, 'utf8');
+    const lines = log.trim().split('\n');
+    // stdout and stderr are separate pipes: their relative order is not defined.
+    expect(lines.map((l) => l.split(' ').slice(1).join(' ')).sort()).toEqual(['stderr F err', 'stdout F out', 'stdout P partial']);
+    for (const l of lines) expect(l.split(' ')[0]).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+/);
+    expect((await codeOf(skiff.runtime.StartContainer({ containerId: c }))).code).toBe(grpc.status.FAILED_PRECONDITION);
+    expect((await codeOf(skiff.runtime.ExecSync({ containerId: c, cmd: ['true'], timeout: 1 }))).code).toBe(grpc.status.FAILED_PRECONDITION);
+    const ok = await runContainer(pod, { command: ['true'] });
+    expect((await waitState(ok, 'CONTAINER_EXITED')).reason).toBe('Completed');
+  });
+
+  it('runs ExecSync with exit codes, and kills a command that times out', async () => {
+    const pod = await runPod();
+    const c = await runContainer(pod, { command: ['sleep', '1000'] });
+    const r = await skiff.runtime.ExecSync({ containerId: c, cmd: ['sh', '-c', 'echo o; echo e >&2; exit 7'], timeout: 10 });
+    expect([Buffer.from(r.stdout!).toString(), Buffer.from(r.stderr!).toString(), r.exitCode]).toEqual(['o\n', 'e\n', 7]);
+    const t = await skiff.runtime.ExecSync({ containerId: c, cmd: ['sleep', '4321'], timeout: 1 });
+    expect(t.exitCode).toBe(-1);
+    // Gone, not even a zombie: critest checks the same with pgrep.
+    const left = await skiff.runtime.ExecSync({ containerId: c, cmd: ['sh', '-c', 'ps -o stat,args | grep -c "^[^ ]* *sleep 4321$"'], timeout: 10 });
+    expect(Buffer.from(left.stdout!).toString().trim()).toBe('0');
+  });
+
+  it('stops with the image\'s signal, then SIGKILL after the timeout', async () => {
+    const pod = await runPod();
+    const graceful = await runContainer(pod, { command: ['sh', '-c', 'trap "exit 42" TERM; while true; do sleep 0.1; done'] });
+    await new Promise((r) => setTimeout(r, 300));
+    await skiff.runtime.StopContainer({ containerId: graceful, timeout: 10 });
+    expect((await skiff.runtime.ContainerStatus({ containerId: graceful })).status).toMatchObject({ state: 'CONTAINER_EXITED', exitCode: 42 });
+    const stubborn = await runContainer(pod, { command: ['sh', '-c', 'trap "" TERM; while true; do sleep 0.1; done'] });
+    await new Promise((r) => setTimeout(r, 300));
+    const t0 = Date.now();
+    await skiff.runtime.StopContainer({ containerId: stubborn, timeout: 1 });
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
+    expect((await skiff.runtime.ContainerStatus({ containerId: stubborn })).status).toMatchObject({ state: 'CONTAINER_EXITED', exitCode: 137 });
+  });
+
+  it('applies users, groups, read-only rootfs and capabilities', async () => {
+    const pod = await runPod();
+    const c = await runContainer(pod, {
+      command: ['sleep', '1000'],
+      linux: {
+        securityContext: {
+          runAsUser: { value: 1000 },
+          runAsGroup: { value: 1000 },
+          supplementalGroups: [4000],
+          readonlyRootfs: true,
+          capabilities: { dropCapabilities: ['ALL'], addCapabilities: ['NET_BIND_SERVICE'] },
+          noNewPrivs: true,
+        },
+      },
+    });
+    const r = await skiff.runtime.ExecSync({ containerId: c, cmd: ['sh', '-c', 'id; touch /x 2>&1; grep CapEff /proc/self/status'], timeout: 10 });
+    const out = Buffer.from(r.stdout!).toString();
+    expect(out).toMatch(/uid=1000\(app\) gid=1000\(app\) groups=.*3000.*4000/);
+    expect(out).toMatch(/Read-only file system/);
+    expect(out).toContain('CapEff:\t0000000000000000');
+    const byName = await runContainer(pod, { command: ['sleep', '1000'], linux: { securityContext: { runAsUsername: 'app' } } });
+    expect(Buffer.from((await skiff.runtime.ExecSync({ containerId: byName, cmd: ['id', '-u'], timeout: 10 })).stdout!).toString().trim()).toBe('1000');
+  });
+
+  it('refuses bad requests, and a failed create leaves nothing behind', async () => {
+    const pod = await runPod();
+    const before = mountsUnder(dirs.base).length;
+    const containersDir = path.join(dirs.root, 'containers');
+    const entriesBefore = await fs.readdir(containersDir);
+    const bad = async (cfg: Record<string, unknown>) =>
+      codeOf(skiff.runtime.CreateContainer({ podSandboxId: pod.id, config: { metadata: { name: `bad${++seq}` }, image: { image }, linux: {}, ...cfg }, sandboxConfig: pod.config }));
+    expect((await bad({ image: { image: `${image}-missing` } })).code).toBe(grpc.status.NOT_FOUND);
+    expect((await bad({ linux: { securityContext: { runAsUsername: 'nosuchuser' } } })).details).toMatch(/nosuchuser/);
+    expect((await bad({ linux: { securityContext: { runAsGroup: { value: 5 } } } })).code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect((await bad({ linux: { securityContext: { seccompProfilePath: 'bogus/profile' } } })).code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(mountsUnder(dirs.base).length).toBe(before);
+    expect(await fs.readdir(containersDir)).toEqual(entriesBefore);
+    expect((await codeOf(skiff.runtime.CreateContainer({ podSandboxId: 'nope', config: { metadata: { name: 'x' }, image: { image } } }))).code).toBe(grpc.status.NOT_FOUND);
+    expect((await codeOf(skiff.runtime.StopContainer({ containerId: 'nope', timeout: 1 }))).code).toBe(grpc.status.NOT_FOUND);
+    await skiff.runtime.RemoveContainer({ containerId: 'nope' });
+  });
+
+  it('gives one of two concurrent same-name pods AlreadyExists', async () => {
+    const config = podConfig(dirs);
+    const results = await Promise.allSettled([skiff.runtime.RunPodSandbox({ config }), skiff.runtime.RunPodSandbox({ config })]);
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected')!;
+    expect((failed.reason as grpc.ServiceError).code).toBe(grpc.status.ALREADY_EXISTS);
+  });
+
+  it('reports container stats from cgroups', async () => {
+    const pod = await runPod();
+    const c = await runContainer(pod, { command: ['sh', '-c', 'head -c 20000000 /dev/zero > /tmp/fill; sleep 1000'] });
+    const stats = await waitFor('memory to show up', async () => {
+      const s = await skiff.runtime.ContainerStats({ containerId: c });
+      return Number(s.stats?.writableLayer?.usedBytes?.value) > 19_000_000 ? s.stats : undefined;
+    });
+    expect(Number(stats!.memory?.workingSetBytes?.value)).toBeGreaterThan(0);
+    expect(Number(stats!.cpu?.usageCoreNanoSeconds?.value)).toBeGreaterThan(0);
+    const list = await skiff.runtime.ListContainerStats({ filter: { podSandboxId: pod.id } });
+    expect(list.stats?.map((s) => s.attributes?.id)).toEqual([c]);
+    const ps = await skiff.runtime.PodSandboxStats({ podSandboxId: pod.id });
+    expect(ps.stats?.linux?.network?.defaultInterface?.name).toBe('eth0');
+  });
+
+  it('keeps containers running across a daemon restart and kill -9, and sees exits that happened meanwhile', async () => {
+    const pod = await runPod();
+    const keep = await runContainer(pod, { command: ['sleep', '1000'] });
+    const quit = await runContainer(pod, { command: ['sh', '-c', 'read x < /tmp/go 2>/dev/null; sleep 1000'] });
+    await skiff.stop('SIGKILL');
+    await skiff.start();
+    expect((await skiff.runtime.ContainerStatus({ containerId: keep })).status?.state).toBe('CONTAINER_RUNNING');
+    const r = await skiff.runtime.ExecSync({ containerId: keep, cmd: ['echo', 'alive'], timeout: 10 });
+    expect(Buffer.from(r.stdout!).toString()).toBe('alive\n');
+    // The second container exits while skiff is down; the restarted daemon must notice.
+    const pid = JSON.parse((await skiff.runtime.ContainerStatus({ containerId: quit, verbose: true })).info!.info!).pid as number;
+    expect((await skiff.stop()).code).toBe(0);
+    process.kill(pid, 'SIGKILL');
+    await new Promise((res) => setTimeout(res, 300));
+    await skiff.start();
+    const st = await waitState(quit, 'CONTAINER_EXITED');
+    expect(st.exitCode).toBe(137);
+    expect((await skiff.runtime.ContainerStatus({ containerId: keep })).status?.state).toBe('CONTAINER_RUNNING');
+  });
+});
