@@ -23,6 +23,7 @@ import { version } from './server/runtime-version.js';
 import { containerHandlers } from './server/container.js';
 import { sandboxHandlers } from './server/sandbox.js';
 import { statsHandlers } from './server/stats.js';
+import { ContainerEvents } from './server/events.js';
 import { ContainerService } from './container/service.js';
 import { OciRuntime } from './container/oci-runtime.js';
 import { capsFromMask } from './container/spec.js';
@@ -100,6 +101,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   });
   const oomFloor = Number((await fsp.readFile('/proc/self/oom_score_adj', 'utf8').catch(() => '0')).trim()) || 0;
   let sandboxes: SandboxService;
+  const events = new ContainerEvents(log);
   const containers = new ContainerService({
     db,
     rootDir: opts.root,
@@ -112,6 +114,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     log,
     oomScoreAdjFloor: oomFloor,
     allowedCaps: await boundingCaps(),
+    onEvent: (type, c) => events.publish(type, c),
   });
   sandboxes = new SandboxService({
     db,
@@ -125,6 +128,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     oomScoreAdjFloor: oomFloor,
     containers,
   });
+  events.bind(sandboxes, containers);
   await sandboxes.init();
   await containers.init();
 
@@ -168,6 +172,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
       ImageFsInfo: imageFsInfo(images),
     },
     log,
+    { GetContainerEvents: events.handler },
   );
   await bindUnix(server, privateSocket);
   await fsp.chmod(privateSocket, 0o600);
@@ -189,6 +194,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     close: () =>
       (closing ??= (async () => {
         proxy.server.close();
+        events.close();
         // In-flight RPCs finish; a call still running after the grace period is cut off.
         const grace = setTimeout(() => server.forceShutdown(), 30_000);
         await new Promise<void>((r) => server.tryShutdown(() => r()));

@@ -381,6 +381,37 @@ export class ContainerService {
     });
   }
 
+  /** Changes a container's cgroup limits, in the runtime and in its recorded config. */
+  async updateResources(id: string, res: NonNullable<NonNullable<ContainerConfig__Output['linux']>['resources']>): Promise<void> {
+    const found = this.mustGet(id);
+    await this.locked(found.id, async () => {
+      const c = this.get(found.id)!;
+      if (c.state === 'CONTAINER_EXITED') throw failedPrecondition(`container ${c.id} has exited`);
+      const r: Record<string, unknown> = {};
+      const cpu: Record<string, unknown> = {};
+      if (res.cpuShares) cpu.shares = Number(res.cpuShares);
+      if (res.cpuQuota) cpu.quota = Number(res.cpuQuota);
+      if (res.cpuPeriod) cpu.period = Number(res.cpuPeriod);
+      if (res.cpusetCpus) cpu.cpus = res.cpusetCpus;
+      if (res.cpusetMems) cpu.mems = res.cpusetMems;
+      if (Object.keys(cpu).length) r.cpu = cpu;
+      if (res.memoryLimitInBytes) r.memory = { limit: Number(res.memoryLimitInBytes), ...(res.memorySwapLimitInBytes ? { swap: Number(res.memorySwapLimitInBytes) } : {}) };
+      if (res.hugepageLimits.length) r.hugepageLimits = res.hugepageLimits.map((h) => ({ pageSize: h.pageSize, limit: Number(h.limit) }));
+      if (Object.keys(res.unified).length) r.unified = res.unified;
+      if (c.state === 'CONTAINER_RUNNING') {
+        const runtime = this.d.runtimeFor(c.runtimeHandler);
+        const file = path.join(c.bundle, 'resources.json');
+        await fsp.writeFile(file, JSON.stringify(r));
+        const out = await this.d.runner(runtime.binary, [`--root=${runtime.root}`, 'update', `--resources=${file}`, c.id], { timeoutMs: 30_000 });
+        if (out.code !== 0) throw new SkiffError('Internal', `${runtime.name} update ${c.id} failed: ${out.stderr.trim()}`);
+      }
+      c.spec.linux.resources = { ...c.spec.linux.resources, ...r };
+      c.config.linux = { ...(c.config.linux ?? ({} as NonNullable<ContainerConfig__Output['linux']>)), resources: res };
+      await fsp.writeFile(path.join(c.bundle, 'config.json'), JSON.stringify(c.spec));
+      this.save(c);
+    });
+  }
+
   /** Asks conmon to reopen the log file (after the kubelet rotated it). */
   async reopenLog(id: string): Promise<void> {
     const c = this.mustGet(id);

@@ -11,6 +11,7 @@ import type { ListContainersResponse } from '../gen/runtime/v1/ListContainersRes
 import type { RemoveContainerRequest__Output } from '../gen/runtime/v1/RemoveContainerRequest.js';
 import type { StartContainerRequest__Output } from '../gen/runtime/v1/StartContainerRequest.js';
 import type { StopContainerRequest__Output } from '../gen/runtime/v1/StopContainerRequest.js';
+import type { UpdateContainerResourcesRequest__Output } from '../gen/runtime/v1/UpdateContainerResourcesRequest.js';
 import { invalidArgument } from '../errors.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
 import { matchLabels } from './sandbox.js';
@@ -26,6 +27,20 @@ function toContainer(c: ContainerRecord): Container {
     createdAt: c.createdAt,
     labels: c.config.labels,
     annotations: c.config.annotations,
+  };
+}
+
+export function toContainerStatus(c: ContainerRecord) {
+  return {
+    ...toContainer(c),
+    startedAt: c.startedAt,
+    finishedAt: c.finishedAt,
+    exitCode: c.exitCode,
+    reason: c.reason,
+    message: c.message,
+    mounts: c.config.mounts,
+    logPath: c.logPath,
+    resources: c.config.linux?.resources ? { linux: c.config.linux.resources } : null,
   };
 }
 
@@ -55,17 +70,7 @@ export function containerHandlers(containers: ContainerService) {
     ContainerStatus: async (req: ContainerStatusRequest__Output): Promise<ContainerStatusResponse> => {
       const c = containers.mustGet(need(req.containerId, 'ContainerStatus'));
       return {
-        status: {
-          ...toContainer(c),
-          startedAt: c.startedAt,
-          finishedAt: c.finishedAt,
-          exitCode: c.exitCode,
-          reason: c.reason,
-          message: c.message,
-          mounts: c.config.mounts,
-          logPath: c.logPath,
-          resources: c.config.linux?.resources ? { linux: c.config.linux.resources } : null,
-        },
+        status: toContainerStatus(c),
         info: req.verbose
           ? { info: JSON.stringify({ sandboxID: c.sandboxId, pid: c.pid ?? 0, runtimeType: c.runtimeHandler || 'runc', runtimeSpec: c.spec }) }
           : {},
@@ -79,6 +84,11 @@ export function containerHandlers(containers: ContainerService) {
       if (f?.state) items = items.filter((c) => c.state === f.state!.state);
       if (f && Object.keys(f.labelSelector).length) items = items.filter((c) => matchLabels(c.config.labels, f.labelSelector));
       return { containers: items.map(toContainer) };
+    },
+    UpdateContainerResources: async (req: UpdateContainerResourcesRequest__Output) => {
+      if (!req.linux) throw invalidArgument('UpdateContainerResources: linux resources are required');
+      await containers.updateResources(need(req.containerId, 'UpdateContainerResources'), req.linux);
+      return {};
     },
     ReopenContainerLog: async (req: { containerId: string }) => {
       await containers.reopenLog(need(req.containerId, 'ReopenContainerLog'));

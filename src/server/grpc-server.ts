@@ -11,15 +11,24 @@ import { loadCri } from './proto.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Handlers = Record<string, UnaryHandler<any, any>>;
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type StreamHandlers = Record<string, (call: grpc.ServerWritableStream<any, any>) => void>;
 
-function register(server: grpc.Server, service: grpc.ServiceDefinition, serviceName: string, handlers: Handlers, log: Logger): void {
+function register(server: grpc.Server, service: grpc.ServiceDefinition, serviceName: string, handlers: Handlers, streams: StreamHandlers, log: Logger): void {
   const impl: grpc.UntypedServiceImplementation = {};
   for (const [name, method] of Object.entries(service)) {
     // `name` is the proto's method name (PullImage); grpc-js also accepts it as the implementation key.
     const full = `${serviceName}/${name}`;
     const key = name;
     const h = handlers[key];
-    if (method.responseStream) {
+    if (method.responseStream && streams[key]) {
+      const handler = streams[key]!;
+      impl[key] = (call: grpc.ServerWritableStream<unknown, unknown>) => {
+        log.info('rpc stream opened', { method: full });
+        call.on('close', () => log.info('rpc stream closed', { method: full }));
+        handler(call);
+      };
+    } else if (method.responseStream) {
       impl[key] = (call: grpc.ServerWritableStream<unknown, unknown>) => {
         log.info('rpc', { method: full, code: 'UNIMPLEMENTED' });
         call.emit('error', toServiceError(new SkiffError('Unimplemented', `${full} is not implemented by skiff yet`)));
@@ -33,14 +42,14 @@ function register(server: grpc.Server, service: grpc.ServiceDefinition, serviceN
   server.addService(service, impl);
 }
 
-export function createGrpcServer(runtime: Handlers, image: Handlers, log: Logger): grpc.Server {
+export function createGrpcServer(runtime: Handlers, image: Handlers, log: Logger, streams: StreamHandlers = {}): grpc.Server {
   const cri = loadCri();
   const server = new grpc.Server({
     'grpc.max_receive_message_length': 16 << 20,
     'grpc.max_send_message_length': 16 << 20,
   });
-  register(server, cri.runtime.v1.RuntimeService.service, 'runtime.v1.RuntimeService', runtime, log);
-  register(server, cri.runtime.v1.ImageService.service, 'runtime.v1.ImageService', image, log);
+  register(server, cri.runtime.v1.RuntimeService.service, 'runtime.v1.RuntimeService', runtime, streams, log);
+  register(server, cri.runtime.v1.ImageService.service, 'runtime.v1.ImageService', image, {}, log);
   return server;
 }
 

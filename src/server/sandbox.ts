@@ -27,6 +27,15 @@ function toPodSandbox(s: SandboxRecord): PodSandbox {
   };
 }
 
+export function toPodSandboxStatus(s: SandboxRecord) {
+  const ns = s.config.linux?.securityContext?.namespaceOptions;
+  return {
+    ...toPodSandbox(s),
+    network: { ip: s.ips[0] ?? '', additionalIps: s.ips.slice(1).map((ip) => ({ ip })) },
+    linux: { namespaces: { options: { network: ns?.network ?? 'POD', pid: ns?.pid ?? 'POD', ipc: ns?.ipc ?? 'POD', targetId: '' } } },
+  };
+}
+
 export function sandboxHandlers(sandboxes: SandboxService) {
   return {
     RunPodSandbox: async (req: RunPodSandboxRequest__Output): Promise<RunPodSandboxResponse> => {
@@ -46,13 +55,8 @@ export function sandboxHandlers(sandboxes: SandboxService) {
     },
     PodSandboxStatus: async (req: PodSandboxStatusRequest__Output): Promise<PodSandboxStatusResponse> => {
       const s = sandboxes.mustGet(req.podSandboxId);
-      const ns = s.config.linux?.securityContext?.namespaceOptions;
       return {
-        status: {
-          ...toPodSandbox(s),
-          network: { ip: s.ips[0] ?? '', additionalIps: s.ips.slice(1).map((ip) => ({ ip })) },
-          linux: { namespaces: { options: { network: ns?.network ?? 'POD', pid: ns?.pid ?? 'POD', ipc: ns?.ipc ?? 'POD', targetId: '' } } },
-        },
+        status: toPodSandboxStatus(s),
         info: req.verbose
           ? { info: JSON.stringify({ pid: s.infraPid ?? 0, netns: s.netns ?? '', hostname: s.hostname, cgroupParent: s.cgroupParent, config: s.config }) }
           : {},

@@ -108,7 +108,7 @@ describe.skipIf(!isRoot)('skiff cri: the daemon', () => {
     const cri = loadCri();
     const client = new cri.runtime.v1.RuntimeService(`unix:${dirs.socket}`, grpc.credentials.createInsecure());
     const code = await new Promise<number>((resolve) => {
-      const call = client.GetContainerEvents({});
+      const call = client.StreamContainers({});
       call.on('error', (e: grpc.ServiceError) => resolve(e.code));
       call.on('data', () => undefined);
     });

@@ -227,6 +227,44 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
     expect((failed.reason as grpc.ServiceError).code).toBe(grpc.status.ALREADY_EXISTS);
   });
 
+  it('streams container events for the kubelet\'s evented PLEG', async () => {
+    const { loadCri } = await import('../../src/server/proto.js');
+    const client = new (loadCri().runtime.v1.RuntimeService)(`unix:${dirs.socket}`, grpc.credentials.createInsecure());
+    const seen: Array<{ id: string; type: string; podState?: string; n: number }> = [];
+    const call = client.GetContainerEvents({});
+    call.on('data', (e: { containerId: string; containerEventType: string; podSandboxStatus?: { state: string }; containersStatuses: unknown[] }) =>
+      seen.push({ id: e.containerId, type: e.containerEventType, podState: e.podSandboxStatus?.state, n: e.containersStatuses.length }),
+    );
+    call.on('error', () => undefined);
+    try {
+      await waitFor('the event stream to be open', async () => skiff.log.includes('rpc stream opened'));
+      const pod = await runPod();
+      const c = await runContainer(pod, { command: ['true'] });
+      await waitState(c, 'CONTAINER_EXITED');
+      await skiff.runtime.RemoveContainer({ containerId: c });
+      await waitFor('four events', async () => seen.filter((e) => e.id === c).length >= 4);
+      expect(seen.filter((e) => e.id === c).map((e) => e.type)).toEqual(['CONTAINER_CREATED_EVENT', 'CONTAINER_STARTED_EVENT', 'CONTAINER_STOPPED_EVENT', 'CONTAINER_DELETED_EVENT']);
+      expect(seen.find((e) => e.id === c)?.podState).toBe('SANDBOX_READY');
+    } finally {
+      call.cancel();
+      client.close();
+    }
+  });
+
+  it('updates a running container\'s resources', async () => {
+    const pod = await runPod();
+    const c = await runContainer(pod, { command: ['sleep', '1000'], linux: { resources: { memoryLimitInBytes: 64 << 20 } } });
+    const limit = async () => {
+      const r = await skiff.runtime.ExecSync({ containerId: c, cmd: ['sh', '-c', 'cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max'], timeout: 10 });
+      return Number(Buffer.from(r.stdout!).toString().trim());
+    };
+    expect(await limit()).toBe(64 << 20);
+    await skiff.runtime.UpdateContainerResources({ containerId: c, linux: { memoryLimitInBytes: 96 << 20 } });
+    expect(await limit()).toBe(96 << 20);
+    const st = await skiff.runtime.ContainerStatus({ containerId: c });
+    expect(Number(st.status?.resources?.linux?.memoryLimitInBytes)).toBe(96 << 20);
+  });
+
   it('reports container stats from cgroups', async () => {
     const pod = await runPod();
     const c = await runContainer(pod, { command: ['sh', '-c', 'head -c 20000000 /dev/zero > /tmp/fill; sleep 1000'] });

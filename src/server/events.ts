@@ -1,0 +1,63 @@
+/**
+ * GetContainerEvents: a server stream of container lifecycle events, each
+ * with the pod's status and its containers' statuses, for the kubelet's
+ * evented PLEG. Every open stream gets every event from the moment it opens.
+ */
+import type * as grpc from '@grpc/grpc-js';
+import type { ContainerRecord, ContainerService } from '../container/service.js';
+import type { SandboxService } from '../sandbox/service.js';
+import type { Logger } from '../log.js';
+import { toContainerStatus } from './container.js';
+import { toPodSandboxStatus } from './sandbox.js';
+
+export type ContainerEventType = 'CONTAINER_CREATED_EVENT' | 'CONTAINER_STARTED_EVENT' | 'CONTAINER_STOPPED_EVENT' | 'CONTAINER_DELETED_EVENT';
+
+export class ContainerEvents {
+  private readonly streams = new Set<grpc.ServerWritableStream<unknown, unknown>>();
+  private sandboxes?: SandboxService;
+  private containers?: ContainerService;
+
+  constructor(private readonly log: Logger) {}
+
+  bind(sandboxes: SandboxService, containers: ContainerService): void {
+    this.sandboxes = sandboxes;
+    this.containers = containers;
+  }
+
+  get subscribers(): number {
+    return this.streams.size;
+  }
+
+  publish(type: ContainerEventType, c: ContainerRecord): void {
+    if (!this.streams.size || !this.sandboxes || !this.containers) return;
+    const pod = this.sandboxes.get(c.sandboxId);
+    const event = {
+      containerId: c.id,
+      containerEventType: type,
+      createdAt: Date.now() * 1e6,
+      podSandboxStatus: pod ? toPodSandboxStatus(pod) : null,
+      containersStatuses: this.containers.list(c.sandboxId).map(toContainerStatus),
+    };
+    for (const s of this.streams) {
+      // A stream that cannot keep up is dropped rather than buffered without bound.
+      if (!s.write(event) && s.writableLength > 1 << 20) {
+        this.log.warn('dropping a slow container event stream');
+        s.end();
+        this.streams.delete(s);
+      }
+    }
+  }
+
+  handler = (call: grpc.ServerWritableStream<unknown, unknown>): void => {
+    this.streams.add(call);
+    const drop = () => this.streams.delete(call);
+    call.on('cancelled', drop);
+    call.on('close', drop);
+    call.on('error', drop);
+  };
+
+  close(): void {
+    for (const s of this.streams) s.end();
+    this.streams.clear();
+  }
+}
