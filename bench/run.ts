@@ -18,6 +18,9 @@ import zlib from 'node:zlib';
 import { makeDirs, SkiffProcess } from '../test/helpers/daemon.js';
 import { buildImage, Pusher, tarOf } from '../test/helpers/oci.js';
 import { startRegistry } from '../test/helpers/registry.js';
+import { busyboxImage } from '../test/helpers/busybox.js';
+import { TestNetns } from '../test/helpers/netns.js';
+import { benchPods, pidsMatching, report, type PodResults } from './pods.js';
 
 const LAYERS = 3;
 const LAYER_MIB = 56;
@@ -53,9 +56,7 @@ async function floorOnce(files: string[]): Promise<number> {
   return Number(process.hrtime.bigint() - t0) / 1e9;
 }
 
-async function main(): Promise<void> {
-  if (process.getuid?.() !== 0) throw new Error('the benchmark runs skiff cri, which needs root');
-  const registry = await startRegistry();
+async function benchPull(registry: Awaited<ReturnType<typeof startRegistry>>): Promise<void> {
   const work = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-bench-'));
   const dirs = await makeDirs();
   let skiff: SkiffProcess | undefined;
@@ -101,9 +102,67 @@ async function main(): Promise<void> {
     );
   } finally {
     await skiff?.stop();
-    await registry.stop();
     await fsp.rm(work, { recursive: true, force: true });
     await fsp.rm(dirs.base, { recursive: true, force: true });
+  }
+}
+
+const CONTAINERD_SOCKET = '/run/steer-containerd/containerd.sock';
+
+async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>): Promise<void> {
+  const img = await busyboxImage();
+  await new Pusher(registry.url).image('bench/busybox', 'v1', img);
+  const image = `${registry.host}/bench/busybox:v1`;
+  const dirs = await makeDirs();
+  // skiff runs in a network namespace of its own, so its bridge and rules stay off the host.
+  const ns = new TestNetns().create();
+  await ns.bridgePort(Number(registry.host.split(':')[1]), dirs.base);
+  await fsp.mkdir(path.join(dirs.base, 'net.d'));
+  const skiff = await new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d'), '--log-level', 'info'], (a) => ns.wrap(a)).start();
+  const results: Array<[string, PodResults]> = [];
+  try {
+    process.stdout.write('pod lifecycle: skiff…\n');
+    results.push(['skiff', await benchPods({
+      name: 'skiff',
+      socket: dirs.socket,
+      processes: async () => [skiff.child.pid!, ...(await pidsMatching(new RegExp(`^(/usr/bin/)?conmon .*${dirs.state}`)))],
+    }, image, path.join(dirs.base, 'logs'))]);
+  } finally {
+    await skiff.stop();
+    await ns.destroy();
+    await fsp.rm(dirs.base, { recursive: true, force: true });
+  }
+  const containerdUp = await fsp.stat(CONTAINERD_SOCKET).then((s) => s.isSocket(), () => false);
+  if (containerdUp) {
+    process.stdout.write('pod lifecycle: containerd (shared/conformance/containerd.sh)…\n');
+    const logs = await fsp.mkdtemp(path.join(os.tmpdir(), 'bench-containerd-logs-'));
+    try {
+      const cpid = Number((await fsp.readFile('/tmp/steer-containerd/pid', 'utf8')).trim());
+      results.push(['containerd 1.6', await benchPods({
+        name: 'containerd',
+        socket: CONTAINERD_SOCKET,
+        processes: async () => [cpid, ...(await pidsMatching(/containerd-shim-runc-v2 .*-namespace k8s\.io/))],
+      }, image, logs)]);
+    } catch (err) {
+      process.stdout.write(`containerd run failed, reporting skiff alone: ${err instanceof Error ? err.message : String(err)}\n`);
+    } finally {
+      await fsp.rm(logs, { recursive: true, force: true });
+    }
+  } else {
+    process.stdout.write(`containerd is not running (${CONTAINERD_SOCKET}); start it with shared/conformance/containerd.sh to compare\n`);
+  }
+  process.stdout.write(report(results));
+}
+
+async function main(): Promise<void> {
+  if (process.getuid?.() !== 0) throw new Error('the benchmark runs skiff cri, which needs root');
+  const registry = await startRegistry();
+  try {
+    const which = process.argv[2] ?? 'all';
+    if (which === 'all' || which === 'pull') await benchPull(registry);
+    if (which === 'all' || which === 'pods') await benchPodsAll(registry);
+  } finally {
+    await registry.stop();
   }
 }
 

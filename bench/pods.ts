@@ -1,0 +1,177 @@
+/**
+ * Pod lifecycle benchmark, run against skiff and, when it is running on this
+ * machine (shared/conformance/containerd.sh), containerd, in the same run:
+ * serial pod start/stop, 50 pods started 8 at a time, daemon + monitor memory
+ * per running pod, and ExecSync / ListContainers latency with 50 pods up.
+ */
+import * as grpc from '@grpc/grpc-js';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import pLimit from 'p-limit';
+import { loadCri } from '../src/server/proto.js';
+
+export interface Target {
+  name: string;
+  socket: string;
+  /** Processes whose memory counts: the daemon and every per-container monitor. */
+  processes: () => Promise<number[]>;
+}
+
+type Call = (req: unknown) => Promise<Record<string, unknown>>;
+type Client = Record<string, Call>;
+
+function client(socket: string): { rt: Client; img: Client; close(): void } {
+  const cri = loadCri();
+  const wrap = (c: grpc.Client): Client =>
+    new Proxy({} as Client, {
+      get: (_t, m: string) => (req: unknown) =>
+        new Promise((resolve, reject) =>
+          (c as unknown as Record<string, (r: unknown, md: grpc.Metadata, o: grpc.CallOptions, cb: (e: unknown, r: unknown) => void) => void>)[m]!.call(
+            c, req, new grpc.Metadata(), { deadline: Date.now() + 120_000 }, (e, r) => (e ? reject(e) : resolve(r as Record<string, unknown>)),
+          ),
+        ),
+    });
+  const rtc = new cri.runtime.v1.RuntimeService(`unix:${socket}`, grpc.credentials.createInsecure());
+  const imc = new cri.runtime.v1.ImageService(`unix:${socket}`, grpc.credentials.createInsecure());
+  return { rt: wrap(rtc), img: wrap(imc), close: () => (rtc.close(), imc.close()) };
+}
+
+export async function rssKiB(pids: number[]): Promise<number> {
+  let total = 0;
+  for (const pid of pids) {
+    const st = await fs.readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+    const m = /^VmRSS:\s+(\d+) kB$/m.exec(st);
+    if (m) total += Number(m[1]);
+  }
+  return total;
+}
+
+/** Pids whose command line matches `re`. */
+export async function pidsMatching(re: RegExp): Promise<number[]> {
+  const out: number[] = [];
+  for (const d of await fs.readdir('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    const cmd = (await fs.readFile(`/proc/${d}/cmdline`, 'utf8').catch(() => '')).split('\0').join(' ');
+    if (re.test(cmd)) out.push(Number(d));
+  }
+  return out;
+}
+
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN;
+};
+const ms = async (f: () => Promise<unknown>) => {
+  const t = process.hrtime.bigint();
+  await f();
+  return Number(process.hrtime.bigint() - t) / 1e6;
+};
+
+export interface PodResults {
+  serial: Record<string, number[]>;
+  parallelWallMs: number;
+  parallelPodMs: number[];
+  rssIdleKiB: number;
+  rss50KiB: number;
+  execMs: number[];
+  listMs: number[];
+}
+
+let uniq = 0;
+
+export async function benchPods(t: Target, image: string, logDir: string, serialRuns = 20, pods = 50, parallel = 8): Promise<PodResults> {
+  const { rt, img, close } = client(t.socket);
+  try {
+    await img.PullImage({ image: { image } });
+    const podConfig = (n: string) => ({
+      metadata: { name: n, namespace: 'bench', uid: `${n}-uid`, attempt: 0 },
+      logDirectory: path.join(logDir, n),
+      linux: {},
+    });
+    const start = async (timings?: Record<string, number[]>) => {
+      const n = `bench-${t.name}-${process.pid}-${++uniq}`;
+      const config = podConfig(n);
+      let podId = '';
+      let ctrId = '';
+      const rec = (k: string, v: number) => timings && (timings[k] ??= []).push(v);
+      rec('RunPodSandbox', await ms(async () => (podId = (await rt.RunPodSandbox({ config })).podSandboxId as string)));
+      rec('CreateContainer', await ms(async () => {
+        ctrId = (await rt.CreateContainer({ podSandboxId: podId, config: { metadata: { name: 'sleep' }, image: { image }, command: ['sleep', '100000'], logPath: 'sleep.log', linux: {} }, sandboxConfig: config })).containerId as string;
+      }));
+      rec('StartContainer', await ms(() => rt.StartContainer({ containerId: ctrId })));
+      return { podId, ctrId };
+    };
+    const stop = async (p: { podId: string; ctrId: string }, timings?: Record<string, number[]>) => {
+      const rec = (k: string, v: number) => timings && (timings[k] ??= []).push(v);
+      rec('StopContainer', await ms(() => rt.StopContainer({ containerId: p.ctrId, timeout: 0 })));
+      rec('RemoveContainer', await ms(() => rt.RemoveContainer({ containerId: p.ctrId })));
+      rec('StopPodSandbox', await ms(() => rt.StopPodSandbox({ podSandboxId: p.podId })));
+      rec('RemovePodSandbox', await ms(() => rt.RemovePodSandbox({ podSandboxId: p.podId })));
+    };
+
+    // One warm-up round trip, not counted.
+    await stop(await start());
+    const serial: Record<string, number[]> = {};
+    for (let i = 0; i < serialRuns; i++) {
+      const t0 = process.hrtime.bigint();
+      const p = await start(serial);
+      (serial['pod start (run+create+start)'] ??= []).push(Number(process.hrtime.bigint() - t0) / 1e6);
+      const t1 = process.hrtime.bigint();
+      await stop(p, serial);
+      (serial['pod teardown (stop+remove)'] ??= []).push(Number(process.hrtime.bigint() - t1) / 1e6);
+    }
+
+    const rssIdleKiB = await rssKiB(await t.processes());
+    const limit = pLimit(parallel);
+    const podMs: number[] = [];
+    const up: Array<{ podId: string; ctrId: string }> = [];
+    const w0 = process.hrtime.bigint();
+    await Promise.all(
+      Array.from({ length: pods }, () =>
+        limit(async () => {
+          const t0 = process.hrtime.bigint();
+          up.push(await start());
+          podMs.push(Number(process.hrtime.bigint() - t0) / 1e6);
+        }),
+      ),
+    );
+    const parallelWallMs = Number(process.hrtime.bigint() - w0) / 1e6;
+    await new Promise((r) => setTimeout(r, 1000));
+    const rss50KiB = await rssKiB(await t.processes());
+    const execMs: number[] = [];
+    const listMs: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const p = up[i % up.length]!;
+      execMs.push(await ms(() => rt.ExecSync({ containerId: p.ctrId, cmd: ['true'], timeout: 10 })));
+      listMs.push(await ms(() => rt.ListContainers({})));
+    }
+    await Promise.all(up.map((p) => limit(() => stop(p))));
+    return { serial, parallelWallMs, parallelPodMs: podMs, rssIdleKiB, rss50KiB, execMs, listMs };
+  } finally {
+    close();
+  }
+}
+
+export function report(results: Array<[string, PodResults]>, pods = 50): string {
+  const lines: string[] = [];
+  const names = results.map(([n]) => n);
+  const row = (label: string, vals: string[]) => lines.push(`${label.padEnd(34)} ${vals.map((v) => v.padStart(18)).join(' ')}`);
+  row('', names);
+  const keys = Object.keys(results[0]![1].serial);
+  for (const k of keys) row(`${k} p50/p95 ms`, results.map(([, r]) => `${pct(r.serial[k] ?? [], 50).toFixed(1)} / ${pct(r.serial[k] ?? [], 95).toFixed(1)}`));
+  row(`${pods} pods, 8 at a time: wall s`, results.map(([, r]) => (r.parallelWallMs / 1000).toFixed(2)));
+  row('  per pod start p50/p95 ms', results.map(([, r]) => `${pct(r.parallelPodMs, 50).toFixed(0)} / ${pct(r.parallelPodMs, 95).toFixed(0)}`));
+  row('memory idle MiB (daemon+monitors)', results.map(([, r]) => (r.rssIdleKiB / 1024).toFixed(1)));
+  row(`memory with ${pods} pods MiB`, results.map(([, r]) => (r.rss50KiB / 1024).toFixed(1)));
+  row('memory per running pod MiB', results.map(([, r]) => ((r.rss50KiB - r.rssIdleKiB) / 1024 / pods).toFixed(2)));
+  row(`ExecSync p50/p95 ms (${pods} pods)`, results.map(([, r]) => `${pct(r.execMs, 50).toFixed(1)} / ${pct(r.execMs, 95).toFixed(1)}`));
+  row(`ListContainers p50/p95 ms (${pods} pods)`, results.map(([, r]) => `${pct(r.listMs, 50).toFixed(2)} / ${pct(r.listMs, 95).toFixed(2)}`));
+  if (results.length === 2) {
+    const [a, b] = [results[0]![1], results[1]![1]];
+    const k = 'pod start (run+create+start)';
+    lines.push('');
+    lines.push(`ratio ${names[0]}/${names[1]}: pod start p50 ${(pct(a.serial[k]!, 50) / pct(b.serial[k]!, 50)).toFixed(2)}× (target ≤ 0.6×), ` +
+      `memory per pod ${((a.rss50KiB - a.rssIdleKiB) / (b.rss50KiB - b.rssIdleKiB)).toFixed(2)}×`);
+  }
+  return lines.join('\n') + '\n';
+}
