@@ -110,21 +110,53 @@ export class ContainerService {
     }
   }
 
+  /**
+   * Records live in the database and, parsed, in this map (in creation order),
+   * so that list calls never parse JSON. get/find hand out copies; listView
+   * hands out the cached records for read-only use.
+   */
+  private cache?: Map<string, ContainerRecord>;
+
+  private records(): Map<string, ContainerRecord> {
+    if (!this.cache) {
+      this.cache = new Map();
+      const rows = this.d.db.prepare('SELECT data FROM containers ORDER BY rowid').all() as Array<{ data: string }>;
+      for (const r of rows) {
+        const c = JSON.parse(r.data) as ContainerRecord;
+        this.cache.set(c.id, c);
+      }
+    }
+    return this.cache;
+  }
+
   private save(c: ContainerRecord): void {
-    this.d.db.prepare('INSERT OR REPLACE INTO containers (id, name, sandbox_id, data) VALUES (?, ?, ?, ?)').run(c.id, c.name, c.sandboxId, JSON.stringify(c));
+    const json = JSON.stringify(c);
+    this.d.db.prepare('INSERT OR REPLACE INTO containers (id, name, sandbox_id, data) VALUES (?, ?, ?, ?)').run(c.id, c.name, c.sandboxId, json);
+    this.records().set(c.id, JSON.parse(json) as ContainerRecord);
+  }
+
+  private forget(id: string): void {
+    this.d.db.prepare('DELETE FROM containers WHERE id = ?').run(id);
+    this.records().delete(id);
   }
 
   get(id: string): ContainerRecord | undefined {
-    const r = this.d.db.prepare('SELECT data FROM containers WHERE id = ?').get(id) as { data: string } | undefined;
-    return r ? (JSON.parse(r.data) as ContainerRecord) : undefined;
+    const c = this.records().get(id);
+    return c ? structuredClone(c) : undefined;
   }
 
   find(idOrPrefix: string): ContainerRecord | undefined {
     if (!idOrPrefix) return undefined;
     const exact = this.get(idOrPrefix);
     if (exact) return exact;
-    const rows = this.d.db.prepare('SELECT data FROM containers WHERE substr(id, 1, ?) = ?').all(idOrPrefix.length, idOrPrefix) as Array<{ data: string }>;
-    return rows.length === 1 ? (JSON.parse(rows[0]!.data) as ContainerRecord) : undefined;
+    const hits = [...this.records().keys()].filter((k) => k.startsWith(idOrPrefix));
+    return hits.length === 1 ? this.get(hits[0]!) : undefined;
+  }
+
+  /** The cached records themselves: read them, never change them. */
+  listView(sandboxId?: string): ReadonlyArray<Readonly<ContainerRecord>> {
+    const all = [...this.records().values()];
+    return sandboxId ? all.filter((c) => c.sandboxId === sandboxId) : all;
   }
 
   mustGet(id: string): ContainerRecord {
@@ -134,10 +166,7 @@ export class ContainerService {
   }
 
   list(sandboxId?: string): ContainerRecord[] {
-    const rows = (sandboxId
-      ? this.d.db.prepare('SELECT data FROM containers WHERE sandbox_id = ? ORDER BY rowid').all(sandboxId)
-      : this.d.db.prepare('SELECT data FROM containers ORDER BY rowid').all()) as Array<{ data: string }>;
-    return rows.map((r) => JSON.parse(r.data) as ContainerRecord);
+    return this.listView(sandboxId).map((c) => structuredClone(c) as ContainerRecord);
   }
 
   async create(sandboxId: string, config: ContainerConfig__Output): Promise<string> {
@@ -375,7 +404,7 @@ export class ContainerService {
       await fsp.rm(path.dirname(c.rootfs), { recursive: true, force: true });
       await fsp.rm(c.bundle, { recursive: true, force: true });
       await fsp.rm(path.join(this.exitDir, c.id), { force: true });
-      this.d.db.prepare('DELETE FROM containers WHERE id = ?').run(c.id);
+      this.forget(c.id);
       this.names.release(c.name);
       this.d.onEvent?.('CONTAINER_DELETED_EVENT', c);
     });

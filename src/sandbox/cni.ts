@@ -2,7 +2,8 @@
  * Pod networking through CNI plugins, as the CNI spec defines the calls:
  * ADD runs a network list's plugins in order, each given the previous
  * result; DEL runs them in reverse. Each ADD's inputs and result are cached
- * on disk so that DEL works after a daemon restart.
+ * on disk so that DEL works after a daemon restart. The pod's loopback is
+ * brought up by skiff itself when it creates the namespace.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -49,7 +50,6 @@ export interface AddResult {
   result: unknown;
 }
 
-const LOOPBACK: NetworkList = { cniVersion: '1.0.0', name: 'skiff-loopback', plugins: [{ type: 'loopback' }], file: '(built in)' };
 
 export class CniNetwork {
   private podCidr: string;
@@ -126,7 +126,7 @@ export class CniNetwork {
   async status(): Promise<{ ready: boolean; reason?: string; message?: string }> {
     try {
       const list = await this.networkList();
-      for (const p of [...list.plugins, ...LOOPBACK.plugins]) {
+      for (const p of list.plugins) {
         if (!(await this.findPlugin(p.type))) {
           return { ready: false, reason: 'NetworkPluginNotReady', message: `CNI plugin "${p.type}" (from ${list.file}) is not in ${this.o.binDirs.join(', ')}` };
         }
@@ -183,7 +183,6 @@ export class CniNetwork {
     // Written before the first plugin runs: a DEL after a crash mid-ADD still knows what to undo.
     await fs.mkdir(path.dirname(this.cacheFile(id)), { recursive: true });
     await fs.writeFile(this.cacheFile(id), JSON.stringify(entry));
-    await this.exec('ADD', LOOPBACK, LOOPBACK.plugins[0]!, { ...entry, ifname: 'lo' }, id, undefined);
     let result: unknown;
     for (const p of list.plugins) result = await this.exec('ADD', list, p, entry, id, result);
     entry.result = result;

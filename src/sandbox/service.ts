@@ -190,7 +190,9 @@ export class SandboxService {
     if (!hostIpc) rec.ipcns = await pin('ipc');
     if (!hostNetwork) rec.utsns = await pin('uts');
     if (unshareArgs.length) {
-      const program = rec.utsns ? ['hostname', hostname] : ['true'];
+      // One process sets the pod's hostname and brings its loopback up, in the new namespaces.
+      const steps = [...(rec.utsns ? ['hostname "$1"'] : []), ...(rec.netns ? ['ip link set lo up'] : [])];
+      const program = steps.length ? ['sh', '-c', steps.join(' && '), 'sh', hostname] : ['true'];
       await runChecked(this.d.runner, 'unshare', [...unshareArgs, ...program]);
     }
     if (!hostIpc) {
@@ -199,6 +201,9 @@ export class SandboxService {
       await runChecked(this.d.runner, 'mount', ['-t', 'tmpfs', '-o', 'nosuid,nodev,noexec,mode=1777,size=65536k', 'shm', rec.shm]);
       undo.add('shm', () => unmount(this.d.runner, rec.shm!));
     }
+    // The network and the infra process need only the namespaces: set them up side by side.
+    const infra = this.startInfra(rec, runtime, undo);
+    const network = (async () => {
     if (rec.netns) {
       // Only mappings with a host port concern the network (as containerd passes them).
       const ports: PortMapping[] = config.portMappings.filter((p) => p.hostPort > 0).map((p) => ({
@@ -211,7 +216,11 @@ export class SandboxService {
       const res = await this.d.cni.add(id, rec.netns, { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid }, ports);
       rec.ips = res.ips;
     }
-    rec.infraPid = await this.startInfra(rec, runtime, undo);
+    })();
+    const [infraResult, networkResult] = await Promise.allSettled([infra, network]);
+    if (infraResult.status === 'rejected') throw infraResult.reason;
+    if (networkResult.status === 'rejected') throw networkResult.reason;
+    rec.infraPid = infraResult.value;
     rec.state = 'SANDBOX_READY';
     this.save(rec);
     this.d.log.info('pod sandbox ready', { id, name, ips: rec.ips, infraPid: rec.infraPid });
@@ -290,16 +299,16 @@ export class SandboxService {
       const rec = this.get(s.id)!;
       await this.d.containers.stopAll(rec.id);
       const runtime = this.d.runtimes.get(rec.runtimeHandler || this.d.defaultRuntime);
-      if (runtime && !('unavailable' in runtime)) await runtime.delete(rec.id);
-      if (rec.netns) {
-        try {
-          await this.d.cni.del(rec.id);
-        } catch (err) {
-          // Never block a stop forever on a broken plugin: log it, leave the cache for a later try.
-          this.d.log.error('CNI DEL failed; the pod is stopped but its network may leak', { id: rec.id, error: errorMessage(err) });
-        }
-      }
-      if (rec.shm) await unmount(this.d.runner, rec.shm);
+      await Promise.all([
+        runtime && !('unavailable' in runtime) ? runtime.delete(rec.id) : undefined,
+        rec.netns
+          ? this.d.cni.del(rec.id).catch((err) => {
+              // Never block a stop forever on a broken plugin: log it, leave the cache for a later try.
+              this.d.log.error('CNI DEL failed; the pod is stopped but its network may leak', { id: rec.id, error: errorMessage(err) });
+            })
+          : undefined,
+        rec.shm ? unmount(this.d.runner, rec.shm) : undefined,
+      ]);
       for (const f of [rec.netns, rec.ipcns, rec.utsns]) if (f) await unmount(this.d.runner, f);
       rec.state = 'SANDBOX_NOTREADY';
       rec.infraPid = undefined;

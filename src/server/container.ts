@@ -16,7 +16,7 @@ import { invalidArgument } from '../errors.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
 import { matchLabels } from './sandbox.js';
 
-function toContainer(c: ContainerRecord): Container {
+function toContainer(c: Readonly<ContainerRecord>): Container {
   return {
     id: c.id,
     podSandboxId: c.sandboxId,
@@ -30,7 +30,7 @@ function toContainer(c: ContainerRecord): Container {
   };
 }
 
-export function toContainerStatus(c: ContainerRecord) {
+export function toContainerStatus(c: Readonly<ContainerRecord>) {
   return {
     ...toContainer(c),
     startedAt: c.startedAt,
@@ -78,7 +78,7 @@ export function containerHandlers(containers: ContainerService) {
     },
     ListContainers: async (req: ListContainersRequest__Output): Promise<ListContainersResponse> => {
       const f = req.filter;
-      let items = containers.list();
+      let items = containers.listView();
       if (f?.id) items = items.filter((c) => c.id.startsWith(f.id));
       if (f?.podSandboxId) items = items.filter((c) => c.sandboxId.startsWith(f.podSandboxId));
       if (f?.state) items = items.filter((c) => c.state === f.state!.state);
