@@ -76,6 +76,20 @@ export class SandboxService {
     await fs.mkdir(this.sandboxesDir, { recursive: true, mode: 0o711 });
     if (!(await isMountpoint(this.sandboxesDir))) await bindMount(this.d.runner, this.sandboxesDir, this.sandboxesDir, { private: true });
     for (const s of this.list()) this.names.reserve(s.name, s.id, 'pod sandbox');
+    await this.reconcile();
+  }
+
+  /** A pod whose infra process died while skiff was down is no longer ready. */
+  private async reconcile(): Promise<void> {
+    for (const s of this.list()) {
+      if (s.state !== 'SANDBOX_READY') continue;
+      const rt = this.d.runtimes.get(s.runtimeHandler || this.d.defaultRuntime);
+      const st = rt && !('unavailable' in rt) ? await rt.state(s.id).catch(() => undefined) : undefined;
+      if (st?.status === 'running') continue;
+      this.d.log.warn('pod infra process is gone; marking the pod not ready', { id: s.id, name: s.name });
+      s.state = 'SANDBOX_NOTREADY';
+      this.save(s);
+    }
   }
 
   /** Drops the private mount for namespace pins when no pod needs it any more. */

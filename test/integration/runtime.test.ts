@@ -101,12 +101,13 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
     expect(st.status?.network?.ip).toMatch(/^10\.88\.\d+\.\d+$/);
     expect(JSON.parse(st.info!.info!).pid).toBeGreaterThan(0);
     const c = await runContainer(pod, { command: ['sleep', '1000'] });
-    const out = await skiff.runtime.ExecSync({ containerId: c, cmd: ['sh', '-c', 'hostname; cat /etc/resolv.conf; ip -o -4 addr show eth0'], timeout: 10 });
+    const out = await skiff.runtime.ExecSync({ containerId: c, cmd: ['sh', '-c', 'hostname; cat /etc/resolv.conf; ip -o -4 addr show eth0; ip -o link show lo'], timeout: 10 });
     const text = Buffer.from(out.stdout!).toString();
     expect(text).toContain(`host-pod${seq - 1}`);
     expect(text).toContain('nameserver 10.0.0.10');
     expect(text).toContain('search test.svc');
     expect(text).toContain(st.status!.network!.ip!);
+    expect(text).toMatch(/lo: <LOOPBACK,UP/);
     const ready = await skiff.runtime.ListPodSandbox({ filter: { state: { state: 'SANDBOX_READY' }, labelSelector: { pod: pod.config.metadata.name } } });
     expect(ready.items?.map((p) => p.id)).toEqual([pod.id]);
     await skiff.runtime.StopPodSandbox({ podSandboxId: pod.id });
@@ -131,6 +132,30 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
       return text.includes('hello-from-b') ? text : undefined;
     });
     expect(r).toContain('hello-from-b');
+  });
+
+  it('maps a host port to the pod, reachable on 127.0.0.1', async () => {
+    const pod = await runPod({ portMappings: [{ protocol: 'TCP', containerPort: 80, hostPort: 18080 }] });
+    await runContainer(pod, { command: ['sh', '-c', 'while true; do echo served-by-pod | nc -l -p 80; done'] });
+    const got = await waitFor('the host port to answer', async () => {
+      const r = spawnSync('nsenter', [`--net=${ns.path}`, 'socat', '-T', '2', '-', 'TCP:127.0.0.1:18080'], { input: '', encoding: 'utf8', timeout: 5000 });
+      return r.stdout.includes('served-by-pod') ? r.stdout : undefined;
+    });
+    expect(got).toContain('served-by-pod');
+    await skiff.runtime.StopPodSandbox({ podSandboxId: pod.id });
+    const after = spawnSync('nsenter', [`--net=${ns.path}`, 'socat', '-T', '1', '-', 'TCP:127.0.0.1:18080'], { input: '', encoding: 'utf8', timeout: 5000 });
+    expect(after.stdout).not.toContain('served-by-pod');
+  });
+
+  it('marks a pod not ready when its infra process died while skiff was down', async () => {
+    const pod = await runPod();
+    const pid = JSON.parse((await skiff.runtime.PodSandboxStatus({ podSandboxId: pod.id, verbose: true })).info!.info!).pid as number;
+    expect((await skiff.stop()).code).toBe(0);
+    process.kill(pid, 'SIGKILL');
+    await skiff.start();
+    expect((await skiff.runtime.PodSandboxStatus({ podSandboxId: pod.id })).status?.state).toBe('SANDBOX_NOTREADY');
+    await skiff.runtime.StopPodSandbox({ podSandboxId: pod.id });
+    await skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
   });
 
   it('writes CRI-format logs, reports exit codes and reasons, and answers wrong states', async () => {
