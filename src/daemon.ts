@@ -22,7 +22,7 @@ import { status, type Readiness } from './server/runtime-status.js';
 import { version } from './server/runtime-version.js';
 import { containerHandlers } from './server/container.js';
 import { sandboxHandlers } from './server/sandbox.js';
-import { statsHandlers } from './server/stats.js';
+import { metricsHandlers, statsHandlers } from './server/stats.js';
 import { ContainerEvents } from './server/events.js';
 import { ContainerService } from './container/service.js';
 import { OciRuntime } from './container/oci-runtime.js';
@@ -157,6 +157,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
       ...sandboxHandlers(sandboxes),
       ...containerHandlers(containers),
       ...statsHandlers(sandboxes, containers),
+      ...metricsHandlers(sandboxes, containers),
       RuntimeConfig: async () => ({ linux: { cgroupDriver: 'CGROUPFS' } }),
       UpdateRuntimeConfig: async (req: { runtimeConfig?: { networkConfig?: { podCidr?: string } | null } | null }) => {
         const cidr = req.runtimeConfig?.networkConfig?.podCidr;

@@ -79,3 +79,42 @@ export function statsHandlers(sandboxes: SandboxService, containers: ContainerSe
     },
   };
 }
+
+/** The cAdvisor-style metrics skiff reports through ListPodSandboxMetrics. */
+const METRICS = [
+  { name: 'container_cpu_usage_seconds_total', help: 'Cumulative cpu time consumed in seconds.', type: 'COUNTER' as const },
+  { name: 'container_memory_working_set_bytes', help: 'Current working set in bytes.', type: 'GAUGE' as const },
+  { name: 'container_memory_usage_bytes', help: 'Current memory usage in bytes, including all memory regardless of when it was accessed.', type: 'GAUGE' as const },
+  { name: 'container_fs_usage_bytes', help: 'Number of bytes that are consumed by the container on this filesystem.', type: 'GAUGE' as const },
+];
+const LABELS = ['container', 'pod', 'namespace'];
+
+export function metricsHandlers(sandboxes: SandboxService, containers: ContainerService) {
+  return {
+    ListMetricDescriptors: async () => ({ descriptors: METRICS.map((m) => ({ name: m.name, help: m.help, labelKeys: LABELS })) }),
+    ListPodSandboxMetrics: async () => {
+      const out = [];
+      for (const s of sandboxes.list().filter((x) => x.state === 'SANDBOX_READY')) {
+        const md = s.config.metadata!;
+        const ctrs = [];
+        for (const c of containers.list(s.id).filter((x) => x.state === 'CONTAINER_RUNNING')) {
+          const st = await containerStats(c);
+          const ts = Date.now() * 1e6;
+          const labels = [c.config.metadata?.name ?? '', md.name, md.namespace];
+          const values: Record<string, number> = {
+            container_cpu_usage_seconds_total: Math.floor(Number(st.cpu?.usageCoreNanoSeconds?.value ?? 0) / 1e9),
+            container_memory_working_set_bytes: Number(st.memory?.workingSetBytes?.value ?? 0),
+            container_memory_usage_bytes: Number(st.memory?.usageBytes?.value ?? 0),
+            container_fs_usage_bytes: Number(st.writableLayer?.usedBytes?.value ?? 0),
+          };
+          ctrs.push({
+            containerId: c.id,
+            metrics: METRICS.map((m) => ({ name: m.name, timestamp: ts, metricType: m.type, labelValues: labels, value: { value: values[m.name] } })),
+          });
+        }
+        out.push({ podSandboxId: s.id, metrics: [], containerMetrics: ctrs });
+      }
+      return { podMetrics: out };
+    },
+  };
+}

@@ -303,6 +303,13 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
     expect(list.stats?.map((s) => s.attributes?.id)).toEqual([c]);
     const ps = await skiff.runtime.PodSandboxStats({ podSandboxId: pod.id });
     expect(ps.stats?.linux?.network?.defaultInterface?.name).toBe('eth0');
+    const desc = await skiff.runtime.ListMetricDescriptors({});
+    expect(desc.descriptors?.map((d) => d.name)).toContain('container_memory_working_set_bytes');
+    const metrics = await skiff.runtime.ListPodSandboxMetrics({});
+    const mine = metrics.podMetrics?.find((m) => m.podSandboxId === pod.id);
+    const ws = mine?.containerMetrics?.[0]?.metrics?.find((m) => m.name === 'container_memory_working_set_bytes');
+    expect(Number(ws?.value?.value)).toBeGreaterThan(0);
+    expect(ws?.labelValues?.[1]).toBe(pod.config.metadata.name);
   });
 
   it('keeps containers running across a daemon restart and kill -9, and sees exits that happened meanwhile', async () => {
