@@ -46,6 +46,17 @@ export async function rssKiB(pids: number[]): Promise<number> {
   return total;
 }
 
+/** Proportional set size: shared pages split among the processes that share them. */
+export async function pssKiB(pids: number[]): Promise<number> {
+  let total = 0;
+  for (const pid of pids) {
+    const st = await fs.readFile(`/proc/${pid}/smaps_rollup`, 'utf8').catch(() => '');
+    const m = /^Pss:\s+(\d+) kB$/m.exec(st);
+    if (m) total += Number(m[1]);
+  }
+  return total;
+}
+
 /** Pids whose command line matches `re`. */
 export async function pidsMatching(re: RegExp): Promise<number[]> {
   const out: number[] = [];
@@ -73,6 +84,8 @@ export interface PodResults {
   parallelPodMs: number[];
   rssIdleKiB: number;
   rss50KiB: number;
+  pssIdleKiB: number;
+  pss50KiB: number;
   execMs: number[];
   listMs: number[];
 }
@@ -121,7 +134,9 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
       (serial['pod teardown (stop+remove)'] ??= []).push(Number(process.hrtime.bigint() - t1) / 1e6);
     }
 
-    const rssIdleKiB = await rssKiB(await t.processes());
+    const idlePids = await t.processes();
+    const rssIdleKiB = await rssKiB(idlePids);
+    const pssIdleKiB = await pssKiB(idlePids);
     const limit = pLimit(parallel);
     const podMs: number[] = [];
     const up: Array<{ podId: string; ctrId: string }> = [];
@@ -137,7 +152,9 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
     );
     const parallelWallMs = Number(process.hrtime.bigint() - w0) / 1e6;
     await new Promise((r) => setTimeout(r, 1000));
-    const rss50KiB = await rssKiB(await t.processes());
+    const upPids = await t.processes();
+    const rss50KiB = await rssKiB(upPids);
+    const pss50KiB = await pssKiB(upPids);
     const execMs: number[] = [];
     const listMs: number[] = [];
     for (let i = 0; i < 30; i++) {
@@ -146,7 +163,7 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
       listMs.push(await ms(() => rt.ListContainers({})));
     }
     await Promise.all(up.map((p) => limit(() => stop(p))));
-    return { serial, parallelWallMs, parallelPodMs: podMs, rssIdleKiB, rss50KiB, execMs, listMs };
+    return { serial, parallelWallMs, parallelPodMs: podMs, rssIdleKiB, rss50KiB, pssIdleKiB, pss50KiB, execMs, listMs };
   } finally {
     close();
   }
@@ -161,9 +178,10 @@ export function report(results: Array<[string, PodResults]>, pods = 50): string 
   for (const k of keys) row(`${k} p50/p95 ms`, results.map(([, r]) => `${pct(r.serial[k] ?? [], 50).toFixed(1)} / ${pct(r.serial[k] ?? [], 95).toFixed(1)}`));
   row(`${pods} pods, 8 at a time: wall s`, results.map(([, r]) => (r.parallelWallMs / 1000).toFixed(2)));
   row('  per pod start p50/p95 ms', results.map(([, r]) => `${pct(r.parallelPodMs, 50).toFixed(0)} / ${pct(r.parallelPodMs, 95).toFixed(0)}`));
-  row('memory idle MiB (daemon+monitors)', results.map(([, r]) => (r.rssIdleKiB / 1024).toFixed(1)));
-  row(`memory with ${pods} pods MiB`, results.map(([, r]) => (r.rss50KiB / 1024).toFixed(1)));
-  row('memory per running pod MiB', results.map(([, r]) => ((r.rss50KiB - r.rssIdleKiB) / 1024 / pods).toFixed(2)));
+  row('memory idle MiB RSS (daemon+monitors)', results.map(([, r]) => (r.rssIdleKiB / 1024).toFixed(1)));
+  row(`memory with ${pods} pods MiB RSS`, results.map(([, r]) => (r.rss50KiB / 1024).toFixed(1)));
+  row('memory per running pod MiB (RSS)', results.map(([, r]) => ((r.rss50KiB - r.rssIdleKiB) / 1024 / pods).toFixed(2)));
+  row('memory per running pod MiB (PSS)', results.map(([, r]) => ((r.pss50KiB - r.pssIdleKiB) / 1024 / pods).toFixed(2)));
   row(`ExecSync p50/p95 ms (${pods} pods)`, results.map(([, r]) => `${pct(r.execMs, 50).toFixed(1)} / ${pct(r.execMs, 95).toFixed(1)}`));
   row(`ListContainers p50/p95 ms (${pods} pods)`, results.map(([, r]) => `${pct(r.listMs, 50).toFixed(2)} / ${pct(r.listMs, 95).toFixed(2)}`));
   if (results.length === 2) {
@@ -171,7 +189,8 @@ export function report(results: Array<[string, PodResults]>, pods = 50): string 
     const k = 'pod start (run+create+start)';
     lines.push('');
     lines.push(`ratio ${names[0]}/${names[1]}: pod start p50 ${(pct(a.serial[k]!, 50) / pct(b.serial[k]!, 50)).toFixed(2)}× (target ≤ 0.6×), ` +
-      `memory per pod ${((a.rss50KiB - a.rssIdleKiB) / (b.rss50KiB - b.rssIdleKiB)).toFixed(2)}×`);
+      `memory per pod ${((a.rss50KiB - a.rssIdleKiB) / (b.rss50KiB - b.rssIdleKiB)).toFixed(2)}× (RSS), ` +
+      `${((a.pss50KiB - a.pssIdleKiB) / (b.pss50KiB - b.pssIdleKiB)).toFixed(2)}× (PSS)`);
   }
   return lines.join('\n') + '\n';
 }

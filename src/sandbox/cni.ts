@@ -62,7 +62,11 @@ export class CniNetwork {
     this.podCidr = cidr;
   }
 
-  private defaultList(): NetworkList {
+  /**
+   * skiff's own network. portmap is in it only for pods that map host ports:
+   * for the others it would do nothing, and DEL runs the list cached at ADD.
+   */
+  private defaultList(withPortmap = true): NetworkList {
     return {
       cniVersion: '1.0.0',
       name: 'skiff',
@@ -76,7 +80,7 @@ export class CniNetwork {
           hairpinMode: true,
           ipam: { type: 'host-local', ranges: [[{ subnet: this.podCidr }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: path.join(this.o.dataDir, 'ipam') },
         },
-        { type: 'portmap', capabilities: { portMappings: true } },
+        ...(withPortmap ? [{ type: 'portmap', capabilities: { portMappings: true } }] : []),
       ],
     };
   }
@@ -177,7 +181,8 @@ export class CniNetwork {
   }
 
   async add(id: string, netns: string, meta: { name: string; namespace: string; uid: string }, portMappings: PortMapping[]): Promise<AddResult> {
-    const list = await this.networkList();
+    let list = await this.networkList();
+    if (list.name === 'skiff' && list.file === this.defaultList().file && !portMappings.length) list = { ...this.defaultList(false), file: list.file };
     const args = `IgnoreUnknown=1;K8S_POD_NAMESPACE=${meta.namespace};K8S_POD_NAME=${meta.name};K8S_POD_INFRA_CONTAINER_ID=${id};K8S_POD_UID=${meta.uid}`;
     const entry: CacheEntry = { list, netns, args, ifname: 'eth0', portMappings };
     // Written before the first plugin runs: a DEL after a crash mid-ADD still knows what to undo.

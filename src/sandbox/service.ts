@@ -203,17 +203,20 @@ export class SandboxService {
     if (!hostNetwork) rec.netns = await pin('net');
     if (!hostIpc) rec.ipcns = await pin('ipc');
     if (!hostNetwork) rec.utsns = await pin('uts');
-    if (unshareArgs.length) {
-      // One process sets the pod's hostname and brings its loopback up, in the new namespaces.
-      const steps = [...(rec.utsns ? ['hostname "$1"'] : []), ...(rec.netns ? ['ip link set lo up'] : [])];
-      const program = steps.length ? ['sh', '-c', steps.join(' && '), 'sh', hostname] : ['true'];
-      await runChecked(this.d.runner, 'unshare', [...unshareArgs, ...program]);
-    }
     if (!hostIpc) {
       rec.shm = path.join(dir, 'shm');
       await fs.mkdir(rec.shm);
-      await runChecked(this.d.runner, 'mount', ['-t', 'tmpfs', '-o', 'nosuid,nodev,noexec,mode=1777,size=65536k', 'shm', rec.shm]);
       undo.add('shm', () => unmount(this.d.runner, rec.shm!));
+    }
+    // One process sets the pod's hostname, brings its loopback up and mounts its /dev/shm
+    // (the mount namespace is the host's, so that mount is visible to skiff).
+    const steps = [
+      ...(rec.utsns ? ['hostname "$1"'] : []),
+      ...(rec.netns ? ['ip link set lo up'] : []),
+      ...(rec.shm ? ['mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=65536k shm "$2"'] : []),
+    ];
+    if (steps.length) {
+      await runChecked(this.d.runner, unshareArgs.length ? 'unshare' : 'sh', [...unshareArgs, ...(unshareArgs.length ? ['sh'] : []), '-c', steps.join(' && '), 'sh', hostname, rec.shm ?? '']);
     }
     // The network and the infra process need only the namespaces: set them up side by side.
     const infra = this.startInfra(rec, runtime, undo);
