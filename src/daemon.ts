@@ -29,7 +29,7 @@ import { OciRuntime } from './container/oci-runtime.js';
 import { capsFromMask } from './container/spec.js';
 import { CniNetwork } from './sandbox/cni.js';
 import { SandboxService } from './sandbox/service.js';
-import { run, type Runner } from './sys/run.js';
+import { findExecutable, run, type Runner } from './sys/run.js';
 
 export interface DaemonOptions {
   socket: string;
@@ -161,7 +161,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
       RuntimeConfig: async () => ({ linux: { cgroupDriver: 'CGROUPFS' } }),
       UpdateRuntimeConfig: async (req: { runtimeConfig?: { networkConfig?: { podCidr?: string } | null } | null }) => {
         const cidr = req.runtimeConfig?.networkConfig?.podCidr;
-        if (cidr) cni.setPodCidr(cidr);
+        if (cidr) await cni.setPodCidr(cidr);
         return {};
       },
     },
@@ -234,17 +234,8 @@ async function probeRuntimes(stateDir: string, runner: Runner): Promise<Map<stri
 }
 
 /** The absolute path of `cmd` on PATH (conmon wants the runtime's full path). */
-async function which(cmd: string): Promise<string | undefined> {
-  for (const dir of (process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin').split(':')) {
-    const p = path.join(dir, cmd);
-    try {
-      await fsp.access(p, fs.constants.X_OK);
-      return p;
-    } catch {
-      // next
-    }
-  }
-  return undefined;
+function which(cmd: string): Promise<string | undefined> {
+  return findExecutable(cmd, (process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin').split(':'));
 }
 
 /** This process's capability bounding set: a container can get nothing beyond it. */

@@ -39,3 +39,19 @@ export class Rollback {
     this.steps.length = 0;
   }
 }
+
+/** One operation at a time per key (a pod, a container); others for the same key wait their turn. */
+export class KeyedLock {
+  private readonly tails = new Map<string, Promise<unknown>>();
+
+  async run<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.tails.get(key) ?? Promise.resolve();
+    const next = prev.catch(() => undefined).then(fn);
+    this.tails.set(key, next);
+    try {
+      return await next;
+    } finally {
+      if (this.tails.get(key) === next) this.tails.delete(key);
+    }
+  }
+}

@@ -17,7 +17,7 @@ import type { ContainerConfig__Output } from '../gen/runtime/v1/ContainerConfig.
 import type { ImageService } from '../image/service.js';
 import type { Snapshotter } from '../image/snapshot.js';
 import type { Logger } from '../log.js';
-import { Registrar, Rollback } from '../registrar.js';
+import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowNs } from '../sandbox/service.js';
 import { mountOverlay, unmount } from '../sys/mount.js';
@@ -71,7 +71,9 @@ export interface ContainerDeps {
 
 export class ContainerService {
   private readonly names = new Registrar();
-  private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly locks = new KeyedLock();
+  /** Separate from `locks`: a stop holds its container's lock while it waits for the exit. */
+  private readonly exitLocks = new KeyedLock();
   private readonly exitDir: string;
   private readonly socketDir: string;
   private readonly waiters = new Map<string, Array<() => void>>();
@@ -99,15 +101,8 @@ export class ContainerService {
     this.watcher?.close();
   }
 
-  private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.locks.get(id) ?? Promise.resolve();
-    const next = prev.catch(() => undefined).then(fn);
-    this.locks.set(id, next);
-    try {
-      return await next;
-    } finally {
-      if (this.locks.get(id) === next) this.locks.delete(id);
-    }
+  private locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    return this.locks.run(id, fn);
   }
 
   /**
@@ -307,9 +302,16 @@ export class ContainerService {
     await this.onExitFile(found.id);
   }
 
-  /** Reads conmon's exit file for `id`, if there is one, and records the exit. */
-  private async onExitFile(id: string): Promise<void> {
-    if (!/^[a-f0-9]{64}$/.test(id)) return;
+  /**
+   * Reads conmon's exit file for `id`, if there is one, and records the exit,
+   * once: the watcher and the callers that poll may see the same file.
+   */
+  private onExitFile(id: string): Promise<void> {
+    if (!/^[a-f0-9]{64}$/.test(id)) return Promise.resolve();
+    return this.exitLocks.run(id, () => this.recordExit(id));
+  }
+
+  private async recordExit(id: string): Promise<void> {
     let text: string;
     let mtime: Date;
     try {

@@ -9,7 +9,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { SkiffError, errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { Runner } from '../sys/run.js';
+import { findExecutable, type Runner } from '../sys/run.js';
 
 export interface PortMapping {
   hostPort: number;
@@ -58,7 +58,23 @@ export class CniNetwork {
     this.podCidr = o.podCidr;
   }
 
-  setPodCidr(cidr: string): void {
+  get cidr(): string {
+    return this.podCidr;
+  }
+
+  /**
+   * Takes a new pod CIDR for skiff's own network. Its bridge carries the old
+   * gateway address, so the change is made only while no pod is attached:
+   * the bridge is then removed and the next ADD creates it afresh.
+   */
+  async setPodCidr(cidr: string): Promise<void> {
+    if (cidr === this.podCidr) return;
+    if (!/^\d+\.\d+\.\d+\.\d+\/\d+$/.test(cidr)) throw new SkiffError('InvalidArgument', `pod CIDR "${cidr}" is not an IPv4 CIDR`);
+    const attached = await fs.readdir(path.join(this.o.dataDir, 'cache')).catch(() => [] as string[]);
+    if (attached.length) {
+      throw new SkiffError('FailedPrecondition', `cannot change the pod CIDR from ${this.podCidr} to ${cidr} while ${attached.length} pod(s) use the network`);
+    }
+    await this.o.runner('ip', ['link', 'del', 'skiff0']);
     this.podCidr = cidr;
   }
 
@@ -113,17 +129,8 @@ export class CniNetwork {
     return list;
   }
 
-  private async findPlugin(type: string): Promise<string | undefined> {
-    for (const d of this.o.binDirs) {
-      const p = path.join(d, type);
-      try {
-        await fs.access(p, fs.constants.X_OK);
-        return p;
-      } catch {
-        // next dir
-      }
-    }
-    return undefined;
+  private findPlugin(type: string): Promise<string | undefined> {
+    return findExecutable(type, this.o.binDirs);
   }
 
   /** Ready when a network list exists and every plugin it names is installed. */

@@ -11,7 +11,7 @@ import type { Db } from '../db.js';
 import { SkiffError, errorMessage, invalidArgument, isErrno, notFound } from '../errors.js';
 import type { PodSandboxConfig__Output } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { Logger } from '../log.js';
-import { Registrar, Rollback } from '../registrar.js';
+import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import { bindMount, isMountpoint, unmount } from '../sys/mount.js';
 import { runChecked, type Runner } from '../sys/run.js';
 import type { OciRuntime } from '../container/oci-runtime.js';
@@ -64,7 +64,7 @@ export function nowNs(): number {
 
 export class SandboxService {
   private readonly names = new Registrar();
-  private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly locks = new KeyedLock();
   readonly sandboxesDir: string;
 
   constructor(private readonly d: SandboxDeps) {
@@ -97,16 +97,9 @@ export class SandboxService {
     if (this.list().length === 0 && (await isMountpoint(this.sandboxesDir))) await unmount(this.d.runner, this.sandboxesDir);
   }
 
-  /** Runs `fn` with the sandbox's lock held: one lifecycle operation per pod at a time. */
-  private async locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.locks.get(id) ?? Promise.resolve();
-    const next = prev.catch(() => undefined).then(fn);
-    this.locks.set(id, next);
-    try {
-      return await next;
-    } finally {
-      if (this.locks.get(id) === next) this.locks.delete(id);
-    }
+  /** One lifecycle operation per pod at a time. */
+  private locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    return this.locks.run(id, fn);
   }
 
   private save(s: SandboxRecord): void {

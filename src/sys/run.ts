@@ -4,6 +4,8 @@
  * output, unless `check` asks for it to be an error too.
  */
 import { spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import { SkiffError } from '../errors.js';
 
 export interface RunResult {
@@ -66,4 +68,18 @@ export const run: Runner = (cmd, args, opts = {}) =>
 /** Runs and throws on a non-zero exit. */
 export async function runChecked(runner: Runner, cmd: string, args: string[], opts: RunOptions = {}): Promise<RunResult> {
   return runner(cmd, args, { ...opts, check: true });
+}
+
+/** The first `dir/name` that is executable, in the order given. */
+export async function findExecutable(name: string, dirs: string[]): Promise<string | undefined> {
+  for (const d of dirs) {
+    const p = path.join(d, name);
+    try {
+      await fs.access(p, fs.constants.X_OK);
+      return p;
+    } catch {
+      // try the next directory
+    }
+  }
+  return undefined;
 }

@@ -244,6 +244,58 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
     await skiff.runtime.RemoveContainer({ containerId: 'nope' });
   });
 
+  it('checks runtime handlers: unknown ones are refused, unavailable ones fail with the reason and leave nothing', async () => {
+    const unknown = await codeOf(skiff.runtime.RunPodSandbox({ config: podConfig(dirs), runtimeHandler: 'kata' }));
+    expect(unknown.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(unknown.details).toMatch(/unknown runtime handler "kata"/);
+    const info = JSON.parse((await skiff.runtime.Status({ verbose: true })).info!.config!);
+    const crun = info.runtimeHandlers.crun as { available: boolean; reason?: string };
+    const before = (await skiff.runtime.ListPodSandbox({})).items?.length;
+    const mounts = mountsUnder(dirs.base).length;
+    if (!crun.available) {
+      const err = await codeOf(skiff.runtime.RunPodSandbox({ config: podConfig(dirs), runtimeHandler: 'crun' }));
+      expect(err.code).toBe(grpc.status.FAILED_PRECONDITION);
+      expect(err.details).toContain(crun.reason);
+    } else {
+      const pod = (await skiff.runtime.RunPodSandbox({ config: podConfig(dirs), runtimeHandler: 'crun' })).podSandboxId!;
+      expect((await skiff.runtime.PodSandboxStatus({ podSandboxId: pod })).status?.runtimeHandler).toBe('crun');
+      await skiff.runtime.RemovePodSandbox({ podSandboxId: pod });
+    }
+    expect((await skiff.runtime.ListPodSandbox({})).items?.length).toBe(before);
+    expect(mountsUnder(dirs.base).length).toBe(mounts);
+  });
+
+  it('reports the cgroup driver and takes a pod CIDR from UpdateRuntimeConfig', async () => {
+    expect((await skiff.runtime.RuntimeConfig({})).linux?.cgroupDriver).toBe('CGROUPFS');
+    // Pods of earlier tests still use the network: the change is refused, not half made.
+    for (const p of (await skiff.runtime.ListPodSandbox({})).items ?? []) await skiff.runtime.RemovePodSandbox({ podSandboxId: p.id! });
+    const busy = await runPod();
+    const refused = await codeOf(skiff.runtime.UpdateRuntimeConfig({ runtimeConfig: { networkConfig: { podCidr: '10.99.0.0/24' } } }));
+    expect(refused.code).toBe(grpc.status.FAILED_PRECONDITION);
+    await skiff.runtime.RemovePodSandbox({ podSandboxId: busy.id });
+    await skiff.runtime.UpdateRuntimeConfig({ runtimeConfig: { networkConfig: { podCidr: '10.99.0.0/24' } } });
+    try {
+      const pod = await runPod();
+      expect((await skiff.runtime.PodSandboxStatus({ podSandboxId: pod.id })).status?.network?.ip).toMatch(/^10\.99\.0\.\d+$/);
+      await skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+    } finally {
+      await skiff.runtime.UpdateRuntimeConfig({ runtimeConfig: { networkConfig: { podCidr: '10.88.0.0/16' } } });
+    }
+  });
+
+  it('runs a host-network pod in the node\'s network namespace', async () => {
+    const pod = await runPod({ hostname: '', linux: { securityContext: { namespaceOptions: { network: 'NODE', pid: 'CONTAINER', ipc: 'POD' } } } });
+    const st = await skiff.runtime.PodSandboxStatus({ podSandboxId: pod.id });
+    expect(st.status?.linux?.namespaces?.options?.network).toBe('NODE');
+    const c = await runContainer(pod, { command: ['sleep', '1000'] });
+    const names = (text: string) => text.split('\n').filter(Boolean).map((l) => l.split(':')[1]!.trim().split('@')[0]).sort();
+    const inside = Buffer.from((await skiff.runtime.ExecSync({ containerId: c, cmd: ['ip', '-o', 'link'], timeout: 10 })).stdout!).toString();
+    // The node's namespace (here the test's own) is what the container sees: no pod eth0.
+    const node = spawnSync('ip', ['-n', ns.name, '-o', 'link'], { encoding: 'utf8' }).stdout;
+    expect(names(inside)).toEqual(names(node));
+    expect(names(inside)).not.toContain('eth0');
+  });
+
   it('gives one of two concurrent same-name pods AlreadyExists', async () => {
     const config = podConfig(dirs);
     const results = await Promise.allSettled([skiff.runtime.RunPodSandbox({ config }), skiff.runtime.RunPodSandbox({ config })]);
