@@ -1,0 +1,419 @@
+/**
+ * SPDY/3.1 as Kubernetes' streaming clients speak it: a session of
+ * bidirectional streams over one connection, with header blocks compressed by
+ * zlib (one context per direction, primed with the SPDY/3 dictionary).
+ *
+ * Kubernetes' streams carry only their own headers (streamType, port,
+ * requestID) and no :method or :path, which is why this is not an HTTP layer.
+ *
+ * Flow control: Kubernetes' Go library neither sends nor understands
+ * WINDOW_UPDATE, so windows are honoured only for a peer that shows it uses
+ * them (it sent a WINDOW_UPDATE), and only such a peer is sent any.
+ */
+import { EventEmitter } from 'node:events';
+import { Duplex } from 'node:stream';
+import zlib from 'node:zlib';
+import { SPDY3_DICTIONARY } from './spdy-dictionary.js';
+
+export const SPDY_VERSION = 3;
+export const FrameType = {
+  SYN_STREAM: 1,
+  SYN_REPLY: 2,
+  RST_STREAM: 3,
+  SETTINGS: 4,
+  PING: 6,
+  GOAWAY: 7,
+  HEADERS: 8,
+  WINDOW_UPDATE: 9,
+} as const;
+export const FLAG_FIN = 0x01;
+export const FLAG_UNIDIRECTIONAL = 0x02;
+export const RstStatus = { PROTOCOL_ERROR: 1, INVALID_STREAM: 2, REFUSED_STREAM: 3, CANCEL: 5, INTERNAL_ERROR: 6, STREAM_IN_USE: 8, STREAM_ALREADY_CLOSED: 9 } as const;
+const SETTINGS_INITIAL_WINDOW_SIZE = 7;
+const DEFAULT_WINDOW = 64 * 1024;
+/** The largest frame payload accepted; 24 bits allow 16 MiB. */
+const MAX_FRAME = 1 << 24;
+const MAX_HEADER_BLOCK = 1 << 20;
+const DATA_CHUNK = 32 * 1024;
+
+/** Header names are lowercase; a value with several entries joins them with NUL. */
+export type Headers = Record<string, string>;
+
+export function encodeHeaderBlock(h: Headers): Buffer {
+  const entries = Object.entries(h);
+  const parts: Buffer[] = [u32(entries.length)];
+  for (const [k, v] of entries) {
+    const name = Buffer.from(k.toLowerCase(), 'utf8');
+    const value = Buffer.from(v, 'utf8');
+    parts.push(u32(name.length), name, u32(value.length), value);
+  }
+  return Buffer.concat(parts);
+}
+
+export function decodeHeaderBlock(b: Buffer): Headers {
+  const out: Headers = {};
+  if (b.length < 4) throw new Error('header block shorter than its count');
+  const n = b.readUInt32BE(0);
+  let off = 4;
+  for (let i = 0; i < n; i++) {
+    const name = readLenPrefixed(b, off);
+    off = name.next;
+    const value = readLenPrefixed(b, off);
+    off = value.next;
+    const key = name.data.toString('utf8');
+    if (key === '' || key !== key.toLowerCase()) throw new Error(`invalid header name "${key}"`);
+    out[key] = key in out ? `${out[key]}\0${value.data.toString('utf8')}` : value.data.toString('utf8');
+  }
+  return out;
+}
+
+function readLenPrefixed(b: Buffer, off: number): { data: Buffer; next: number } {
+  if (off + 4 > b.length) throw new Error('header block truncated');
+  const len = b.readUInt32BE(off);
+  if (off + 4 + len > b.length) throw new Error('header block truncated');
+  return { data: b.subarray(off + 4, off + 4 + len), next: off + 4 + len };
+}
+
+function u32(n: number): Buffer {
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(n >>> 0);
+  return b;
+}
+
+export function controlFrame(type: number, flags: number, payload: Buffer): Buffer {
+  const h = Buffer.alloc(8);
+  h.writeUInt16BE(0x8000 | SPDY_VERSION, 0);
+  h.writeUInt16BE(type, 2);
+  h.writeUInt32BE(((flags & 0xff) << 24) | payload.length, 4);
+  return Buffer.concat([h, payload]);
+}
+
+export function dataFrame(streamId: number, flags: number, data: Buffer): Buffer {
+  const h = Buffer.alloc(8);
+  h.writeUInt32BE(streamId & 0x7fffffff, 0);
+  h.writeUInt32BE(((flags & 0xff) << 24) | data.length, 4);
+  return Buffer.concat([h, data]);
+}
+
+/** One direction's zlib context: every header block is a sync-flushed piece of one stream. */
+class HeaderCodec {
+  private readonly z: zlib.Inflate | zlib.Deflate;
+  private chain: Promise<unknown> = Promise.resolve();
+
+  constructor(kind: 'inflate' | 'deflate') {
+    this.z = kind === 'inflate' ? zlib.createInflate({ dictionary: SPDY3_DICTIONARY }) : zlib.createDeflate({ dictionary: SPDY3_DICTIONARY });
+    this.z.on('error', () => undefined);
+  }
+
+  /** Runs `data` through the context; calls are serialized, as the zlib stream requires. */
+  process(data: Buffer, limit = MAX_HEADER_BLOCK): Promise<Buffer> {
+    const run = () =>
+      new Promise<Buffer>((resolve, reject) => {
+        const out: Buffer[] = [];
+        let size = 0;
+        const onData = (d: Buffer) => {
+          size += d.length;
+          if (size > limit) fail(new Error('header block too large'));
+          else out.push(d);
+        };
+        const onError = (e: Error) => fail(e);
+        const cleanup = () => {
+          this.z.off('data', onData);
+          this.z.off('error', onError);
+        };
+        const fail = (e: Error) => {
+          cleanup();
+          reject(e);
+        };
+        this.z.on('data', onData);
+        this.z.once('error', onError);
+        this.z.write(data);
+        this.z.flush(zlib.constants.Z_SYNC_FLUSH, () => {
+          cleanup();
+          resolve(Buffer.concat(out));
+        });
+      });
+    const p = this.chain.then(run, run);
+    this.chain = p.catch(() => undefined);
+    return p;
+  }
+
+  close(): void {
+    this.z.destroy();
+  }
+}
+
+export class SpdyStream extends Duplex {
+  replied = false;
+  private localFin = false;
+  private remoteFin = false;
+  /** How much the peer lets us send, when it uses flow control. */
+  sendWindow: number;
+  private waiting?: () => void;
+
+  constructor(
+    readonly session: SpdySession,
+    readonly id: number,
+    readonly headers: Headers,
+    initialWindow: number,
+  ) {
+    super({ allowHalfOpen: true, highWaterMark: 64 * 1024 });
+    this.sendWindow = initialWindow;
+  }
+
+  /** Answers the peer's SYN_STREAM. */
+  reply(headers: Headers = {}, fin = false): Promise<void> {
+    this.replied = true;
+    if (fin) this.localFin = true;
+    return this.session.sendHeaders(FrameType.SYN_REPLY, this.id, headers, fin ? FLAG_FIN : 0);
+  }
+
+  reset(status: number = RstStatus.CANCEL): void {
+    this.session.sendRst(this.id, status);
+    this.finish();
+  }
+
+  override _read(): void {
+    // data is pushed as frames arrive
+  }
+
+  override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
+    this.sendData(chunk).then(() => cb(), cb);
+  }
+
+  override _final(cb: (err?: Error | null) => void): void {
+    this.localFin = true;
+    this.session.writeRaw(dataFrame(this.id, FLAG_FIN, Buffer.alloc(0)));
+    if (this.remoteFin) this.finish();
+    cb();
+  }
+
+  private async sendData(chunk: Buffer): Promise<void> {
+    let off = 0;
+    while (off < chunk.length) {
+      let n = Math.min(DATA_CHUNK, chunk.length - off);
+      if (this.session.peerFlowControl) {
+        while (this.sendWindow <= 0) await new Promise<void>((r) => (this.waiting = r));
+        n = Math.min(n, this.sendWindow);
+        this.sendWindow -= n;
+      }
+      this.session.writeRaw(dataFrame(this.id, 0, chunk.subarray(off, off + n)));
+      off += n;
+    }
+  }
+
+  /** @internal */
+  onWindowUpdate(delta: number): void {
+    this.sendWindow += delta;
+    this.waiting?.();
+    this.waiting = undefined;
+  }
+
+  /** @internal */
+  onData(data: Buffer, fin: boolean): void {
+    if (this.remoteFin) {
+      this.session.sendRst(this.id, RstStatus.STREAM_ALREADY_CLOSED);
+      return;
+    }
+    if (data.length) {
+      this.push(data);
+      if (this.session.peerFlowControl) this.session.sendWindowUpdate(this.id, data.length);
+    }
+    if (fin) {
+      this.remoteFin = true;
+      this.push(null);
+      if (this.localFin) this.finish();
+    }
+  }
+
+  /** @internal */
+  onReset(): void {
+    this.remoteFin = true;
+    this.localFin = true;
+    this.push(null);
+    this.finish();
+  }
+
+  private finish(): void {
+    this.session.forget(this.id);
+    this.emit('spdy-closed');
+  }
+}
+
+export interface SessionEvents {
+  stream: (s: SpdyStream) => void;
+  error: (e: Error) => void;
+  close: () => void;
+}
+
+/**
+ * The server side of a SPDY/3.1 session on an upgraded connection: accepts
+ * the client's streams (odd ids), answers PINGs, honours GOAWAY.
+ */
+export class SpdySession extends EventEmitter {
+  private buf: Buffer = Buffer.alloc(0);
+  private readonly streams = new Map<string, SpdyStream>();
+  private readonly inflate = new HeaderCodec('inflate');
+  private readonly deflate = new HeaderCodec('deflate');
+  private chain: Promise<void> = Promise.resolve();
+  private initialWindow = DEFAULT_WINDOW;
+  private lastStreamId = 0;
+  private closed = false;
+  peerFlowControl = false;
+
+  constructor(private readonly socket: Duplex) {
+    super();
+    socket.on('data', (d: Buffer) => this.onBytes(d));
+    socket.on('close', () => this.shutdown());
+    socket.on('error', () => this.shutdown());
+  }
+
+  get streamCount(): number {
+    return this.streams.size;
+  }
+
+  private onBytes(d: Buffer): void {
+    if (this.closed) return;
+    this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
+    while (this.buf.length >= 8) {
+      const len = this.buf.readUInt32BE(4) & 0xffffff;
+      if (len > MAX_FRAME) return this.protocolError('frame too large');
+      if (this.buf.length < 8 + len) break;
+      const frame = Buffer.from(this.buf.subarray(0, 8 + len));
+      this.buf = this.buf.subarray(8 + len);
+      // Frames are handled one after another: header blocks share one zlib context.
+      this.chain = this.chain.then(() => this.handle(frame)).catch((e: Error) => this.protocolError(e.message));
+    }
+  }
+
+  private async handle(f: Buffer): Promise<void> {
+    if (this.closed) return;
+    const flags = f[4]!;
+    const payload = f.subarray(8);
+    if (!(f[0]! & 0x80)) {
+      const id = f.readUInt32BE(0) & 0x7fffffff;
+      const s = this.streams.get(String(id));
+      if (!s) return this.sendRst(id, RstStatus.INVALID_STREAM);
+      s.onData(payload, (flags & FLAG_FIN) !== 0);
+      return;
+    }
+    const version = f.readUInt16BE(0) & 0x7fff;
+    if (version !== SPDY_VERSION) return this.protocolError(`unsupported SPDY version ${version}`);
+    const type = f.readUInt16BE(2);
+    switch (type) {
+      case FrameType.SYN_STREAM: {
+        if (payload.length < 10) return this.protocolError('short SYN_STREAM');
+        const id = payload.readUInt32BE(0) & 0x7fffffff;
+        const block = await this.inflate.process(payload.subarray(10));
+        const headers = decodeHeaderBlock(block);
+        if (id === 0 || id % 2 === 0 || id <= this.lastStreamId) return this.protocolError(`bad stream id ${id}`);
+        this.lastStreamId = id;
+        const s = new SpdyStream(this, id, headers, this.initialWindow);
+        this.streams.set(String(id), s);
+        this.emit('stream', s);
+        if (flags & FLAG_FIN) s.onData(Buffer.alloc(0), true);
+        return;
+      }
+      case FrameType.SYN_REPLY:
+      case FrameType.HEADERS: {
+        if (payload.length < 4) return this.protocolError('short HEADERS');
+        const id = payload.readUInt32BE(0) & 0x7fffffff;
+        const headers = decodeHeaderBlock(await this.inflate.process(payload.subarray(4)));
+        const s = this.streams.get(String(id));
+        if (!s) return;
+        s.emit('headers', headers);
+        if (flags & FLAG_FIN) s.onData(Buffer.alloc(0), true);
+        return;
+      }
+      case FrameType.RST_STREAM: {
+        if (payload.length < 8) return this.protocolError('short RST_STREAM');
+        this.streams.get(String(payload.readUInt32BE(0) & 0x7fffffff))?.onReset();
+        return;
+      }
+      case FrameType.SETTINGS: {
+        if (payload.length < 4) return this.protocolError('short SETTINGS');
+        const n = payload.readUInt32BE(0);
+        if (payload.length < 4 + n * 8) return this.protocolError('short SETTINGS');
+        for (let i = 0; i < n; i++) {
+          const id = payload.readUInt32BE(4 + i * 8) & 0xffffff;
+          const value = payload.readUInt32BE(8 + i * 8);
+          if (id === SETTINGS_INITIAL_WINDOW_SIZE) this.initialWindow = value;
+        }
+        return;
+      }
+      case FrameType.PING: {
+        if (payload.length < 4) return this.protocolError('short PING');
+        // The client's pings have odd ids; answer them with the same id.
+        if (payload.readUInt32BE(0) % 2 === 1) this.writeRaw(controlFrame(FrameType.PING, 0, payload.subarray(0, 4)));
+        return;
+      }
+      case FrameType.GOAWAY:
+        this.emit('goaway');
+        return;
+      case FrameType.WINDOW_UPDATE: {
+        if (payload.length < 8) return this.protocolError('short WINDOW_UPDATE');
+        this.peerFlowControl = true;
+        const id = payload.readUInt32BE(0) & 0x7fffffff;
+        const delta = payload.readUInt32BE(4) & 0x7fffffff;
+        if (id === 0) return;
+        this.streams.get(String(id))?.onWindowUpdate(delta);
+        return;
+      }
+      default:
+        // Unknown control frames are ignored, as the protocol asks.
+        return;
+    }
+  }
+
+  /** @internal */
+  async sendHeaders(type: number, id: number, headers: Headers, flags: number): Promise<void> {
+    const block = await this.deflate.process(encodeHeaderBlock(headers), Number.MAX_SAFE_INTEGER);
+    this.writeRaw(controlFrame(type, flags, Buffer.concat([u32(id & 0x7fffffff), block])));
+  }
+
+  /** @internal */
+  sendRst(id: number, status: number): void {
+    this.writeRaw(controlFrame(FrameType.RST_STREAM, 0, Buffer.concat([u32(id), u32(status)])));
+  }
+
+  /** @internal */
+  sendWindowUpdate(id: number, delta: number): void {
+    this.writeRaw(controlFrame(FrameType.WINDOW_UPDATE, 0, Buffer.concat([u32(id), u32(delta)])));
+  }
+
+  /** @internal */
+  writeRaw(b: Buffer): void {
+    if (!this.closed && !this.socket.destroyed) this.socket.write(b);
+  }
+
+  /** @internal */
+  forget(id: number): void {
+    this.streams.delete(String(id));
+  }
+
+  /** Ends the session politely: GOAWAY, then close. */
+  close(): void {
+    if (this.closed) return;
+    this.writeRaw(controlFrame(FrameType.GOAWAY, 0, Buffer.concat([u32(this.lastStreamId), u32(0)])));
+    this.socket.end();
+    this.shutdown();
+  }
+
+  private protocolError(msg: string): void {
+    if (this.closed) return;
+    this.emit('protocol-error', new Error(`SPDY protocol error: ${msg}`));
+    this.writeRaw(controlFrame(FrameType.GOAWAY, 0, Buffer.concat([u32(this.lastStreamId), u32(RstStatus.PROTOCOL_ERROR)])));
+    this.socket.end();
+    this.shutdown();
+  }
+
+  private shutdown(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const s of this.streams.values()) s.onReset();
+    this.streams.clear();
+    this.inflate.close();
+    this.deflate.close();
+    this.emit('close');
+  }
+}

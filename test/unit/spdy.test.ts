@@ -1,0 +1,230 @@
+import net from 'node:net';
+import zlib from 'node:zlib';
+import { afterEach, describe, expect, it } from 'vitest';
+import { controlFrame, dataFrame, decodeHeaderBlock, encodeHeaderBlock, FLAG_FIN, FrameType, RstStatus, SpdySession, type SpdyStream } from '../../src/streaming/spdy.js';
+import { SPDY3_DICTIONARY } from '../../src/streaming/spdy-dictionary.js';
+
+const u32 = (n: number) => {
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(n);
+  return b;
+};
+
+/** A minimal SPDY client for tests, with its own zlib contexts. */
+class TestClient {
+  private readonly deflate = zlib.createDeflate({ dictionary: SPDY3_DICTIONARY });
+  private readonly inflate = zlib.createInflate({ dictionary: SPDY3_DICTIONARY });
+  private buf = Buffer.alloc(0);
+  readonly frames: Array<{ control: boolean; type: number; flags: number; streamId: number; payload: Buffer; headers?: Record<string, string> }> = [];
+  private waiters: Array<() => void> = [];
+  ended = false;
+
+  constructor(readonly sock: net.Socket) {
+    sock.on('data', (d: Buffer) => void this.onData(d));
+    sock.on('close', () => {
+      this.ended = true;
+      this.wake();
+    });
+  }
+
+  private chain: Promise<void> = Promise.resolve();
+  private onData(d: Buffer): void {
+    this.buf = Buffer.concat([this.buf, d]);
+    while (this.buf.length >= 8) {
+      const len = this.buf.readUInt32BE(4) & 0xffffff;
+      if (this.buf.length < 8 + len) break;
+      const f = this.buf.subarray(0, 8 + len);
+      this.buf = this.buf.subarray(8 + len);
+      this.chain = this.chain.then(() => this.parse(Buffer.from(f)));
+    }
+  }
+
+  private async parse(f: Buffer): Promise<void> {
+    const control = (f[0]! & 0x80) !== 0;
+    const type = control ? f.readUInt16BE(2) : 0;
+    const payload = f.subarray(8);
+    const streamId = control ? (payload.length >= 4 ? payload.readUInt32BE(0) & 0x7fffffff : 0) : f.readUInt32BE(0) & 0x7fffffff;
+    const frame: (typeof this.frames)[0] = { control, type, flags: f[4]!, streamId, payload };
+    if (control && (type === FrameType.SYN_REPLY || type === FrameType.HEADERS)) frame.headers = decodeHeaderBlock(await this.z(this.inflate, payload.subarray(4)));
+    this.frames.push(frame);
+    this.wake();
+  }
+
+  private z(z: zlib.Inflate | zlib.Deflate, data: Buffer): Promise<Buffer> {
+    return new Promise((resolve) => {
+      const out: Buffer[] = [];
+      const on = (d: Buffer) => out.push(d);
+      z.on('data', on);
+      z.write(data);
+      z.flush(zlib.constants.Z_SYNC_FLUSH, () => {
+        z.off('data', on);
+        resolve(Buffer.concat(out));
+      });
+    });
+  }
+
+  private wake(): void {
+    for (const w of this.waiters.splice(0)) w();
+  }
+
+  async until<T>(pred: () => T | undefined, ms = 3000): Promise<T> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const v = pred();
+      if (v !== undefined && v !== false) return v;
+      if (Date.now() > deadline) throw new Error('timed out');
+      await new Promise<void>((r) => {
+        this.waiters.push(r);
+        setTimeout(r, 50);
+      });
+    }
+  }
+
+  async synStream(id: number, headers: Record<string, string>, flags = 0): Promise<Buffer> {
+    const block = await this.z(this.deflate, encodeHeaderBlock(headers));
+    return controlFrame(FrameType.SYN_STREAM, flags, Buffer.concat([u32(id), u32(0), Buffer.from([0, 0]), block]));
+  }
+
+  data(id: number, streamId = 0): Buffer {
+    return Buffer.concat(this.frames.filter((f) => !f.control && f.streamId === id).map((f) => f.payload)).subarray(streamId);
+  }
+}
+
+const servers: net.Server[] = [];
+afterEach(() => {
+  for (const s of servers.splice(0)) s.close();
+});
+
+async function pair(onStream: (s: SpdyStream, session: SpdySession) => void): Promise<{ client: TestClient; errors: Error[] }> {
+  const errors: Error[] = [];
+  const server = net.createServer((sock) => {
+    const session = new SpdySession(sock);
+    session.on('stream', (s: SpdyStream) => onStream(s, session));
+    session.on('protocol-error', (e: Error) => errors.push(e));
+  });
+  servers.push(server);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const sock = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+  await new Promise((r) => sock.once('connect', r));
+  return { client: new TestClient(sock), errors };
+}
+
+describe('SPDY/3 header blocks', () => {
+  it('decodes a block laid out by hand, and round-trips', () => {
+    const hand = Buffer.concat([u32(2), u32(10), Buffer.from('streamtype'), u32(6), Buffer.from('stdout'), u32(9), Buffer.from('requestid'), u32(1), Buffer.from('0')]);
+    expect(decodeHeaderBlock(hand)).toEqual({ streamtype: 'stdout', requestid: '0' });
+    expect(encodeHeaderBlock({ streamtype: 'stdout', requestid: '0' })).toEqual(hand);
+  });
+  it('refuses truncated blocks and uppercase names', () => {
+    expect(() => decodeHeaderBlock(Buffer.concat([u32(1), u32(50), Buffer.from('x')]))).toThrow(/truncated/);
+    expect(() => decodeHeaderBlock(Buffer.concat([u32(1), u32(1), Buffer.from('X'), u32(0)]))).toThrow(/invalid header name/);
+  });
+  it('primes zlib with the 1423-byte SPDY/3 dictionary', () => {
+    expect(SPDY3_DICTIONARY.length).toBe(1423);
+    expect(SPDY3_DICTIONARY.subarray(0, 11)).toEqual(Buffer.from([0, 0, 0, 7, ...Buffer.from('options')]));
+  });
+});
+
+describe('SpdySession', () => {
+  it('accepts streams, replies, and carries data both ways with FIN', async () => {
+    const got: Array<{ headers: Record<string, string>; body: string }> = [];
+    const { client } = await pair((s) => {
+      let body = '';
+      s.on('data', (d: Buffer) => (body += d.toString()));
+      s.on('end', () => {
+        got.push({ headers: s.headers, body });
+        s.end(`echo:${body}`);
+      });
+      void s.reply({ ok: 'yes' });
+    });
+    client.sock.write(await client.synStream(1, { streamtype: 'stdin', requestid: '7' }));
+    client.sock.write(dataFrame(1, 0, Buffer.from('hel')));
+    client.sock.write(dataFrame(1, FLAG_FIN, Buffer.from('lo')));
+    const reply = await client.until(() => client.frames.find((f) => f.type === FrameType.SYN_REPLY));
+    expect(reply.headers).toEqual({ ok: 'yes' });
+    await client.until(() => client.frames.find((f) => !f.control && f.streamId === 1 && f.flags & FLAG_FIN));
+    expect(client.data(1).toString()).toBe('echo:hello');
+    expect(got).toEqual([{ headers: { streamtype: 'stdin', requestid: '7' }, body: 'hello' }]);
+  });
+
+  it('answers PINGs, and parses frames however the bytes are split', async () => {
+    const seen: string[] = [];
+    const { client } = await pair((s) => {
+      seen.push(s.headers.port!);
+      void s.reply({});
+    });
+    const bytes = Buffer.concat([
+      await client.synStream(1, { port: '80' }),
+      await client.synStream(3, { port: '81' }),
+      controlFrame(FrameType.PING, 0, u32(5)),
+      await client.synStream(5, { port: '82' }),
+    ]);
+    for (const b of bytes) client.sock.write(Buffer.from([b]));
+    await client.until(() => client.frames.find((f) => f.type === FrameType.PING));
+    await client.until(() => seen.length === 3 || undefined);
+    expect(seen).toEqual(['80', '81', '82']);
+    expect(client.frames.find((f) => f.type === FrameType.PING)!.payload.readUInt32BE(0)).toBe(5);
+  });
+
+  it('refuses data for unknown streams with RST_STREAM, and a wrong version with GOAWAY', async () => {
+    const { client, errors } = await pair(() => undefined);
+    client.sock.write(dataFrame(9, 0, Buffer.from('x')));
+    const rst = await client.until(() => client.frames.find((f) => f.type === FrameType.RST_STREAM));
+    expect(rst.payload.readUInt32BE(4)).toBe(RstStatus.INVALID_STREAM);
+    const bad = controlFrame(FrameType.PING, 0, u32(1));
+    bad.writeUInt16BE(0x8000 | 2, 0);
+    client.sock.write(bad);
+    const goaway = await client.until(() => client.frames.find((f) => f.type === FrameType.GOAWAY));
+    expect(goaway.payload.readUInt32BE(4)).toBe(RstStatus.PROTOCOL_ERROR);
+    await client.until(() => client.ended || undefined);
+    expect(errors[0]?.message).toMatch(/unsupported SPDY version 2/);
+  });
+
+  it('survives garbage: broken sessions end with GOAWAY, and the next session works', async () => {
+    let seed = 99;
+    const rand = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) & 0xff;
+    let protocolErrors = 0;
+    for (let i = 0; i < 40; i++) {
+      const { client, errors } = await pair(() => undefined);
+      const junk = Buffer.from(Array.from({ length: 200 }, rand));
+      // Half of them look like control frames of our version, so the parser goes deeper.
+      if (i % 2) {
+        junk.writeUInt16BE(0x8003, 0);
+        junk.writeUInt16BE(1 + (i % 9), 2);
+        junk.writeUInt32BE(192, 4);
+      }
+      client.sock.write(junk);
+      await client.until(() => client.ended || client.frames.some((f) => f.type === FrameType.GOAWAY) || errors.length > 0 || undefined, 500).catch(() => undefined);
+      protocolErrors += errors.length;
+      client.sock.destroy();
+    }
+    expect(protocolErrors).toBeGreaterThan(5);
+    const { client } = await pair((st) => void st.reply({ alive: 'yes' }));
+    client.sock.write(await client.synStream(1, {}));
+    expect((await client.until(() => client.frames.find((f) => f.type === FrameType.SYN_REPLY))).headers).toEqual({ alive: 'yes' });
+  });
+
+  it('honours windows for a peer that uses flow control', async () => {
+    const { client } = await pair((s) => {
+      void s.reply({}).then(() => s.end(Buffer.alloc(100, 7)));
+    });
+    const settings = controlFrame(FrameType.SETTINGS, 0, Buffer.concat([u32(1), u32(7), u32(10)]));
+    client.sock.write(settings);
+    client.sock.write(controlFrame(FrameType.WINDOW_UPDATE, 0, Buffer.concat([u32(0), u32(1000)])));
+    client.sock.write(await client.synStream(1, {}));
+    await client.until(() => client.data(1).length >= 10 || undefined);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(client.data(1).length).toBe(10);
+    client.sock.write(controlFrame(FrameType.WINDOW_UPDATE, 0, Buffer.concat([u32(1), u32(90)])));
+    await client.until(() => client.data(1).length === 100 || undefined);
+  });
+
+  it('sends freely to a peer that never uses flow control (as Kubernetes clients do)', async () => {
+    const { client } = await pair((s) => {
+      void s.reply({}).then(() => s.end(Buffer.alloc(200_000, 1)));
+    });
+    client.sock.write(await client.synStream(1, {}));
+    await client.until(() => client.data(1).length === 200_000 || undefined);
+    expect(client.frames.some((f) => f.type === FrameType.WINDOW_UPDATE)).toBe(false);
+  });
+});
