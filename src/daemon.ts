@@ -24,6 +24,8 @@ import { containerHandlers } from './server/container.js';
 import { sandboxHandlers } from './server/sandbox.js';
 import { metricsHandlers, statsHandlers } from './server/stats.js';
 import { ContainerEvents } from './server/events.js';
+import { streamingHandlers } from './server/streaming.js';
+import { StreamingServer } from './streaming/server.js';
 import { ContainerService } from './container/service.js';
 import { OciRuntime } from './container/oci-runtime.js';
 import { capsFromMask } from './container/spec.js';
@@ -41,6 +43,8 @@ export interface DaemonOptions {
   cniBinDirs: string[];
   podCidr: string;
   infraBinary: string;
+  streamAddress: string;
+  streamPort: number;
 }
 
 export interface Daemon {
@@ -150,6 +154,14 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
       runtimeHandlers: Object.fromEntries([...runtimes].map(([n, r]) => [n, 'unavailable' in r ? { available: false, reason: r.unavailable } : { available: true, binary: r.binary }])),
     }),
   };
+  const streaming = new StreamingServer({
+    address: opts.streamAddress,
+    port: opts.streamPort,
+    tokenTtlMs: 60_000,
+    log,
+    startExec: (id, cmd) => containers.execProcess(id, cmd),
+  });
+  await streaming.start();
   const server: grpc.Server = createGrpcServer(
     {
       Version: version,
@@ -158,6 +170,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
       ...containerHandlers(containers),
       ...statsHandlers(sandboxes, containers),
       ...metricsHandlers(sandboxes, containers),
+      ...streamingHandlers(streaming, sandboxes, containers),
       RuntimeConfig: async () => ({ linux: { cgroupDriver: 'CGROUPFS' } }),
       UpdateRuntimeConfig: async (req: { runtimeConfig?: { networkConfig?: { podCidr?: string } | null } | null }) => {
         const cidr = req.runtimeConfig?.networkConfig?.podCidr;
@@ -187,7 +200,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     process.umask(oldMask);
   }
   await fsp.chmod(opts.socket, 0o660);
-  log.info('skiff cri serving', { socket: opts.socket, root: opts.root, state: opts.state, registryConfig: opts.registryConfig });
+  log.info('skiff cri serving', { socket: opts.socket, root: opts.root, state: opts.state, registryConfig: opts.registryConfig, streaming: streaming.url });
 
   let closing: Promise<void> | undefined;
   return {
@@ -201,6 +214,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
         await new Promise<void>((r) => server.tryShutdown(() => r()));
         clearTimeout(grace);
         proxy.destroyConnections();
+        await streaming.close();
         await registry.close();
         containers.close();
         await sandboxes.close();

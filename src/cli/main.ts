@@ -24,6 +24,8 @@ Flags for "skiff cri":
   --cni-bin-dir DIR        CNI plugin directory, searched in order (repeatable; default /usr/lib/cni, /opt/cni/bin)
   --pod-cidr CIDR          pod addresses for skiff's own network (default 10.88.0.0/16)
   --infra-binary PATH      the pod infra process, run as "PATH -P" (default /usr/bin/catatonit)
+  --stream-address ADDR    where exec and port-forward URLs are served (default 127.0.0.1)
+  --stream-port PORT       their port; 0 picks a free one (default 0)
   --log-level LEVEL        debug, info, warn or error (default info)
 
 Point crictl at it:
@@ -44,6 +46,8 @@ async function cri(args: string[]): Promise<number> {
       'cni-bin-dir': { type: 'string', multiple: true, default: ['/usr/lib/cni', '/opt/cni/bin'] },
       'pod-cidr': { type: 'string', default: '10.88.0.0/16' },
       'infra-binary': { type: 'string', default: '/usr/bin/catatonit' },
+      'stream-address': { type: 'string', default: '127.0.0.1' },
+      'stream-port': { type: 'string', default: '0' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -55,6 +59,8 @@ async function cri(args: string[]): Promise<number> {
   }
   const level = values['log-level']!;
   if (!isLogLevel(level)) throw new Error(`--log-level must be debug, info, warn or error, not "${level}"`);
+  const streamPort = Number(values['stream-port']);
+  if (!Number.isInteger(streamPort) || streamPort < 0 || streamPort > 65535) throw new Error(`--stream-port must be a port number, not "${values['stream-port']}"`);
   const log = createLogger(level);
   if (process.getuid?.() !== 0) log.warn('skiff cri is not running as root: unpacking layers with their owners and devices will fail');
   const daemon = await startDaemon(
@@ -68,6 +74,8 @@ async function cri(args: string[]): Promise<number> {
       cniBinDirs: values['cni-bin-dir']!.flatMap((d) => d.split(':')).filter(Boolean),
       podCidr: values['pod-cidr']!,
       infraBinary: values['infra-binary']!,
+      streamAddress: values['stream-address']!,
+      streamPort: Number(values['stream-port']),
     },
     log,
   );

@@ -412,6 +412,24 @@ export class ContainerService {
     });
   }
 
+  /**
+   * Starts a command in a running container with piped stdio, for streaming
+   * exec. The caller owns the process: it pipes the streams and awaits `exit`.
+   */
+  async execProcess(id: string, cmd: string[]): Promise<import('node:child_process').ChildProcessWithoutNullStreams> {
+    const c = this.mustGet(id);
+    if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
+    if (!cmd.length) throw invalidArgument('Exec: cmd is empty');
+    const runtime = this.d.runtimeFor(c.runtimeHandler);
+    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-exec-'));
+    const processJson = path.join(tmp, 'process.json');
+    await fsp.writeFile(processJson, JSON.stringify({ ...c.spec.process, terminal: false, args: cmd }));
+    const { spawn } = await import('node:child_process');
+    const child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--process', processJson, c.id], { stdio: ['pipe', 'pipe', 'pipe'] });
+    child.on('close', () => void fsp.rm(tmp, { recursive: true, force: true }));
+    return child;
+  }
+
   /** Changes a container's cgroup limits, in the runtime and in its recorded config. */
   async updateResources(id: string, res: NonNullable<NonNullable<ContainerConfig__Output['linux']>['resources']>): Promise<void> {
     const found = this.mustGet(id);

@@ -1,0 +1,34 @@
+/** Exec, Attach and PortForward: each answers with a single-use URL on the streaming server. */
+import type { ExecRequest__Output } from '../gen/runtime/v1/ExecRequest.js';
+import type { PortForwardRequest__Output } from '../gen/runtime/v1/PortForwardRequest.js';
+import { SkiffError, failedPrecondition, invalidArgument } from '../errors.js';
+import type { ContainerService } from '../container/service.js';
+import type { SandboxService } from '../sandbox/service.js';
+import type { StreamingServer } from '../streaming/server.js';
+
+export function streamingHandlers(streaming: StreamingServer, sandboxes: SandboxService, containers: ContainerService) {
+  return {
+    Exec: async (req: ExecRequest__Output) => {
+      if (!req.containerId) throw invalidArgument('Exec: container_id is required');
+      const c = containers.mustGet(req.containerId);
+      if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
+      if (!req.cmd.length) throw invalidArgument('Exec: cmd is empty');
+      if (!req.stdin && !req.stdout && !req.stderr) throw invalidArgument('Exec: one of stdin, stdout or stderr must be set');
+      if (req.tty && req.stderr) throw invalidArgument('Exec: tty and stderr cannot both be set (a terminal has one output)');
+      if (req.tty) throw new SkiffError('Unimplemented', 'Exec with a tty is not supported by skiff yet');
+      return { url: streaming.issue({ kind: 'exec', containerId: c.id, cmd: req.cmd, tty: req.tty, stdin: req.stdin, stdout: req.stdout, stderr: req.stderr }) };
+    },
+    Attach: async (req: { containerId: string }) => {
+      if (!req.containerId) throw invalidArgument('Attach: container_id is required');
+      containers.mustGet(req.containerId);
+      throw new SkiffError('Unimplemented', 'Attach is not supported by skiff yet');
+    },
+    PortForward: async (req: PortForwardRequest__Output) => {
+      if (!req.podSandboxId) throw invalidArgument('PortForward: pod_sandbox_id is required');
+      const s = sandboxes.mustGet(req.podSandboxId);
+      if (s.state !== 'SANDBOX_READY') throw failedPrecondition(`pod sandbox ${s.id} is not ready`);
+      for (const p of req.port) if (!Number.isInteger(p) || p <= 0 || p > 65535) throw invalidArgument(`PortForward: invalid port ${p}`);
+      return { url: streaming.issue({ kind: 'portforward', sandboxId: s.id, netns: s.netns, ports: req.port }) };
+    },
+  };
+}

@@ -1,0 +1,311 @@
+/**
+ * The streaming server: Exec and PortForward URLs as the kubelet serves them,
+ * over SPDY/3.1 (what crictl and kubectl speak) and WebSocket. Each URL holds
+ * a single-use, expiring token for the request it was issued for.
+ *
+ * Not yet: tty exec and Attach, which need conmon's console handling.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import http from 'node:http';
+import net from 'node:net';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { errorMessage } from '../errors.js';
+import type { Logger } from '../log.js';
+import { SpdySession, type SpdyStream } from './spdy.js';
+import { TokenStore } from './tokens.js';
+
+export interface ExecTarget {
+  kind: 'exec';
+  containerId: string;
+  cmd: string[];
+  tty: boolean;
+  stdin: boolean;
+  stdout: boolean;
+  stderr: boolean;
+}
+export interface PortForwardTarget {
+  kind: 'portforward';
+  sandboxId: string;
+  /** The pod's network namespace file; undefined for host-network pods. */
+  netns?: string;
+  ports: number[];
+}
+export type StreamTarget = ExecTarget | PortForwardTarget;
+
+export interface StreamingDeps {
+  address: string;
+  port: number;
+  tokenTtlMs: number;
+  log: Logger;
+  startExec: (containerId: string, cmd: string[]) => Promise<ChildProcessWithoutNullStreams>;
+}
+
+const EXEC_PROTOCOLS = ['v4.channel.k8s.io', 'v3.channel.k8s.io', 'v2.channel.k8s.io', 'channel.k8s.io'];
+const WS_EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io', 'v4.base64.channel.k8s.io', 'base64.channel.k8s.io', 'channel.k8s.io'];
+const PORTFORWARD_PROTOCOL = 'portforward.k8s.io';
+/** How long a client has to open the streams it asked for. */
+const STREAM_WAIT_MS = 30_000;
+
+/** The status the kubelet sends on the error stream (v4): clients read the exit code from it. */
+export function execStatus(cmd: string[], code: number | null, signal: string | null): string {
+  if (code === 0) return JSON.stringify({ metadata: {}, status: 'Success' });
+  const exit = code ?? 128 + (signal ? 9 : 0);
+  return JSON.stringify({
+    metadata: {},
+    status: 'Failure',
+    message: `command terminated with non-zero exit code: error executing command [${cmd.join(' ')}], exit code ${exit}`,
+    reason: 'NonZeroExitCode',
+    details: { causes: [{ reason: 'ExitCode', message: String(exit) }] },
+  });
+}
+
+export class StreamingServer {
+  private readonly tokens: TokenStore<StreamTarget>;
+  private readonly server: http.Server;
+  private readonly wss = new WebSocketServer({
+    noServer: true,
+    // The first protocol the client offers that skiff speaks; none means refusal.
+    handleProtocols: (offered: Set<string>) => [...offered].find((p) => WS_EXEC_PROTOCOLS.includes(p)) ?? false,
+  });
+  private readonly sockets = new Set<Duplex>();
+  private baseUrl = '';
+
+  constructor(private readonly d: StreamingDeps) {
+    this.tokens = new TokenStore(d.tokenTtlMs);
+    this.server = http.createServer((req, res) => {
+      res.writeHead(400, { 'content-type': 'text/plain' });
+      res.end('this endpoint needs an upgrade to SPDY/3.1 or WebSocket\n');
+    });
+    this.server.on('upgrade', (req, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket, head));
+  }
+
+  async start(): Promise<void> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.d.port, this.d.address, () => resolve());
+    });
+    const a = this.server.address() as net.AddressInfo;
+    const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
+    this.baseUrl = `http://${host}:${a.port}`;
+  }
+
+  get url(): string {
+    return this.baseUrl;
+  }
+
+  /** A URL for `target`, good once and for the token lifetime. */
+  issue(target: StreamTarget): string {
+    return `${this.baseUrl}/${target.kind}/${this.tokens.issue(target)}`;
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    this.wss.close();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  private reject(socket: Duplex, status: number, text: string): void {
+    socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n${text}\n`);
+  }
+
+  private onUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): void {
+    this.sockets.add(socket);
+    socket.on('close', () => this.sockets.delete(socket));
+    socket.on('error', () => undefined);
+    const m = /^\/(exec|portforward|attach)\/([A-Za-z0-9_-]+)(?:\?.*)?$/.exec(req.url ?? '');
+    const target = m ? this.tokens.take(m[2]!) : undefined;
+    if (!m || !target || target.kind !== m[1]) {
+      this.reject(socket, 404, 'unknown or expired streaming URL');
+      return;
+    }
+    const upgrade = String(req.headers.upgrade ?? '').toLowerCase();
+    if (upgrade === 'websocket') {
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.onWebSocket(ws, target));
+      return;
+    }
+    if (upgrade !== 'spdy/3.1') {
+      this.reject(socket, 400, `unsupported upgrade "${req.headers.upgrade ?? ''}"`);
+      return;
+    }
+    const offered = String(req.headers['x-stream-protocol-version'] ?? '')
+      .split(',')
+      .map((p) => p.trim())
+      .filter(Boolean);
+    const supported = target.kind === 'exec' ? EXEC_PROTOCOLS : [PORTFORWARD_PROTOCOL];
+    const protocol = offered.find((p) => supported.includes(p));
+    if (!protocol) {
+      this.reject(socket, 403, `none of the offered stream protocols (${offered.join(', ') || 'none'}) is supported; supported: ${supported.join(', ')}`);
+      return;
+    }
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${protocol}\r\n\r\n`);
+    const session = new SpdySession(socket);
+    if (head.length) socket.unshift(head);
+    session.on('protocol-error', (e: Error) => this.d.log.warn('SPDY protocol error', { error: e.message }));
+    if (target.kind === 'exec') this.spdyExec(session, target, protocol);
+    else this.spdyPortForward(session, target);
+  }
+
+  // --- exec over SPDY -------------------------------------------------------
+
+  private spdyExec(session: SpdySession, t: ExecTarget, protocol: string): void {
+    const want = ['error', ...(t.stdin ? ['stdin'] : []), ...(t.stdout ? ['stdout'] : []), ...(t.stderr ? ['stderr'] : []), ...(t.tty && protocol !== 'channel.k8s.io' && protocol !== 'v2.channel.k8s.io' ? ['resize'] : [])];
+    const streams = new Map<string, SpdyStream>();
+    const timer = setTimeout(() => {
+      this.d.log.warn('exec client did not open its streams in time', { want, got: [...streams.keys()] });
+      session.close();
+    }, STREAM_WAIT_MS);
+    timer.unref();
+    session.on('stream', (s: SpdyStream) => {
+      void s.reply({});
+      const type = s.headers.streamtype ?? '';
+      streams.set(type, s);
+      if (want.every((w) => streams.has(w))) {
+        clearTimeout(timer);
+        void this.runExec(t, protocol, streams, session);
+      }
+    });
+  }
+
+  private async runExec(t: ExecTarget, protocol: string, streams: Map<string, SpdyStream>, session: SpdySession): Promise<void> {
+    const errStream = streams.get('error')!;
+    let child: ChildProcessWithoutNullStreams;
+    try {
+      child = await this.d.startExec(t.containerId, t.cmd);
+    } catch (err) {
+      errStream.end(protocol === 'v4.channel.k8s.io' ? JSON.stringify({ metadata: {}, status: 'Failure', message: errorMessage(err), reason: 'InternalError' }) : errorMessage(err));
+      setTimeout(() => session.close(), 100).unref();
+      return;
+    }
+    const stdin = streams.get('stdin');
+    if (stdin) stdin.pipe(child.stdin);
+    else child.stdin.end();
+    child.stdin.on('error', () => undefined);
+    const outputs: Array<Promise<void>> = [];
+    const pipeOut = (src: NodeJS.ReadableStream, name: string) => {
+      const dst = streams.get(name);
+      if (!dst) {
+        src.resume();
+        return;
+      }
+      outputs.push(new Promise((resolve) => {
+        src.on('end', () => dst.end(() => resolve()));
+        src.on('data', (d: Buffer) => dst.write(d));
+      }));
+    };
+    pipeOut(child.stdout, 'stdout');
+    pipeOut(child.stderr, 'stderr');
+    const [code, signal] = await new Promise<[number | null, string | null]>((r) => child.on('close', (c, s) => r([c, s])));
+    await Promise.all(outputs);
+    if (protocol === 'v4.channel.k8s.io') errStream.end(execStatus(t.cmd, code, signal));
+    else errStream.end(code === 0 ? '' : `command terminated with non-zero exit code: exit code ${code ?? -1}`);
+    // Give the client a moment to read the last frames before the session goes.
+    setTimeout(() => session.close(), 1000).unref();
+  }
+
+  // --- port-forward over SPDY ---------------------------------------------
+
+  private spdyPortForward(session: SpdySession, t: PortForwardTarget): void {
+    const pairs = new Map<string, { data?: SpdyStream; error?: SpdyStream; port: number }>();
+    session.on('stream', (s: SpdyStream) => {
+      void s.reply({});
+      const port = Number(s.headers.port);
+      const id = s.headers.requestid ?? '';
+      if (!Number.isInteger(port) || port <= 0 || port > 65535) {
+        s.reset();
+        return;
+      }
+      const p = pairs.get(id) ?? { port };
+      if (s.headers.streamtype === 'error') p.error = s;
+      else if (s.headers.streamtype === 'data') p.data = s;
+      else return s.reset();
+      pairs.set(id, p);
+      if (p.data && p.error) {
+        pairs.delete(id);
+        this.forward(t, p.port, p.data, p.error);
+      }
+    });
+  }
+
+  private forward(t: PortForwardTarget, port: number, data: Duplex, error: Duplex): void {
+    const conn = connectInPod(t.netns, port);
+    let gotData = false;
+    conn.stdout.on('data', (d: Buffer) => {
+      gotData = true;
+      data.write(d);
+    });
+    data.on('data', (d: Buffer) => conn.stdin.write(d));
+    data.on('end', () => conn.stdin.end());
+    conn.stdin.on('error', () => undefined);
+    let stderr = '';
+    conn.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    conn.on('close', (code) => {
+      if (code !== 0 && !gotData) {
+        error.end(`error forwarding port ${port} to pod ${t.sandboxId}: ${stderr.trim().split('\n').pop() || `exit ${code}`}`);
+      } else {
+        error.end();
+      }
+      data.end();
+    });
+  }
+
+  // --- WebSocket ---------------------------------------------------------
+
+  private onWebSocket(ws: WebSocket, t: StreamTarget): void {
+    if (t.kind !== 'exec') {
+      ws.close(1003, 'port-forward over WebSocket is not supported yet');
+      return;
+    }
+    const protocol = ws.protocol;
+    const base64 = protocol.includes('base64');
+    const send = (channel: number, data: Buffer) => {
+      if (ws.readyState !== ws.OPEN) return;
+      if (base64) ws.send(`${channel}${data.toString('base64')}`);
+      else ws.send(Buffer.concat([Buffer.from([channel]), data]));
+    };
+    void (async () => {
+      let child: ChildProcessWithoutNullStreams;
+      try {
+        child = await this.d.startExec(t.containerId, t.cmd);
+      } catch (err) {
+        send(3, Buffer.from(JSON.stringify({ metadata: {}, status: 'Failure', message: errorMessage(err), reason: 'InternalError' })));
+        ws.close(1000);
+        return;
+      }
+      if (!t.stdin) child.stdin.end();
+      child.stdin.on('error', () => undefined);
+      ws.on('message', (msg: Buffer, isBinary: boolean) => {
+        let channel: number;
+        let payload: Buffer;
+        if (!isBinary && base64) {
+          const text = msg.toString();
+          channel = Number(text[0]);
+          payload = Buffer.from(text.slice(1), 'base64');
+        } else {
+          channel = msg[0]!;
+          payload = msg.subarray(1);
+        }
+        if (channel === 0 && t.stdin) child.stdin.write(payload);
+        else if (channel === 255 && payload[0] === 0) child.stdin.end(); // v5: the client closed stdin
+      });
+      ws.on('close', () => child.kill('SIGKILL'));
+      const outs = [
+        new Promise<void>((r) => child.stdout.on('data', (d: Buffer) => t.stdout && send(1, d)).on('end', () => r())),
+        new Promise<void>((r) => child.stderr.on('data', (d: Buffer) => t.stderr && send(2, d)).on('end', () => r())),
+      ];
+      const [code, signal] = await new Promise<[number | null, string | null]>((r) => child.on('close', (c, s) => r([c, s])));
+      await Promise.all(outs);
+      send(3, Buffer.from(execStatus(t.cmd, code, signal)));
+      ws.close(1000);
+    })();
+  }
+
+  /** The subprotocols a WebSocket client may ask for. */
+  static readonly webSocketProtocols = WS_EXEC_PROTOCOLS;
+}
+
+/** A connection to localhost:`port` inside the pod's network namespace. */
+function connectInPod(netns: string | undefined, port: number): ChildProcessWithoutNullStreams {
+  const args = ['STDIO', `TCP:localhost:${port}`];
+  return netns ? spawn('nsenter', [`--net=${netns}`, 'socat', ...args], { stdio: 'pipe' }) : spawn('socat', args, { stdio: 'pipe' });
+}
