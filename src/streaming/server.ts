@@ -263,6 +263,24 @@ export class StreamingServer {
       if (base64) ws.send(`${channel}${data.toString('base64')}`);
       else ws.send(Buffer.concat([Buffer.from([channel]), data]));
     };
+    // Listen at once: ws drops messages that arrive while nobody listens, and
+    // the client may send stdin before the process is up.
+    const pending: Array<[number, Buffer]> = [];
+    let deliver: ((channel: number, payload: Buffer) => void) | undefined;
+    ws.on('message', (msg: Buffer, isBinary: boolean) => {
+      let channel: number;
+      let payload: Buffer;
+      if (!isBinary && base64) {
+        const text = msg.toString();
+        channel = Number(text[0]);
+        payload = Buffer.from(text.slice(1), 'base64');
+      } else {
+        channel = msg[0]!;
+        payload = msg.subarray(1);
+      }
+      if (deliver) deliver(channel, payload);
+      else pending.push([channel, payload]);
+    });
     void (async () => {
       let child: ChildProcessWithoutNullStreams;
       try {
@@ -274,20 +292,11 @@ export class StreamingServer {
       }
       if (!t.stdin) child.stdin.end();
       child.stdin.on('error', () => undefined);
-      ws.on('message', (msg: Buffer, isBinary: boolean) => {
-        let channel: number;
-        let payload: Buffer;
-        if (!isBinary && base64) {
-          const text = msg.toString();
-          channel = Number(text[0]);
-          payload = Buffer.from(text.slice(1), 'base64');
-        } else {
-          channel = msg[0]!;
-          payload = msg.subarray(1);
-        }
+      deliver = (channel, payload) => {
         if (channel === 0 && t.stdin) child.stdin.write(payload);
         else if (channel === 255 && payload[0] === 0) child.stdin.end(); // v5: the client closed stdin
-      });
+      };
+      for (const [c, p] of pending.splice(0)) deliver(c, p);
       ws.on('close', () => child.kill('SIGKILL'));
       const outs = [
         new Promise<void>((r) => child.stdout.on('data', (d: Buffer) => t.stdout && send(1, d)).on('end', () => r())),

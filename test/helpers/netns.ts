@@ -8,7 +8,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { waitFor } from './registry.js';
+import { freePort, waitFor } from './registry.js';
 
 export class TestNetns {
   readonly name = `skiff-t-${randomBytes(4).toString('hex')}`;
@@ -37,6 +37,17 @@ export class TestNetns {
   private async probe(port: number): Promise<boolean> {
     const r = spawnSync('nsenter', [`--net=${this.path}`, 'socat', '-u', 'OPEN:/dev/null', `TCP:127.0.0.1:${port}`]);
     return r.status === 0;
+  }
+
+  /** Makes 127.0.0.1:`port` inside the namespace reachable from the host; returns the host port. */
+  async exposePort(port: number, dir: string): Promise<number> {
+    const sock = path.join(dir, `expose-${port}.sock`);
+    this.helpers.push(spawn('nsenter', [`--net=${this.path}`, 'socat', `UNIX-LISTEN:${sock},fork,mode=600`, `TCP:127.0.0.1:${port}`], { stdio: 'ignore' }));
+    await waitFor(`socket ${sock}`, async () => spawnSync('test', ['-S', sock]).status === 0);
+    const hostPort = await freePort();
+    this.helpers.push(spawn('socat', [`TCP-LISTEN:${hostPort},bind=127.0.0.1,fork,reuseaddr`, `UNIX-CONNECT:${sock}`], { stdio: 'ignore' }));
+    await waitFor(`host port ${hostPort}`, async () => spawnSync('socat', ['-u', 'OPEN:/dev/null', `TCP:127.0.0.1:${hostPort}`]).status === 0);
+    return hostPort;
   }
 
   wrap(argv: string[]): string[] {

@@ -38,13 +38,14 @@ function versionWithAuthority(socket: string, authority: string): Promise<{ stat
   });
 }
 
-function listeningTcpInodes(): Set<string> {
-  const out = new Set<string>();
+/** Listening TCP sockets by inode, with the address they are bound to. */
+function listeningTcp(): Map<string, string> {
+  const out = new Map<string, string>();
   for (const f of ['/proc/net/tcp', '/proc/net/tcp6']) {
     const text = spawnSync('cat', [f]).stdout.toString();
     for (const line of text.split('\n').slice(1)) {
       const cols = line.trim().split(/\s+/);
-      if (cols[3] === '0A') out.add(cols[9]!);
+      if (cols[3] === '0A') out.set(cols[9]!, cols[1]!);
     }
   }
   return out;
@@ -116,18 +117,21 @@ describe.skipIf(!isRoot)('skiff cri: the daemon', () => {
     expect(code).toBe(grpc.status.UNIMPLEMENTED);
   });
 
-  it('serves a root-only 0660 socket and no TCP port', async () => {
+  it('serves CRI on a root-only 0660 socket, and TCP only for streaming on 127.0.0.1', async () => {
     const st = await fs.stat(dirs.socket);
     expect(st.isSocket()).toBe(true);
     expect(st.mode & 0o777).toBe(0o660);
     expect(st.uid).toBe(0);
-    const listening = listeningTcpInodes();
-    const fds = await fs.readdir(`/proc/${skiff.child.pid}/fd`);
-    for (const fd of fds) {
+    const listening = listeningTcp();
+    const mine: string[] = [];
+    for (const fd of await fs.readdir(`/proc/${skiff.child.pid}/fd`)) {
       const target = await fs.readlink(`/proc/${skiff.child.pid}/fd/${fd}`).catch(() => '');
       const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1];
-      if (inode) expect(listening.has(inode), `fd ${fd} is a listening TCP socket`).toBe(false);
+      if (inode && listening.has(inode)) mine.push(listening.get(inode)!);
     }
+    // One listener, the streaming server, on 127.0.0.1 (0100007F in /proc's little-endian hex).
+    expect(mine).toHaveLength(1);
+    expect(mine[0]).toMatch(/^0100007F:/);
   });
 
   it('accepts the socket path as :authority, as Go clients (crictl, kubelet) send it', async () => {

@@ -1,0 +1,141 @@
+/**
+ * A SPDY/3.1 client for tests, speaking Kubernetes' streaming handshake: an
+ * HTTP upgrade, then client-initiated streams named by their headers.
+ */
+import net from 'node:net';
+import zlib from 'node:zlib';
+import { controlFrame, dataFrame, decodeHeaderBlock, encodeHeaderBlock, FLAG_FIN, FrameType } from '../../src/streaming/spdy.js';
+import { SPDY3_DICTIONARY } from '../../src/streaming/spdy-dictionary.js';
+
+const u32 = (n: number) => {
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(n);
+  return b;
+};
+
+export interface ClientStream {
+  id: number;
+  data: Buffer;
+  fin: boolean;
+  reset: boolean;
+}
+
+export class SpdyTestClient {
+  private readonly deflate = zlib.createDeflate({ dictionary: SPDY3_DICTIONARY });
+  private readonly inflate = zlib.createInflate({ dictionary: SPDY3_DICTIONARY });
+  private buf = Buffer.alloc(0);
+  private nextId = 1;
+  private chain: Promise<void> = Promise.resolve();
+  readonly streams = new Map<number, ClientStream>();
+  closed = false;
+  goaway = false;
+
+  private constructor(readonly sock: net.Socket) {}
+
+  /** Upgrades `url` to SPDY/3.1 with `protocols`; rejects with the HTTP status line on refusal. */
+  static async connect(url: string, protocols: string[], hostPort?: number): Promise<{ client: SpdyTestClient; protocol: string }> {
+    const u = new URL(url);
+    const sock = net.connect(hostPort ?? Number(u.port), '127.0.0.1');
+    await new Promise((r, j) => sock.once('connect', r).once('error', j));
+    sock.write(`GET ${u.pathname} HTTP/1.1\r\nHost: ${u.host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${protocols.join(', ')}\r\n\r\n`);
+    const head = await new Promise<{ text: string; rest: Buffer }>((resolve, reject) => {
+      let acc = Buffer.alloc(0);
+      const on = (d: Buffer) => {
+        acc = Buffer.concat([acc, d]);
+        const i = acc.indexOf('\r\n\r\n');
+        if (i >= 0) {
+          sock.off('data', on);
+          resolve({ text: acc.subarray(0, i).toString(), rest: acc.subarray(i + 4) });
+        }
+      };
+      sock.on('data', on);
+      sock.once('close', () => reject(new Error(`closed before a reply: ${acc.toString()}`)));
+    });
+    if (!head.text.startsWith('HTTP/1.1 101')) {
+      sock.destroy();
+      throw new Error(head.text.split('\r\n')[0]);
+    }
+    const protocol = /x-stream-protocol-version: *(.*)/i.exec(head.text)?.[1]?.trim() ?? '';
+    const client = new SpdyTestClient(sock);
+    sock.on('data', (d: Buffer) => client.onBytes(d));
+    sock.on('close', () => (client.closed = true));
+    if (head.rest.length) client.onBytes(head.rest);
+    return { client, protocol };
+  }
+
+  private onBytes(d: Buffer): void {
+    this.buf = Buffer.concat([this.buf, d]);
+    while (this.buf.length >= 8) {
+      const len = this.buf.readUInt32BE(4) & 0xffffff;
+      if (this.buf.length < 8 + len) break;
+      const f = Buffer.from(this.buf.subarray(0, 8 + len));
+      this.buf = this.buf.subarray(8 + len);
+      this.chain = this.chain.then(() => this.onFrame(f));
+    }
+  }
+
+  private async onFrame(f: Buffer): Promise<void> {
+    const payload = f.subarray(8);
+    const fin = (f[4]! & FLAG_FIN) !== 0;
+    if (!(f[0]! & 0x80)) {
+      const s = this.streams.get(f.readUInt32BE(0) & 0x7fffffff);
+      if (s) {
+        s.data = Buffer.concat([s.data, payload]);
+        if (fin) s.fin = true;
+      }
+      return;
+    }
+    const type = f.readUInt16BE(2);
+    if (type === FrameType.SYN_REPLY || type === FrameType.HEADERS) {
+      decodeHeaderBlock(await this.z(this.inflate, payload.subarray(4)));
+      const s = this.streams.get(payload.readUInt32BE(0) & 0x7fffffff);
+      if (s && fin) s.fin = true;
+    } else if (type === FrameType.RST_STREAM) {
+      const s = this.streams.get(payload.readUInt32BE(0) & 0x7fffffff);
+      if (s) s.reset = true;
+    } else if (type === FrameType.GOAWAY) {
+      this.goaway = true;
+    }
+  }
+
+  private z(z: zlib.Inflate | zlib.Deflate, data: Buffer): Promise<Buffer> {
+    return new Promise((resolve) => {
+      const out: Buffer[] = [];
+      const on = (d: Buffer) => out.push(d);
+      z.on('data', on);
+      z.write(data);
+      z.flush(zlib.constants.Z_SYNC_FLUSH, () => {
+        z.off('data', on);
+        resolve(Buffer.concat(out));
+      });
+    });
+  }
+
+  async open(headers: Record<string, string>): Promise<ClientStream> {
+    const id = this.nextId;
+    this.nextId += 2;
+    const s: ClientStream = { id, data: Buffer.alloc(0), fin: false, reset: false };
+    this.streams.set(id, s);
+    const block = await this.z(this.deflate, encodeHeaderBlock(headers));
+    this.sock.write(controlFrame(FrameType.SYN_STREAM, 0, Buffer.concat([u32(id), u32(0), Buffer.from([0, 0]), block])));
+    return s;
+  }
+
+  write(s: ClientStream, data: Buffer | string, fin = false): void {
+    this.sock.write(dataFrame(s.id, fin ? FLAG_FIN : 0, Buffer.from(data)));
+  }
+
+  async until<T>(pred: () => T | undefined | false, ms = 10_000): Promise<T> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const v = pred();
+      if (v !== undefined && v !== false) return v;
+      if (Date.now() > deadline) throw new Error('timed out waiting on the SPDY session');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  close(): void {
+    this.sock.destroy();
+  }
+}

@@ -1,0 +1,26 @@
+import { describe, expect, it } from 'vitest';
+import { TokenStore } from '../../src/streaming/tokens.js';
+import { execStatus } from '../../src/streaming/server.js';
+
+describe('TokenStore', () => {
+  it('hands a value out once, and never after it expires', () => {
+    let now = 1000;
+    const store = new TokenStore<string>(60_000, () => now);
+    const a = store.issue('a');
+    const b = store.issue('b');
+    expect(a).not.toBe(b);
+    expect(a).toMatch(/^[A-Za-z0-9_-]{32}$/);
+    expect(store.take(a)).toBe('a');
+    expect(store.take(a)).toBeUndefined();
+    now += 60_001;
+    expect(store.take(b)).toBeUndefined();
+    expect(store.take('never-issued')).toBeUndefined();
+  });
+});
+
+describe('execStatus', () => {
+  it('is the kubelet\'s v4 status: Success, or Failure with the exit code as a cause', () => {
+    expect(JSON.parse(execStatus(['true'], 0, null))).toEqual({ metadata: {}, status: 'Success' });
+    expect(JSON.parse(execStatus(['false'], 1, null))).toMatchObject({ status: 'Failure', reason: 'NonZeroExitCode', details: { causes: [{ reason: 'ExitCode', message: '1' }] } });
+  });
+});
