@@ -160,6 +160,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     tokenTtlMs: 60_000,
     log,
     startExec: (id, cmd) => containers.execProcess(id, cmd),
+    startExecTty: (id, cmd) => containers.execTty(id, cmd),
   });
   await streaming.start();
   const server: grpc.Server = createGrpcServer(

@@ -430,6 +430,36 @@ export class ContainerService {
     return child;
   }
 
+  /**
+   * Starts a command on a terminal in a running container. runc runs in the
+   * foreground with its stdio on a pseudo-terminal skiff owns: it makes the
+   * container's terminal, proxies it to ours, and exits with the command's
+   * exit code. Resizing ours and signalling runc (SIGWINCH) resizes theirs.
+   * The caller reads and writes `master` and closes it after `child` exits.
+   */
+  async execTty(id: string, cmd: string[]): Promise<{ child: import('node:child_process').ChildProcess; master: number }> {
+    const c = this.mustGet(id);
+    if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
+    if (!cmd.length) throw invalidArgument('Exec: cmd is empty');
+    const runtime = this.d.runtimeFor(c.runtimeHandler);
+    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-exec-'));
+    const processJson = path.join(tmp, 'process.json');
+    const env = c.spec.process.env.some((e) => e.startsWith('TERM=')) ? c.spec.process.env : [...c.spec.process.env, 'TERM=xterm'];
+    await fsp.writeFile(processJson, JSON.stringify({ ...c.spec.process, env, terminal: true, args: cmd }));
+    const { openpty, closeFd } = await import('../sys/libc.js');
+    const { master, slave } = openpty();
+    const { spawn } = await import('node:child_process');
+    let child;
+    try {
+      child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--tty', '--process', processJson, c.id], { stdio: [slave, slave, slave] });
+    } finally {
+      // The child has its copies; ours would keep the terminal open after it exits.
+      closeFd(slave);
+    }
+    child.on('close', () => void fsp.rm(tmp, { recursive: true, force: true }));
+    return { child, master };
+  }
+
   /** Changes a container's cgroup limits, in the runtime and in its recorded config. */
   async updateResources(id: string, res: NonNullable<NonNullable<ContainerConfig__Output['linux']>['resources']>): Promise<void> {
     const found = this.mustGet(id);

@@ -15,7 +15,6 @@ export function streamingHandlers(streaming: StreamingServer, sandboxes: Sandbox
       if (!req.cmd.length) throw invalidArgument('Exec: cmd is empty');
       if (!req.stdin && !req.stdout && !req.stderr) throw invalidArgument('Exec: one of stdin, stdout or stderr must be set');
       if (req.tty && req.stderr) throw invalidArgument('Exec: tty and stderr cannot both be set (a terminal has one output)');
-      if (req.tty) throw new SkiffError('Unimplemented', 'Exec with a tty is not supported by skiff yet');
       return { url: streaming.issue({ kind: 'exec', containerId: c.id, cmd: req.cmd, tty: req.tty, stdin: req.stdin, stdout: req.stdout, stderr: req.stderr }) };
     },
     Attach: async (req: { containerId: string }) => {

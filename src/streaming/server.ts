@@ -3,14 +3,16 @@
  * over SPDY/3.1 (what crictl and kubectl speak) and WebSocket. Each URL holds
  * a single-use, expiring token for the request it was issued for.
  *
- * Not yet: tty exec and Attach, which need conmon's console handling.
+ * Not yet: Attach, which needs conmon's attach socket.
  */
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawn, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { errorMessage } from '../errors.js';
+import { closeFd, setWindowSize } from '../sys/libc.js';
 import type { Logger } from '../log.js';
 import { SpdySession, type SpdyStream } from './spdy.js';
 import { TokenStore } from './tokens.js';
@@ -39,6 +41,40 @@ export interface StreamingDeps {
   tokenTtlMs: number;
   log: Logger;
   startExec: (containerId: string, cmd: string[]) => Promise<ChildProcessWithoutNullStreams>;
+  startExecTty: (containerId: string, cmd: string[]) => Promise<{ child: ChildProcess; master: number }>;
+}
+
+/** Terminal size messages arrive as concatenated JSON objects ({"Width":80,"Height":24}). */
+export function parseResizes(text: string): Array<{ width: number; height: number }> {
+  const out: Array<{ width: number; height: number }> = [];
+  for (const m of text.matchAll(/\{[^{}]*\}/g)) {
+    try {
+      const j = JSON.parse(m[0]) as { Width?: number; Height?: number };
+      if (typeof j.Width === 'number' && typeof j.Height === 'number') out.push({ width: j.Width, height: j.Height });
+    } catch {
+      // a malformed message is ignored, as the kubelet does
+    }
+  }
+  return out;
+}
+
+/** A terminal's master side as streams: reads end when the terminal's last user is gone (EIO). */
+function terminalStreams(master: number): { output: NodeJS.ReadableStream; write(d: Buffer): void; close(): void } {
+  const output = fs.createReadStream('', { fd: master, autoClose: false, highWaterMark: 16 * 1024 });
+  output.on('error', () => output.push(null));
+  let closed = false;
+  return {
+    output,
+    write: (d: Buffer) => {
+      if (!closed) fs.write(master, d, () => undefined);
+    },
+    close: () => {
+      if (closed) return;
+      closed = true;
+      output.destroy();
+      closeFd(master);
+    },
+  };
 }
 
 const EXEC_PROTOCOLS = ['v4.channel.k8s.io', 'v3.channel.k8s.io', 'v2.channel.k8s.io', 'channel.k8s.io'];
@@ -169,6 +205,7 @@ export class StreamingServer {
 
   private async runExec(t: ExecTarget, protocol: string, streams: Map<string, SpdyStream>, session: SpdySession): Promise<void> {
     const errStream = streams.get('error')!;
+    if (t.tty) return this.runExecTty(t, protocol, streams, session);
     let child: ChildProcessWithoutNullStreams;
     try {
       child = await this.d.startExec(t.containerId, t.cmd);
@@ -200,6 +237,40 @@ export class StreamingServer {
     if (protocol === 'v4.channel.k8s.io') errStream.end(execStatus(t.cmd, code, signal));
     else errStream.end(code === 0 ? '' : `command terminated with non-zero exit code: exit code ${code ?? -1}`);
     // Give the client a moment to read the last frames before the session goes.
+    setTimeout(() => session.close(), 1000).unref();
+  }
+
+  private async runExecTty(t: ExecTarget, protocol: string, streams: Map<string, SpdyStream>, session: SpdySession): Promise<void> {
+    const errStream = streams.get('error')!;
+    let started: { child: ChildProcess; master: number };
+    try {
+      started = await this.d.startExecTty(t.containerId, t.cmd);
+    } catch (err) {
+      errStream.end(protocol === 'v4.channel.k8s.io' ? JSON.stringify({ metadata: {}, status: 'Failure', message: errorMessage(err), reason: 'InternalError' }) : errorMessage(err));
+      setTimeout(() => session.close(), 100).unref();
+      return;
+    }
+    const term = terminalStreams(started.master);
+    const resize = streams.get('resize');
+    resize?.on('data', (d: Buffer) => {
+      for (const r of parseResizes(d.toString())) {
+        setWindowSize(started.master, r.width, r.height);
+        started.child.kill('SIGWINCH');
+      }
+    });
+    streams.get('stdin')?.on('data', (d: Buffer) => term.write(d));
+    const stdout = streams.get('stdout');
+    const outDone = new Promise<void>((resolve) => {
+      term.output.on('data', (d: Buffer) => stdout?.write(d));
+      term.output.on('end', () => resolve());
+      term.output.on('close', () => resolve());
+    });
+    const [code, signal] = await new Promise<[number | null, string | null]>((r) => started.child.on('close', (c, s) => r([c, s])));
+    await Promise.race([outDone, new Promise((r) => setTimeout(r, 500))]);
+    term.close();
+    stdout?.end();
+    if (protocol === 'v4.channel.k8s.io') errStream.end(execStatus(t.cmd, code, signal));
+    else errStream.end(code === 0 ? '' : `command terminated with non-zero exit code: exit code ${code ?? -1}`);
     setTimeout(() => session.close(), 1000).unref();
   }
 
@@ -281,6 +352,37 @@ export class StreamingServer {
       if (deliver) deliver(channel, payload);
       else pending.push([channel, payload]);
     });
+    if (t.tty) {
+      void (async () => {
+        let started: { child: ChildProcess; master: number };
+        try {
+          started = await this.d.startExecTty(t.containerId, t.cmd);
+        } catch (err) {
+          send(3, Buffer.from(JSON.stringify({ metadata: {}, status: 'Failure', message: errorMessage(err), reason: 'InternalError' })));
+          ws.close(1000);
+          return;
+        }
+        const term = terminalStreams(started.master);
+        deliver = (channel, payload) => {
+          if (channel === 0) term.write(payload);
+          else if (channel === 4) {
+            for (const r of parseResizes(payload.toString())) {
+              setWindowSize(started.master, r.width, r.height);
+              started.child.kill('SIGWINCH');
+            }
+          }
+        };
+        for (const [c, p] of pending.splice(0)) deliver(c, p);
+        ws.on('close', () => started.child.kill('SIGKILL'));
+        term.output.on('data', (d: Buffer) => send(1, d));
+        const [code, signal] = await new Promise<[number | null, string | null]>((r) => started.child.on('close', (c, s) => r([c, s])));
+        await new Promise((r) => setTimeout(r, 100));
+        term.close();
+        send(3, Buffer.from(execStatus(t.cmd, code, signal)));
+        ws.close(1000);
+      })();
+      return;
+    }
     void (async () => {
       let child: ChildProcessWithoutNullStreams;
       try {

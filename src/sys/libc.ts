@@ -56,3 +56,106 @@ export function lgetxattr(path: string, name: string): Buffer | undefined {
   }
   return buf.subarray(0, n);
 }
+
+// --- Receiving a file descriptor (a terminal's master side) over a Unix socket. ---
+
+const socketRaw = libc.func('int socket(int domain, int type, int protocol)');
+const bindRaw = libc.func('int bind(int fd, void *addr, uint32_t len)');
+const listenRaw = libc.func('int listen(int fd, int backlog)');
+const acceptRaw = libc.func('int accept(int fd, void *addr, void *len)');
+const recvmsgRaw = libc.func('intptr_t recvmsg(int fd, void *msg, int flags)');
+const shutdownRaw = libc.func('int shutdown(int fd, int how)');
+const closeRaw = libc.func('int close(int fd)');
+const ioctlRaw = libc.func('int ioctl(int fd, unsigned long request, void *arg)');
+
+const AF_UNIX = 1;
+const SOCK_STREAM = 1;
+const SOL_SOCKET = 1;
+const SCM_RIGHTS = 1;
+const TIOCSWINSZ = 0x5414;
+
+type AsyncCall = { async: (...args: unknown[]) => void };
+
+/**
+ * Listens on `path` for one connection and returns the file descriptor the
+ * peer sends with SCM_RIGHTS (how runc hands over a terminal's master side
+ * on its --console-socket). The blocking calls run on koffi's worker threads.
+ */
+export function receiveFd(path: string, timeoutMs: number): { fd: Promise<number>; cancel(): void } {
+  const sock = socketRaw(AF_UNIX, SOCK_STREAM, 0) as number;
+  if (sock < 0) throw errnoError('socket', path);
+  const addr = Buffer.alloc(110);
+  addr.writeUInt16LE(AF_UNIX, 0);
+  addr.write(path, 2);
+  if (bindRaw(sock, addr, addr.length) !== 0 || listenRaw(sock, 1) !== 0) {
+    const err = errnoError('bind', path);
+    closeRaw(sock);
+    throw err;
+  }
+  let done = false;
+  const cancel = () => {
+    if (done) return;
+    done = true;
+    // Wakes a thread blocked in accept.
+    shutdownRaw(sock, 2);
+  };
+  const fd = new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      cancel();
+    }, timeoutMs);
+    (acceptRaw as unknown as AsyncCall).async(sock, null, null, (err: unknown, conn: number) => {
+      if (err || conn < 0) {
+        clearTimeout(timer);
+        closeRaw(sock);
+        reject(new Error(`no terminal arrived on ${path}`));
+        return;
+      }
+      const data = Buffer.alloc(256);
+      const control = Buffer.alloc(64);
+      const iov = Buffer.alloc(16);
+      iov.writeBigUInt64LE(BigInt(koffi.address(data) as unknown as bigint), 0);
+      iov.writeBigUInt64LE(BigInt(data.length), 8);
+      const msg = Buffer.alloc(56);
+      msg.writeBigUInt64LE(BigInt(koffi.address(iov) as unknown as bigint), 16);
+      msg.writeBigUInt64LE(1n, 24);
+      msg.writeBigUInt64LE(BigInt(koffi.address(control) as unknown as bigint), 32);
+      msg.writeBigUInt64LE(BigInt(control.length), 40);
+      (recvmsgRaw as unknown as AsyncCall).async(conn, msg, 0, (err2: unknown, n: number) => {
+        clearTimeout(timer);
+        done = true;
+        closeRaw(conn);
+        closeRaw(sock);
+        const level = control.readInt32LE(8);
+        const type = control.readInt32LE(12);
+        if (err2 || Number(n) < 0 || level !== SOL_SOCKET || type !== SCM_RIGHTS) {
+          reject(new Error(`no file descriptor in the message on ${path}`));
+          return;
+        }
+        resolve(control.readInt32LE(16));
+      });
+    });
+  });
+  return { fd, cancel };
+}
+
+/** Sets a terminal's size. */
+export function setWindowSize(fd: number, cols: number, rows: number): void {
+  const ws = Buffer.alloc(8);
+  ws.writeUInt16LE(rows & 0xffff, 0);
+  ws.writeUInt16LE(cols & 0xffff, 2);
+  ioctlRaw(fd, TIOCSWINSZ, ws);
+}
+
+export function closeFd(fd: number): void {
+  closeRaw(fd);
+}
+
+const openptyRaw = libc.func('int openpty(_Out_ int *master, _Out_ int *slave, void *name, void *termios, void *winsize)');
+
+/** A new pseudo-terminal pair. */
+export function openpty(): { master: number; slave: number } {
+  const m = [0];
+  const s = [0];
+  if (openptyRaw(m, s, null, null, null) !== 0) throw errnoError('openpty', '/dev/ptmx');
+  return { master: m[0]!, slave: s[0]! };
+}
