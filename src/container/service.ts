@@ -406,6 +406,8 @@ export class ContainerService {
       await fsp.rm(path.dirname(c.rootfs), { recursive: true, force: true });
       await fsp.rm(c.bundle, { recursive: true, force: true });
       await fsp.rm(path.join(this.exitDir, c.id), { force: true });
+      // conmon leaves a link to the bundle in the attach socket directory.
+      await fsp.rm(path.join(this.socketDir, c.id), { force: true });
       this.forget(c.id);
       this.names.release(c.name);
       this.d.onEvent?.('CONTAINER_DELETED_EVENT', c);

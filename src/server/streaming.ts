@@ -1,7 +1,7 @@
 /** Exec, Attach and PortForward: each answers with a single-use URL on the streaming server. */
 import type { ExecRequest__Output } from '../gen/runtime/v1/ExecRequest.js';
 import type { PortForwardRequest__Output } from '../gen/runtime/v1/PortForwardRequest.js';
-import { SkiffError, failedPrecondition, invalidArgument } from '../errors.js';
+import { failedPrecondition, invalidArgument } from '../errors.js';
 import type { ContainerService } from '../container/service.js';
 import type { SandboxService } from '../sandbox/service.js';
 import type { StreamingServer } from '../streaming/server.js';
@@ -17,10 +17,15 @@ export function streamingHandlers(streaming: StreamingServer, sandboxes: Sandbox
       if (req.tty && req.stderr) throw invalidArgument('Exec: tty and stderr cannot both be set (a terminal has one output)');
       return { url: streaming.issue({ kind: 'exec', containerId: c.id, cmd: req.cmd, tty: req.tty, stdin: req.stdin, stdout: req.stdout, stderr: req.stderr }) };
     },
-    Attach: async (req: { containerId: string }) => {
+    Attach: async (req: { containerId: string; stdin: boolean; tty: boolean; stdout: boolean; stderr: boolean }) => {
       if (!req.containerId) throw invalidArgument('Attach: container_id is required');
-      containers.mustGet(req.containerId);
-      throw new SkiffError('Unimplemented', 'Attach is not supported by skiff yet');
+      const c = containers.mustGet(req.containerId);
+      if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
+      if (!req.stdin && !req.stdout && !req.stderr) throw invalidArgument('Attach: one of stdin, stdout or stderr must be set');
+      if (req.stdin && !c.config.stdin) throw invalidArgument(`Attach: container ${c.id} was not created with stdin open`);
+      // The terminal is the container's: attach follows how it was created.
+      const tty = c.config.tty;
+      return { url: streaming.issue({ kind: 'attach', containerId: c.id, bundle: c.bundle, tty, stdin: req.stdin, stdout: req.stdout, stderr: req.stderr && !tty }) };
     },
     PortForward: async (req: PortForwardRequest__Output) => {
       if (!req.podSandboxId) throw invalidArgument('PortForward: pod_sandbox_id is required');

@@ -3,17 +3,18 @@
  * over SPDY/3.1 (what crictl and kubectl speak) and WebSocket. Each URL holds
  * a single-use, expiring token for the request it was issued for.
  *
- * Not yet: Attach, which needs conmon's attach socket.
  */
 import { spawn, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
+import path from 'node:path';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { errorMessage } from '../errors.js';
 import { closeFd, setWindowSize } from '../sys/libc.js';
 import type { Logger } from '../log.js';
+import { AttachConnection } from './attach.js';
 import { SpdySession, type SpdyStream } from './spdy.js';
 import { TokenStore } from './tokens.js';
 
@@ -33,7 +34,17 @@ export interface PortForwardTarget {
   netns?: string;
   ports: number[];
 }
-export type StreamTarget = ExecTarget | PortForwardTarget;
+export interface AttachTarget {
+  kind: 'attach';
+  containerId: string;
+  /** The container's bundle: conmon's attach socket and control FIFO live there. */
+  bundle: string;
+  tty: boolean;
+  stdin: boolean;
+  stdout: boolean;
+  stderr: boolean;
+}
+export type StreamTarget = ExecTarget | PortForwardTarget | AttachTarget;
 
 export interface StreamingDeps {
   address: string;
@@ -168,7 +179,7 @@ export class StreamingServer {
       .split(',')
       .map((p) => p.trim())
       .filter(Boolean);
-    const supported = target.kind === 'exec' ? EXEC_PROTOCOLS : [PORTFORWARD_PROTOCOL];
+    const supported = target.kind === 'portforward' ? [PORTFORWARD_PROTOCOL] : EXEC_PROTOCOLS;
     const protocol = offered.find((p) => supported.includes(p));
     if (!protocol) {
       this.reject(socket, 403, `none of the offered stream protocols (${offered.join(', ') || 'none'}) is supported; supported: ${supported.join(', ')}`);
@@ -179,6 +190,7 @@ export class StreamingServer {
     if (head.length) socket.unshift(head);
     session.on('protocol-error', (e: Error) => this.d.log.warn('SPDY protocol error', { error: e.message }));
     if (target.kind === 'exec') this.spdyExec(session, target, protocol);
+    else if (target.kind === 'attach') this.spdyAttach(session, target, protocol);
     else this.spdyPortForward(session, target);
   }
 
@@ -274,6 +286,45 @@ export class StreamingServer {
     setTimeout(() => session.close(), 1000).unref();
   }
 
+  // --- attach over SPDY ----------------------------------------------------
+
+  private spdyAttach(session: SpdySession, t: AttachTarget, protocol: string): void {
+    const want = ['error', ...(t.stdin ? ['stdin'] : []), ...(t.stdout ? ['stdout'] : []), ...(t.stderr && !t.tty ? ['stderr'] : []), ...(t.tty && protocol !== 'channel.k8s.io' && protocol !== 'v2.channel.k8s.io' ? ['resize'] : [])];
+    const streams = new Map<string, SpdyStream>();
+    const timer = setTimeout(() => session.close(), STREAM_WAIT_MS);
+    timer.unref();
+    session.on('stream', (s: SpdyStream) => {
+      void s.reply({});
+      streams.set(s.headers.streamtype ?? '', s);
+      if (!want.every((w) => streams.has(w))) return;
+      clearTimeout(timer);
+      const errStream = streams.get('error')!;
+      let conn: AttachConnection;
+      try {
+        conn = new AttachConnection(t.bundle);
+      } catch (err) {
+        errStream.end(protocol === 'v4.channel.k8s.io' ? JSON.stringify({ metadata: {}, status: 'Failure', message: `cannot attach to ${t.containerId}: ${errorMessage(err)}`, reason: 'InternalError' }) : errorMessage(err));
+        setTimeout(() => session.close(), 100).unref();
+        return;
+      }
+      const stdin = streams.get('stdin');
+      stdin?.on('data', (d: Buffer) => conn.write(d));
+      stdin?.on('end', () => conn.endInput());
+      conn.on('stdout', (d: Buffer) => streams.get('stdout')?.write(d));
+      conn.on('stderr', (d: Buffer) => streams.get('stderr')?.write(d));
+      streams.get('resize')?.on('data', (d: Buffer) => {
+        for (const r of parseResizes(d.toString())) resizeConmon(t.bundle, r.width, r.height);
+      });
+      session.on('close', () => conn.close());
+      conn.on('close', () => {
+        streams.get('stdout')?.end();
+        streams.get('stderr')?.end();
+        errStream.end(protocol === 'v4.channel.k8s.io' ? JSON.stringify({ metadata: {}, status: 'Success' }) : '');
+        setTimeout(() => session.close(), 1000).unref();
+      });
+    });
+  }
+
   // --- port-forward over SPDY ---------------------------------------------
 
   private spdyPortForward(session: SpdySession, t: PortForwardTarget): void {
@@ -323,6 +374,7 @@ export class StreamingServer {
   // --- WebSocket ---------------------------------------------------------
 
   private onWebSocket(ws: WebSocket, t: StreamTarget): void {
+    if (t.kind === 'attach') return this.webSocketAttach(ws, t);
     if (t.kind !== 'exec') {
       ws.close(1003, 'port-forward over WebSocket is not supported yet');
       return;
@@ -411,8 +463,47 @@ export class StreamingServer {
     })();
   }
 
+  private webSocketAttach(ws: WebSocket, t: AttachTarget): void {
+    const base64 = ws.protocol.includes('base64');
+    const send = (channel: number, data: Buffer) => {
+      if (ws.readyState !== ws.OPEN) return;
+      if (base64) ws.send(`${channel}${data.toString('base64')}`);
+      else ws.send(Buffer.concat([Buffer.from([channel]), data]));
+    };
+    let conn: AttachConnection;
+    try {
+      conn = new AttachConnection(t.bundle);
+    } catch (err) {
+      send(3, Buffer.from(JSON.stringify({ metadata: {}, status: 'Failure', message: errorMessage(err), reason: 'InternalError' })));
+      ws.close(1000);
+      return;
+    }
+    ws.on('message', (msg: Buffer, isBinary: boolean) => {
+      const channel = !isBinary && base64 ? Number(msg.toString()[0]) : msg[0]!;
+      const payload = !isBinary && base64 ? Buffer.from(msg.toString().slice(1), 'base64') : msg.subarray(1);
+      if (channel === 0 && t.stdin) conn.write(payload);
+      else if (channel === 4 && t.tty) for (const r of parseResizes(payload.toString())) resizeConmon(t.bundle, r.width, r.height);
+      else if (channel === 255 && payload[0] === 0) conn.endInput();
+    });
+    ws.on('close', () => conn.close());
+    conn.on('stdout', (d: Buffer) => t.stdout && send(1, d));
+    conn.on('stderr', (d: Buffer) => t.stderr && send(2, d));
+    conn.on('close', () => {
+      send(3, Buffer.from(JSON.stringify({ metadata: {}, status: 'Success' })));
+      ws.close(1000);
+    });
+  }
+
   /** The subprotocols a WebSocket client may ask for. */
   static readonly webSocketProtocols = WS_EXEC_PROTOCOLS;
+}
+
+/** conmon's control FIFO takes "<type> <height> <width>"; type 1 resizes the terminal. */
+function resizeConmon(bundle: string, cols: number, rows: number): void {
+  fs.open(path.join(bundle, 'ctl'), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK, (err, fd) => {
+    if (err) return;
+    fs.write(fd, `1 ${rows} ${cols}\n`, () => fs.close(fd, () => undefined));
+  });
 }
 
 /** A connection to localhost:`port` inside the pod's network namespace. */

@@ -159,3 +159,52 @@ export function openpty(): { master: number; slave: number } {
   if (openptyRaw(m, s, null, null, null) !== 0) throw errnoError('openpty', '/dev/ptmx');
   return { master: m[0]!, slave: s[0]! };
 }
+
+// --- conmon's attach socket: a SOCK_SEQPACKET Unix socket Node cannot open. ---
+
+const connectRaw = libc.func('int connect(int fd, void *addr, uint32_t len)');
+const recvRaw = libc.func('intptr_t recv(int fd, _Out_ uint8_t *buf, size_t len, int flags)');
+const sendRaw = libc.func('intptr_t send(int fd, const uint8_t *buf, size_t len, int flags)');
+
+const SOCK_SEQPACKET = 5;
+const SOCK_NONBLOCK = 0o4000;
+const SOCK_CLOEXEC = 0o2000000;
+const MSG_DONTWAIT = 0x40;
+const MSG_NOSIGNAL = 0x4000;
+
+/** A connected, non-blocking SOCK_SEQPACKET socket to `path` (at most 107 bytes). */
+export function connectSeqpacket(path: string): number {
+  const fd = socketRaw(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0) as number;
+  if (fd < 0) throw errnoError('socket', path);
+  const addr = Buffer.alloc(110);
+  addr.writeUInt16LE(AF_UNIX, 0);
+  if (Buffer.byteLength(path) > 107) throw new Error(`socket path too long: ${path}`);
+  addr.write(path, 2);
+  if (connectRaw(fd, addr, addr.length) !== 0) {
+    const err = errnoError('connect', path);
+    closeRaw(fd);
+    throw err;
+  }
+  return fd;
+}
+
+/** One packet, or 'again' when none is waiting, or 'eof' when the peer has gone. */
+export function recvPacket(fd: number, buf: Buffer): number | 'again' | 'eof' {
+  const n = Number(recvRaw(fd, buf, buf.length, MSG_DONTWAIT));
+  if (n > 0) return n;
+  if (n === 0) return 'eof';
+  const code = lastErrno();
+  if (code === os.constants.errno.EAGAIN || code === os.constants.errno.EINTR) return 'again';
+  return 'eof';
+}
+
+/** Sends `data` as one packet; false when the socket is full for now. */
+export function sendPacket(fd: number, data: Buffer): boolean | 'eof' {
+  const n = Number(sendRaw(fd, data, data.length, MSG_DONTWAIT | MSG_NOSIGNAL));
+  if (n >= 0) return true;
+  return lastErrno() === os.constants.errno.EAGAIN ? false : 'eof';
+}
+
+export function shutdownWrite(fd: number): void {
+  shutdownRaw(fd, 1);
+}
