@@ -168,7 +168,7 @@ export class StreamingServer {
     }
     const upgrade = String(req.headers.upgrade ?? '').toLowerCase();
     if (upgrade === 'websocket') {
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.onWebSocket(ws, target));
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.onWebSocket(ws, target, new URL(req.url ?? '/', 'http://x').searchParams));
       return;
     }
     if (upgrade !== 'spdy/3.1') {
@@ -373,12 +373,9 @@ export class StreamingServer {
 
   // --- WebSocket ---------------------------------------------------------
 
-  private onWebSocket(ws: WebSocket, t: StreamTarget): void {
+  private onWebSocket(ws: WebSocket, t: StreamTarget, query: URLSearchParams): void {
     if (t.kind === 'attach') return this.webSocketAttach(ws, t);
-    if (t.kind !== 'exec') {
-      ws.close(1003, 'port-forward over WebSocket is not supported yet');
-      return;
-    }
+    if (t.kind === 'portforward') return this.webSocketPortForward(ws, t, query);
     const protocol = ws.protocol;
     const base64 = protocol.includes('base64');
     const send = (channel: number, data: Buffer) => {
@@ -461,6 +458,52 @@ export class StreamingServer {
       send(3, Buffer.from(execStatus(t.cmd, code, signal)));
       ws.close(1000);
     })();
+  }
+
+  /**
+   * Port-forward over WebSocket, as the kubelet does it: ports from the
+   * query (else the request), one connection each, on channels 2i (data)
+   * and 2i+1 (error), each opened with the port as two little-endian bytes.
+   */
+  private webSocketPortForward(ws: WebSocket, t: PortForwardTarget, query: URLSearchParams): void {
+    const base64 = ws.protocol.includes('base64');
+    const send = (channel: number, data: Buffer) => {
+      if (ws.readyState !== ws.OPEN) return;
+      if (base64) ws.send(`${channel}${data.toString('base64')}`);
+      else ws.send(Buffer.concat([Buffer.from([channel]), data]));
+    };
+    const ports = query.getAll('port').map(Number);
+    const list = ports.length ? ports : t.ports;
+    if (!list.length || list.some((p) => !Number.isInteger(p) || p <= 0 || p > 65535)) {
+      ws.close(1008, 'port-forward needs valid ports');
+      return;
+    }
+    const conns = list.map((port, i) => {
+      const portBytes = Buffer.alloc(2);
+      portBytes.writeUInt16LE(port);
+      send(2 * i, portBytes);
+      send(2 * i + 1, portBytes);
+      const conn = connectInPod(t.netns, port);
+      let gotData = false;
+      let stderr = '';
+      conn.stdout.on('data', (d: Buffer) => {
+        gotData = true;
+        send(2 * i, d);
+      });
+      conn.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      conn.stdin.on('error', () => undefined);
+      conn.on('close', (code) => {
+        if (code !== 0 && !gotData) send(2 * i + 1, Buffer.from(`error forwarding port ${port} to pod ${t.sandboxId}: ${stderr.trim().split('\n').pop() || `exit ${code}`}`));
+      });
+      return conn;
+    });
+    ws.on('message', (msg: Buffer, isBinary: boolean) => {
+      const channel = !isBinary && base64 ? Number(msg.toString()[0]) : msg[0]!;
+      const payload = !isBinary && base64 ? Buffer.from(msg.toString().slice(1), 'base64') : msg.subarray(1);
+      if (channel % 2 === 0) conns[channel / 2]?.stdin.write(payload);
+    });
+    ws.on('close', () => conns.forEach((c) => c.kill('SIGTERM')));
+    void Promise.all(conns.map((c) => new Promise((r) => c.on('close', r)))).then(() => ws.close(1000));
   }
 
   private webSocketAttach(ws: WebSocket, t: AttachTarget): void {

@@ -7,11 +7,12 @@ import { startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { SpdyTestClient } from '../helpers/spdy-client.js';
 import { waitFor } from '../helpers/registry.js';
 
-describe.skipIf(!isRoot)('streaming: Exec and PortForward over SPDY and WebSocket', () => {
+describe.skipIf(!isRoot)('streaming: Exec, Attach and PortForward over SPDY and WebSocket', () => {
   let f: PodFixture;
   let podId: string;
   let ctr: string;
   let web: string;
+  let shell: string;
   /** Host port that reaches the streaming server inside the test namespace. */
   let streamHostPort: number;
 
@@ -19,13 +20,14 @@ describe.skipIf(!isRoot)('streaming: Exec and PortForward over SPDY and WebSocke
     f = await startPodFixture(inject('registryHost'), 'test/busybox-stream');
     const config = { metadata: { name: 'stream', namespace: 'test', uid: 'stream-uid', attempt: 0 }, logDirectory: path.join(f.dirs.base, 'logs'), linux: {} };
     podId = (await f.skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
-    const mk = async (name: string, command: string[]) => {
-      const id = (await f.skiff.runtime.CreateContainer({ podSandboxId: podId, config: { metadata: { name }, image: { image: f.image }, command, logPath: `${name}.log`, linux: {} }, sandboxConfig: config })).containerId!;
+    const mk = async (name: string, command: string[], extra: Record<string, unknown> = {}) => {
+      const id = (await f.skiff.runtime.CreateContainer({ podSandboxId: podId, config: { metadata: { name }, image: { image: f.image }, command, logPath: `${name}.log`, linux: {}, ...extra }, sandboxConfig: config })).containerId!;
       await f.skiff.runtime.StartContainer({ containerId: id });
       return id;
     };
     ctr = await mk('sleeper', ['sleep', '100000']);
     web = await mk('web', ['sh', '-c', 'mkdir -p /www && echo hello-from-pod > /www/index.html && httpd -f -p 80 -h /www']);
+    shell = await mk('shell', ['sh'], { stdin: true });
     const url = (await f.skiff.runtime.Exec({ containerId: ctr, cmd: ['true'], stdout: true })).url!;
     streamHostPort = await f.ns.exposePort(Number(new URL(url).port), f.dirs.base);
   });
@@ -128,5 +130,86 @@ describe.skipIf(!isRoot)('streaming: Exec and PortForward over SPDY and WebSocke
     expect(error.data.toString()).toMatch(/error forwarding port 81/);
     client.close();
     await waitFor('web to still serve', async () => (await f.skiff.runtime.ContainerStatus({ containerId: web })).status?.state === 'CONTAINER_RUNNING');
+  });
+
+  it('runs a command on a terminal over SPDY, with resize and the exit code', async () => {
+    const url = (await f.skiff.runtime.Exec({ containerId: ctr, cmd: ['sh'], tty: true, stdin: true, stdout: true })).url!;
+    const { client } = await SpdyTestClient.connect(url, ['v4.channel.k8s.io'], streamHostPort);
+    const error = await client.open({ streamtype: 'error', requestid: '0' });
+    const stdin = await client.open({ streamtype: 'stdin', requestid: '0' });
+    const stdout = await client.open({ streamtype: 'stdout', requestid: '0' });
+    const resize = await client.open({ streamtype: 'resize', requestid: '0' });
+    client.write(resize, JSON.stringify({ Width: 77, Height: 22 }));
+    await new Promise((r) => setTimeout(r, 300));
+    client.write(stdin, 'tty; stty size; exit 6\n');
+    await client.until(() => error.fin);
+    client.close();
+    const out = stdout.data.toString();
+    expect(out).toMatch(/\/dev\/pts\/\d+/);
+    expect(out).toContain('22 77');
+    expect(JSON.parse(error.data.toString()).details.causes[0].message).toBe('6');
+  });
+
+  it('runs a command on a terminal over WebSocket, resized on channel 4', async () => {
+    const url = (await f.skiff.runtime.Exec({ containerId: ctr, cmd: ['sh'], tty: true, stdin: true, stdout: true })).url!;
+    const ws = new WebSocket(`ws://127.0.0.1:${streamHostPort}${new URL(url).pathname}`, ['v5.channel.k8s.io']);
+    const got: Record<number, string> = {};
+    await new Promise<void>((resolve, reject) => {
+      ws.on('open', () => {
+        ws.send(Buffer.concat([Buffer.from([4]), Buffer.from(JSON.stringify({ Width: 91, Height: 33 }))]));
+        setTimeout(() => ws.send(Buffer.concat([Buffer.from([0]), Buffer.from('stty size; exit 0\n')])), 300);
+      });
+      ws.on('message', (m: Buffer) => (got[m[0]!] = (got[m[0]!] ?? '') + m.subarray(1).toString()));
+      ws.on('close', () => resolve());
+      ws.on('error', reject);
+    });
+    expect(got[1]).toContain('33 91');
+    expect(JSON.parse(got[3]!)).toEqual({ metadata: {}, status: 'Success' });
+  });
+
+  it('attaches to a container\'s own stdio over SPDY and over WebSocket', async () => {
+    const url = (await f.skiff.runtime.Attach({ containerId: shell, stdin: true, stdout: true, stderr: true })).url!;
+    const { client } = await SpdyTestClient.connect(url, ['v4.channel.k8s.io'], streamHostPort);
+    await client.open({ streamtype: 'error', requestid: '0' });
+    const stdin = await client.open({ streamtype: 'stdin', requestid: '0' });
+    const stdout = await client.open({ streamtype: 'stdout', requestid: '0' });
+    const stderr = await client.open({ streamtype: 'stderr', requestid: '0' });
+    client.write(stdin, 'echo hello-attach; echo to-stderr >&2\n');
+    await client.until(() => stdout.data.toString() === 'hello-attach\n' && stderr.data.toString() === 'to-stderr\n');
+    client.close();
+
+    const again = (await f.skiff.runtime.Attach({ containerId: shell, stdin: true, stdout: true, stderr: true })).url!;
+    const ws = new WebSocket(`ws://127.0.0.1:${streamHostPort}${new URL(again).pathname}`, ['v4.channel.k8s.io']);
+    let out = '';
+    await new Promise<void>((resolve, reject) => {
+      ws.on('open', () => ws.send(Buffer.concat([Buffer.from([0]), Buffer.from('echo via-websocket\n')])));
+      ws.on('message', (m: Buffer) => {
+        if (m[0] === 1) out += m.subarray(1).toString();
+        if (out.includes('via-websocket\n')) resolve();
+      });
+      ws.on('error', reject);
+    });
+    ws.close();
+    expect(out).toBe('via-websocket\n');
+    expect((await codeOf(f.skiff.runtime.Attach({ containerId: ctr, stdin: true, stdout: true }))).code).toBe(grpc.status.INVALID_ARGUMENT);
+  });
+
+  it('forwards a port over WebSocket, with the port announced on both channels', async () => {
+    const url = (await f.skiff.runtime.PortForward({ podSandboxId: podId, port: [80] })).url!;
+    const ws = new WebSocket(`ws://127.0.0.1:${streamHostPort}${new URL(url).pathname}?port=80`, ['v4.channel.k8s.io']);
+    const frames: Buffer[] = [];
+    let data = '';
+    await new Promise<void>((resolve, reject) => {
+      ws.on('message', (m: Buffer) => {
+        frames.push(m);
+        if (frames.length === 2) ws.send(Buffer.concat([Buffer.from([0]), Buffer.from('GET / HTTP/1.0\r\n\r\n')]));
+        if (frames.length > 2 && m[0] === 0) data += m.subarray(1).toString();
+      });
+      ws.on('close', () => resolve());
+      ws.on('error', reject);
+    });
+    expect(frames[0]).toEqual(Buffer.from([0, 80, 0]));
+    expect(frames[1]).toEqual(Buffer.from([1, 80, 0]));
+    expect(data).toMatch(/200[\s\S]*hello-from-pod/);
   });
 });
