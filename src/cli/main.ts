@@ -24,7 +24,7 @@ Flags for "skiff cri":
   --cni-bin-dir DIR        CNI plugin directory, searched in order (repeatable; default /usr/lib/cni, /opt/cni/bin)
   --pod-cidr CIDR          pod addresses for skiff's own network (default 10.88.0.0/16)
   --infra-binary PATH      the pod infra process, run as "PATH -P" (default /usr/bin/catatonit)
-  --stream-address ADDR    where exec and port-forward URLs are served (default 127.0.0.1)
+  --stream-address ADDR    where exec, attach and port-forward URLs are served (default 127.0.0.1)
   --stream-port PORT       their port; 0 picks a free one (default 0)
   --log-level LEVEL        debug, info, warn or error (default info)
 
