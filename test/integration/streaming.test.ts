@@ -128,6 +128,13 @@ describe.skipIf(!isRoot)('streaming: Exec, Attach and PortForward over SPDY and 
     client.write(data, 'x', true);
     await client.until(() => error.fin);
     expect(error.data.toString()).toMatch(/error forwarding port 81/);
+    // The failed port ends its own streams only: the session still forwards.
+    const e2 = await client.open({ streamtype: 'error', port: '80', requestid: '10' });
+    const d2 = await client.open({ streamtype: 'data', port: '80', requestid: '10' });
+    client.write(d2, 'GET / HTTP/1.0\r\n\r\n', true);
+    await client.until(() => d2.fin);
+    expect(d2.data.toString()).toContain('hello-from-pod');
+    expect(e2.reset).toBe(false);
     client.close();
     await waitFor('web to still serve', async () => (await f.skiff.runtime.ContainerStatus({ containerId: web })).status?.state === 'CONTAINER_RUNNING');
   });
@@ -211,5 +218,36 @@ describe.skipIf(!isRoot)('streaming: Exec, Attach and PortForward over SPDY and 
     expect(frames[0]).toEqual(Buffer.from([0, 80, 0]));
     expect(frames[1]).toEqual(Buffer.from([1, 80, 0]));
     expect(data).toMatch(/200[\s\S]*hello-from-pod/);
+  });
+
+  it('speaks the base64 WebSocket variant and the older SPDY protocol versions', async () => {
+    const url = (await f.skiff.runtime.Exec({ containerId: ctr, cmd: ['echo', 'b64'], stdout: true })).url!;
+    const ws = new WebSocket(`ws://127.0.0.1:${streamHostPort}${new URL(url).pathname}`, ['v4.base64.channel.k8s.io']);
+    const texts: string[] = [];
+    await new Promise<void>((resolve, reject) => {
+      ws.on('message', (m: Buffer) => texts.push(m.toString()));
+      ws.on('close', () => resolve());
+      ws.on('error', reject);
+    });
+    expect(texts.find((t) => t[0] === '1')).toBe(`1${Buffer.from('b64\n').toString('base64')}`);
+    const old = (await f.skiff.runtime.Exec({ containerId: ctr, cmd: ['sh', '-c', 'echo v2; exit 2'], stdout: true })).url!;
+    const { client, protocol } = await SpdyTestClient.connect(old, ['v2.channel.k8s.io'], streamHostPort);
+    expect(protocol).toBe('v2.channel.k8s.io');
+    const error = await client.open({ streamtype: 'error', requestid: '0' });
+    const stdout = await client.open({ streamtype: 'stdout', requestid: '0' });
+    await client.until(() => error.fin);
+    client.close();
+    expect(stdout.data.toString()).toBe('v2\n');
+    expect(error.data.toString()).toMatch(/non-zero exit code.*2/);
+  });
+
+  it('refuses to exec or attach in a container that is not running', async () => {
+    const config = { metadata: { name: 'stopped', namespace: 'test', uid: 'stopped-uid', attempt: 0 }, logDirectory: path.join(f.dirs.base, 'logs2'), linux: {} };
+    const pod = (await f.skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
+    const c = (await f.skiff.runtime.CreateContainer({ podSandboxId: pod, config: { metadata: { name: 'done' }, image: { image: f.image }, command: ['true'], linux: {} }, sandboxConfig: config })).containerId!;
+    expect((await codeOf(f.skiff.runtime.Exec({ containerId: c, cmd: ['true'], stdout: true }))).code).toBe(grpc.status.FAILED_PRECONDITION);
+    expect((await codeOf(f.skiff.runtime.Attach({ containerId: c, stdout: true }))).code).toBe(grpc.status.FAILED_PRECONDITION);
+    await f.skiff.runtime.RemovePodSandbox({ podSandboxId: pod });
+    expect((await codeOf(f.skiff.runtime.PortForward({ podSandboxId: pod, port: [80] }))).code).toBe(grpc.status.NOT_FOUND);
   });
 });
