@@ -6,6 +6,7 @@
  * States follow the CRI: CREATED → RUNNING → EXITED; every operation refreshes
  * the record, checks its guard, acts and saves.
  */
+import { spawn, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
@@ -21,6 +22,7 @@ import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowNs } from '../sandbox/service.js';
 import { mountOverlay, unmount } from '../sys/mount.js';
+import { closeFd, openpty } from '../sys/libc.js';
 import type { Runner } from '../sys/run.js';
 import { startConmon, type OciRuntime } from './oci-runtime.js';
 import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
@@ -418,15 +420,8 @@ export class ContainerService {
    * Starts a command in a running container with piped stdio, for streaming
    * exec. The caller owns the process: it pipes the streams and awaits `exit`.
    */
-  async execProcess(id: string, cmd: string[]): Promise<import('node:child_process').ChildProcessWithoutNullStreams> {
-    const c = this.mustGet(id);
-    if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
-    if (!cmd.length) throw invalidArgument('Exec: cmd is empty');
-    const runtime = this.d.runtimeFor(c.runtimeHandler);
-    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-exec-'));
-    const processJson = path.join(tmp, 'process.json');
-    await fsp.writeFile(processJson, JSON.stringify({ ...c.spec.process, terminal: false, args: cmd }));
-    const { spawn } = await import('node:child_process');
+  async execProcess(id: string, cmd: string[]): Promise<ChildProcessWithoutNullStreams> {
+    const { c, runtime, tmp, processJson } = await this.prepareExec(id, cmd, false);
     const child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--process', processJson, c.id], { stdio: ['pipe', 'pipe', 'pipe'] });
     child.on('close', () => void fsp.rm(tmp, { recursive: true, force: true }));
     return child;
@@ -439,18 +434,9 @@ export class ContainerService {
    * exit code. Resizing ours and signalling runc (SIGWINCH) resizes theirs.
    * The caller reads and writes `master` and closes it after `child` exits.
    */
-  async execTty(id: string, cmd: string[]): Promise<{ child: import('node:child_process').ChildProcess; master: number }> {
-    const c = this.mustGet(id);
-    if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
-    if (!cmd.length) throw invalidArgument('Exec: cmd is empty');
-    const runtime = this.d.runtimeFor(c.runtimeHandler);
-    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-exec-'));
-    const processJson = path.join(tmp, 'process.json');
-    const env = c.spec.process.env.some((e) => e.startsWith('TERM=')) ? c.spec.process.env : [...c.spec.process.env, 'TERM=xterm'];
-    await fsp.writeFile(processJson, JSON.stringify({ ...c.spec.process, env, terminal: true, args: cmd }));
-    const { openpty, closeFd } = await import('../sys/libc.js');
+  async execTty(id: string, cmd: string[]): Promise<{ child: ChildProcess; master: number }> {
+    const { c, runtime, tmp, processJson } = await this.prepareExec(id, cmd, true);
     const { master, slave } = openpty();
-    const { spawn } = await import('node:child_process');
     let child;
     try {
       child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--tty', '--process', processJson, c.id], { stdio: [slave, slave, slave] });
@@ -526,23 +512,29 @@ export class ContainerService {
     for (const c of this.list(sandboxId)) await this.remove(c.id);
   }
 
+  /** What every exec needs: a running container, a command, its runtime and a process file. */
+  private async prepareExec(id: string, cmd: string[], terminal: boolean): Promise<{ c: ContainerRecord; runtime: OciRuntime; tmp: string; processJson: string }> {
+    const c = this.mustGet(id);
+    if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
+    if (!cmd.length) throw invalidArgument('exec: cmd is empty');
+    const runtime = this.d.runtimeFor(c.runtimeHandler);
+    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-exec-'));
+    const processJson = path.join(tmp, 'process.json');
+    const env = terminal && !c.spec.process.env.some((e) => e.startsWith('TERM=')) ? [...c.spec.process.env, 'TERM=xterm'] : c.spec.process.env;
+    await fsp.writeFile(processJson, JSON.stringify({ ...c.spec.process, env, terminal, args: cmd }));
+    return { c, runtime, tmp, processJson };
+  }
+
   /**
    * Runs a command in a running container and collects its output. A timeout
    * kills the command and is a result (exit code -1), not an RPC error.
    */
   async execSync(id: string, cmd: string[], timeoutSeconds: number): Promise<{ stdout: Buffer; stderr: Buffer; exitCode: number }> {
-    const c = this.mustGet(id);
-    if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
-    if (!cmd.length) throw invalidArgument('ExecSync: cmd is empty');
-    const runtime = this.d.runtimeFor(c.runtimeHandler);
-    const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-exec-'));
+    const { c, runtime, tmp, processJson } = await this.prepareExec(id, cmd, false);
     const pidFile = path.join(tmp, 'pid');
-    const processJson = path.join(tmp, 'process.json');
-    await fsp.writeFile(processJson, JSON.stringify({ ...c.spec.process, terminal: false, args: cmd }));
     const max = 16 << 20;
     try {
-      const { spawn } = await import('node:child_process');
-      return await new Promise((resolve, reject) => {
+        return await new Promise((resolve, reject) => {
         const child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--process', processJson, '--pid-file', pidFile, c.id], { stdio: ['ignore', 'pipe', 'pipe'] });
         const out: Buffer[] = [];
         const err: Buffer[] = [];

@@ -13,6 +13,20 @@ const u32 = (n: number) => {
   return b;
 };
 
+/** Runs one header block through a zlib context of a session (sync-flushed, as SPDY does). */
+export function zlibPass(z: zlib.Inflate | zlib.Deflate, data: Buffer): Promise<Buffer> {
+  return new Promise((resolve) => {
+    const out: Buffer[] = [];
+    const on = (d: Buffer) => out.push(d);
+    z.on('data', on);
+    z.write(data);
+    z.flush(zlib.constants.Z_SYNC_FLUSH, () => {
+      z.off('data', on);
+      resolve(Buffer.concat(out));
+    });
+  });
+}
+
 export interface ClientStream {
   id: number;
   data: Buffer;
@@ -99,16 +113,7 @@ export class SpdyTestClient {
   }
 
   private z(z: zlib.Inflate | zlib.Deflate, data: Buffer): Promise<Buffer> {
-    return new Promise((resolve) => {
-      const out: Buffer[] = [];
-      const on = (d: Buffer) => out.push(d);
-      z.on('data', on);
-      z.write(data);
-      z.flush(zlib.constants.Z_SYNC_FLUSH, () => {
-        z.off('data', on);
-        resolve(Buffer.concat(out));
-      });
-    });
+    return zlibPass(z, data);
   }
 
   async open(headers: Record<string, string>): Promise<ClientStream> {

@@ -3,6 +3,7 @@ import zlib from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { controlFrame, dataFrame, decodeHeaderBlock, encodeHeaderBlock, FLAG_FIN, FrameType, RstStatus, SpdySession, type SpdyStream } from '../../src/streaming/spdy.js';
 import { SPDY3_DICTIONARY } from '../../src/streaming/spdy-dictionary.js';
+import { zlibPass } from '../helpers/spdy-client.js';
 
 const u32 = (n: number) => {
   const b = Buffer.alloc(4);
@@ -51,16 +52,7 @@ class TestClient {
   }
 
   private z(z: zlib.Inflate | zlib.Deflate, data: Buffer): Promise<Buffer> {
-    return new Promise((resolve) => {
-      const out: Buffer[] = [];
-      const on = (d: Buffer) => out.push(d);
-      z.on('data', on);
-      z.write(data);
-      z.flush(zlib.constants.Z_SYNC_FLUSH, () => {
-        z.off('data', on);
-        resolve(Buffer.concat(out));
-      });
-    });
+    return zlibPass(z, data);
   }
 
   private wake(): void {
