@@ -208,3 +208,18 @@ export function sendPacket(fd: number, data: Buffer): boolean | 'eof' {
 export function shutdownWrite(fd: number): void {
   shutdownRaw(fd, 1);
 }
+
+// --- mount(2) and umount2(2): no helper process on the container create/remove path. ---
+
+const mountRaw = libc.func('int mount(const char *source, const char *target, const char *fstype, unsigned long flags, const char *data)');
+const umount2Raw = libc.func('int umount2(const char *target, int flags)');
+
+export const MNT_DETACH = 2;
+
+export function mount(source: string, target: string, fstype: string, flags: number, data: string): void {
+  if (mountRaw(source, target, fstype, flags, data) !== 0) throw errnoError('mount', target);
+}
+
+export function umount2(target: string, flags = 0): void {
+  if (umount2Raw(target, flags) !== 0) throw errnoError('umount2', target);
+}

@@ -1,6 +1,7 @@
-/** Mounts through util-linux's mount and umount: Node has no mount syscall. */
+/** Mounts: overlay and unmount through the syscalls (libc via koffi); binds through util-linux's mount. */
 import fs from 'node:fs/promises';
 import { isErrno } from '../errors.js';
+import { mount as libcMount, MNT_DETACH, umount2 } from './libc.js';
 import { runChecked, type Runner } from './run.js';
 
 export async function isMountpoint(p: string): Promise<boolean> {
@@ -9,8 +10,10 @@ export async function isMountpoint(p: string): Promise<boolean> {
   return mounts.split('\n').some((l) => l.split(' ')[4] === esc);
 }
 
-export async function mountOverlay(runner: Runner, lowers: string[], upper: string, work: string, target: string): Promise<void> {
-  await runChecked(runner, 'mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lowers.join(':')},upperdir=${upper},workdir=${work}`, target]);
+export async function mountOverlay(_runner: Runner, lowers: string[], upper: string, work: string, target: string): Promise<void> {
+  const data = `lowerdir=${lowers.join(':')},upperdir=${upper},workdir=${work}`;
+  if (data.length >= 4096) throw new Error(`overlay options for ${target} are longer than a page (${lowers.length} layers)`);
+  libcMount('overlay', target, 'overlay', 0, data);
 }
 
 export async function bindMount(runner: Runner, src: string, target: string, opts: { readonly?: boolean; private?: boolean } = {}): Promise<void> {
@@ -20,16 +23,19 @@ export async function bindMount(runner: Runner, src: string, target: string, opt
 }
 
 /** Unmounts if mounted; a path that is gone or not mounted is fine. */
-export async function unmount(runner: Runner, target: string): Promise<void> {
+export async function unmount(_runner: Runner, target: string): Promise<void> {
   try {
     await fs.lstat(target);
   } catch (err) {
     if (isErrno(err, 'ENOENT')) return;
     throw err;
   }
-  const res = await runner('umount', [target]);
-  if (res.code !== 0 && !/not mounted|no mount point|not found/.test(res.stderr)) {
+  try {
+    umount2(target);
+  } catch (err) {
+    if (isErrno(err, 'EINVAL') || isErrno(err, 'ENOENT')) return; // not a mount point (any more)
+    if (!isErrno(err, 'EBUSY')) throw err;
     // Busy: detach it so teardown can go on; the kernel frees it when the last user goes.
-    await runChecked(runner, 'umount', ['-l', target]);
+    umount2(target, MNT_DETACH);
   }
 }
