@@ -296,6 +296,32 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
     expect(names(inside)).not.toContain('eth0');
   });
 
+  it('applies devices, the cgroup parent and pod sysctls', async () => {
+    const pod = await runPod({ linux: { cgroupParent: '/skiff-test-parent', sysctls: { 'net.ipv4.ip_unprivileged_port_start': '123' } } });
+    const c = await runContainer(pod, {
+      command: ['sleep', '1000'],
+      devices: [{ containerPath: '/dev/mynull', hostPath: '/dev/null', permissions: 'rwm' }],
+    });
+    const r = await skiff.runtime.ExecSync({
+      containerId: c,
+      cmd: ['sh', '-c', 'ls -l /dev/mynull; echo x > /dev/mynull && echo wrote; cat /proc/sys/net/ipv4/ip_unprivileged_port_start; cat /proc/self/cgroup'],
+      timeout: 10,
+    });
+    const out = Buffer.from(r.stdout!).toString();
+    expect(out).toMatch(/^c.* 1,\s+3 .*\/dev\/mynull$/m);
+    expect(out).toContain('wrote');
+    expect(out).toMatch(/^123$/m);
+    const spec = JSON.parse((await skiff.runtime.ContainerStatus({ containerId: c, verbose: true })).info!.info!).runtimeSpec;
+    expect(spec.linux.cgroupsPath).toBe(`/skiff-test-parent/skiff-${c}`);
+    expect(out).toContain(`/skiff-test-parent/skiff-${c}`);
+    // runc removes the pod's cgroups, not the parent it was given: that one is the test's to remove.
+    await skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+    for (const dir of await fs.readdir('/sys/fs/cgroup')) {
+      await fs.rmdir(path.join('/sys/fs/cgroup', dir, 'skiff-test-parent')).catch(() => undefined);
+    }
+    await fs.rmdir('/sys/fs/cgroup/skiff-test-parent').catch(() => undefined);
+  });
+
   it('gives one of two concurrent same-name pods AlreadyExists', async () => {
     const config = podConfig(dirs);
     const results = await Promise.allSettled([skiff.runtime.RunPodSandbox({ config }), skiff.runtime.RunPodSandbox({ config })]);
