@@ -133,6 +133,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     containers,
   });
   events.bind(sandboxes, containers);
+  images.setSnapshotUsers(() => containers.listView().flatMap((c) => (c.chainId ? [c.chainId] : [])));
   await sandboxes.init();
   await containers.init();
 

@@ -38,6 +38,8 @@ export interface ContainerRecord {
   state: ContainerState;
   config: ContainerConfig__Output;
   imageId: string;
+  /** The top snapshot of the image's layers: the container's rootfs stands on it. */
+  chainId?: string;
   /** What the kubelet asked for, as it asked. */
   imageRef: string;
   createdAt: number;
@@ -236,6 +238,7 @@ export class ContainerService {
         state: 'CONTAINER_CREATED',
         config,
         imageId: image.id,
+        chainId: top,
         imageRef,
         createdAt: nowNs(),
         startedAt: 0,
@@ -413,6 +416,8 @@ export class ContainerService {
       this.forget(c.id);
       this.names.release(c.name);
       this.d.onEvent?.('CONTAINER_DELETED_EVENT', c);
+      // Snapshots of an image removed while this container used it can go now.
+      await this.d.images.gc().catch((err) => this.d.log.warn('snapshot cleanup after container removal failed', { error: errorMessage(err) }));
     });
   }
 

@@ -77,6 +77,9 @@ export interface ImageServiceDeps {
   unpackConcurrency?: number;
 }
 
+/** Tells garbage collection which snapshots containers stand on (their top chain ids). */
+export type SnapshotUsers = () => Iterable<string>;
+
 const MANIFEST_TYPES = new Set<string>([MediaType.OciManifest, MediaType.DockerManifest]);
 const INDEX_TYPES = new Set<string>([MediaType.OciIndex, MediaType.DockerList]);
 
@@ -109,6 +112,7 @@ export class ImageService {
   private readonly unpackSlots: ReturnType<typeof pLimit>;
   private readonly platform: Platform;
   private readonly pinned: Set<string>;
+  private snapshotUsers: SnapshotUsers = () => [];
 
   constructor(private readonly d: ImageServiceDeps) {
     this.downloads = pLimit(d.downloadConcurrency ?? 3);
@@ -408,10 +412,18 @@ export class ImageService {
     return true;
   }
 
-  /** Deletes the snapshots and blobs that no image refers to and no pull holds. */
+  /** Containers use snapshots as their lower dirs: those outlive the removal of their image. */
+  setSnapshotUsers(users: SnapshotUsers): void {
+    this.snapshotUsers = users;
+  }
+
+  /** Deletes the snapshots and blobs that no image or container refers to and no pull holds. */
   async gc(): Promise<void> {
     const rows = this.d.db.prepare('SELECT chain_ids, blobs FROM images').all() as Array<{ chain_ids: string; blobs: string }>;
     const keep = new Set<string>(this.leases.keys());
+    for (const top of this.snapshotUsers()) {
+      for (let cur: string | undefined = top; cur && !keep.has(cur); cur = this.d.snapshots.get(cur)?.parent) keep.add(cur);
+    }
     for (const r of rows) {
       for (const c of JSON.parse(r.chain_ids) as string[]) keep.add(c);
       for (const b of JSON.parse(r.blobs) as string[]) keep.add(b);

@@ -3,7 +3,7 @@ import fs from 'node:fs/promises';
 import { buildImage, type BuiltImage, type Entry } from './oci.js';
 import { spawnSync } from 'node:child_process';
 
-export async function busyboxImage(config: Record<string, unknown> = {}): Promise<BuiltImage> {
+export async function busyboxImage(config: Record<string, unknown> = {}, extraLayer?: Entry[]): Promise<BuiltImage> {
   const bin = await fs.readFile('/bin/busybox');
   const applets = spawnSync('/bin/busybox', ['--list'], { encoding: 'utf8' }).stdout.split('\n').filter((a) => a && a !== 'busybox');
   const entries: Entry[] = [
@@ -19,7 +19,7 @@ export async function busyboxImage(config: Record<string, unknown> = {}): Promis
     { name: 'tmp/', type: 'directory', mode: 0o1777 },
   ];
   return buildImage({
-    layers: [{ entries }],
+    layers: extraLayer ? [{ entries }, { entries: extraLayer }] : [{ entries }],
     config: { config: { Env: ['PATH=/bin'], Cmd: ['sh'], ...config } },
   });
 }

@@ -322,6 +322,31 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
     await fs.rmdir('/sys/fs/cgroup/skiff-test-parent').catch(() => undefined);
   });
 
+  it('keeps a removed image\'s layers while a container stands on them', async () => {
+    const reg = inject('registryHost');
+    const { busyboxImage } = await import('../helpers/busybox.js');
+    const { Pusher } = await import('../helpers/oci.js');
+    const img = await busyboxImage({}, [{ name: 'in-use-marker', data: `in use ${Date.now()}` }]);
+    await new Pusher(`http://${reg}`).image('test/in-use', 'v1', img);
+    const ref = `${reg}/test/in-use:v1`;
+    await skiff.images.PullImage({ image: { image: ref } });
+    const pod = await runPod();
+    const { containerId } = await skiff.runtime.CreateContainer({
+      podSandboxId: pod.id,
+      config: { metadata: { name: 'in-use' }, image: { image: ref }, command: ['sleep', '1000'], linux: {} },
+      sandboxConfig: pod.config,
+    });
+    await skiff.runtime.StartContainer({ containerId: containerId! });
+    await skiff.images.RemoveImage({ image: { image: ref } });
+    expect((await skiff.images.ImageStatus({ image: { image: ref } })).image).toBeNull();
+    // The container still runs programs from its image's layers.
+    const r = await skiff.runtime.ExecSync({ containerId: containerId!, cmd: ['sh', '-c', 'cat /in-use-marker && ls /bin/busybox >/dev/null && echo ok'], timeout: 10 });
+    expect(Buffer.from(r.stdout!).toString()).toMatch(/in use \d+ok/);
+    const before = (await fs.readdir(path.join(dirs.root, 'snapshots'))).length;
+    await skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+    expect((await fs.readdir(path.join(dirs.root, 'snapshots'))).length).toBe(before - 1);
+  });
+
   it('gives one of two concurrent same-name pods AlreadyExists', async () => {
     const config = podConfig(dirs);
     const results = await Promise.allSettled([skiff.runtime.RunPodSandbox({ config }), skiff.runtime.RunPodSandbox({ config })]);
