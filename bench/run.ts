@@ -118,9 +118,10 @@ async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>)
   const ns = new TestNetns().create();
   await ns.bridgePort(Number(registry.host.split(':')[1]), dirs.base);
   await fsp.mkdir(path.join(dirs.base, 'net.d'));
-  const skiff = await new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d'), '--log-level', 'info'], (a) => ns.wrap(a)).start();
+  const skiff = new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d'), '--log-level', 'info'], (a) => ns.wrap(a));
   const results: Array<[string, PodResults]> = [];
   try {
+    await skiff.start();
     process.stdout.write('pod lifecycle: skiff…\n');
     results.push(['skiff', await benchPods({
       name: 'skiff',
@@ -128,7 +129,7 @@ async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>)
       processes: async () => [skiff.child.pid!, ...(await pidsMatching(new RegExp(`^(/usr/bin/)?conmon .*${dirs.state}`)))],
     }, image, path.join(dirs.base, 'logs'))]);
   } finally {
-    await skiff.stop();
+    if (skiff.child) await skiff.stop();
     await ns.destroy();
     await fsp.rm(dirs.base, { recursive: true, force: true });
   }

@@ -99,6 +99,23 @@ export class ContainerService {
     this.watcher.unref();
     // Containers may have exited while skiff was down: conmon left their exit files.
     for (const c of this.list()) if (c.state === 'CONTAINER_RUNNING') await this.onExitFile(c.id);
+    await this.removeOrphans();
+  }
+
+  /** What a process killed mid-CreateContainer leaves behind has no record: it goes. */
+  private async removeOrphans(): Promise<void> {
+    const known = new Set(this.list().map((c) => c.id));
+    const dirs = [path.join(this.d.rootDir, 'containers'), path.join(this.d.stateDir, 'containers')];
+    const orphans = new Set<string>();
+    for (const d of dirs) for (const n of await fsp.readdir(d).catch(() => [] as string[])) if (/^[a-f0-9]{64}$/.test(n) && !known.has(n)) orphans.add(n);
+    for (const id of orphans) {
+      this.d.log.warn('removing the remains of a container with no record', { id });
+      await this.d.runtimeFor('').delete(id).catch(() => undefined);
+      await unmount(this.d.runner, path.join(this.d.rootDir, 'containers', id, 'rootfs')).catch(() => undefined);
+      for (const d of dirs) await fsp.rm(path.join(d, id), { recursive: true, force: true });
+      await fsp.rm(path.join(this.socketDir, id), { force: true });
+      await fsp.rm(path.join(this.exitDir, id), { force: true });
+    }
   }
 
   close(): void {

@@ -203,6 +203,12 @@ export class CniNetwork {
     return { ips, result };
   }
 
+  /** The pods with a cached ADD (whose network may still exist). */
+  async cachedIds(): Promise<string[]> {
+    const names = await fs.readdir(path.join(this.o.dataDir, 'cache')).catch(() => [] as string[]);
+    return names.filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -5));
+  }
+
   /** Undoes an ADD; retried, bounded, and a no-op when there is nothing cached. */
   async del(id: string, attempts = 3): Promise<void> {
     let entry: CacheEntry;

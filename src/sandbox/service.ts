@@ -79,8 +79,28 @@ export class SandboxService {
     await this.reconcile();
   }
 
+  /**
+   * What a process killed mid-RunPodSandbox leaves behind has no record:
+   * its infra process, network, namespace pins and files go.
+   */
+  private async removeOrphans(): Promise<void> {
+    const known = new Set(this.list().map((s) => s.id));
+    const orphans = new Set<string>();
+    for (const name of await fs.readdir(this.sandboxesDir)) if (/^[a-f0-9]{64}$/.test(name) && !known.has(name)) orphans.add(name);
+    for (const id of await this.d.cni.cachedIds()) if (!known.has(id)) orphans.add(id);
+    for (const id of orphans) {
+      this.d.log.warn('removing the remains of a pod sandbox with no record', { id });
+      for (const rt of this.d.runtimes.values()) if (!('unavailable' in rt)) await rt.delete(id).catch(() => undefined);
+      await this.d.cni.del(id).catch((err) => this.d.log.warn('CNI DEL for an orphaned pod failed', { id, error: errorMessage(err) }));
+      const dir = path.join(this.sandboxesDir, id);
+      for (const f of ['shm', 'ns/net', 'ns/ipc', 'ns/uts']) await unmount(this.d.runner, path.join(dir, f)).catch(() => undefined);
+      await fs.rm(dir, { recursive: true, force: true });
+    }
+  }
+
   /** A pod whose infra process died while skiff was down is no longer ready. */
   private async reconcile(): Promise<void> {
+    await this.removeOrphans();
     for (const s of this.list()) {
       if (s.state !== 'SANDBOX_READY') continue;
       const rt = this.d.runtimes.get(s.runtimeHandler || this.d.defaultRuntime);

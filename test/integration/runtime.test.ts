@@ -347,6 +347,29 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
     expect((await fs.readdir(path.join(dirs.root, 'snapshots'))).length).toBe(before - 1);
   });
 
+  it('clears the remains of a pod and container whose records a crash lost', async () => {
+    const pod = await runPod();
+    const c = await runContainer(pod, { command: ['sleep', '1000'] });
+    const infraPid = JSON.parse((await skiff.runtime.PodSandboxStatus({ podSandboxId: pod.id, verbose: true })).info!.info!).pid as number;
+    await skiff.stop('SIGKILL');
+    // As if skiff had died before it saved them.
+    const Database = (await import('better-sqlite3')).default;
+    const db = new Database(path.join(dirs.root, 'metadata.db'));
+    db.prepare('DELETE FROM containers WHERE id = ?').run(c);
+    db.prepare('DELETE FROM sandboxes WHERE id = ?').run(pod.id);
+    db.close();
+    await skiff.start();
+    expect(mountsUnder(path.join(dirs.state, 'sandboxes', pod.id))).toEqual([]);
+    expect(mountsUnder(path.join(dirs.root, 'containers', c))).toEqual([]);
+    expect(processesMentioning(c)).toEqual([]);
+    // Killed by runc delete; gone once the host's init has reaped it (a zombie until then).
+    await waitFor('the orphaned infra process to go', async () => {
+      const stat = await fs.readFile(`/proc/${infraPid}/stat`, 'utf8').catch(() => '');
+      return stat === '' || / Z /.test(stat);
+    });
+    expect(await fs.readdir(path.join(dirs.root, 'cni', 'cache')).catch(() => [])).not.toContain(`${pod.id}.json`);
+  });
+
   it('gives one of two concurrent same-name pods AlreadyExists', async () => {
     const config = podConfig(dirs);
     const results = await Promise.allSettled([skiff.runtime.RunPodSandbox({ config }), skiff.runtime.RunPodSandbox({ config })]);
