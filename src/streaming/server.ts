@@ -376,28 +376,13 @@ export class StreamingServer {
   private onWebSocket(ws: WebSocket, t: StreamTarget, query: URLSearchParams): void {
     if (t.kind === 'attach') return this.webSocketAttach(ws, t);
     if (t.kind === 'portforward') return this.webSocketPortForward(ws, t, query);
-    const protocol = ws.protocol;
-    const base64 = protocol.includes('base64');
-    const send = (channel: number, data: Buffer) => {
-      if (ws.readyState !== ws.OPEN) return;
-      if (base64) ws.send(`${channel}${data.toString('base64')}`);
-      else ws.send(Buffer.concat([Buffer.from([channel]), data]));
-    };
+    const { send, decode } = wsChannels(ws);
     // Listen at once: ws drops messages that arrive while nobody listens, and
     // the client may send stdin before the process is up.
     const pending: Array<[number, Buffer]> = [];
     let deliver: ((channel: number, payload: Buffer) => void) | undefined;
     ws.on('message', (msg: Buffer, isBinary: boolean) => {
-      let channel: number;
-      let payload: Buffer;
-      if (!isBinary && base64) {
-        const text = msg.toString();
-        channel = Number(text[0]);
-        payload = Buffer.from(text.slice(1), 'base64');
-      } else {
-        channel = msg[0]!;
-        payload = msg.subarray(1);
-      }
+      const [channel, payload] = decode(msg, isBinary);
       if (deliver) deliver(channel, payload);
       else pending.push([channel, payload]);
     });
@@ -466,12 +451,7 @@ export class StreamingServer {
    * and 2i+1 (error), each opened with the port as two little-endian bytes.
    */
   private webSocketPortForward(ws: WebSocket, t: PortForwardTarget, query: URLSearchParams): void {
-    const base64 = ws.protocol.includes('base64');
-    const send = (channel: number, data: Buffer) => {
-      if (ws.readyState !== ws.OPEN) return;
-      if (base64) ws.send(`${channel}${data.toString('base64')}`);
-      else ws.send(Buffer.concat([Buffer.from([channel]), data]));
-    };
+    const { send, decode } = wsChannels(ws);
     const ports = query.getAll('port').map(Number);
     const list = ports.length ? ports : t.ports;
     if (!list.length || list.some((p) => !Number.isInteger(p) || p <= 0 || p > 65535)) {
@@ -498,8 +478,7 @@ export class StreamingServer {
       return conn;
     });
     ws.on('message', (msg: Buffer, isBinary: boolean) => {
-      const channel = !isBinary && base64 ? Number(msg.toString()[0]) : msg[0]!;
-      const payload = !isBinary && base64 ? Buffer.from(msg.toString().slice(1), 'base64') : msg.subarray(1);
+      const [channel, payload] = decode(msg, isBinary);
       if (channel % 2 === 0) conns[channel / 2]?.stdin.write(payload);
     });
     ws.on('close', () => conns.forEach((c) => c.kill('SIGTERM')));
@@ -507,12 +486,7 @@ export class StreamingServer {
   }
 
   private webSocketAttach(ws: WebSocket, t: AttachTarget): void {
-    const base64 = ws.protocol.includes('base64');
-    const send = (channel: number, data: Buffer) => {
-      if (ws.readyState !== ws.OPEN) return;
-      if (base64) ws.send(`${channel}${data.toString('base64')}`);
-      else ws.send(Buffer.concat([Buffer.from([channel]), data]));
-    };
+    const { send, decode } = wsChannels(ws);
     let conn: AttachConnection;
     try {
       conn = new AttachConnection(t.bundle);
@@ -522,8 +496,7 @@ export class StreamingServer {
       return;
     }
     ws.on('message', (msg: Buffer, isBinary: boolean) => {
-      const channel = !isBinary && base64 ? Number(msg.toString()[0]) : msg[0]!;
-      const payload = !isBinary && base64 ? Buffer.from(msg.toString().slice(1), 'base64') : msg.subarray(1);
+      const [channel, payload] = decode(msg, isBinary);
       if (channel === 0 && t.stdin) conn.write(payload);
       else if (channel === 4 && t.tty) for (const r of parseResizes(payload.toString())) resizeConmon(t.bundle, r.width, r.height);
       else if (channel === 255 && payload[0] === 0) conn.endInput();
@@ -539,6 +512,28 @@ export class StreamingServer {
 
   /** The subprotocols a WebSocket client may ask for. */
   static readonly webSocketProtocols = WS_EXEC_PROTOCOLS;
+}
+
+/**
+ * Kubernetes' WebSocket channel framing: a first byte naming the channel,
+ * or, for the base64 protocols, a text frame of the channel digit and base64.
+ */
+function wsChannels(ws: WebSocket): { send(channel: number, data: Buffer): void; decode(msg: Buffer, isBinary: boolean): [number, Buffer] } {
+  const base64 = ws.protocol.includes('base64');
+  return {
+    send: (channel, data) => {
+      if (ws.readyState !== ws.OPEN) return;
+      if (base64) ws.send(`${channel}${data.toString('base64')}`);
+      else ws.send(Buffer.concat([Buffer.from([channel]), data]));
+    },
+    decode: (msg, isBinary) => {
+      if (!isBinary && base64) {
+        const text = msg.toString();
+        return [Number(text[0]), Buffer.from(text.slice(1), 'base64')];
+      }
+      return [msg[0]!, msg.subarray(1)];
+    },
+  };
 }
 
 /** conmon's control FIFO takes "<type> <height> <width>"; type 1 resizes the terminal. */
