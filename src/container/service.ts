@@ -231,6 +231,20 @@ export class ContainerService {
         imageUser: image.config.config?.User,
       });
       const devices = await resolveDevices(config);
+      const apparmor = sc?.apparmor ? String(sc.apparmor.profileType) : '';
+      const wantsLocalAppArmor = apparmor === 'Localhost' || apparmor === '2' || (sc?.apparmorProfile ?? '').startsWith('localhost/');
+      if (wantsLocalAppArmor && !fs.existsSync('/sys/module/apparmor/parameters/enabled')) {
+        throw invalidArgument('an AppArmor profile was requested, but AppArmor is not enabled on this host');
+      }
+      const nsOpts = sc?.namespaceOptions;
+      let targetPid: number | undefined;
+      if (String(nsOpts?.pid) === 'TARGET') {
+        const target = this.find(nsOpts?.targetId ?? '');
+        if (!target || target.sandboxId !== sandbox.id || target.state !== 'CONTAINER_RUNNING' || !target.pid) {
+          throw invalidArgument(`pid namespace target "${nsOpts?.targetId ?? ''}" is not a running container of pod ${sandbox.id}`);
+        }
+        targetPid = target.pid;
+      }
       const spec = buildSpec({
         id,
         image: image.config,
@@ -241,6 +255,7 @@ export class ContainerService {
         oomScoreAdjFloor: this.d.oomScoreAdjFloor,
         allowedCaps: this.d.allowedCaps,
         devices,
+        targetPid,
       });
       const seccomp = await loadSeccomp(seccompChoice(sc?.seccomp, sc?.seccompProfilePath ?? ''), spec.process.capabilities.bounding, sc?.privileged ?? false);
       if (seccomp) spec.linux.seccomp = seccomp;

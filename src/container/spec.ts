@@ -142,6 +142,8 @@ export function buildSpec(args: {
   oomScoreAdjFloor: number;
   /** The capabilities this daemon holds: a container can be given no others. */
   allowedCaps?: string[];
+  /** For NamespaceMode TARGET: the pid of the container whose PID namespace to join. */
+  targetPid?: number;
   /** The CRI devices, resolved on the host (type and numbers). */
   devices?: OciDevice[];
 }): OciSpec {
@@ -195,7 +197,10 @@ export function buildSpec(args: {
   const ns: OciSpec['linux']['namespaces'] = [{ type: 'mount' }];
   const nsOpts = sc?.namespaceOptions;
   const pidMode = String(nsOpts?.pid ?? 'CONTAINER');
-  if (pidMode === 'POD' && pod.infraPid) ns.push({ type: 'pid', path: `/proc/${pod.infraPid}/ns/pid` });
+  if (pidMode === 'TARGET') {
+    if (!args.targetPid) throw invalidArgument(`pid namespace target "${nsOpts?.targetId ?? ''}" is not a running container`);
+    ns.push({ type: 'pid', path: `/proc/${args.targetPid}/ns/pid` });
+  } else if (pidMode === 'POD' && pod.infraPid) ns.push({ type: 'pid', path: `/proc/${pod.infraPid}/ns/pid` });
   else if (pidMode === 'NODE' || pod.hostPid) {
     // the host's
   } else ns.push({ type: 'pid' });

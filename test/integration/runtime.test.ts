@@ -237,6 +237,9 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
     expect((await bad({ linux: { securityContext: { runAsUsername: 'nosuchuser' } } })).details).toMatch(/nosuchuser/);
     expect((await bad({ linux: { securityContext: { runAsGroup: { value: 5 } } } })).code).toBe(grpc.status.INVALID_ARGUMENT);
     expect((await bad({ linux: { securityContext: { seccompProfilePath: 'bogus/profile' } } })).code).toBe(grpc.status.INVALID_ARGUMENT);
+    if (!(await fs.stat('/sys/module/apparmor/parameters/enabled').catch(() => undefined))) {
+      expect((await bad({ linux: { securityContext: { apparmor: { profileType: 'Localhost', localhostRef: 'k8s-x' } } } })).details).toMatch(/AppArmor is not enabled/);
+    }
     expect(mountsUnder(dirs.base).length).toBe(before);
     expect(await fs.readdir(containersDir)).toEqual(entriesBefore);
     expect((await codeOf(skiff.runtime.CreateContainer({ podSandboxId: 'nope', config: { metadata: { name: 'x' }, image: { image } } }))).code).toBe(grpc.status.NOT_FOUND);
@@ -368,6 +371,20 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
       return stat === '' || / Z /.test(stat);
     });
     expect(await fs.readdir(path.join(dirs.root, 'cni', 'cache')).catch(() => [])).not.toContain(`${pod.id}.json`);
+  });
+
+  it('joins another container\'s PID namespace with NamespaceMode TARGET', async () => {
+    const pod = await runPod();
+    const target = await runContainer(pod, { command: ['sh', '-c', 'exec sleep 4242'] });
+    const debug = await runContainer(pod, { command: ['sleep', '1000'], linux: { securityContext: { namespaceOptions: { pid: 'TARGET', targetId: target } } } });
+    const r = await skiff.runtime.ExecSync({ containerId: debug, cmd: ['sh', '-c', 'ps -o args | grep -c "^sleep 4242"'], timeout: 10 });
+    expect(Buffer.from(r.stdout!).toString().trim()).toBe('1');
+    const err = await codeOf(skiff.runtime.CreateContainer({
+      podSandboxId: pod.id,
+      config: { metadata: { name: 'bad-target' }, image: { image }, command: ['true'], linux: { securityContext: { namespaceOptions: { pid: 'TARGET', targetId: 'nope' } } } },
+      sandboxConfig: pod.config,
+    }));
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
   });
 
   it('gives one of two concurrent same-name pods AlreadyExists', async () => {
