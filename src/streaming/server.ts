@@ -94,6 +94,24 @@ const PORTFORWARD_PROTOCOL = 'portforward.k8s.io';
 /** How long a client has to open the streams it asked for. */
 const STREAM_WAIT_MS = 30_000;
 
+/** A v4 status for a request that could not run at all. */
+function failureStatus(message: string): string {
+  return JSON.stringify({ metadata: {}, status: 'Failure', message, reason: 'InternalError' });
+}
+
+/** Reports a failure on the error stream (JSON for v4, text before) and ends the session. */
+function failSession(errStream: Duplex, protocol: string, message: string, session: SpdySession): void {
+  errStream.end(protocol === 'v4.channel.k8s.io' ? failureStatus(message) : message);
+  setTimeout(() => session.close(), 100).unref();
+}
+
+/** Reports how the command ended, then lets the client read the last frames before the session goes. */
+function finishExec(errStream: Duplex, protocol: string, cmd: string[], code: number | null, signal: string | null, session: SpdySession): void {
+  if (protocol === 'v4.channel.k8s.io') errStream.end(execStatus(cmd, code, signal));
+  else errStream.end(code === 0 ? '' : `command terminated with non-zero exit code: exit code ${code ?? -1}`);
+  setTimeout(() => session.close(), 1000).unref();
+}
+
 /** The status the kubelet sends on the error stream (v4): clients read the exit code from it. */
 export function execStatus(cmd: string[], code: number | null, signal: string | null): string {
   if (code === 0) return JSON.stringify({ metadata: {}, status: 'Success' });
@@ -222,8 +240,7 @@ export class StreamingServer {
     try {
       child = await this.d.startExec(t.containerId, t.cmd);
     } catch (err) {
-      errStream.end(protocol === 'v4.channel.k8s.io' ? JSON.stringify({ metadata: {}, status: 'Failure', message: errorMessage(err), reason: 'InternalError' }) : errorMessage(err));
-      setTimeout(() => session.close(), 100).unref();
+      failSession(errStream, protocol, errorMessage(err), session);
       return;
     }
     const stdin = streams.get('stdin');
@@ -246,10 +263,7 @@ export class StreamingServer {
     pipeOut(child.stderr, 'stderr');
     const [code, signal] = await new Promise<[number | null, string | null]>((r) => child.on('close', (c, s) => r([c, s])));
     await Promise.all(outputs);
-    if (protocol === 'v4.channel.k8s.io') errStream.end(execStatus(t.cmd, code, signal));
-    else errStream.end(code === 0 ? '' : `command terminated with non-zero exit code: exit code ${code ?? -1}`);
-    // Give the client a moment to read the last frames before the session goes.
-    setTimeout(() => session.close(), 1000).unref();
+    finishExec(errStream, protocol, t.cmd, code, signal, session);
   }
 
   private async runExecTty(t: ExecTarget, protocol: string, streams: Map<string, SpdyStream>, session: SpdySession): Promise<void> {
@@ -258,8 +272,7 @@ export class StreamingServer {
     try {
       started = await this.d.startExecTty(t.containerId, t.cmd);
     } catch (err) {
-      errStream.end(protocol === 'v4.channel.k8s.io' ? JSON.stringify({ metadata: {}, status: 'Failure', message: errorMessage(err), reason: 'InternalError' }) : errorMessage(err));
-      setTimeout(() => session.close(), 100).unref();
+      failSession(errStream, protocol, errorMessage(err), session);
       return;
     }
     const term = terminalStreams(started.master);
@@ -281,9 +294,7 @@ export class StreamingServer {
     await Promise.race([outDone, new Promise((r) => setTimeout(r, 500))]);
     term.close();
     stdout?.end();
-    if (protocol === 'v4.channel.k8s.io') errStream.end(execStatus(t.cmd, code, signal));
-    else errStream.end(code === 0 ? '' : `command terminated with non-zero exit code: exit code ${code ?? -1}`);
-    setTimeout(() => session.close(), 1000).unref();
+    finishExec(errStream, protocol, t.cmd, code, signal, session);
   }
 
   // --- attach over SPDY ----------------------------------------------------
@@ -303,8 +314,7 @@ export class StreamingServer {
       try {
         conn = new AttachConnection(t.bundle);
       } catch (err) {
-        errStream.end(protocol === 'v4.channel.k8s.io' ? JSON.stringify({ metadata: {}, status: 'Failure', message: `cannot attach to ${t.containerId}: ${errorMessage(err)}`, reason: 'InternalError' }) : errorMessage(err));
-        setTimeout(() => session.close(), 100).unref();
+        failSession(errStream, protocol, `cannot attach to ${t.containerId}: ${errorMessage(err)}`, session);
         return;
       }
       const stdin = streams.get('stdin');
@@ -392,7 +402,7 @@ export class StreamingServer {
         try {
           started = await this.d.startExecTty(t.containerId, t.cmd);
         } catch (err) {
-          send(3, Buffer.from(JSON.stringify({ metadata: {}, status: 'Failure', message: errorMessage(err), reason: 'InternalError' })));
+          send(3, Buffer.from(failureStatus(errorMessage(err))));
           ws.close(1000);
           return;
         }
@@ -422,7 +432,7 @@ export class StreamingServer {
       try {
         child = await this.d.startExec(t.containerId, t.cmd);
       } catch (err) {
-        send(3, Buffer.from(JSON.stringify({ metadata: {}, status: 'Failure', message: errorMessage(err), reason: 'InternalError' })));
+        send(3, Buffer.from(failureStatus(errorMessage(err))));
         ws.close(1000);
         return;
       }
@@ -491,7 +501,7 @@ export class StreamingServer {
     try {
       conn = new AttachConnection(t.bundle);
     } catch (err) {
-      send(3, Buffer.from(JSON.stringify({ metadata: {}, status: 'Failure', message: errorMessage(err), reason: 'InternalError' })));
+      send(3, Buffer.from(failureStatus(errorMessage(err))));
       ws.close(1000);
       return;
     }
