@@ -11,6 +11,7 @@ import type { Logger } from '../log.js';
 import { resolveEndpoints, type RegistryEndpoint } from './hosts.js';
 import type { Reference } from './reference.js';
 import { sha256Digest } from './content.js';
+import { cancelledError } from './shared-work.js';
 
 export const MediaType = {
   OciIndex: 'application/vnd.oci.image.index.v1+json',
@@ -288,9 +289,12 @@ export class RegistrySession {
   /** The pull's own end (the client went away) beats whatever error the abort caused. */
   private cancelled(): SkiffError | undefined {
     if (!this.signal?.aborted) return undefined;
-    const r: unknown = this.signal.reason;
-    if (r instanceof SkiffError) return r;
-    return new SkiffError('DeadlineExceeded', `pull of ${this.name} cancelled: ${r instanceof Error ? r.message : 'the client went away'}`);
+    return cancelledError(this.signal.reason, `pull of ${this.name}`);
+  }
+
+  /** The pull this session serves was abandoned by every caller. */
+  get aborted(): boolean {
+    return this.signal?.aborted ?? false;
   }
 
   /** Turns undici's failures into errors that say what stalled or broke, and where. */

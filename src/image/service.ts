@@ -15,7 +15,7 @@ import type { ContentStore } from './content.js';
 import { formatPlatform, hostPlatform, selectPlatform, type Platform } from './platform.js';
 import { formatReference, isImageId, parseReference, repository, tagName, type Reference } from './reference.js';
 import { Limits, MediaType, type Credentials, type RegistryClient, type RegistrySession } from './registry.js';
-import { SharedWork } from './shared-work.js';
+import { isCancellation, SharedWork } from './shared-work.js';
 import type { Snapshot, Snapshotter } from './snapshot.js';
 import { applyLayer } from './unpack.js';
 
@@ -260,6 +260,16 @@ export class ImageService {
   }
 
   private async fetchBlob(session: RegistrySession, desc: Descriptor): Promise<void> {
+    try {
+      await this.fetchBlobOnce(session, desc);
+    } catch (err) {
+      // Another pull's download we joined was cancelled; ours still wants the blob.
+      if (isCancellation(err) && !session.aborted) return this.fetchBlob(session, desc);
+      throw err;
+    }
+  }
+
+  private async fetchBlobOnce(session: RegistrySession, desc: Descriptor): Promise<void> {
     if (await this.d.content.has(desc.digest)) return;
     await this.downloads(async () => {
       if (await this.d.content.has(desc.digest)) return;
@@ -283,7 +293,13 @@ export class ImageService {
     const existing = this.d.snapshots.get(chainId);
     if (existing) return this.fetchBlob(session, layer).then(() => existing);
     const running = this.unpacks.get(chainId);
-    if (running) return running;
+    if (running) {
+      // An unpack another pull started and then abandoned: redo it for this one.
+      return running.catch((err: unknown) => {
+        if (isCancellation(err) && !session.aborted) return this.layer(session, layer, diffId, chainId, parent, parentDone);
+        throw err;
+      });
+    }
     const work = (async () => {
       try {
         return await this.downloads(() => this.unpackLayer(session, layer, diffId, chainId, parent, false));

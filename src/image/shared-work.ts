@@ -5,9 +5,24 @@
  */
 import { SkiffError } from '../errors.js';
 
+/** The end of a pull whose callers all went away: not a fault of the registry or the image. */
+export class PullCancelled extends SkiffError {
+  constructor(message: string) {
+    super('DeadlineExceeded', message);
+  }
+}
+
 export function cancelledError(reason: unknown, what: string): SkiffError {
   if (reason instanceof SkiffError) return reason;
-  return new SkiffError('DeadlineExceeded', `${what} cancelled: ${reason instanceof Error ? reason.message : 'the client went away'}`);
+  return new PullCancelled(`${what} cancelled: ${reason instanceof Error ? reason.message : 'the client went away'}`);
+}
+
+/** True when `err`, or an error it wraps, is a cancellation: another pull sharing the work may redo it. */
+export function isCancellation(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 10; e = e.cause, depth++) {
+    if (e instanceof PullCancelled) return true;
+  }
+  return false;
 }
 
 export class SharedWork<T> {

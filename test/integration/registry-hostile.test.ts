@@ -18,6 +18,7 @@ import type { ImageServiceClient } from '../../src/gen/runtime/v1/ImageService.j
 const MiB = 1 << 20;
 /** The daemon's progress timeout in this suite: long enough that a client's 2 s deadline always comes first. */
 const PROGRESS_S = 6;
+const layerOneData = randomBytes(300_000);
 
 describe.skipIf(!isRoot)('PullImage from a hostile registry', () => {
   let dirs: DaemonDirs;
@@ -68,7 +69,7 @@ describe.skipIf(!isRoot)('PullImage from a hostile registry', () => {
     img = await buildImage({
       layers: [
         // Incompressible, so that a download can stall half-way.
-        { entries: [{ name: 'one', data: randomBytes(300_000) }] },
+        { entries: [{ name: 'one', data: layerOneData }] },
         { entries: [{ name: 'two', data: 'two' }] },
       ],
     });
@@ -342,6 +343,32 @@ describe.skipIf(!isRoot)('PullImage from a hostile registry', () => {
     expect(reg.requests.filter((r) => r.path.endsWith(layer.digest)).length).toBe(1);
   });
 
+  it('finishes a layer for another image when the pull that started it is cancelled', async () => {
+    // Same first layer, different second: two images, two pulls, one shared layer download.
+    const other = await buildImage({ layers: [{ entries: [{ name: 'one', data: layerOneData }] }, { entries: [{ name: 'other', data: 'o' }] }] });
+    expect(other.layers[0]!.digest).toBe(img.layers[0]!.digest);
+    reg.serve('test/hostile', 'first', img);
+    reg.serve('test/hostile-other', 'v1', other);
+    const layer = img.layers[0]!;
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    on(
+      (p) => p.endsWith(layer.digest),
+      (_req, res) => {
+        res.writeHead(200, { 'content-length': String(layer.data.length) });
+        res.write(layer.data.subarray(0, 1000));
+        void released.then(() => res.end(layer.data.subarray(1000)));
+      },
+    );
+    const hasty = codeOf(pullWithDeadline(image('first'), 1500));
+    // Let the hasty pull start the shared layer before the patient one asks for it.
+    await waitUntil(() => reg.requests.some((r) => r.path.endsWith(layer.digest)));
+    const patient = skiff.images.PullImage({ image: { image: `${reg.host}/test/hostile-other:v1` } });
+    expect([grpc.status.DEADLINE_EXCEEDED, grpc.status.CANCELLED]).toContain((await hasty).code);
+    release();
+    expect((await patient).imageRef).toBe(other.config.digest);
+  });
+
   it(`fails a download that makes no progress for --image-pull-progress-timeout (${PROGRESS_S}s)`, async () => {
     reg.serve('test/hostile', 'bad', img);
     const layer = img.layers[0]!;
@@ -409,6 +436,14 @@ describe.skipIf(!isRoot)('PullImage from a hostile registry', () => {
     expect(storage.requests.some((r) => r.path.startsWith('/token'))).toBe(false);
     expect(storage.requests.every((r) => r.headers.authorization === undefined)).toBe(true);
   });
+
+  async function waitUntil(fn: () => boolean): Promise<void> {
+    const deadline = Date.now() + 5000;
+    while (!fn()) {
+      if (Date.now() > deadline) throw new Error('timed out waiting');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
 
   async function waitForLog(re: RegExp): Promise<void> {
     const deadline = Date.now() + 5000;
