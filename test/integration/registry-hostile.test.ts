@@ -5,7 +5,7 @@
  * daemon's memory stayed flat and a normal pull still works.
  */
 import { spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { codeOf, grpc, makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
@@ -249,6 +249,28 @@ describe.skipIf(!isRoot)('PullImage from a hostile registry', () => {
     expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(err.details).toMatch(/129 layers, more than the 128/);
     expect(reg.requests.filter((r) => r.path.includes('/blobs/')).length).toBe(0);
+  });
+
+  it('refuses an index nested in an index instead of following it', async () => {
+    const inner = Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json', manifests: [] }));
+    const innerDigest = `sha256:${createHash('sha256').update(inner).digest('hex')}`;
+    const outer = Buffer.from(
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: 'application/vnd.oci.image.index.v1+json',
+        manifests: [{ mediaType: 'application/vnd.oci.image.index.v1+json', digest: innerDigest, size: inner.length, platform: { os: 'linux', architecture: process.arch === 'arm64' ? 'arm64' : 'amd64' } }],
+      }),
+    );
+    on(
+      (p) => p === manifestPath('bad') || p === manifestPath(innerDigest),
+      (req, res) => {
+        res.writeHead(200, { 'content-type': 'application/vnd.oci.image.index.v1+json' }).end(req.url!.includes(innerDigest) ? inner : outer);
+      },
+    );
+    const err = await codeOf(skiff.images.PullImage({ image: { image: image() } }));
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.details).toMatch(/unsupported manifest media type "application\/vnd.oci.image.index.v1\+json"/);
+    expect(reg.requests.filter((r) => r.path.includes('/manifests/')).length).toBe(2);
   });
 
   it('refuses an image config larger than 8 MiB by its descriptor', async () => {
