@@ -45,6 +45,8 @@ export interface DaemonOptions {
   infraBinary: string;
   streamAddress: string;
   streamPort: number;
+  /** A registry download that receives nothing for this long fails (0: never). */
+  imagePullProgressTimeoutMs?: number;
 }
 
 export interface Daemon {
@@ -89,7 +91,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   const snapshots = new OverlaySnapshotter(opts.root, db);
   await snapshots.init();
   // Read at every pull: a directory or hosts.toml added later takes effect without a restart.
-  const registry = new RegistryClient({ configRoot: opts.registryConfig, logger: log });
+  const registry = new RegistryClient({ configRoot: opts.registryConfig, logger: log, progressTimeoutMs: opts.imagePullProgressTimeoutMs });
   const images = new ImageService({ db, content, snapshots, registry, log, pinned: opts.pinnedImages });
   await images.gc();
 

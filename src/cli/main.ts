@@ -26,6 +26,9 @@ Flags for "skiff cri":
   --infra-binary PATH      the pod infra process, run as "PATH -P" (default /usr/bin/catatonit)
   --stream-address ADDR    where exec, attach and port-forward URLs are served (default 127.0.0.1)
   --stream-port PORT       their port; 0 picks a free one (default 0)
+  --image-pull-progress-timeout DURATION
+                           fail a registry download that receives nothing for this long, e.g. 30s, 5m
+                           (default 5m; 0 never)
   --log-level LEVEL        debug, info, warn or error (default info)
 
 Point crictl at it:
@@ -48,6 +51,7 @@ async function cri(args: string[]): Promise<number> {
       'infra-binary': { type: 'string', default: '/usr/bin/catatonit' },
       'stream-address': { type: 'string', default: '127.0.0.1' },
       'stream-port': { type: 'string', default: '0' },
+      'image-pull-progress-timeout': { type: 'string', default: '5m' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -61,6 +65,8 @@ async function cri(args: string[]): Promise<number> {
   if (!isLogLevel(level)) throw new Error(`--log-level must be debug, info, warn or error, not "${level}"`);
   const streamPort = Number(values['stream-port']);
   if (!Number.isInteger(streamPort) || streamPort < 0 || streamPort > 65535) throw new Error(`--stream-port must be a port number, not "${values['stream-port']}"`);
+  const progressTimeout = parseDuration(values['image-pull-progress-timeout']!);
+  if (progressTimeout === undefined) throw new Error(`--image-pull-progress-timeout must be a duration such as 30s or 5m, not "${values['image-pull-progress-timeout']}"`);
   const log = createLogger(level);
   if (process.getuid?.() !== 0) log.warn('skiff cri is not running as root: unpacking layers with their owners and devices will fail');
   const daemon = await startDaemon(
@@ -76,6 +82,7 @@ async function cri(args: string[]): Promise<number> {
       infraBinary: values['infra-binary']!,
       streamAddress: values['stream-address']!,
       streamPort: Number(values['stream-port']),
+      imagePullProgressTimeoutMs: progressTimeout,
     },
     log,
   );
@@ -93,6 +100,22 @@ async function cri(args: string[]): Promise<number> {
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
   });
+}
+
+/** Go-style durations as containerd's config takes them: `1h30m`, `5m`, `30s`, `500ms`, or `0`. */
+export function parseDuration(s: string): number | undefined {
+  if (s.trim() === '0') return 0;
+  const unit: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+  let total = 0;
+  const re = /(\d+(?:\.\d+)?)(ms|s|m|h)/gy;
+  let m: RegExpExecArray | null;
+  let end = 0;
+  while ((m = re.exec(s))) {
+    total += Number(m[1]) * unit[m[2]!]!;
+    end = re.lastIndex;
+  }
+  if (end === 0 || end !== s.length || !Number.isFinite(total)) return undefined;
+  return Math.round(total);
 }
 
 export async function main(argv: string[]): Promise<number> {

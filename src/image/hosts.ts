@@ -5,6 +5,7 @@
  * plain http for loopback registries as containerd's CRI plugin does.
  */
 import fs from 'node:fs/promises';
+import { isIP } from 'node:net';
 import path from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { invalidArgument, isErrno, wrap } from '../errors.js';
@@ -25,9 +26,36 @@ export interface RegistryEndpoint {
   mirror: boolean;
 }
 
-function isLoopbackHost(host: string): boolean {
-  const h = host.replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
-  return h === 'localhost' || h.startsWith('127.') || h === '::1';
+/**
+ * True when `host` (with or without a port) names this machine: `localhost`,
+ * an IPv4 address in 127.0.0.0/8 or `::1`. Parsed as an address, never
+ * matched by prefix: `127.evil.example.com` is a remote name.
+ */
+export function isLoopbackHost(host: string): boolean {
+  let h = host.trim().toLowerCase();
+  const bracketed = /^\[([^\]]*)\](?::\d{1,5})?$/.exec(h);
+  if (bracketed) h = bracketed[1]!;
+  else if (isIP(h) !== 6) h = h.replace(/:\d{1,5}$/, '');
+  if (h === 'localhost') return true;
+  switch (isIP(h)) {
+    case 4:
+      return h.split('.')[0] === '127';
+    case 6:
+      return ipv6IsLoopback(h);
+    default:
+      return false;
+  }
+}
+
+function ipv6IsLoopback(h: string): boolean {
+  // ::1 in any spelling (0:0:0:0:0:0:0:1, ::0001); IPv4-mapped ::ffff:127.x.y.z too.
+  const mapped = /^(?:0{0,4}:){0,5}:?ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(h) ?? /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(h);
+  if (mapped) return isIP(mapped[1]!) === 4 && mapped[1]!.split('.')[0] === '127';
+  const [head = '', tail] = h.split('::');
+  const groups = (s: string) => (s === '' ? [] : s.split(':'));
+  const parts = tail === undefined ? groups(head) : [...groups(head), ...Array(8 - groups(head).length - groups(tail).length).fill('0'), ...groups(tail)];
+  if (parts.length !== 8 || parts.some((p) => !/^[0-9a-f]{1,4}$/.test(p))) return false;
+  return parts.slice(0, 7).every((p) => parseInt(p, 16) === 0) && parseInt(parts[7]!, 16) === 1;
 }
 
 export function defaultServer(registry: string): string {

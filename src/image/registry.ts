@@ -5,12 +5,13 @@
  * registry tokens.
  */
 import { Agent, type Dispatcher } from 'undici';
-import type { Readable } from 'node:stream';
+import { Transform, type Readable, type TransformCallback } from 'node:stream';
 import { SkiffError, errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { resolveEndpoints, type RegistryEndpoint } from './hosts.js';
 import type { Reference } from './reference.js';
 import { sha256Digest } from './content.js';
+import { cancelledError } from './shared-work.js';
 
 export const MediaType = {
   OciIndex: 'application/vnd.oci.image.index.v1+json',
@@ -21,6 +22,28 @@ export const MediaType = {
 } as const;
 
 const ACCEPT = [MediaType.OciIndex, MediaType.OciManifest, MediaType.DockerList, MediaType.DockerManifest].join(', ');
+
+/**
+ * How much skiff reads from a registry before it gives up, enforced while
+ * the bytes arrive: nothing beyond a limit is ever buffered.
+ */
+export const Limits = {
+  /** Manifests and indexes, as containerd's fetcher. */
+  manifest: 4 << 20,
+  /** An image config blob, read whole into memory. */
+  config: 8 << 20,
+  /** A token server's JSON answer. */
+  token: 1 << 20,
+  /** What is kept of an error answer's body for the message; the rest is never read. */
+  errorBody: 4 << 10,
+  /** Redirects followed for one request. */
+  redirects: 10,
+  /** Layers in one image (overlayfs stacks cannot mount many more, and Docker stops at 127). */
+  layers: 128,
+} as const;
+
+/** Ingests no progress for this long fail (containerd 1.7's image_pull_progress_timeout). */
+export const DEFAULT_PROGRESS_TIMEOUT_MS = 5 * 60_000;
 
 export interface Credentials {
   username?: string;
@@ -41,6 +64,8 @@ export interface RegistryOptions {
   /** Attempts for a request that fails with a network error or a 5xx/429. */
   attempts?: number;
   retryDelayMs?: number;
+  /** A request or download that receives nothing for this long fails. */
+  progressTimeoutMs?: number;
 }
 
 interface Challenge {
@@ -63,12 +88,107 @@ function headerValue(h: Dispatcher.ResponseData['headers'][string]): string | un
   return Array.isArray(h) ? h[0] : h;
 }
 
-async function bodyText(res: Dispatcher.ResponseData, max = 4096): Promise<string> {
+/**
+ * Stops a body without reading it; undici then closes its connection. (A
+ * destroyed body reports the abort as an error, which is expected here.)
+ */
+function discard(body: Readable): void {
+  body.on('error', () => {});
+  body.destroy();
+}
+
+function contentLength(res: Dispatcher.ResponseData): number | undefined {
+  const v = headerValue(res.headers['content-length']);
+  if (v === undefined || !/^\d+$/.test(v.trim())) return undefined;
+  return Number(v);
+}
+
+/**
+ * Reads a whole body of at most `limit` bytes. A declared length over the
+ * limit is refused before reading; a body that grows past it is destroyed
+ * (which closes its connection) the moment it does.
+ */
+async function readBounded(res: Dispatcher.ResponseData, limit: number, what: string): Promise<Buffer> {
+  const declared = contentLength(res);
+  if (declared !== undefined && declared > limit) {
+    discard(res.body);
+    throw new SkiffError('InvalidArgument', `${what} is ${declared} bytes, more than the ${limit} skiff accepts`);
+  }
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of res.body as AsyncIterable<Buffer>) {
+    n += c.length;
+    if (n > limit) {
+      discard(res.body);
+      throw new SkiffError('InvalidArgument', `${what} is larger than the ${limit} bytes skiff accepts`);
+    }
+    chunks.push(c);
+  }
+  return Buffer.concat(chunks, n);
+}
+
+/**
+ * The first `max` bytes of a body that only feeds a message or is thrown
+ * away. When more is coming, the body is destroyed rather than read.
+ */
+async function bodyText(res: Dispatcher.ResponseData, max: number = Limits.errorBody): Promise<string> {
+  const chunks: Buffer[] = [];
+  let n = 0;
   try {
-    const t = await res.body.text();
-    return t.length > max ? `${t.slice(0, max)}…` : t;
+    const declared = contentLength(res);
+    if (declared !== undefined && declared > max) {
+      discard(res.body);
+      return '';
+    }
+    for await (const c of res.body as AsyncIterable<Buffer>) {
+      chunks.push(c);
+      n += c.length;
+      if (n > max) {
+        discard(res.body);
+        break;
+      }
+    }
   } catch {
-    return '';
+    // a broken error body is no reason to hide the status
+  }
+  const t = Buffer.concat(chunks).subarray(0, max).toString('utf8');
+  return n > max ? `${t}…` : t;
+}
+
+/**
+ * Passes exactly `size` bytes of a blob through: one byte more fails at once,
+ * an early end fails at the end. Destroying it destroys the download.
+ */
+class BlobGuard extends Transform {
+  private received = 0;
+  constructor(
+    private readonly source: Readable,
+    private readonly size: number,
+    private readonly what: string,
+  ) {
+    super({ highWaterMark: 1 << 20 });
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    this.received += chunk.length;
+    if (this.received > this.size) {
+      cb(new SkiffError('InvalidArgument', `${this.what} is larger than the ${this.size} bytes its descriptor says`));
+      return;
+    }
+    cb(null, chunk);
+  }
+
+  override _flush(cb: TransformCallback): void {
+    if (this.received !== this.size) {
+      cb(new SkiffError('InvalidArgument', `${this.what} ended after ${this.received} of the ${this.size} bytes its descriptor says`));
+      return;
+    }
+    cb();
+  }
+
+  override _destroy(err: Error | null, cb: (e: Error | null) => void): void {
+    discard(this.source);
+    cb(err);
   }
 }
 
@@ -100,19 +220,22 @@ export class RegistryClient {
   private readonly agents = new Map<string, Agent>();
   private readonly attempts: number;
   private readonly retryDelayMs: number;
+  readonly progressTimeoutMs: number;
 
   constructor(private readonly opts: RegistryOptions) {
     this.attempts = opts.attempts ?? 3;
     this.retryDelayMs = opts.retryDelayMs ?? 250;
+    this.progressTimeoutMs = opts.progressTimeoutMs ?? DEFAULT_PROGRESS_TIMEOUT_MS;
   }
 
   async close(): Promise<void> {
     await Promise.all([...this.agents.values()].map((a) => a.close()));
   }
 
-  async session(ref: Reference, creds: Credentials): Promise<RegistrySession> {
+  /** A session for one pull; aborting `signal` stops its requests and downloads at once. */
+  async session(ref: Reference, creds: Credentials, signal?: AbortSignal): Promise<RegistrySession> {
     const endpoints = await resolveEndpoints(this.opts.configRoot, ref.domain);
-    return new RegistrySession(this, ref, endpoints, creds, this.opts.logger);
+    return new RegistrySession(this, ref, endpoints, creds, this.opts.logger, signal);
   }
 
   agentFor(ep: RegistryEndpoint): Agent {
@@ -122,6 +245,9 @@ export class RegistryClient {
       a = new Agent({
         connections: 16,
         keepAliveTimeout: 30_000,
+        // Progress, not duration: these fire only when nothing arrives for this long.
+        headersTimeout: this.progressTimeoutMs,
+        bodyTimeout: this.progressTimeoutMs,
         connect: {
           rejectUnauthorized: !ep.skipVerify,
           ...(ep.ca.length ? { ca: ep.ca } : {}),
@@ -138,6 +264,13 @@ export class RegistryClient {
   }
 }
 
+/** Headers that carry credentials: never sent to a host the request was redirected to. */
+const SENSITIVE = new Set(['authorization', 'proxy-authorization', 'cookie']);
+
+function formatMs(ms: number): string {
+  return ms % 60_000 === 0 ? `${ms / 60_000}m` : ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`;
+}
+
 export class RegistrySession {
   private readonly tokens = new Map<string, string>();
   constructor(
@@ -146,10 +279,38 @@ export class RegistrySession {
     private readonly endpoints: RegistryEndpoint[],
     private readonly creds: Credentials,
     private readonly log: Logger,
+    private readonly signal?: AbortSignal,
   ) {}
 
   private get name(): string {
     return `${this.ref.domain}/${this.ref.path}`;
+  }
+
+  /** The pull's own end (the client went away) beats whatever error the abort caused. */
+  private cancelled(): SkiffError | undefined {
+    if (!this.signal?.aborted) return undefined;
+    return cancelledError(this.signal.reason, `pull of ${this.name}`);
+  }
+
+  /** The pull this session serves was abandoned by every caller. */
+  get aborted(): boolean {
+    return this.signal?.aborted ?? false;
+  }
+
+  /** Turns undici's failures into errors that say what stalled or broke, and where. */
+  private failure(err: unknown, what: string, host: string): unknown {
+    const c = this.cancelled();
+    if (c) return c;
+    if (err instanceof SkiffError) return err;
+    const code = (err as { code?: unknown })?.code;
+    if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
+      return new SkiffError(
+        'DeadlineExceeded',
+        `no progress for ${formatMs(this.client.progressTimeoutMs)} fetching ${what} from ${host} (see --image-pull-progress-timeout)`,
+        { cause: err },
+      );
+    }
+    return new SkiffError('Unavailable', `registry ${host} failed while sending ${what}: ${errorMessage(err)}`, { cause: err });
   }
 
   /** Fetches the manifest (or index) for a tag or digest; the digest is checked when pinned. */
@@ -161,8 +322,13 @@ export class RegistrySession {
     for (const ep of eps) {
       try {
         const res = await this.request(ep, `/${this.ref.path}/manifests/${tagOrDigest}`, { accept: ACCEPT });
-        const body = Buffer.from(await res.body.arrayBuffer());
-        if (body.length > 4 << 20) throw new SkiffError('InvalidArgument', `manifest for ${this.name} is larger than 4 MiB`);
+        const what = `manifest ${this.name}:${tagOrDigest}`;
+        let body: Buffer;
+        try {
+          body = await readBounded(res, Limits.manifest, what);
+        } catch (err) {
+          throw this.failure(err, what, ep.host);
+        }
         const digest = sha256Digest(body);
         if (byDigest && digest !== tagOrDigest) {
           throw new SkiffError('InvalidArgument', `manifest digest mismatch: asked for ${tagOrDigest}, got ${digest}`);
@@ -178,6 +344,8 @@ export class RegistrySession {
         }
         return { digest, mediaType, body };
       } catch (err) {
+        const c = this.cancelled();
+        if (c) throw c;
         errors.push(err);
         this.log.debug('registry endpoint failed', { host: ep.host, ref: this.name, error: errorMessage(err) });
       }
@@ -185,16 +353,35 @@ export class RegistrySession {
     throw combine(errors);
   }
 
-  /** Streams a blob; the caller verifies its digest while storing it. */
-  async blob(digest: string): Promise<Readable> {
+  /**
+   * Streams a blob of exactly `desc.size` bytes; the caller verifies its
+   * digest while storing it. A declared length other than the descriptor's
+   * is refused without reading.
+   */
+  async blob(desc: { digest: string; size: number }): Promise<Readable> {
+    const { digest, size } = desc;
+    if (!Number.isSafeInteger(size) || size < 0) throw new SkiffError('InvalidArgument', `blob ${digest} has an invalid size ${String(size)} in its descriptor`);
     // In configured order, mirrors first, as containerd does; a miss falls through to the next.
     const eps = this.endpoints.filter((e) => e.capabilities.includes('pull'));
     const errors: unknown[] = [];
     for (const ep of eps) {
       try {
         const res = await this.request(ep, `/${this.ref.path}/blobs/${digest}`, {});
-        return res.body;
+        const what = `blob ${digest} from ${ep.host}`;
+        const declared = contentLength(res);
+        if (declared !== undefined && declared !== size) {
+          discard(res.body);
+          throw new SkiffError('InvalidArgument', `${what} is ${declared} bytes, its descriptor says ${size}`);
+        }
+        const guard = new BlobGuard(res.body, size, what);
+        res.body.on('error', (err) => guard.destroy(this.failure(err, `blob ${digest}`, ep.host) as Error));
+        res.body.pipe(guard);
+        // Whoever consumes the guard sees its error (pipeline and iteration check it); until then it must not crash the process.
+        guard.on('error', () => {});
+        return guard;
       } catch (err) {
+        const c = this.cancelled();
+        if (c) throw c;
         errors.push(err);
       }
     }
@@ -213,60 +400,87 @@ export class RegistrySession {
       try {
         return await this.requestOnce(ep, p, headers);
       } catch (err) {
-        lastErr = err;
-        const retriable = err instanceof SkiffError ? err.kind === 'Unavailable' : true;
-        if (!retriable || attempt === attempts) break;
-        await new Promise((r) => setTimeout(r, delayMs * 2 ** (attempt - 1)).unref());
+        lastErr = this.failure(err, p, ep.host);
+        const retriable = lastErr instanceof SkiffError && lastErr.kind === 'Unavailable';
+        if (!retriable || attempt === attempts || this.signal?.aborted) break;
+        await this.sleep(delayMs * 2 ** (attempt - 1));
       }
     }
-    throw lastErr;
+    throw this.cancelled() ?? lastErr;
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const t = setTimeout(done, ms).unref();
+      this.signal?.addEventListener('abort', done, { once: true });
+      function done() {
+        clearTimeout(t);
+        resolve();
+      }
+    });
   }
 
   private async requestOnce(ep: RegistryEndpoint, p: string, headers: Record<string, string>): Promise<Dispatcher.ResponseData> {
     const agent = this.client.agentFor(ep);
     const extra: Record<string, string> = { 'user-agent': 'skiff/0.1', ...headers };
     for (const [k, v] of Object.entries(ep.headers)) extra[k] = v.join(', ');
+    const home = new URL(ep.apiRoot).origin;
     let url = this.url(ep, p);
     let auth = this.authHeader(ep);
     let challenged = false;
-    for (let hop = 0; hop < 6; hop++) {
+    for (let hop = 0; hop <= Limits.redirects; hop++) {
       const u = new URL(url);
+      // Credentials go to the registry that asked for them, never to where it redirects (blob storage, say).
+      const atHome = u.origin === home;
+      const sent: Record<string, string> = {};
+      for (const [k, v] of Object.entries(extra)) if (atHome || !SENSITIVE.has(k)) sent[k] = v;
+      if (auth && atHome) sent.authorization = auth;
       let res: Dispatcher.ResponseData;
       try {
         res = await agent.request({
           origin: u.origin,
           path: `${u.pathname}${u.search}`,
           method: 'GET',
-          headers: { ...extra, ...(auth && u.host === ep.host ? { authorization: auth } : {}) },
-          headersTimeout: 30_000,
-          bodyTimeout: 60_000,
+          headers: sent,
+          ...(this.signal ? { signal: this.signal } : {}),
         });
       } catch (err) {
-        throw new SkiffError('Unavailable', `registry ${u.host} unreachable: ${errorMessage(err)}`, { cause: err });
+        const f = this.failure(err, p, u.host);
+        if (f instanceof SkiffError && f.kind === 'Unavailable') {
+          throw new SkiffError('Unavailable', `registry ${u.host} unreachable: ${errorMessage(err)}`, { cause: err });
+        }
+        throw f;
       }
       const status = res.statusCode;
       if (status >= 200 && status < 300) return res;
       if (status >= 300 && status < 400 && res.headers.location) {
-        await res.body.dump();
-        url = new URL(headerValue(res.headers.location)!, url).toString();
+        await bodyText(res);
+        const next = new URL(headerValue(res.headers.location)!, url);
+        if (next.protocol !== 'http:' && next.protocol !== 'https:') {
+          throw new SkiffError('InvalidArgument', `registry ${u.host} redirected ${this.name} to a ${next.protocol} URL`);
+        }
+        url = next.toString();
         continue;
       }
-      if (status === 401 && !challenged) {
+      if (status === 401 && !challenged && atHome) {
         const challenge = parseChallenge(headerValue(res.headers['www-authenticate']));
-        await res.body.dump();
+        await bodyText(res);
         challenged = true;
         auth = await this.authorize(ep, challenge);
         continue;
       }
       const words = registryWords(await bodyText(res));
       const what = `${this.name} (${p.split('/').slice(-2).join(' ')}) from ${ep.host}`;
+      if (status === 401 && !atHome) {
+        throw new SkiffError('Unauthenticated', `${u.host}, where ${ep.host} redirected ${this.name}, asked for credentials; skiff sends them only to ${ep.host}`);
+      }
       if (status === 401) throw new SkiffError('Unauthenticated', `registry ${ep.host} refused credentials for ${this.name}: ${words || 'unauthorized'}`);
       if (status === 403) throw new SkiffError('PermissionDenied', `registry ${ep.host} denied access to ${this.name}: ${words || 'forbidden'}`);
       if (status === 404) throw new SkiffError('NotFound', `${what}: not found${words ? `: ${words}` : ''}`);
       if (status === 429 || status >= 500) throw new SkiffError('Unavailable', `registry ${ep.host} answered ${status} for ${what}${words ? `: ${words}` : ''}`);
       throw new SkiffError('Internal', `registry ${ep.host} answered ${status} for ${what}${words ? `: ${words}` : ''}`);
     }
-    throw new SkiffError('Unavailable', `too many redirects fetching ${this.name} from ${ep.host}`);
+    throw new SkiffError('Unavailable', `more than ${Limits.redirects} redirects fetching ${this.name} from ${ep.host}`);
   }
 
   private authHeader(ep: RegistryEndpoint): string | undefined {
@@ -295,7 +509,15 @@ export class RegistrySession {
     const service = challenge.params.service;
     const agent = this.client.agentFor(ep);
     let res: Dispatcher.ResponseData;
-    const realmUrl = new URL(realm);
+    let realmUrl: URL;
+    try {
+      realmUrl = new URL(realm);
+    } catch {
+      throw new SkiffError('Unauthenticated', `registry ${ep.host} sent an invalid token realm "${realm.slice(0, 200)}"`);
+    }
+    if (realmUrl.protocol !== 'http:' && realmUrl.protocol !== 'https:') {
+      throw new SkiffError('Unauthenticated', `registry ${ep.host} sent a token realm that is not http or https`);
+    }
     try {
       if (this.creds.identityToken) {
         const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: this.creds.identityToken, scope, client_id: 'skiff' });
@@ -306,6 +528,7 @@ export class RegistrySession {
           method: 'POST',
           headers: { 'content-type': 'application/x-www-form-urlencoded' },
           body: form.toString(),
+          ...(this.signal ? { signal: this.signal } : {}),
         });
       } else {
         const q = new URLSearchParams(realmUrl.search);
@@ -317,14 +540,24 @@ export class RegistrySession {
           path: `${realmUrl.pathname}?${q}`,
           method: 'GET',
           headers: b ? { authorization: b } : {},
+          ...(this.signal ? { signal: this.signal } : {}),
         });
       }
     } catch (err) {
+      const f = this.failure(err, 'a token', realmUrl.host);
+      if (f instanceof SkiffError && f.kind !== 'Unavailable') throw f;
       throw new SkiffError('Unavailable', `token server ${realmUrl.host} unreachable: ${errorMessage(err)}`);
     }
-    const text = await bodyText(res, 1 << 20);
     if (res.statusCode !== 200) {
-      throw new SkiffError('Unauthenticated', `token server ${realmUrl.host} refused ${this.name} (${res.statusCode}): ${registryWords(text) || 'no reason given'}`);
+      const words = registryWords(await bodyText(res));
+      throw new SkiffError('Unauthenticated', `token server ${realmUrl.host} refused ${this.name} (${res.statusCode}): ${words || 'no reason given'}`);
+    }
+    let text: string;
+    try {
+      text = (await readBounded(res, Limits.token, `token answer from ${realmUrl.host}`)).toString('utf8');
+    } catch (err) {
+      const f = this.failure(err, 'a token', realmUrl.host);
+      throw f instanceof SkiffError && f.kind === 'InvalidArgument' ? new SkiffError('Unauthenticated', f.message, { cause: f }) : f;
     }
     let token: string | undefined;
     try {

@@ -14,7 +14,8 @@ import type { Logger } from '../log.js';
 import type { ContentStore } from './content.js';
 import { formatPlatform, hostPlatform, selectPlatform, type Platform } from './platform.js';
 import { formatReference, isImageId, parseReference, repository, tagName, type Reference } from './reference.js';
-import { MediaType, type Credentials, type RegistryClient, type RegistrySession } from './registry.js';
+import { Limits, MediaType, type Credentials, type RegistryClient, type RegistrySession } from './registry.js';
+import { isCancellation, SharedWork } from './shared-work.js';
 import type { Snapshot, Snapshotter } from './snapshot.js';
 import { applyLayer } from './unpack.js';
 
@@ -104,7 +105,7 @@ function parseJson<T>(buf: Buffer, what: string): T {
 class NeedsLowerLayers extends Error {}
 
 export class ImageService {
-  private readonly pulls = new Map<string, Promise<string>>();
+  private readonly pulls = new Map<string, SharedWork<string>>();
   private readonly unpacks = new Map<string, Promise<Snapshot>>();
   /** Blobs and snapshots an unfinished pull is using: garbage collection leaves them. */
   private readonly leases = new Map<string, number>();
@@ -121,15 +122,25 @@ export class ImageService {
     this.pinned = new Set((d.pinned ?? []).map((n) => formatReference(parseReference(n))));
   }
 
-  /** Pulls `image`; concurrent pulls of the same reference share one. Returns the image id. */
-  pull(image: string, creds: Credentials = {}): Promise<string> {
+  /**
+   * Pulls `image`; concurrent pulls of the same reference share one. Returns
+   * the image id. Aborting `signal` drops this caller; the downloads stop
+   * when every caller sharing them has gone.
+   */
+  pull(image: string, creds: Credentials = {}, signal?: AbortSignal): Promise<string> {
     const ref = parseReference(image);
     const key = formatReference(ref);
-    const running = this.pulls.get(key);
-    if (running) return running;
-    const p = this.doPull(ref, creds).finally(() => this.pulls.delete(key));
-    this.pulls.set(key, p);
-    return p;
+    let shared = this.pulls.get(key);
+    if (!shared) {
+      const forget = () => {
+        if (this.pulls.get(key) === s) this.pulls.delete(key);
+      };
+      const s: SharedWork<string> = new SharedWork((sig) => this.doPull(ref, creds, sig), `pull of "${key}"`, forget);
+      s.result.then(forget, forget);
+      this.pulls.set(key, s);
+      shared = s;
+    }
+    return shared.join(signal);
   }
 
   private lease(keys: string[]): () => void {
@@ -143,10 +154,10 @@ export class ImageService {
     };
   }
 
-  private async doPull(ref: Reference, creds: Credentials): Promise<string> {
+  private async doPull(ref: Reference, creds: Credentials, signal?: AbortSignal): Promise<string> {
     const started = Date.now();
     const name = formatReference(ref);
-    const session = await this.d.registry.session(ref, creds);
+    const session = await this.d.registry.session(ref, creds, signal);
     const held: string[] = [];
     let release = () => {};
     const hold = (...keys: string[]) => {
@@ -186,6 +197,12 @@ export class ImageService {
       const manifest = parseJson<{ config?: Descriptor; layers?: Descriptor[] }>(manifestDesc.body, `manifest ${manifestDesc.digest}`);
       if (!manifest.config?.digest || !Array.isArray(manifest.layers)) {
         throw new SkiffError('InvalidArgument', `manifest ${manifestDesc.digest} has no config or layers`);
+      }
+      if (manifest.layers.length > Limits.layers) {
+        throw new SkiffError('InvalidArgument', `manifest ${manifestDesc.digest} has ${manifest.layers.length} layers, more than the ${Limits.layers} skiff accepts`);
+      }
+      if (!(manifest.config.size <= Limits.config)) {
+        throw new SkiffError('InvalidArgument', `image config ${manifest.config.digest} is ${manifest.config.size} bytes, more than the ${Limits.config} skiff accepts`);
       }
       hold(manifest.config.digest);
       blobs.push(manifest.config.digest);
@@ -243,10 +260,20 @@ export class ImageService {
   }
 
   private async fetchBlob(session: RegistrySession, desc: Descriptor): Promise<void> {
+    try {
+      await this.fetchBlobOnce(session, desc);
+    } catch (err) {
+      // Another pull's download we joined was cancelled; ours still wants the blob.
+      if (isCancellation(err) && !session.aborted) return this.fetchBlob(session, desc);
+      throw err;
+    }
+  }
+
+  private async fetchBlobOnce(session: RegistrySession, desc: Descriptor): Promise<void> {
     if (await this.d.content.has(desc.digest)) return;
     await this.downloads(async () => {
       if (await this.d.content.has(desc.digest)) return;
-      const body = await session.blob(desc.digest);
+      const body = await session.blob(desc);
       try {
         await this.d.content.ingest({ digest: desc.digest, size: desc.size }, body);
       } catch (err) {
@@ -266,7 +293,13 @@ export class ImageService {
     const existing = this.d.snapshots.get(chainId);
     if (existing) return this.fetchBlob(session, layer).then(() => existing);
     const running = this.unpacks.get(chainId);
-    if (running) return running;
+    if (running) {
+      // An unpack another pull started and then abandoned: redo it for this one.
+      return running.catch((err: unknown) => {
+        if (isCancellation(err) && !session.aborted) return this.layer(session, layer, diffId, chainId, parent, parentDone);
+        throw err;
+      });
+    }
     const work = (async () => {
       try {
         return await this.downloads(() => this.unpackLayer(session, layer, diffId, chainId, parent, false));
@@ -300,9 +333,12 @@ export class ImageService {
     if (await this.d.content.has(layer.digest)) {
       source = this.d.content.read(layer.digest);
     } else {
-      const body = await session.blob(layer.digest);
+      const body = await session.blob(layer);
       const toStore = new PassThrough({ highWaterMark: 1 << 20 });
       const toUnpack = new PassThrough({ highWaterMark: 1 << 20 });
+      // The consumers see these errors through pipeline; before they attach, an error must not crash the process.
+      toStore.on('error', () => {});
+      toUnpack.on('error', () => {});
       body.on('error', (e) => {
         toStore.destroy(e);
         toUnpack.destroy(e);
@@ -310,6 +346,7 @@ export class ImageService {
       body.pipe(toStore);
       body.pipe(toUnpack);
       stored = this.d.content.ingest({ digest: layer.digest, size: layer.size }, toStore).catch((err) => {
+        body.destroy();
         toUnpack.destroy(err);
         throw wrap(err, `failed to fetch blob ${layer.digest}`, 'Unavailable');
       });

@@ -10,41 +10,69 @@ import net from 'node:net';
 import { createRequire } from 'node:module';
 import { Transform, type TransformCallback } from 'node:stream';
 import type { Logger } from '../log.js';
+import { BoundedHpackDecoder, DEFAULT_MAX_HEADER_LIST, HpackError, type Header } from './hpack-decoder.js';
 
 const require = createRequire(import.meta.url);
-// hpack.js has no type declarations; these are the few calls used here.
+// hpack.js has no type declarations; this is the one call used here.
 interface HpackHeader {
   name: string;
   value: string;
   huffman?: boolean;
   neverIndex?: boolean;
 }
-interface HpackDecompressor {
-  write(b: Buffer): void;
-  execute(): void;
-  read(): HpackHeader | null;
-  on(ev: 'error', fn: (e: Error) => void): void;
-}
 interface HpackCompressor {
   write(h: HpackHeader[]): void;
   read(): Buffer | null;
 }
 const hpack = require('hpack.js') as {
-  decompressor: { create(o: { table: { size: number } }): HpackDecompressor };
-  compressor: { create(o: { table: { size: number } }): HpackCompressor };
+  compressor: { create(o: { table: { maxSize: number } }): HpackCompressor };
 };
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
 const FRAME_HEADERS = 0x1;
+const FRAME_SETTINGS = 0x4;
+const FRAME_GOAWAY = 0x7;
 const FRAME_CONTINUATION = 0x9;
 const FLAG_END_STREAM = 0x1;
+const FLAG_ACK = 0x1;
 const FLAG_END_HEADERS = 0x4;
 const FLAG_PADDED = 0x8;
 const FLAG_PRIORITY = 0x20;
+const SETTINGS_HEADER_TABLE_SIZE = 0x1;
+const SETTINGS_MAX_FRAME_SIZE = 0x5;
 /** Every peer accepts frames this large (the protocol's minimum max frame size). */
 const MAX_FRAME = 16384;
-/** Header blocks larger than this are refused instead of buffered. */
-const MAX_HEADER_BLOCK = 1 << 20;
+
+export const H2_PROTOCOL_ERROR = 0x1;
+export const H2_FRAME_SIZE_ERROR = 0x6;
+export const H2_ENHANCE_YOUR_CALM = 0xb;
+
+/** A client broke the protocol or a bound: its connection ends with a GOAWAY carrying `h2Code`. */
+export class H2ConnectionError extends Error {
+  constructor(
+    message: string,
+    readonly h2Code: number,
+  ) {
+    super(message);
+    this.name = 'H2ConnectionError';
+  }
+}
+
+export interface RewriterLimits {
+  /** Decoded size of one header list (name + value + 32 per field), as SETTINGS_MAX_HEADER_LIST_SIZE counts it. */
+  maxHeaderListSize: number;
+  /** Encoded bytes of one header block, HEADERS and CONTINUATIONs together. */
+  maxHeaderBlock: number;
+  /** CONTINUATION frames in one header block (empty ones cost work too). */
+  maxContinuations: number;
+}
+
+export const DEFAULT_LIMITS: RewriterLimits = {
+  maxHeaderListSize: DEFAULT_MAX_HEADER_LIST,
+  // An encoded block is never larger than the list it decodes to, unless it is padding for a flood.
+  maxHeaderBlock: DEFAULT_MAX_HEADER_LIST,
+  maxContinuations: 64,
+};
 
 const validAuthority = /^[A-Za-z0-9\-._~!$&'()*+,;=:@%[\]]*$/;
 
@@ -76,17 +104,33 @@ function frame(type: number, flags: number, stream: number, payload: Buffer): Bu
  */
 export class AuthorityRewriter extends Transform {
   private buf: Buffer = Buffer.alloc(0);
-  private decodeError: Error | undefined;
   private prefaceDone = false;
-  private readonly decoder = hpack.decompressor.create({ table: { size: 4096 } });
-  private readonly encoder = hpack.compressor.create({ table: { size: 4096 } });
+  private readonly limits: RewriterLimits;
+  private readonly decoder: BoundedHpackDecoder;
+  // Literals that are never indexed: the server's table is never touched, so its size does not matter.
+  private readonly encoder = hpack.compressor.create({ table: { maxSize: 4096 } });
   private block: Buffer[] = [];
+  /** The largest frame the server accepts: a longer one is refused before it is buffered. */
+  private maxFrameSize = MAX_FRAME;
 
-  constructor() {
+  constructor(limits: Partial<RewriterLimits> = {}) {
     super();
-    this.decoder.on('error', (e) => (this.decodeError = e));
+    this.limits = { ...DEFAULT_LIMITS, ...limits };
+    this.decoder = new BoundedHpackDecoder(4096, this.limits.maxHeaderListSize);
   }
 
+  /** What the server's SETTINGS said; the client's frames and header blocks are held to them. */
+  serverSettings(id: number, value: number): void {
+    if (id === SETTINGS_HEADER_TABLE_SIZE) this.decoder.setMaxTableSize(value);
+    if (id === SETTINGS_MAX_FRAME_SIZE && value >= MAX_FRAME && value <= 0xffffff) this.maxFrameSize = value;
+  }
+
+  /** Streams other than the one whose header block is open. */
+  private get inBlock(): boolean {
+    return this.block.length > 0;
+  }
+
+  private continuations = 0;
   private blockLen = 0;
   private blockStream = 0;
   private blockFlags = 0;
@@ -105,7 +149,7 @@ export class AuthorityRewriter extends Transform {
   private drain(): void {
     if (!this.prefaceDone) {
       if (this.buf.length < PREFACE.length) return;
-      if (!this.buf.subarray(0, PREFACE.length).equals(PREFACE)) throw new Error('client did not start with the HTTP/2 preface');
+      if (!this.buf.subarray(0, PREFACE.length).equals(PREFACE)) throw new H2ConnectionError('client did not start with the HTTP/2 preface', H2_PROTOCOL_ERROR);
       this.push(this.buf.subarray(0, PREFACE.length));
       this.buf = this.buf.subarray(PREFACE.length);
       this.prefaceDone = true;
@@ -116,8 +160,10 @@ export class AuthorityRewriter extends Transform {
     while (this.buf.length - off >= 9) {
       const len = this.buf.readUIntBE(off, 3);
       const type = this.buf[off + 3]!;
+      if (len > this.maxFrameSize) throw new H2ConnectionError(`frame of ${len} bytes, larger than the ${this.maxFrameSize} allowed`, H2_FRAME_SIZE_ERROR);
       if (this.buf.length - off < 9 + len) break;
       if (type !== FRAME_HEADERS && type !== FRAME_CONTINUATION) {
+        if (this.inBlock) throw new H2ConnectionError(`frame of type ${type} inside a header block`, H2_PROTOCOL_ERROR);
         off += 9 + len;
         continue;
       }
@@ -139,44 +185,55 @@ export class AuthorityRewriter extends Transform {
 
   private headerFrame(type: number, flags: number, stream: number, payload: Buffer): Buffer[] | undefined {
     if (type === FRAME_HEADERS) {
+      if (this.inBlock) throw new H2ConnectionError('HEADERS inside a header block', H2_PROTOCOL_ERROR);
+      if (stream === 0) throw new H2ConnectionError('HEADERS on stream 0', H2_PROTOCOL_ERROR);
       let p = payload;
       let pad = 0;
       if (flags & FLAG_PADDED) {
+        if (p.length < 1) throw new H2ConnectionError('padded HEADERS without a pad length', H2_FRAME_SIZE_ERROR);
         pad = p[0]!;
         p = p.subarray(1);
       }
       if (flags & FLAG_PRIORITY) {
+        if (p.length < 5) throw new H2ConnectionError('HEADERS too short for its priority', H2_FRAME_SIZE_ERROR);
         this.blockPriority = Buffer.from(p.subarray(0, 5));
         p = p.subarray(5);
       } else {
         this.blockPriority = undefined;
       }
-      if (pad > p.length) throw new Error('HEADERS padding longer than the frame');
+      if (pad > p.length) throw new H2ConnectionError('HEADERS padding longer than the frame', H2_PROTOCOL_ERROR);
       p = p.subarray(0, p.length - pad);
       this.block = [Buffer.from(p)];
       this.blockLen = p.length;
       this.blockStream = stream;
       this.blockFlags = flags;
+      this.continuations = 0;
     } else {
-      if (stream !== this.blockStream || this.block.length === 0) throw new Error('CONTINUATION outside a header block');
+      if (stream !== this.blockStream || !this.inBlock) throw new H2ConnectionError('CONTINUATION outside a header block', H2_PROTOCOL_ERROR);
+      if (++this.continuations > this.limits.maxContinuations) {
+        throw new H2ConnectionError(`more than ${this.limits.maxContinuations} CONTINUATION frames in one header block`, H2_ENHANCE_YOUR_CALM);
+      }
       this.block.push(Buffer.from(payload));
       this.blockLen += payload.length;
     }
-    if (this.blockLen > MAX_HEADER_BLOCK) throw new Error('header block too large');
+    if (this.blockLen > this.limits.maxHeaderBlock) {
+      throw new H2ConnectionError(`header block larger than ${this.limits.maxHeaderBlock} bytes`, H2_ENHANCE_YOUR_CALM);
+    }
     if (!(flags & FLAG_END_HEADERS)) return undefined;
-    const headers = this.decode(Buffer.concat(this.block));
+    const block = Buffer.concat(this.block);
     this.block = [];
+    const headers = this.decode(block);
     fixAuthority(headers);
     return this.encode(headers);
   }
 
-  private decode(block: Buffer): HpackHeader[] {
-    this.decoder.write(block);
-    this.decoder.execute();
-    if (this.decodeError) throw this.decodeError;
-    const out: HpackHeader[] = [];
-    for (let h = this.decoder.read(); h !== null; h = this.decoder.read()) out.push({ name: h.name, value: h.value });
-    return out;
+  private decode(block: Buffer): Header[] {
+    try {
+      return this.decoder.decode(block);
+    } catch (err) {
+      if (err instanceof HpackError) throw new H2ConnectionError(err.message, err.h2Code);
+      throw err;
+    }
   }
 
   private encode(headers: HpackHeader[]): Buffer[] {
@@ -201,6 +258,57 @@ export class AuthorityRewriter extends Transform {
   }
 }
 
+/**
+ * Watches the server-to-client half: passes every byte on as it comes, and
+ * reports the server's SETTINGS (which bound what the client may send) and
+ * whether the bytes so far end on a frame boundary (where a GOAWAY may go).
+ */
+export class ServerFrameWatcher extends Transform {
+  private head = Buffer.alloc(0);
+  private remaining = 0;
+  private settings: Buffer[] | undefined;
+
+  constructor(private readonly onSetting: (id: number, value: number) => void) {
+    super();
+  }
+
+  get atFrameBoundary(): boolean {
+    return this.remaining === 0 && this.head.length === 0;
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    let off = 0;
+    while (off < chunk.length) {
+      if (this.remaining === 0 && this.settings === undefined) {
+        const need = 9 - this.head.length;
+        this.head = Buffer.concat([this.head, chunk.subarray(off, off + need)]);
+        off += Math.min(need, chunk.length - off);
+        if (this.head.length < 9) break;
+        this.remaining = this.head.readUIntBE(0, 3);
+        if (this.head[3] === FRAME_SETTINGS && !(this.head[4]! & FLAG_ACK)) this.settings = [];
+        this.head = Buffer.alloc(0);
+      }
+      const take = Math.min(this.remaining, chunk.length - off);
+      if (this.settings) this.settings.push(chunk.subarray(off, off + take));
+      off += take;
+      this.remaining -= take;
+      if (this.remaining === 0 && this.settings) {
+        const p = Buffer.concat(this.settings);
+        this.settings = undefined;
+        for (let i = 0; i + 6 <= p.length; i += 6) this.onSetting(p.readUInt16BE(i), p.readUInt32BE(i + 2));
+      }
+    }
+    cb(null, chunk);
+  }
+}
+
+export function goaway(code: number, lastStream = 0): Buffer {
+  const payload = Buffer.alloc(8);
+  payload.writeUInt32BE(lastStream & 0x7fffffff, 0);
+  payload.writeUInt32BE(code, 4);
+  return frame(FRAME_GOAWAY, 0, 0, payload);
+}
+
 export interface AuthorityProxy {
   server: net.Server;
   /** Closes every relayed connection (after the gRPC server has drained). */
@@ -208,25 +316,41 @@ export interface AuthorityProxy {
 }
 
 /** Listens on `publicPath` and relays each connection to `privatePath`. */
-export function startAuthorityProxy(publicPath: string, privatePath: string, log: Logger): AuthorityProxy {
+export function startAuthorityProxy(publicPath: string, privatePath: string, log: Logger, limits: Partial<RewriterLimits> = {}): AuthorityProxy {
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
     const upstream = net.connect(privatePath);
-    const rewriter = new AuthorityRewriter();
+    const rewriter = new AuthorityRewriter(limits);
+    const watcher = new ServerFrameWatcher((id, value) => rewriter.serverSettings(id, value));
     sockets.add(client);
+    let closed = false;
     const close = (err?: Error) => {
-      if (err) log.debug('client connection closed with error', { error: err.message });
-      client.destroy();
-      upstream.destroy();
+      if (closed) return;
+      closed = true;
       sockets.delete(client);
+      upstream.destroy();
+      if (err instanceof H2ConnectionError) {
+        log.warn('HTTP/2 client broke the protocol; closing its connection', { error: err.message });
+        // Tell the client why, when that can be said between two frames; then close whatever it does.
+        watcher.unpipe(client);
+        if (watcher.atFrameBoundary && client.writable) {
+          client.end(goaway(err.h2Code));
+          setTimeout(() => client.destroy(), 1000).unref();
+          return;
+        }
+      } else if (err) {
+        log.debug('client connection closed with error', { error: err.message });
+      }
+      client.destroy();
     };
     client.on('error', close);
     upstream.on('error', close);
     rewriter.on('error', close);
+    watcher.on('error', close);
     client.on('close', () => close());
     upstream.on('close', () => close());
     client.pipe(rewriter).pipe(upstream);
-    upstream.pipe(client);
+    upstream.pipe(watcher).pipe(client);
   });
   server.listen(publicPath);
   return {

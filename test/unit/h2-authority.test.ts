@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
-import { AuthorityRewriter } from '../../src/server/h2-authority-proxy.js';
+import { AuthorityRewriter, ServerFrameWatcher } from '../../src/server/h2-authority-proxy.js';
+import { BoundedHpackDecoder, HpackError } from '../../src/server/hpack-decoder.js';
 
 const require = createRequire(import.meta.url);
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -139,11 +140,12 @@ describe('AuthorityRewriter', () => {
     const block = enc(request('/tmp/x.sock', big));
     const pad = 7;
     const first = Buffer.concat([Buffer.from([pad]), Buffer.from([0, 0, 0, 0, 15]), block.subarray(0, 100), Buffer.alloc(pad)]);
+    const rest: Buffer[] = [];
+    for (let off = 100; off < block.length; off += 16_000) rest.push(block.subarray(off, off + 16_000));
     const input = Buffer.concat([
       PREFACE,
       frame(1, 0x8 | 0x20, 5, first),
-      frame(9, 0, 5, block.subarray(100, 20_000)),
-      frame(9, 0x4, 5, block.subarray(20_000)),
+      ...rest.map((r, i) => frame(9, i === rest.length - 1 ? 0x4 : 0, 5, r)),
     ]);
     const frames = parseFrames((await run(input)).subarray(PREFACE.length));
     expect(frames[0]!.type).toBe(1);
@@ -177,6 +179,143 @@ describe('AuthorityRewriter', () => {
       const junk = Buffer.from(Array.from({ length: 64 }, rand));
       const input = Buffer.concat([PREFACE, frame(1, 0x4, 1, junk)]);
       await run(input).catch((e: Error) => expect(e).toBeInstanceOf(Error));
+    }
+  });
+});
+
+/** A literal header field with incremental indexing and a new name (RFC 7541 §6.2.1), no Huffman. */
+function literalIndexed(name: string, value: string): Buffer {
+  return Buffer.concat([Buffer.from([0x40]), hpackString(name), hpackString(value)]);
+}
+
+function hpackInt(prefixBits: number, first: number, n: number): Buffer {
+  const max = (1 << prefixBits) - 1;
+  if (n < max) return Buffer.from([first | n]);
+  const out = [first | max];
+  n -= max;
+  while (n >= 128) {
+    out.push((n % 128) + 128);
+    n = Math.floor(n / 128);
+  }
+  out.push(n);
+  return Buffer.from(out);
+}
+
+function hpackString(s: string): Buffer {
+  return Buffer.concat([hpackInt(7, 0, s.length), Buffer.from(s, 'latin1')]);
+}
+
+describe('BoundedHpackDecoder', () => {
+  it('keeps its dynamic table within 4096 octets: old entries are evicted', () => {
+    const d = new BoundedHpackDecoder();
+    d.decode(literalIndexed('a', 'x'.repeat(3000)));
+    d.decode(literalIndexed('b', 'y'.repeat(3000)));
+    expect(d.tableSize).toBeLessThanOrEqual(4096);
+    // Index 62 is the newest entry; 63 (the evicted one) no longer exists.
+    expect(d.decode(Buffer.from([0x80 | 62]))).toEqual([{ name: 'b', value: 'y'.repeat(3000) }]);
+    expect(() => d.decode(Buffer.from([0x80 | 63]))).toThrow(HpackError);
+  });
+
+  it('does not keep an entry larger than the table', () => {
+    const d = new BoundedHpackDecoder();
+    expect(d.decode(literalIndexed('big', 'z'.repeat(5000)))).toHaveLength(1);
+    expect(d.tableSize).toBe(0);
+    expect(() => d.decode(Buffer.from([0x80 | 62]))).toThrow(/out of range|OOB/);
+  });
+
+  it('refuses a block of repeated references past the header list limit, quickly', () => {
+    const d = new BoundedHpackDecoder();
+    const bomb = Buffer.concat([literalIndexed('x', 'v'.repeat(4000)), Buffer.alloc(60_000, 0x80 | 62)]);
+    const started = performance.now();
+    let err: unknown;
+    try {
+      d.decode(bomb);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(HpackError);
+    expect((err as HpackError).h2Code).toBe(0xb);
+    expect((err as Error).message).toMatch(/header list larger than 65536/);
+    expect(performance.now() - started).toBeLessThan(100);
+  });
+
+  it('honours SETTINGS_HEADER_TABLE_SIZE: size updates up to it, and no further', () => {
+    const d = new BoundedHpackDecoder();
+    expect(() => d.decode(hpackInt(5, 0x20, 8192))).toThrow(/above the 4096 allowed/);
+    d.setMaxTableSize(8192);
+    d.decode(hpackInt(5, 0x20, 8192));
+    d.decode(literalIndexed('a', 'x'.repeat(3000)));
+    d.decode(literalIndexed('b', 'y'.repeat(3000)));
+    expect(d.tableSize).toBeGreaterThan(6000);
+    // Lowering it evicts at once.
+    d.setMaxTableSize(100);
+    expect(d.tableSize).toBe(0);
+    // Never more than 64 KiB, whatever the server says.
+    d.setMaxTableSize(1 << 30);
+    expect(() => d.decode(hpackInt(5, 0x20, 1 << 20))).toThrow(/above the 65536 allowed/);
+  });
+
+  it('refuses a size update after a header field, index 0 and truncated blocks', () => {
+    const d = new BoundedHpackDecoder();
+    expect(() => d.decode(Buffer.concat([Buffer.from([0x82]), hpackInt(5, 0x20, 0)]))).toThrow(/after a header field/);
+    expect(() => d.decode(Buffer.from([0x80]))).toThrow(/index 0/);
+    expect(() => d.decode(literalIndexed('a', 'abc').subarray(0, 5))).toThrow(HpackError);
+  });
+});
+
+describe('AuthorityRewriter limits', () => {
+  const headers = (stream: number, block: Buffer, flags = 0x4) => frame(1, flags, stream, block);
+
+  it('closes the connection on a CONTINUATION flood', async () => {
+    const enc = goLikeEncoder();
+    const block = enc(request('/s.sock'));
+    const flood = Array.from({ length: 100 }, () => frame(9, 0, 1, Buffer.alloc(0)));
+    await expect(run(Buffer.concat([PREFACE, headers(1, block, 0), ...flood]))).rejects.toThrow(/more than 64 CONTINUATION/);
+  });
+
+  it('closes the connection on a header block over 64 KiB', async () => {
+    const parts = Array.from({ length: 5 }, () => frame(9, 0, 1, Buffer.alloc(16_000, 0x20)));
+    await expect(run(Buffer.concat([PREFACE, headers(1, Buffer.alloc(16_000, 0x20), 0), ...parts]))).rejects.toThrow(/header block larger than 65536/);
+  });
+
+  it('closes the connection on an HPACK bomb', async () => {
+    const bomb = Buffer.concat([literalIndexed('x', 'v'.repeat(4000)), Buffer.alloc(12_000, 0x80 | 62)]);
+    await expect(run(Buffer.concat([PREFACE, headers(1, bomb)]))).rejects.toThrow(/header list larger/);
+  });
+
+  it('refuses another frame inside a header block, and a frame larger than the server allows', async () => {
+    const enc = goLikeEncoder();
+    await expect(run(Buffer.concat([PREFACE, headers(1, enc(request('/s.sock')), 0), frame(0, 0, 1, Buffer.alloc(1))]))).rejects.toThrow(/inside a header block/);
+    await expect(run(Buffer.concat([PREFACE, frame(0, 0, 1, Buffer.alloc(20_000))]))).rejects.toThrow(/frame of 20000 bytes/);
+    const r = new AuthorityRewriter();
+    r.serverSettings(0x5, 32768);
+    const out: Buffer[] = [];
+    r.on('data', (d: Buffer) => out.push(d));
+    r.end(Buffer.concat([PREFACE, frame(0, 0, 1, Buffer.alloc(20_000))]));
+    await new Promise((res, rej) => (r.on('end', res), r.on('error', rej)));
+    expect(Buffer.concat(out).length).toBe(PREFACE.length + 9 + 20_000);
+  });
+});
+
+describe('ServerFrameWatcher', () => {
+  it('reports the server settings however the bytes are split, and passes them on unchanged', async () => {
+    const settings = Buffer.alloc(12);
+    settings.writeUInt16BE(0x1, 0);
+    settings.writeUInt32BE(8192, 2);
+    settings.writeUInt16BE(0x5, 6);
+    settings.writeUInt32BE(65536, 8);
+    const input = Buffer.concat([frame(4, 0, 0, settings), frame(0, 0, 1, Buffer.alloc(300, 7)), frame(4, 1, 0, Buffer.alloc(0)), frame(4, 0, 0, settings.subarray(0, 6))]);
+    for (const step of [1, 5, 9, 10, 1000]) {
+      const seen: Array<[number, number]> = [];
+      const w = new ServerFrameWatcher((id, v) => seen.push([id, v]));
+      const out: Buffer[] = [];
+      w.on('data', (d: Buffer) => out.push(d));
+      for (let off = 0; off < input.length; off += step) w.write(input.subarray(off, off + step));
+      w.end();
+      await new Promise((r) => w.on('end', r));
+      expect(Buffer.concat(out)).toEqual(input);
+      expect(seen).toEqual([[1, 8192], [5, 65536], [1, 8192]]);
+      expect(w.atFrameBoundary).toBe(true);
     }
   });
 });

@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { resolveEndpoints } from '../../src/image/hosts.js';
+import { isLoopbackHost, resolveEndpoints } from '../../src/image/hosts.js';
 
 describe('resolveEndpoints (containerd hosts.toml)', () => {
   let dir: string;
@@ -54,5 +54,50 @@ describe('resolveEndpoints (containerd hosts.toml)', () => {
 
   it('refuses a malformed hosts.toml with its path', async () => {
     await expect(resolveEndpoints(dir, 'broken.io')).rejects.toThrow(/invalid .*broken\.io\/hosts\.toml/);
+  });
+});
+
+describe('isLoopbackHost', () => {
+  it.each([
+    'localhost',
+    'localhost:5000',
+    'LOCALHOST:80',
+    '127.0.0.1',
+    '127.0.0.1:5000',
+    '127.1.2.3:443',
+    '127.255.255.255',
+    '::1',
+    '[::1]',
+    '[::1]:5000',
+    '[0:0:0:0:0:0:0:1]:5000',
+    '::ffff:127.0.0.1',
+    '[::ffff:127.0.0.2]:80',
+  ])('%s is loopback', (h) => expect(isLoopbackHost(h)).toBe(true));
+
+  it.each([
+    '127.evil.example.com',
+    '127.evil.example.com:5000',
+    '127.0.0.1.nip.io',
+    '127.0.0.1.evil.com:5000',
+    '127',
+    '127.1',
+    '1127.0.0.1',
+    '128.0.0.1',
+    '10.0.0.1:5000',
+    'localhost.evil.com',
+    'localhostx',
+    '::2',
+    '[::1]x',
+    '[::1].evil.com',
+    '::ffff:10.0.0.1',
+    '0.0.0.0',
+    'docker.io',
+  ])('%s is not loopback', (h) => expect(isLoopbackHost(h)).toBe(false));
+
+  it('decides the default scheme: only real loopback registries get plain http', async () => {
+    expect((await resolveEndpoints(undefined, '127.evil.example.com')).map((e) => e.apiRoot)).toEqual(['https://127.evil.example.com/v2']);
+    expect((await resolveEndpoints(undefined, '127.evil.example.com:5000')).map((e) => e.apiRoot)).toEqual(['https://127.evil.example.com:5000/v2']);
+    expect((await resolveEndpoints(undefined, '127.0.0.2:5000')).map((e) => e.apiRoot)).toEqual(['http://127.0.0.2:5000/v2']);
+    expect((await resolveEndpoints(undefined, '[::1]:5000')).map((e) => e.apiRoot)).toEqual(['http://[::1]:5000/v2']);
   });
 });
