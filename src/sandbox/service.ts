@@ -122,6 +122,15 @@ export class SandboxService {
     return this.locks.run(id, fn);
   }
 
+  /**
+   * Runs `fn` holding the pod's lifecycle lock, the one Stop and
+   * RemovePodSandbox take: a container created under it lands in a pod that
+   * is ready throughout, or is not created at all.
+   */
+  withPodLock<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    return this.locked(id, fn);
+  }
+
   private save(s: SandboxRecord): void {
     this.d.db.prepare('INSERT OR REPLACE INTO sandboxes (id, name, data) VALUES (?, ?, ?)').run(s.id, s.name, JSON.stringify(s));
   }
