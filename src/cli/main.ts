@@ -23,6 +23,8 @@ Flags for "skiff cri":
                            bridge + host-local + portmap network)
   --cni-bin-dir DIR        CNI plugin directory, searched in order (repeatable; default /usr/lib/cni, /opt/cni/bin)
   --pod-cidr CIDR          pod addresses for skiff's own network (default 10.88.0.0/16)
+  --cni-bridge NAME        the bridge of skiff's own network (default "skiff" + 8 hex digits of a
+                           hash of --root, so two daemons on one host get two bridges)
   --infra-binary PATH      the pod infra process, run as "PATH -P" (default /usr/bin/catatonit)
   --stream-address ADDR    where exec, attach and port-forward URLs are served (default 127.0.0.1)
   --stream-port PORT       their port; 0 picks a free one (default 0)
@@ -45,6 +47,7 @@ async function cri(args: string[]): Promise<number> {
       'cni-conf-dir': { type: 'string', default: '/etc/cni/net.d' },
       'cni-bin-dir': { type: 'string', multiple: true, default: ['/usr/lib/cni', '/opt/cni/bin'] },
       'pod-cidr': { type: 'string', default: '10.88.0.0/16' },
+      'cni-bridge': { type: 'string' },
       'infra-binary': { type: 'string', default: '/usr/bin/catatonit' },
       'stream-address': { type: 'string', default: '127.0.0.1' },
       'stream-port': { type: 'string', default: '0' },
@@ -73,6 +76,7 @@ async function cri(args: string[]): Promise<number> {
       cniConfDir: values['cni-conf-dir']!,
       cniBinDirs: values['cni-bin-dir']!.flatMap((d) => d.split(':')).filter(Boolean),
       podCidr: values['pod-cidr']!,
+      cniBridge: values['cni-bridge'],
       infraBinary: values['infra-binary']!,
       streamAddress: values['stream-address']!,
       streamPort: Number(values['stream-port']),
