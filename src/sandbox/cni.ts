@@ -147,7 +147,9 @@ export class CniNetwork {
     const list = this.defaultList();
     await fs.mkdir(path.dirname(list.file), { recursive: true });
     const { file: _f, ...json } = list;
-    await writeAtomic(list.file, JSON.stringify(json, null, 2));
+    const text = JSON.stringify(json, null, 2);
+    // Status asks for this every few seconds: write only when it changed (the bridge, the CIDR).
+    if ((await fs.readFile(list.file, 'utf8').catch(() => '')) !== text) await writeAtomic(list.file, text);
     return list;
   }
 
@@ -223,6 +225,12 @@ export class CniNetwork {
     await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
     const ips = ((result as { ips?: Array<{ address?: string }> })?.ips ?? []).map((i) => String(i.address ?? '').split('/')[0]!).filter(Boolean);
     return { ips, result };
+  }
+
+  /** Drops the temporary files of cache writes a crash cut short (call before any ADD runs). */
+  async removeTempFiles(): Promise<void> {
+    const dir = path.join(this.o.dataDir, 'cache');
+    for (const n of await fs.readdir(dir).catch(() => [] as string[])) if (n.endsWith('.tmp')) await fs.rm(path.join(dir, n), { force: true });
   }
 
   /** The pods with a cached ADD (whose network may still exist). */

@@ -85,6 +85,7 @@ export class SandboxService {
    */
   private async removeOrphans(): Promise<void> {
     const known = new Set(this.list().map((s) => s.id));
+    await this.d.cni.removeTempFiles();
     const orphans = new Set<string>();
     for (const name of await fs.readdir(this.sandboxesDir)) if (/^[a-f0-9]{64}$/.test(name) && !known.has(name)) orphans.add(name);
     for (const id of await this.d.cni.cachedIds()) if (!known.has(id)) orphans.add(id);
