@@ -77,6 +77,8 @@ function listen(server: net.Server): Promise<void> {
 }
 
 export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Daemon> {
+  // Checked before anything is created: a bad name should leave no state behind.
+  const bridge = checkBridgeName(opts.cniBridge || defaultBridgeName(opts.root));
   for (const dir of [opts.root, opts.state, path.dirname(opts.socket)]) await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
   if (await socketInUse(opts.socket)) {
     throw new SkiffError('FailedPrecondition', `another process is serving ${opts.socket}; stop it first`);
@@ -96,7 +98,6 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   await images.gc();
 
   const runner = run;
-  const bridge = checkBridgeName(opts.cniBridge || defaultBridgeName(opts.root));
   const runtimes = await probeRuntimes(path.join(opts.state, 'runtimes'), runner);
   const cni = new CniNetwork({
     confDir: opts.cniConfDir,

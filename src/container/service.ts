@@ -304,7 +304,7 @@ export class ContainerService {
       await undo.run((what, e) => this.d.log.warn('container rollback step failed', { id, step: what, error: errorMessage(e) }));
       throw err;
     } finally {
-      held?.release();
+      await held?.release();
     }
   }
 

@@ -409,18 +409,18 @@ export class ImageService {
    * happen with no await between them, so a RemoveImage either comes first
    * (the image is not found) or leaves the snapshots in place.
    */
-  acquire(nameOrId: string): { image: ImageRecord; release: () => void } | undefined {
+  acquire(nameOrId: string): { image: ImageRecord; release: () => Promise<void> } | undefined {
     const image = this.find(nameOrId);
     if (!image) return undefined;
     let release: (() => void) | undefined = this.lease([...image.chainIds]);
     return {
       image,
-      release: () => {
+      release: async () => {
         if (!release) return;
         release();
         release = undefined;
-        // Removed while held: what only the hold kept can go now.
-        if (!this.find(image.id)) void this.gc().catch((err) => this.d.log.warn('snapshot cleanup after a released hold failed', { error: errorMessage(err) }));
+        // Removed while held: what only the hold kept goes now, so ImageFsInfo is current when the call returns.
+        if (!this.find(image.id)) await this.gc().catch((err) => this.d.log.warn('snapshot cleanup after a released hold failed', { error: errorMessage(err) }));
       },
     };
   }

@@ -40,4 +40,10 @@ describe('skiff cri flags in --help and README', () => {
     expect(readmeFlags.sort()).toEqual(helpFlags.sort());
     expect(helpFlags).toContain('--cni-bridge');
   });
+
+  it('refuses a pod CIDR the bridge could not use before starting anything', async () => {
+    for (const bad of ['10.88.0.0', '10.88.0.0/31', '300.1.0.0/16', 'fd00::/64']) {
+      await expect(main(['cri', '--pod-cidr', bad, '--root', '/nonexistent/skiff-root'])).rejects.toThrow(/--pod-cidr must be an IPv4 CIDR/);
+    }
+  });
 });
