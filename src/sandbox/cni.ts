@@ -166,10 +166,41 @@ export class CniNetwork {
           return { ready: false, reason: 'NetworkPluginNotReady', message: `CNI plugin "${p.type}" (from ${list.file}) is not in ${this.o.binDirs.join(', ')}` };
         }
       }
+      const clash = this.isDefault(list) ? await this.podCidrClash() : undefined;
+      if (clash) return { ready: false, reason: 'NetworkPluginNotReady', message: clash };
       return { ready: true };
     } catch (err) {
       return { ready: false, reason: 'NetworkPluginNotReady', message: `cannot load the CNI configuration: ${errorMessage(err)}` };
     }
+  }
+
+  private isDefault(list: NetworkList): boolean {
+    return list.name === 'skiff' && list.file === this.defaultList().file;
+  }
+
+  /**
+   * Another interface with an address inside the pod CIDR (typically another
+   * daemon's bridge on the same default CIDR) would take the routes of this
+   * daemon's pods: their replies would go out the wrong bridge.
+   */
+  private async podCidrClash(): Promise<string | undefined> {
+    const r = await this.o.runner('ip', ['-j', '-4', 'addr', 'show']).catch(() => undefined);
+    if (!r || r.code !== 0) return undefined;
+    let links: Array<{ ifname?: string; addr_info?: Array<{ family?: string; local?: string; prefixlen?: number }> }>;
+    try {
+      links = JSON.parse(r.stdout) as typeof links;
+    } catch {
+      return undefined;
+    }
+    for (const l of links) {
+      if (l.ifname === this.o.bridge) continue;
+      for (const a of l.addr_info ?? []) {
+        if (a.family === 'inet' && a.local && a.prefixlen !== undefined && insideCidr(a.local, a.prefixlen, this.podCidr)) {
+          return `pod CIDR ${this.podCidr} is already used by ${a.local}/${a.prefixlen} on ${l.ifname} (another skiff daemon's bridge?); give this daemon its own --pod-cidr`;
+        }
+      }
+    }
+    return undefined;
   }
 
   private async exec(command: 'ADD' | 'DEL', list: NetworkList, plugin: NetworkList['plugins'][0], entry: CacheEntry, id: string, prevResult: unknown): Promise<unknown> {
@@ -213,7 +244,11 @@ export class CniNetwork {
 
   async add(id: string, netns: string, meta: { name: string; namespace: string; uid: string }, portMappings: PortMapping[]): Promise<AddResult> {
     let list = await this.networkList();
-    if (list.name === 'skiff' && list.file === this.defaultList().file && !portMappings.length) list = { ...this.defaultList(false), file: list.file };
+    if (this.isDefault(list)) {
+      const clash = await this.podCidrClash();
+      if (clash) throw new SkiffError('FailedPrecondition', clash);
+      if (!portMappings.length) list = { ...this.defaultList(false), file: list.file };
+    }
     const args = `IgnoreUnknown=1;K8S_POD_NAMESPACE=${meta.namespace};K8S_POD_NAME=${meta.name};K8S_POD_INFRA_CONTAINER_ID=${id};K8S_POD_UID=${meta.uid}`;
     const entry: CacheEntry = { list, netns, args, ifname: 'eth0', portMappings };
     // Written before the first plugin runs: a DEL after a crash mid-ADD still knows what to undo.
@@ -298,6 +333,19 @@ export class CniNetwork {
     }
     throw lastErr;
   }
+}
+
+function ipv4ToInt(a: string): number {
+  return a.split('.').reduce((n, o) => n * 256 + Number(o), 0);
+}
+
+/** Whether the network `addr/prefix` lies inside `cidr` (same or narrower, and within it). */
+export function insideCidr(addr: string, prefix: number, cidr: string): boolean {
+  const [net, bitsText] = cidr.split('/');
+  const bits = Number(bitsText);
+  if (!net || !Number.isInteger(bits) || prefix < bits) return false;
+  const mask = bits === 0 ? 0 : (~0 << (32 - bits)) >>> 0;
+  return ((ipv4ToInt(addr) & mask) >>> 0) === ((ipv4ToInt(net) & mask) >>> 0);
 }
 
 /** One network config file (a .conflist, or a single plugin's .conf), checked enough to run. */

@@ -241,13 +241,25 @@ describe.skipIf(!isRoot)('sandbox hardening: create races, CNI teardown, bridges
     }
   });
 
-  it('gives two daemons in one network namespace two bridges', async () => {
+  it('gives two daemons in one network namespace two bridges, and refuses a second daemon on the same pod CIDR', async () => {
     const other = await makeDirs();
     extraDirs.push(other);
     await fs.mkdir(path.join(other.base, 'net.d'));
-    const second = await new SkiffProcess(other, ['--cni-conf-dir', path.join(other.base, 'net.d'), '--pod-cidr', '10.77.0.0/24'], (a) => ns.wrap(a)).start();
-    extra.push(second);
     const a = await runPod();
+    // Same default CIDR as the first daemon, whose bridge now holds its gateway: not ready, and says why.
+    const clashing = await new SkiffProcess(other, ['--cni-conf-dir', path.join(other.base, 'net.d')], (x) => ns.wrap(x)).start();
+    extra.push(clashing);
+    const net = (await clashing.runtime.Status({})).status!.conditions!.find((c) => c.type === 'NetworkReady')!;
+    expect(net.status).toBe(false);
+    expect(net.reason).toBe('NetworkPluginNotReady');
+    expect(net.message).toMatch(/pod CIDR 10\.88\.0\.0\/16 is already used by 10\.88\.0\.1\/16 on skiff[0-9a-f]{8}/);
+    const refused = await codeOf(clashing.runtime.RunPodSandbox({ config: podConfig(other) }));
+    expect(refused.code).toBe(grpc.status.FAILED_PRECONDITION);
+    expect(refused.details).toMatch(/give this daemon its own --pod-cidr/);
+    await clashing.stop();
+    const second = await new SkiffProcess(other, ['--cni-conf-dir', path.join(other.base, 'net.d'), '--pod-cidr', '10.77.0.0/24'], (x) => ns.wrap(x)).start();
+    extra.push(second);
+    expect((await second.runtime.Status({})).status!.conditions!.find((c) => c.type === 'NetworkReady')!.status).toBe(true);
     const b = await runPod(second, other);
     const bridgeOf = async (d: SkiffProcess) => JSON.parse((await d.runtime.Status({ verbose: true })).info!.config!).cniBridge as string;
     const [ba, bb] = [await bridgeOf(skiff), await bridgeOf(second)];

@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CniNetwork, checkBridgeName, defaultBridgeName, parseNetworkConfig } from '../../src/sandbox/cni.js';
+import { CniNetwork, checkBridgeName, defaultBridgeName, insideCidr, parseNetworkConfig } from '../../src/sandbox/cni.js';
 import { silentLogger } from '../../src/log.js';
 import type { RunOptions, RunResult, Runner } from '../../src/sys/run.js';
 
@@ -43,11 +43,26 @@ describe('bridge names', () => {
   });
 });
 
+describe('pod CIDR clashes', () => {
+  it.each([
+    ['10.88.0.1', 16, '10.88.0.0/16', true],
+    ['10.88.5.1', 24, '10.88.0.0/16', true],
+    ['10.0.0.5', 8, '10.88.0.0/16', false],
+    ['10.89.0.1', 16, '10.88.0.0/16', false],
+    ['192.0.2.2', 24, '10.88.0.0/16', false],
+    ['10.99.0.1', 24, '10.99.0.0/24', true],
+  ])('%s/%i inside %s: %s', (addr, prefix, cidr, inside) => {
+    expect(insideCidr(addr, prefix, cidr)).toBe(inside);
+  });
+});
+
 describe('CNI DEL', () => {
   let dir: string;
+  let links: unknown[];
   let calls: Array<{ cmd: string; env: NodeJS.ProcessEnv; conf: Record<string, unknown> }>;
   let fail: string | undefined;
   const runner: Runner = async (cmd: string, _args: string[], opts: RunOptions = {}): Promise<RunResult> => {
+    if (cmd === 'ip') return { code: 0, signal: null, stdout: JSON.stringify(links), stderr: '', timedOut: false };
     const conf = JSON.parse(String(opts.input)) as Record<string, unknown>;
     calls.push({ cmd: path.basename(cmd), env: opts.env ?? {}, conf });
     if (fail && fail === `${path.basename(cmd)}:${opts.env?.CNI_COMMAND}`) return { code: 1, signal: null, stdout: '{"code":11,"msg":"boom"}', stderr: '', timedOut: false };
@@ -66,6 +81,7 @@ describe('CNI DEL', () => {
     for (const p of ['bridge', 'portmap']) await fs.writeFile(path.join(dir, 'bin', p), '', { mode: 0o755 });
     calls = [];
     fail = undefined;
+    links = [{ ifname: 'lo', addr_info: [{ family: 'inet', local: '127.0.0.1', prefixlen: 8 }] }];
   });
   afterEach(async () => {
     await fs.rm(dir, { recursive: true, force: true });
@@ -124,5 +140,15 @@ describe('CNI DEL', () => {
     await fs.writeFile(path.join(dir, 'net.d', '20-good.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'good', plugins: [{ type: 'bridge' }] }));
     expect((await cni.networkList()).name).toBe('good');
     expect(await cni.status()).toEqual({ ready: true });
+  });
+
+  it('is not ready, and refuses ADD, while another interface holds an address in its pod CIDR', async () => {
+    const cni = network();
+    links.push({ ifname: 'skifftest0', addr_info: [{ family: 'inet', local: '10.1.0.1', prefixlen: 24 }] });
+    expect(await cni.status()).toEqual({ ready: true });
+    links.push({ ifname: 'skiffother', addr_info: [{ family: 'inet', local: '10.1.0.1', prefixlen: 24 }] });
+    expect(await cni.status()).toMatchObject({ ready: false, message: expect.stringMatching(/10\.1\.0\.1\/24 on skiffother/) });
+    await expect(cni.add('p6', '/run/netns/p6', { name: 'a', namespace: 'b', uid: 'c' }, [])).rejects.toThrow(/already used/);
+    expect(calls).toEqual([]);
   });
 });
