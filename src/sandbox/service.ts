@@ -259,8 +259,9 @@ export class SandboxService {
         protocol: String(p.protocol ?? 'TCP').toLowerCase(),
         ...(p.hostIp ? { hostIP: p.hostIp } : {}),
       }));
+      // The cache is written (whole) before the first plugin runs: without it there is nothing to undo.
       undo.add('network', () =>
-        this.d.cni.del(id, { netns: rec.netns }).catch(async (err) => {
+        this.d.cni.del(id).catch(async (err) => {
           // The pod never existed for the kubelet, so nothing retries this DEL: report it, and leave
           // no cache entry behind that would fail again at every start.
           this.d.log.error('CNI DEL while undoing a failed RunPodSandbox failed; its network may leak', { id, error: errorMessage(err) });
