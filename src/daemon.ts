@@ -29,7 +29,7 @@ import { StreamingServer } from './streaming/server.js';
 import { ContainerService } from './container/service.js';
 import { OciRuntime } from './container/oci-runtime.js';
 import { capsFromMask } from './container/spec.js';
-import { CniNetwork } from './sandbox/cni.js';
+import { CniNetwork, checkBridgeName, defaultBridgeName } from './sandbox/cni.js';
 import { SandboxService } from './sandbox/service.js';
 import { findExecutable, run, type Runner } from './sys/run.js';
 
@@ -42,6 +42,8 @@ export interface DaemonOptions {
   cniConfDir: string;
   cniBinDirs: string[];
   podCidr: string;
+  /** The bridge of skiff's own network; by default one named from `root`. */
+  cniBridge?: string;
   infraBinary: string;
   streamAddress: string;
   streamPort: number;
@@ -77,6 +79,8 @@ function listen(server: net.Server): Promise<void> {
 }
 
 export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Daemon> {
+  // Checked before anything is created: a bad name should leave no state behind.
+  const bridge = checkBridgeName(opts.cniBridge || defaultBridgeName(opts.root));
   for (const dir of [opts.root, opts.state, path.dirname(opts.socket)]) await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
   if (await socketInUse(opts.socket)) {
     throw new SkiffError('FailedPrecondition', `another process is serving ${opts.socket}; stop it first`);
@@ -102,6 +106,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     binDirs: opts.cniBinDirs,
     dataDir: path.join(opts.root, 'cni'),
     podCidr: opts.podCidr,
+    bridge,
     runner,
     log,
   });
@@ -140,9 +145,15 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   await containers.init();
 
   const readiness: Readiness = {
-    runtime: () => {
+    runtime: async () => {
       const rt = runtimes.get('runc');
-      return rt && !('unavailable' in rt) ? { ready: true } : { ready: false, reason: 'RuntimeNotReady', message: rt && 'unavailable' in rt ? rt.unavailable : 'runc not found' };
+      if (!rt || 'unavailable' in rt) return { ready: false, reason: 'RuntimeNotReady', message: `the default runtime handler runc is unavailable: ${rt && 'unavailable' in rt ? rt.unavailable : 'runc not found'}` };
+      // Looked up at each call: installing the package later makes the node ready without a restart.
+      if (!(await which('conmon'))) return { ready: false, reason: 'RuntimeNotReady', message: 'conmon, the container monitor, is not installed (not on PATH)' };
+      if (!(await findExecutable(path.basename(opts.infraBinary), [path.dirname(opts.infraBinary)]))) {
+        return { ready: false, reason: 'RuntimeNotReady', message: `the pod infra binary ${opts.infraBinary} is missing or not executable` };
+      }
+      return { ready: true };
     },
     network: () => cni.status(),
     handlers: () => [...runtimes].filter(([, r]) => !('unavailable' in r)).map(([n]) => n),
@@ -153,6 +164,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
       cniConfDir: opts.cniConfDir,
       cniBinDirs: opts.cniBinDirs,
       podCidr: opts.podCidr,
+      cniBridge: bridge,
       cgroupDriver: 'cgroupfs',
       runtimeHandlers: Object.fromEntries([...runtimes].map(([n, r]) => [n, 'unavailable' in r ? { available: false, reason: r.unavailable } : { available: true, binary: r.binary }])),
     }),

@@ -23,6 +23,8 @@ Flags for "skiff cri":
                            bridge + host-local + portmap network)
   --cni-bin-dir DIR        CNI plugin directory, searched in order (repeatable; default /usr/lib/cni, /opt/cni/bin)
   --pod-cidr CIDR          pod addresses for skiff's own network (default 10.88.0.0/16)
+  --cni-bridge NAME        the bridge of skiff's own network (default "skiff" + 8 hex digits of a
+                           hash of --root, so two daemons on one host get two bridges)
   --infra-binary PATH      the pod infra process, run as "PATH -P" (default /usr/bin/catatonit)
   --stream-address ADDR    where exec, attach and port-forward URLs are served (default 127.0.0.1)
   --stream-port PORT       their port; 0 picks a free one (default 0)
@@ -48,6 +50,7 @@ async function cri(args: string[]): Promise<number> {
       'cni-conf-dir': { type: 'string', default: '/etc/cni/net.d' },
       'cni-bin-dir': { type: 'string', multiple: true, default: ['/usr/lib/cni', '/opt/cni/bin'] },
       'pod-cidr': { type: 'string', default: '10.88.0.0/16' },
+      'cni-bridge': { type: 'string' },
       'infra-binary': { type: 'string', default: '/usr/bin/catatonit' },
       'stream-address': { type: 'string', default: '127.0.0.1' },
       'stream-port': { type: 'string', default: '0' },
@@ -67,6 +70,9 @@ async function cri(args: string[]): Promise<number> {
   if (!Number.isInteger(streamPort) || streamPort < 0 || streamPort > 65535) throw new Error(`--stream-port must be a port number, not "${values['stream-port']}"`);
   const progressTimeout = parseDuration(values['image-pull-progress-timeout']!);
   if (progressTimeout === undefined) throw new Error(`--image-pull-progress-timeout must be a duration such as 30s or 5m, not "${values['image-pull-progress-timeout']}"`);
+  const cidr = values['pod-cidr']!;
+  const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\/(\d{1,2})$/.exec(cidr);
+  if (!m || m.slice(1, 5).some((o) => Number(o) > 255) || Number(m[5]) > 30) throw new Error(`--pod-cidr must be an IPv4 CIDR with room for pods (at most /30), not "${cidr}"`);
   const log = createLogger(level);
   if (process.getuid?.() !== 0) log.warn('skiff cri is not running as root: unpacking layers with their owners and devices will fail');
   const daemon = await startDaemon(
@@ -79,6 +85,7 @@ async function cri(args: string[]): Promise<number> {
       cniConfDir: values['cni-conf-dir']!,
       cniBinDirs: values['cni-bin-dir']!.flatMap((d) => d.split(':')).filter(Boolean),
       podCidr: values['pod-cidr']!,
+      cniBridge: values['cni-bridge'],
       infraBinary: values['infra-binary']!,
       streamAddress: values['stream-address']!,
       streamPort: Number(values['stream-port']),

@@ -185,8 +185,19 @@ export class ContainerService {
     return this.listView(sandboxId).map((c) => structuredClone(c) as ContainerRecord);
   }
 
+  /**
+   * Holds the pod's lock from checking the pod to saving the record, so a
+   * concurrent Stop/RemovePodSandbox either sees the container and takes it
+   * down, or comes first and the create fails and rolls back.
+   */
   async create(sandboxId: string, config: ContainerConfig__Output): Promise<string> {
-    const sandbox = this.d.sandboxes().mustGet(sandboxId);
+    const found = this.d.sandboxes().mustGet(sandboxId);
+    return this.d.sandboxes().withPodLock(found.id, () => this.createInPod(found.id, config));
+  }
+
+  private async createInPod(sandboxId: string, config: ContainerConfig__Output): Promise<string> {
+    const sandbox = this.d.sandboxes().get(sandboxId);
+    if (!sandbox) throw notFound(`pod sandbox "${sandboxId}" not found (it was removed)`);
     if (sandbox.state !== 'SANDBOX_READY') throw failedPrecondition(`pod sandbox ${sandbox.id} is not ready`);
     const md = config.metadata;
     if (!md?.name) throw invalidArgument('CreateContainer: metadata.name is required');
@@ -198,9 +209,11 @@ export class ContainerService {
     this.names.reserve(name, id, 'container');
     const undo = new Rollback();
     undo.add('name', () => this.names.release(name));
+    // Until the record exists, only this lease keeps RemoveImage from deleting the layers mounted below.
+    const held = this.d.images.acquire(imageRef);
     try {
-      const image = this.d.images.find(imageRef);
-      if (!image) throw notFound(`image "${imageRef}" not found: pull it first`);
+      if (!held) throw notFound(`image "${imageRef}" not found: pull it first`);
+      const image = held.image;
       const dir = path.join(this.d.rootDir, 'containers', id);
       const bundle = path.join(this.d.stateDir, 'containers', id);
       const rootfs = path.join(dir, 'rootfs');
@@ -290,6 +303,8 @@ export class ContainerService {
     } catch (err) {
       await undo.run((what, e) => this.d.log.warn('container rollback step failed', { id, step: what, error: errorMessage(e) }));
       throw err;
+    } finally {
+      await held?.release();
     }
   }
 

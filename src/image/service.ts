@@ -439,6 +439,29 @@ export class ImageService {
     return undefined;
   }
 
+  /**
+   * Finds an image and holds its snapshots against garbage collection until
+   * `release` is called. A container being created stands on them before its
+   * record (which keeps them from then on) exists; the look-up and the hold
+   * happen with no await between them, so a RemoveImage either comes first
+   * (the image is not found) or leaves the snapshots in place.
+   */
+  acquire(nameOrId: string): { image: ImageRecord; release: () => Promise<void> } | undefined {
+    const image = this.find(nameOrId);
+    if (!image) return undefined;
+    let release: (() => void) | undefined = this.lease([...image.chainIds]);
+    return {
+      image,
+      release: async () => {
+        if (!release) return;
+        release();
+        release = undefined;
+        // Removed while held: what only the hold kept goes now, so ImageFsInfo is current when the call returns.
+        if (!this.find(image.id)) await this.gc().catch((err) => this.d.log.warn('snapshot cleanup after a released hold failed', { error: errorMessage(err) }));
+      },
+    };
+  }
+
   /** Removes the image with all its names; removing a missing image is not an error. */
   async remove(nameOrId: string): Promise<boolean> {
     const img = this.find(nameOrId);

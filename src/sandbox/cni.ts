@@ -2,9 +2,12 @@
  * Pod networking through CNI plugins, as the CNI spec defines the calls:
  * ADD runs a network list's plugins in order, each given the previous
  * result; DEL runs them in reverse. Each ADD's inputs and result are cached
- * on disk so that DEL works after a daemon restart. The pod's loopback is
- * brought up by skiff itself when it creates the namespace.
+ * on disk so that DEL works after a daemon restart; when that cache is lost
+ * or unreadable, DEL runs from the network config alone (the spec lets DEL
+ * go without a prevResult). The pod's loopback is brought up by skiff itself
+ * when it creates the namespace.
  */
+import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { SkiffError, errorMessage, isErrno } from '../errors.js';
@@ -24,6 +27,8 @@ export interface CniOptions {
   /** Where skiff keeps its default network list and its result cache. */
   dataDir: string;
   podCidr: string;
+  /** The bridge of skiff's own network (one per daemon: two daemons on a host must not share it). */
+  bridge: string;
   runner: Runner;
   log: Logger;
   pluginTimeoutMs?: number;
@@ -43,6 +48,21 @@ interface CacheEntry {
   ifname: string;
   portMappings: PortMapping[];
   result?: unknown;
+}
+
+/** Linux caps interface names at 15 bytes. */
+const IFNAMSIZ = 15;
+
+/** The default bridge of a daemon: named from its root, so two daemons on one host get two bridges. */
+export function defaultBridgeName(root: string): string {
+  return `skiff${createHash('sha256').update(path.resolve(root)).digest('hex').slice(0, 8)}`;
+}
+
+export function checkBridgeName(name: string): string {
+  if (!/^[A-Za-z0-9_.-]+$/.test(name) || name.length > IFNAMSIZ || name === '.' || name === '..') {
+    throw new SkiffError('InvalidArgument', `bridge name "${name}" is not a valid interface name (letters, digits, "_.-", at most ${IFNAMSIZ})`);
+  }
+  return name;
 }
 
 export interface AddResult {
@@ -70,11 +90,11 @@ export class CniNetwork {
   async setPodCidr(cidr: string): Promise<void> {
     if (cidr === this.podCidr) return;
     if (!/^\d+\.\d+\.\d+\.\d+\/\d+$/.test(cidr)) throw new SkiffError('InvalidArgument', `pod CIDR "${cidr}" is not an IPv4 CIDR`);
-    const attached = await fs.readdir(path.join(this.o.dataDir, 'cache')).catch(() => [] as string[]);
+    const attached = await this.cachedIds();
     if (attached.length) {
       throw new SkiffError('FailedPrecondition', `cannot change the pod CIDR from ${this.podCidr} to ${cidr} while ${attached.length} pod(s) use the network`);
     }
-    await this.o.runner('ip', ['link', 'del', 'skiff0']);
+    await this.o.runner('ip', ['link', 'del', this.o.bridge]);
     this.podCidr = cidr;
   }
 
@@ -90,7 +110,7 @@ export class CniNetwork {
       plugins: [
         {
           type: 'bridge',
-          bridge: 'skiff0',
+          bridge: this.o.bridge,
           isGateway: true,
           ipMasq: true,
           hairpinMode: true,
@@ -101,7 +121,11 @@ export class CniNetwork {
     };
   }
 
-  /** The network list in use: the first in the config dir (by name), else skiff's default. */
+  /**
+   * The network list in use: the first valid one in the config dir (by
+   * name), else skiff's default. Configs that are all invalid are an error,
+   * not a reason to fall back to a network the operator did not ask for.
+   */
   async networkList(): Promise<NetworkList> {
     let names: string[] = [];
     try {
@@ -109,23 +133,23 @@ export class CniNetwork {
     } catch (err) {
       if (!isErrno(err, 'ENOENT')) throw err;
     }
+    const problems: string[] = [];
     for (const n of names) {
       const file = path.join(this.o.confDir, n);
       try {
-        const j = JSON.parse(await fs.readFile(file, 'utf8')) as Record<string, unknown>;
-        if (Array.isArray(j.plugins)) return { cniVersion: String(j.cniVersion ?? '0.4.0'), name: String(j.name), plugins: j.plugins as NetworkList['plugins'], file };
-        if (typeof j.type === 'string') {
-          const { cniVersion, name, ...plugin } = j;
-          return { cniVersion: String(cniVersion ?? '0.4.0'), name: String(name), plugins: [plugin as NetworkList['plugins'][0]], file };
-        }
+        return parseNetworkConfig(await fs.readFile(file, 'utf8'), file);
       } catch (err) {
-        this.o.log.warn('skipping unreadable CNI config', { file, error: errorMessage(err) });
+        problems.push(`${file}: ${errorMessage(err)}`);
+        this.o.log.warn('skipping invalid CNI config', { file, error: errorMessage(err) });
       }
     }
+    if (problems.length) throw new SkiffError('FailedPrecondition', `no valid CNI network config in ${this.o.confDir} (${problems.join('; ')})`);
     const list = this.defaultList();
     await fs.mkdir(path.dirname(list.file), { recursive: true });
     const { file: _f, ...json } = list;
-    await fs.writeFile(list.file, JSON.stringify(json, null, 2));
+    const text = JSON.stringify(json, null, 2);
+    // Status asks for this every few seconds: write only when it changed (the bridge, the CIDR).
+    if ((await fs.readFile(list.file, 'utf8').catch(() => '')) !== text) await writeAtomic(list.file, text);
     return list;
   }
 
@@ -142,10 +166,41 @@ export class CniNetwork {
           return { ready: false, reason: 'NetworkPluginNotReady', message: `CNI plugin "${p.type}" (from ${list.file}) is not in ${this.o.binDirs.join(', ')}` };
         }
       }
+      const clash = this.isDefault(list) ? await this.podCidrClash() : undefined;
+      if (clash) return { ready: false, reason: 'NetworkPluginNotReady', message: clash };
       return { ready: true };
     } catch (err) {
       return { ready: false, reason: 'NetworkPluginNotReady', message: `cannot load the CNI configuration: ${errorMessage(err)}` };
     }
+  }
+
+  private isDefault(list: NetworkList): boolean {
+    return list.name === 'skiff' && list.file === this.defaultList().file;
+  }
+
+  /**
+   * Another interface with an address inside the pod CIDR (typically another
+   * daemon's bridge on the same default CIDR) would take the routes of this
+   * daemon's pods: their replies would go out the wrong bridge.
+   */
+  private async podCidrClash(): Promise<string | undefined> {
+    const r = await this.o.runner('ip', ['-j', '-4', 'addr', 'show']).catch(() => undefined);
+    if (!r || r.code !== 0) return undefined;
+    let links: Array<{ ifname?: string; addr_info?: Array<{ family?: string; local?: string; prefixlen?: number }> }>;
+    try {
+      links = JSON.parse(r.stdout) as typeof links;
+    } catch {
+      return undefined;
+    }
+    for (const l of links) {
+      if (l.ifname === this.o.bridge) continue;
+      for (const a of l.addr_info ?? []) {
+        if (a.family === 'inet' && a.local && a.prefixlen !== undefined && insideCidr(a.local, a.prefixlen, this.podCidr)) {
+          return `pod CIDR ${this.podCidr} is already used by ${a.local}/${a.prefixlen} on ${l.ifname} (another skiff daemon's bridge?); give this daemon its own --pod-cidr`;
+        }
+      }
+    }
+    return undefined;
   }
 
   private async exec(command: 'ADD' | 'DEL', list: NetworkList, plugin: NetworkList['plugins'][0], entry: CacheEntry, id: string, prevResult: unknown): Promise<unknown> {
@@ -189,18 +244,28 @@ export class CniNetwork {
 
   async add(id: string, netns: string, meta: { name: string; namespace: string; uid: string }, portMappings: PortMapping[]): Promise<AddResult> {
     let list = await this.networkList();
-    if (list.name === 'skiff' && list.file === this.defaultList().file && !portMappings.length) list = { ...this.defaultList(false), file: list.file };
+    if (this.isDefault(list)) {
+      const clash = await this.podCidrClash();
+      if (clash) throw new SkiffError('FailedPrecondition', clash);
+      if (!portMappings.length) list = { ...this.defaultList(false), file: list.file };
+    }
     const args = `IgnoreUnknown=1;K8S_POD_NAMESPACE=${meta.namespace};K8S_POD_NAME=${meta.name};K8S_POD_INFRA_CONTAINER_ID=${id};K8S_POD_UID=${meta.uid}`;
     const entry: CacheEntry = { list, netns, args, ifname: 'eth0', portMappings };
     // Written before the first plugin runs: a DEL after a crash mid-ADD still knows what to undo.
     await fs.mkdir(path.dirname(this.cacheFile(id)), { recursive: true });
-    await fs.writeFile(this.cacheFile(id), JSON.stringify(entry));
+    await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
     let result: unknown;
     for (const p of list.plugins) result = await this.exec('ADD', list, p, entry, id, result);
     entry.result = result;
-    await fs.writeFile(this.cacheFile(id), JSON.stringify(entry));
+    await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
     const ips = ((result as { ips?: Array<{ address?: string }> })?.ips ?? []).map((i) => String(i.address ?? '').split('/')[0]!).filter(Boolean);
     return { ips, result };
+  }
+
+  /** Drops the temporary files of cache writes a crash cut short (call before any ADD runs). */
+  async removeTempFiles(): Promise<void> {
+    const dir = path.join(this.o.dataDir, 'cache');
+    for (const n of await fs.readdir(dir).catch(() => [] as string[])) if (n.endsWith('.tmp')) await fs.rm(path.join(dir, n), { force: true });
   }
 
   /** The pods with a cached ADD (whose network may still exist). */
@@ -209,14 +274,51 @@ export class CniNetwork {
     return names.filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -5));
   }
 
-  /** Undoes an ADD; retried, bounded, and a no-op when there is nothing cached. */
-  async del(id: string, attempts = 3): Promise<void> {
-    let entry: CacheEntry;
+  /** Forgets a pod's cached ADD without running DEL (after a DEL that cannot succeed was reported). */
+  async discard(id: string): Promise<void> {
+    await fs.rm(this.cacheFile(id), { force: true });
+  }
+
+  private async readCache(id: string): Promise<CacheEntry | 'missing' | 'unreadable'> {
+    let text: string;
     try {
-      entry = JSON.parse(await fs.readFile(this.cacheFile(id), 'utf8')) as CacheEntry;
+      text = await fs.readFile(this.cacheFile(id), 'utf8');
     } catch (err) {
-      if (isErrno(err, 'ENOENT')) return;
+      if (isErrno(err, 'ENOENT')) return 'missing';
       throw err;
+    }
+    try {
+      const e = JSON.parse(text) as CacheEntry;
+      if (e && typeof e === 'object' && e.list && Array.isArray(e.list.plugins) && typeof e.netns === 'string') return e;
+    } catch {
+      // empty or cut short: treated below like a missing cache
+    }
+    return 'unreadable';
+  }
+
+  /**
+   * Undoes an ADD; retried, bounded. With the cached ADD it runs the cached
+   * list with the cached result. Without it (lost, or empty after a crash),
+   * DEL runs from the current network config with no prevResult, given the
+   * pod's network namespace when it still exists (`netns`); with neither a
+   * cache nor a namespace there is nothing to undo.
+   */
+  async del(id: string, opts: { netns?: string; attempts?: number } = {}): Promise<void> {
+    const attempts = opts.attempts ?? 3;
+    const cached = await this.readCache(id);
+    let entry: CacheEntry;
+    if (typeof cached === 'object') {
+      entry = cached;
+    } else {
+      if (cached === 'missing' && !opts.netns) return;
+      this.o.log.warn('no usable cached CNI result; running DEL from the network config', { id, cache: cached });
+      entry = {
+        list: await this.networkList(),
+        netns: opts.netns ?? '',
+        args: `IgnoreUnknown=1;K8S_POD_INFRA_CONTAINER_ID=${id}`,
+        ifname: 'eth0',
+        portMappings: [],
+      };
     }
     let lastErr: unknown;
     for (let i = 0; i < attempts; i++) {
@@ -230,5 +332,64 @@ export class CniNetwork {
       }
     }
     throw lastErr;
+  }
+}
+
+function ipv4ToInt(a: string): number {
+  return a.split('.').reduce((n, o) => n * 256 + Number(o), 0);
+}
+
+/** Whether the network `addr/prefix` lies inside `cidr` (same or narrower, and within it). */
+export function insideCidr(addr: string, prefix: number, cidr: string): boolean {
+  const [net, bitsText] = cidr.split('/');
+  const bits = Number(bitsText);
+  if (!net || !Number.isInteger(bits) || prefix < bits) return false;
+  const mask = bits === 0 ? 0 : (~0 << (32 - bits)) >>> 0;
+  return ((ipv4ToInt(addr) & mask) >>> 0) === ((ipv4ToInt(net) & mask) >>> 0);
+}
+
+/** One network config file (a .conflist, or a single plugin's .conf), checked enough to run. */
+export function parseNetworkConfig(text: string, file: string): NetworkList {
+  let j: Record<string, unknown>;
+  try {
+    j = JSON.parse(text) as Record<string, unknown>;
+  } catch (err) {
+    throw new SkiffError('InvalidArgument', `not valid JSON: ${errorMessage(err)}`);
+  }
+  if (!j || typeof j !== 'object' || Array.isArray(j)) throw new SkiffError('InvalidArgument', 'not a JSON object');
+  if (typeof j.name !== 'string' || !j.name) throw new SkiffError('InvalidArgument', 'has no "name"');
+  const cniVersion = String(j.cniVersion ?? '0.4.0');
+  let plugins: unknown[];
+  if (Array.isArray(j.plugins)) {
+    plugins = j.plugins;
+  } else if (typeof j.type === 'string') {
+    const { cniVersion: _v, name: _n, ...plugin } = j;
+    plugins = [plugin];
+  } else {
+    throw new SkiffError('InvalidArgument', 'has neither "plugins" nor "type"');
+  }
+  if (!plugins.length) throw new SkiffError('InvalidArgument', '"plugins" is empty');
+  plugins.forEach((p, i) => {
+    const t = (p as { type?: unknown } | null)?.type;
+    if (typeof t !== 'string' || !/^[A-Za-z0-9_.-]+$/.test(t)) throw new SkiffError('InvalidArgument', `plugin ${i} has no valid "type"`);
+  });
+  return { cniVersion, name: j.name, plugins: plugins as NetworkList['plugins'], file };
+}
+
+/** Writes a file whole or not at all: a crash never leaves it empty or cut short. */
+async function writeAtomic(file: string, data: string): Promise<void> {
+  const tmp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
+  try {
+    const fh = await fs.open(tmp, 'w', 0o600);
+    try {
+      await fh.writeFile(data);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await fs.rename(tmp, file);
+  } catch (err) {
+    await fs.rm(tmp, { force: true });
+    throw err;
   }
 }

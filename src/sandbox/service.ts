@@ -8,7 +8,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Db } from '../db.js';
-import { SkiffError, errorMessage, invalidArgument, isErrno, notFound } from '../errors.js';
+import { SkiffError, errorMessage, invalidArgument, isErrno, notFound, wrap } from '../errors.js';
 import type { PodSandboxConfig__Output } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { Logger } from '../log.js';
 import { KeyedLock, Registrar, Rollback } from '../registrar.js';
@@ -85,14 +85,22 @@ export class SandboxService {
    */
   private async removeOrphans(): Promise<void> {
     const known = new Set(this.list().map((s) => s.id));
+    await this.d.cni.removeTempFiles();
     const orphans = new Set<string>();
     for (const name of await fs.readdir(this.sandboxesDir)) if (/^[a-f0-9]{64}$/.test(name) && !known.has(name)) orphans.add(name);
     for (const id of await this.d.cni.cachedIds()) if (!known.has(id)) orphans.add(id);
     for (const id of orphans) {
       this.d.log.warn('removing the remains of a pod sandbox with no record', { id });
       for (const rt of this.d.runtimes.values()) if (!('unavailable' in rt)) await rt.delete(id).catch(() => undefined);
-      await this.d.cni.del(id).catch((err) => this.d.log.warn('CNI DEL for an orphaned pod failed', { id, error: errorMessage(err) }));
       const dir = path.join(this.sandboxesDir, id);
+      const pin = path.join(dir, 'ns', 'net');
+      // While the pin holds the namespace, DEL can find the pod's interface and so its masquerade rules.
+      const netns = (await isMountpoint(pin)) ? pin : undefined;
+      await this.d.cni.del(id, { netns }).catch(async (err) => {
+        // No record means nobody retries it: say so once rather than fail again at every start.
+        this.d.log.error('CNI DEL for an orphaned pod failed; its network may leak', { id, error: errorMessage(err) });
+        await this.d.cni.discard(id);
+      });
       for (const f of ['shm', 'ns/net', 'ns/ipc', 'ns/uts']) await unmount(this.d.runner, path.join(dir, f)).catch(() => undefined);
       await fs.rm(dir, { recursive: true, force: true });
     }
@@ -120,6 +128,15 @@ export class SandboxService {
   /** One lifecycle operation per pod at a time. */
   private locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
     return this.locks.run(id, fn);
+  }
+
+  /**
+   * Runs `fn` holding the pod's lifecycle lock, the one Stop and
+   * RemovePodSandbox take: a container created under it lands in a pod that
+   * is ready throughout, or is not created at all.
+   */
+  withPodLock<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    return this.locked(id, fn);
   }
 
   private save(s: SandboxRecord): void {
@@ -242,7 +259,15 @@ export class SandboxService {
         protocol: String(p.protocol ?? 'TCP').toLowerCase(),
         ...(p.hostIp ? { hostIP: p.hostIp } : {}),
       }));
-      undo.add('network', () => this.d.cni.del(id));
+      // The cache is written (whole) before the first plugin runs: without it there is nothing to undo.
+      undo.add('network', () =>
+        this.d.cni.del(id).catch(async (err) => {
+          // The pod never existed for the kubelet, so nothing retries this DEL: report it, and leave
+          // no cache entry behind that would fail again at every start.
+          this.d.log.error('CNI DEL while undoing a failed RunPodSandbox failed; its network may leak', { id, error: errorMessage(err) });
+          await this.d.cni.discard(id);
+        }),
+      );
       const res = await this.d.cni.add(id, rec.netns, { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid }, ports);
       rec.ips = res.ips;
     }
@@ -322,27 +347,36 @@ export class SandboxService {
     return runtime.runDetached(rec.id, bundle, path.join(bundle, 'pid'));
   }
 
-  /** Stops every container, the infra process and the network; idempotent. */
+  /**
+   * Stops every container, the infra process and the network; idempotent.
+   * A failed CNI DEL fails the stop (the kubelet retries it) and keeps the
+   * network namespace pinned, so the retry can still find what to undo.
+   */
   async stop(id: string): Promise<void> {
     const s = this.mustGet(id);
     await this.locked(s.id, async () => {
-      const rec = this.get(s.id)!;
+      const rec = this.get(s.id);
+      if (!rec) return;
       await this.d.containers.stopAll(rec.id);
       const runtime = this.d.runtimes.get(rec.runtimeHandler || this.d.defaultRuntime);
-      await Promise.all([
+      const netnsPinned = rec.netns ? await isMountpoint(rec.netns) : false;
+      const [, network] = await Promise.allSettled([
         runtime && !('unavailable' in runtime) ? runtime.delete(rec.id) : undefined,
-        rec.netns
-          ? this.d.cni.del(rec.id).catch((err) => {
-              // Never block a stop forever on a broken plugin: log it, leave the cache for a later try.
-              this.d.log.error('CNI DEL failed; the pod is stopped but its network may leak', { id: rec.id, error: errorMessage(err) });
-            })
-          : undefined,
+        rec.netns ? this.d.cni.del(rec.id, { netns: netnsPinned ? rec.netns : undefined }) : undefined,
         rec.shm ? unmount(this.d.runner, rec.shm) : undefined,
-      ]);
-      for (const f of [rec.netns, rec.ipcns, rec.utsns]) if (f) await unmount(this.d.runner, f);
+      ]).then((results) => {
+        const failed = results.find((r, i) => i !== 1 && r.status === 'rejected') as PromiseRejectedResult | undefined;
+        if (failed) throw failed.reason;
+        return results;
+      });
+      for (const f of [network.status === 'fulfilled' ? rec.netns : undefined, rec.ipcns, rec.utsns]) if (f) await unmount(this.d.runner, f);
       rec.state = 'SANDBOX_NOTREADY';
       rec.infraPid = undefined;
       this.save(rec);
+      if (network.status === 'rejected') {
+        this.d.log.error('CNI DEL failed; StopPodSandbox fails so that it is retried', { id: rec.id, error: errorMessage(network.reason) });
+        throw wrap(network.reason, `failed to tear down the network of pod sandbox ${rec.id} (stop it again to retry)`, 'Internal');
+      }
     });
   }
 

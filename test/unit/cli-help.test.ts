@@ -1,0 +1,49 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it, vi } from 'vitest';
+import { main } from '../../src/cli/main.js';
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+async function help(): Promise<string> {
+  let out = '';
+  const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    out += String(chunk);
+    return true;
+  });
+  try {
+    expect(await main(['cri', '--help'])).toBe(0);
+  } finally {
+    spy.mockRestore();
+  }
+  return out;
+}
+
+describe('skiff cri flags in --help and README', () => {
+  it('README has one unbroken flag table, with the same flags as --help', async () => {
+    const readme = await fs.readFile(path.join(repoRoot, 'README.md'), 'utf8');
+    const section = readme.split('\n## `skiff cri`\n')[1]!.split('\n## ')[0]!;
+    const lines = section.split('\n');
+    const start = lines.findIndex((l) => l.startsWith('| flag |'));
+    expect(start).toBeGreaterThanOrEqual(0);
+    const table: string[] = [];
+    for (const l of lines.slice(start)) {
+      if (!l.startsWith('|')) break;
+      table.push(l);
+    }
+    // No second table after a blank line: every flag row sits in the first one.
+    const rowsAnywhere = lines.filter((l) => /^\| `--/.test(l));
+    const readmeFlags = table.filter((l) => /^\| `--/.test(l)).map((l) => /^\| `(--[a-z-]+)`/.exec(l)![1]);
+    expect(rowsAnywhere).toHaveLength(readmeFlags.length);
+    const helpFlags = [...(await help()).matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]);
+    expect(readmeFlags.sort()).toEqual(helpFlags.sort());
+    expect(helpFlags).toContain('--cni-bridge');
+  });
+
+  it('refuses a pod CIDR the bridge could not use before starting anything', async () => {
+    for (const bad of ['10.88.0.0', '10.88.0.0/31', '300.1.0.0/16', 'fd00::/64']) {
+      await expect(main(['cri', '--pod-cidr', bad, '--root', '/nonexistent/skiff-root'])).rejects.toThrow(/--pod-cidr must be an IPv4 CIDR/);
+    }
+  });
+});

@@ -1,0 +1,154 @@
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { CniNetwork, checkBridgeName, defaultBridgeName, insideCidr, parseNetworkConfig } from '../../src/sandbox/cni.js';
+import { silentLogger } from '../../src/log.js';
+import type { RunOptions, RunResult, Runner } from '../../src/sys/run.js';
+
+describe('CNI network configs', () => {
+  it('reads a conflist and a single-plugin conf', () => {
+    const list = parseNetworkConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'n', plugins: [{ type: 'bridge' }, { type: 'portmap' }] }), '/x.conflist');
+    expect(list).toMatchObject({ cniVersion: '1.0.0', name: 'n', file: '/x.conflist' });
+    expect(list.plugins.map((p) => p.type)).toEqual(['bridge', 'portmap']);
+    const one = parseNetworkConfig(JSON.stringify({ cniVersion: '0.4.0', name: 'n', type: 'ptp', ipMasq: true }), '/x.conf');
+    expect(one.plugins).toEqual([{ type: 'ptp', ipMasq: true }]);
+  });
+
+  it.each([
+    ['', /not valid JSON/],
+    ['{"name": "n", "plugins": [', /not valid JSON/],
+    ['[]', /not a JSON object/],
+    ['{"plugins": [{"type": "bridge"}]}', /no "name"/],
+    ['{"name": "n"}', /neither "plugins" nor "type"/],
+    ['{"name": "n", "plugins": []}', /"plugins" is empty/],
+    ['{"name": "n", "plugins": [{"type": "../../bin/sh"}]}', /plugin 0 has no valid "type"/],
+    ['{"name": "n", "plugins": [null]}', /plugin 0 has no valid "type"/],
+  ])('refuses %j', (text, msg) => {
+    expect(() => parseNetworkConfig(text, '/f')).toThrow(msg);
+  });
+});
+
+describe('bridge names', () => {
+  it('differ between roots, stay the same for one root, and fit an interface name', () => {
+    const a = defaultBridgeName('/var/lib/skiff');
+    expect(a).toBe(defaultBridgeName('/var/lib/skiff/'));
+    expect(a).not.toBe(defaultBridgeName('/var/lib/skiff-2'));
+    expect(a).toMatch(/^skiff[0-9a-f]{8}$/);
+    expect(checkBridgeName(a)).toBe(a);
+  });
+
+  it('refuses names the kernel would not take', () => {
+    for (const bad of ['', 'a-name-far-too-long', 'has space', 'a/b', '..']) expect(() => checkBridgeName(bad)).toThrow(/not a valid interface name/);
+  });
+});
+
+describe('pod CIDR clashes', () => {
+  it.each([
+    ['10.88.0.1', 16, '10.88.0.0/16', true],
+    ['10.88.5.1', 24, '10.88.0.0/16', true],
+    ['10.0.0.5', 8, '10.88.0.0/16', false],
+    ['10.89.0.1', 16, '10.88.0.0/16', false],
+    ['192.0.2.2', 24, '10.88.0.0/16', false],
+    ['10.99.0.1', 24, '10.99.0.0/24', true],
+  ])('%s/%i inside %s: %s', (addr, prefix, cidr, inside) => {
+    expect(insideCidr(addr, prefix, cidr)).toBe(inside);
+  });
+});
+
+describe('CNI DEL', () => {
+  let dir: string;
+  let links: unknown[];
+  let calls: Array<{ cmd: string; env: NodeJS.ProcessEnv; conf: Record<string, unknown> }>;
+  let fail: string | undefined;
+  const runner: Runner = async (cmd: string, _args: string[], opts: RunOptions = {}): Promise<RunResult> => {
+    if (cmd === 'ip') return { code: 0, signal: null, stdout: JSON.stringify(links), stderr: '', timedOut: false };
+    const conf = JSON.parse(String(opts.input)) as Record<string, unknown>;
+    calls.push({ cmd: path.basename(cmd), env: opts.env ?? {}, conf });
+    if (fail && fail === `${path.basename(cmd)}:${opts.env?.CNI_COMMAND}`) return { code: 1, signal: null, stdout: '{"code":11,"msg":"boom"}', stderr: '', timedOut: false };
+    const stdout = opts.env?.CNI_COMMAND === 'ADD' ? JSON.stringify({ cniVersion: '1.0.0', ips: [{ address: '10.1.0.5/24' }] }) : '';
+    return { code: 0, signal: null, stdout, stderr: '', timedOut: false };
+  };
+
+  function network(): CniNetwork {
+    return new CniNetwork({ confDir: path.join(dir, 'net.d'), binDirs: [path.join(dir, 'bin')], dataDir: path.join(dir, 'data'), podCidr: '10.1.0.0/24', bridge: 'skifftest0', runner, log: silentLogger });
+  }
+  const cache = (id: string) => path.join(dir, 'data', 'cache', `${id}.json`);
+
+  beforeEach(async () => {
+    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-cni-'));
+    await fs.mkdir(path.join(dir, 'bin'));
+    for (const p of ['bridge', 'portmap']) await fs.writeFile(path.join(dir, 'bin', p), '', { mode: 0o755 });
+    calls = [];
+    fail = undefined;
+    links = [{ ifname: 'lo', addr_info: [{ family: 'inet', local: '127.0.0.1', prefixlen: 8 }] }];
+  });
+  afterEach(async () => {
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+
+  it('runs the cached list in reverse with the cached result, then forgets it', async () => {
+    const cni = network();
+    await cni.add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, [{ hostPort: 8080, containerPort: 80, protocol: 'tcp' }]);
+    expect(calls.map((c) => c.conf.bridge ?? c.cmd)).toEqual(['skifftest0', 'portmap']);
+    calls = [];
+    await cni.del('p1');
+    expect(calls.map((c) => `${c.cmd}:${c.env.CNI_COMMAND}`)).toEqual(['portmap:DEL', 'bridge:DEL']);
+    expect(calls[1]!.conf.prevResult).toMatchObject({ ips: [{ address: '10.1.0.5/24' }] });
+    await expect(fs.access(cache('p1'))).rejects.toThrow();
+    // The cache is written whole: no temporary file stays behind.
+    expect(await fs.readdir(path.join(dir, 'data', 'cache'))).toEqual([]);
+  });
+
+  it('runs DEL from the config alone, without prevResult, when the cache is empty or gone', async () => {
+    const cni = network();
+    await fs.mkdir(path.dirname(cache('p2')), { recursive: true });
+    await fs.writeFile(cache('p2'), '');
+    await cni.del('p2', { netns: '/pins/p2' });
+    expect(calls.map((c) => `${c.cmd}:${c.env.CNI_COMMAND}`)).toEqual(['portmap:DEL', 'bridge:DEL']);
+    for (const c of calls) {
+      expect(c.conf).not.toHaveProperty('prevResult');
+      expect(c.env.CNI_NETNS).toBe('/pins/p2');
+      expect(c.env.CNI_CONTAINERID).toBe('p2');
+    }
+    await expect(fs.access(cache('p2'))).rejects.toThrow();
+    calls = [];
+    await cni.del('p3', { netns: '/pins/p3' });
+    expect(calls).toHaveLength(2);
+    // With no cache and no namespace there is nothing to undo.
+    calls = [];
+    await cni.del('p4');
+    expect(calls).toEqual([]);
+  });
+
+  it('keeps the cache and throws the plugin\'s message when DEL fails', async () => {
+    const cni = network();
+    await cni.add('p5', '/run/netns/p5', { name: 'a', namespace: 'b', uid: 'c' }, []);
+    fail = 'bridge:DEL';
+    await expect(cni.del('p5', { attempts: 1 })).rejects.toThrow(/CNI DEL with plugin bridge failed: boom/);
+    await fs.access(cache('p5'));
+    await cni.discard('p5');
+    await expect(fs.access(cache('p5'))).rejects.toThrow();
+  });
+
+  it('refuses to run when every config file is invalid, instead of using its own network', async () => {
+    await fs.mkdir(path.join(dir, 'net.d'));
+    await fs.writeFile(path.join(dir, 'net.d', '10-bad.conflist'), '{');
+    const cni = network();
+    await expect(cni.networkList()).rejects.toThrow(/no valid CNI network config .*10-bad\.conflist/);
+    expect(await cni.status()).toMatchObject({ ready: false, reason: 'NetworkPluginNotReady' });
+    await fs.writeFile(path.join(dir, 'net.d', '20-good.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'good', plugins: [{ type: 'bridge' }] }));
+    expect((await cni.networkList()).name).toBe('good');
+    expect(await cni.status()).toEqual({ ready: true });
+  });
+
+  it('is not ready, and refuses ADD, while another interface holds an address in its pod CIDR', async () => {
+    const cni = network();
+    links.push({ ifname: 'skifftest0', addr_info: [{ family: 'inet', local: '10.1.0.1', prefixlen: 24 }] });
+    expect(await cni.status()).toEqual({ ready: true });
+    links.push({ ifname: 'skiffother', addr_info: [{ family: 'inet', local: '10.1.0.1', prefixlen: 24 }] });
+    expect(await cni.status()).toMatchObject({ ready: false, message: expect.stringMatching(/10\.1\.0\.1\/24 on skiffother/) });
+    await expect(cni.add('p6', '/run/netns/p6', { name: 'a', namespace: 'b', uid: 'c' }, [])).rejects.toThrow(/already used/);
+    expect(calls).toEqual([]);
+  });
+});
