@@ -122,3 +122,20 @@ export async function netDev(pid: number): Promise<Array<{ name: string; rxBytes
     })
     .filter((i) => i.name !== 'lo');
 }
+
+/** The `oom_kill` counter of cgroup v1's memory.oom_control or v2's memory.events. */
+export function oomKillCount(text: string | undefined): number {
+  return statField(text, 'oom_kill') ?? 0;
+}
+
+/**
+ * Whether the kernel's OOM killer killed a process of the cgroup at
+ * `cgroupsPath`: v1 counts it in memory.oom_control, v2 in memory.events
+ * (at the root on a unified host, under /sys/fs/cgroup/unified when hybrid).
+ */
+export async function oomKilled(cgroupsPath: string, root = CG): Promise<boolean> {
+  const rel = cgroupsPath.replace(/^\/+/, '');
+  const files = [path.join(root, 'memory', rel, 'memory.oom_control'), path.join(root, rel, 'memory.events'), path.join(root, 'unified', rel, 'memory.events')];
+  for (const f of files) if (oomKillCount(await read(f)) > 0) return true;
+  return false;
+}

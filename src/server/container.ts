@@ -12,6 +12,7 @@ import type { RemoveContainerRequest__Output } from '../gen/runtime/v1/RemoveCon
 import type { StartContainerRequest__Output } from '../gen/runtime/v1/StartContainerRequest.js';
 import type { StopContainerRequest__Output } from '../gen/runtime/v1/StopContainerRequest.js';
 import type { UpdateContainerResourcesRequest__Output } from '../gen/runtime/v1/UpdateContainerResourcesRequest.js';
+import type { ServerUnaryCall } from '@grpc/grpc-js';
 import { invalidArgument } from '../errors.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
 import { matchLabels } from './sandbox.js';
@@ -94,8 +95,12 @@ export function containerHandlers(containers: ContainerService) {
       await containers.reopenLog(need(req.containerId, 'ReopenContainerLog'));
       return {};
     },
-    ExecSync: async (req: ExecSyncRequest__Output): Promise<ExecSyncResponse> => {
-      const r = await containers.execSync(need(req.containerId, 'ExecSync'), req.cmd, Number(req.timeout));
+    ExecSync: async (req: ExecSyncRequest__Output, call?: ServerUnaryCall<ExecSyncRequest__Output, ExecSyncResponse>): Promise<ExecSyncResponse> => {
+      // A client that gives up (its deadline passed, or it cancelled) takes the command with it.
+      const cancel = new AbortController();
+      call?.on('cancelled', () => cancel.abort());
+      if (call?.cancelled) cancel.abort();
+      const r = await containers.execSync(need(req.containerId, 'ExecSync'), req.cmd, Number(req.timeout), cancel.signal);
       return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
     },
   };
