@@ -405,11 +405,11 @@ export class ContainerService {
   /** Records the exit conmon reported in its exit file; false when there is no such file yet. */
   private async recordExit(id: string): Promise<boolean> {
     let text: string;
-    let mtime: Date;
+    let mtimeMs: number;
     try {
       const f = path.join(this.exitDir, id);
       text = await fsp.readFile(f, 'utf8');
-      mtime = (await fsp.stat(f)).mtime;
+      mtimeMs = (await fsp.stat(f)).mtimeMs;
     } catch {
       return false;
     }
@@ -422,8 +422,8 @@ export class ContainerService {
     const code = Number(text.trim());
     c.state = 'CONTAINER_EXITED';
     c.exitCode = Number.isFinite(code) ? code : -1;
-    // The exit file's time has millisecond precision: never before the start.
-    c.finishedAt = Math.max(mtime.getTime() * 1e6, c.startedAt);
+    // When conmon wrote the exit file; never before the start (that clock had milliseconds only).
+    c.finishedAt = Math.max(Math.round(mtimeMs * 1000) * 1000, c.startedAt);
     c.reason = (await oomKilled(c.spec.linux.cgroupsPath)) ? 'OOMKilled' : c.exitCode === 0 ? 'Completed' : 'Error';
     c.pid = undefined;
     this.save(c);
@@ -663,6 +663,7 @@ export function podContext(s: SandboxRecord) {
     hostsFile: path.join(s.dir, 'hosts'),
     resolvFile: path.join(s.dir, 'resolv.conf'),
     hostnameFile: path.join(s.dir, 'hostname'),
+    hostname: s.hostname,
     shmPath: s.shm,
     cgroupParent: s.cgroupParent,
     sysctls: s.config.linux?.sysctls ?? {},

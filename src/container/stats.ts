@@ -139,3 +139,34 @@ export async function oomKilled(cgroupsPath: string, root = CG): Promise<boolean
   for (const f of files) if (oomKillCount(await read(f)) > 0) return true;
   return false;
 }
+
+/**
+ * CPU use as a rate (nanocores: 1e9 is one core busy), from two cumulative
+ * usage samples, as containerd and cAdvisor report it. Keeps the last sample
+ * per key; the first call for a key has no earlier sample, so the caller
+ * takes a second one a moment later.
+ */
+export class CpuRates {
+  private readonly last = new Map<string, { cpuNs: number; atNs: bigint; rate?: number }>();
+  constructor(private readonly clock: () => bigint = () => process.hrtime.bigint()) {}
+
+  has(key: string): boolean {
+    return this.last.has(key);
+  }
+
+  /** Records a sample; returns the rate since the previous one, if there is one far enough back. */
+  sample(key: string, cpuNs: number): number | undefined {
+    const atNs = this.clock();
+    const prev = this.last.get(key);
+    if (prev && atNs - prev.atNs < 10_000_000n) return prev.rate; // too close: the last rate stands
+    let rate: number | undefined;
+    if (prev && cpuNs >= prev.cpuNs) rate = Math.round(((cpuNs - prev.cpuNs) * 1e9) / Number(atNs - prev.atNs));
+    this.last.set(key, { cpuNs, atNs, rate: rate ?? prev?.rate });
+    return rate;
+  }
+
+  /** Forgets keys that are not in `live` (removed containers and pods). */
+  retain(live: Set<string>): void {
+    for (const k of this.last.keys()) if (!live.has(k)) this.last.delete(k);
+  }
+}

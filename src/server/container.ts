@@ -15,6 +15,7 @@ import type { UpdateContainerResourcesRequest__Output } from '../gen/runtime/v1/
 import type { ServerUnaryCall } from '@grpc/grpc-js';
 import { invalidArgument } from '../errors.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
+import { wireNs } from '../container/time.js';
 import { matchLabels } from './sandbox.js';
 
 function toContainer(c: Readonly<ContainerRecord>): Container {
@@ -25,7 +26,7 @@ function toContainer(c: Readonly<ContainerRecord>): Container {
     image: { image: c.imageRef, annotations: {} },
     imageRef: c.imageId,
     state: c.state,
-    createdAt: c.createdAt,
+    createdAt: wireNs(c.createdAt),
     labels: c.config.labels,
     annotations: c.config.annotations,
   };
@@ -34,8 +35,8 @@ function toContainer(c: Readonly<ContainerRecord>): Container {
 export function toContainerStatus(c: Readonly<ContainerRecord>) {
   return {
     ...toContainer(c),
-    startedAt: c.startedAt,
-    finishedAt: c.finishedAt,
+    startedAt: wireNs(c.startedAt),
+    finishedAt: wireNs(c.finishedAt),
     exitCode: c.exitCode,
     reason: c.reason,
     message: c.message,

@@ -178,4 +178,100 @@ describe.skipIf(!isRoot)('runtime hardening: lost monitors, exec, OOM, seccomp, 
       expect(fx.skiff.log).toMatch(/exec cancelled by the client/);
     });
   });
+
+  it('reports OOMKilled for a container the kernel killed at its memory limit', async () => {
+    const v1 = await fs.stat('/sys/fs/cgroup/memory/memory.limit_in_bytes').then(() => true, () => false);
+    const v2 = await fs.readFile('/sys/fs/cgroup/cgroup.controllers', 'utf8').then((t) => t.split(' ').map((x) => x.trim()).includes('memory'), () => false);
+    // On a hybrid host without a v1 memory controller the limit would not hold: nothing to test then.
+    if (!v1 && !v2) return void console.warn('skipped: no memory cgroup controller on this host (neither v1 nor v2)');
+    const pod = await runPod();
+    const c = await runContainer(pod, {
+      command: ['sh', '-c', 'x=$(head -c 200m /dev/zero | tr "\\0" a); echo survived'],
+      linux: { resources: { memoryLimitInBytes: 32 << 20 } },
+    });
+    const st = await waitFor('the container to be OOM-killed', async () => {
+      const s = (await fx.skiff.runtime.ContainerStatus({ containerId: c })).status!;
+      return s.state === 'CONTAINER_EXITED' ? s : undefined;
+    }, 60_000);
+    expect(st.reason).toBe('OOMKilled');
+    expect(st.exitCode).toBe(137);
+    await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+  });
+
+  it('RuntimeDefault seccomp refuses new namespaces without CAP_SYS_ADMIN, and allows them with it', async () => {
+    const pod = await runPod();
+    const run = (seccomp: string, caps: string[] = []) =>
+      runContainer(pod, { command: ['sleep', '1000'], linux: { securityContext: { seccomp: { profileType: seccomp }, capabilities: { addCapabilities: caps } } } });
+    const probe = 'unshare -U -n true 2>&1; echo rc=$?; unshare -n true 2>&1; echo rc=$?';
+    const confined = await exec(await run('RuntimeDefault'), probe);
+    expect(confined).toMatch(/Operation not permitted\s*rc=1\s*.*Operation not permitted\s*rc=1/s);
+    // Unconfined, a user namespace needs no capability: the refusal above is seccomp's.
+    const unconfined = await exec(await run('Unconfined'), probe);
+    if (/^rc=0$/m.test(unconfined.split('\n')[0] ?? '')) expect(unconfined.split('\n')[0]).toBe('rc=0');
+    else console.warn(`this kernel refuses unprivileged user namespaces anyway: ${unconfined}`);
+    const admin = await exec(await run('RuntimeDefault', ['SYS_ADMIN']), 'unshare -n true 2>&1; echo rc=$?');
+    expect(admin.trim()).toBe('rc=0');
+    await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+  });
+
+  it('sets HOSTNAME, and shares the pod\'s PID namespace when namespace_options is absent', async () => {
+    const pod = await runPod();
+    const a = await runContainer(pod, { command: ['sh', '-c', 'echo "host=$HOSTNAME"; exec sleep 1000'] });
+    const b = await runContainer(pod, { command: ['sleep', '1000'] });
+    const own = await runContainer(pod, { command: ['sleep', '1000'], linux: { securityContext: { namespaceOptions: { pid: 'CONTAINER' } } } });
+    expect((await exec(a, 'echo "$HOSTNAME"')).trim()).toBe(pod.config.hostname);
+    const logPath = (await fx.skiff.runtime.ContainerStatus({ containerId: a })).status!.logPath!;
+    await waitFor('the log line', async () => ((await fs.readFile(logPath, 'utf8').catch(() => '')).includes(`host=${pod.config.hostname}`) ? true : undefined));
+    const nsOf = (id: string) => exec(id, 'readlink /proc/self/ns/pid').then((t) => t.trim());
+    expect(await nsOf(a)).toBe(await nsOf(b));
+    expect(await nsOf(own)).not.toBe(await nsOf(a));
+    // The pod's other processes are visible: the infra process and the other container's sleep.
+    expect(Number((await exec(b, 'ps -o args | grep -c "^sleep 1000$"')).trim())).toBeGreaterThanOrEqual(2);
+    await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+  });
+
+  it('reports usageNanoCores for a busy container and its pod', async () => {
+    const pod = await runPod();
+    const c = await runContainer(pod, { command: ['sh', '-c', 'while :; do :; done'] });
+    const first = await fx.skiff.runtime.ContainerStats({ containerId: c });
+    expect(Number(first.stats?.cpu?.usageNanoCores?.value)).toBeGreaterThan(0);
+    await new Promise((r) => setTimeout(r, 1_000));
+    const second = await fx.skiff.runtime.ListContainerStats({ filter: { id: c } });
+    // A busy loop keeps most of one core (the machine has others running too): well above 10%.
+    expect(Number(second.stats?.[0]?.cpu?.usageNanoCores?.value)).toBeGreaterThan(1e8);
+    expect(Number(second.stats?.[0]?.cpu?.usageNanoCores?.value)).toBeLessThan(1.5e9);
+    const ps = await fx.skiff.runtime.PodSandboxStats({ podSandboxId: pod.id });
+    expect(Number(ps.stats?.linux?.cpu?.usageNanoCores?.value)).toBeGreaterThan(1e8);
+    await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+  });
+
+  it('reports timestamps as exact integers, without floating-point noise in the nanoseconds', async () => {
+    // A client that reads int64 as decimal strings, so no rounding happens on this side either.
+    const protoLoader = await import('@grpc/proto-loader');
+    const { protoPath } = await import('../../src/server/proto.js');
+    const def = protoLoader.loadSync(protoPath, { keepCase: false, longs: String, enums: String, defaults: true, oneofs: true });
+    const cri = grpc.loadPackageDefinition(def) as unknown as { runtime: { v1: { RuntimeService: new (t: string, c: grpc.ChannelCredentials) => grpc.Client } } };
+    const client = new cri.runtime.v1.RuntimeService(`unix:${fx.dirs.socket}`, grpc.credentials.createInsecure()) as grpc.Client & Record<string, Function>;
+    const call = <T>(m: string, req: unknown) => new Promise<T>((resolve, reject) => client[m]!(req, (e: Error | null, r: T) => (e ? reject(e) : resolve(r))));
+    try {
+      const pod = await runPod();
+      const c = await runContainer(pod, { command: ['true'] });
+      await waitFor('exit', async () => ((await fx.skiff.runtime.ContainerStatus({ containerId: c })).status?.state === 'CONTAINER_EXITED' ? true : undefined));
+      const st = (await call<{ status: Record<string, string> }>('ContainerStatus', { containerId: c })).status;
+      const stats = (await call<{ stats: { cpu: { timestamp: string } } }>('ContainerStats', { containerId: c })).stats;
+      const now = BigInt(Date.now()) * 1_000_000n;
+      for (const [what, v] of [['createdAt', st.createdAt], ['startedAt', st.startedAt], ['finishedAt', st.finishedAt], ['stats timestamp', stats.cpu.timestamp]] as const) {
+        expect(v, what).toMatch(/^\d+$/);
+        const ns = BigInt(v!);
+        // Within a minute of now, and a whole number of microseconds: `ms * 1e6` in floating
+        // point would end in noise such as …000064.
+        expect(ns > now - 60_000_000_000n && ns <= now + 1_000_000_000n, `${what} ${v} is near now`).toBe(true);
+        expect(ns % 1000n, `${what} ${v}`).toBe(0n);
+      }
+      expect(BigInt(st.finishedAt!) >= BigInt(st.startedAt!)).toBe(true);
+      await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+    } finally {
+      client.close();
+    }
+  });
 });
