@@ -87,6 +87,8 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
       '--log-level', 'error',
       '--syslog',
       '--exec', '--exec-process-spec', o.processJson,
+      // The log is read back at once and thrown away: no need to sync it to disk.
+      '--no-sync-log',
       // conmon stays our child: its exit is the end of the exec.
       '--sync',
     ];
