@@ -482,7 +482,11 @@ export class ContainerService {
     const c = this.get(id);
     if (!c || c.state !== 'CONTAINER_RUNNING') return;
     // A container whose conmon died may have ended unseen: learn that before signalling.
-    if ((await this.reconcile(c.id)) === 'exited') return;
+    const seen = await this.reconcile(c.id).catch((err) => {
+      this.d.log.warn('could not learn whether a container still runs; stopping it anyway', { id: c.id, error: errorMessage(err) });
+      return 'running' as const;
+    });
+    if (seen === 'exited') return;
     const runtime = this.d.runtimeFor(c.runtimeHandler);
     const image = this.d.images.find(c.imageId);
     const signal = (image?.config.config?.StopSignal ?? 'SIGTERM').replace(/^(?!SIG)(?=[A-Z])/, 'SIG');

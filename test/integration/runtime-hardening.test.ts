@@ -4,6 +4,7 @@
  * leave children or outlive their caller, OOM kills, namespace escapes
  * through seccomp, and what the kubelet reads from status and stats.
  */
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -121,9 +122,11 @@ describe.skipIf(!isRoot)('runtime hardening: lost monitors, exec, OOM, seccomp, 
     killBoth(p);
     await gone(p.pid);
     await gone(p.conmon);
-    // The exit files live on the state tmpfs, which a reboot empties.
+    // The exit files and runc's state live on the state tmpfs, which a reboot empties; mounts go too.
     const exits = path.join(fx.dirs.state, 'exits');
     for (const f of await fs.readdir(exits)) await fs.rm(path.join(exits, f), { force: true });
+    await fs.rm(path.join(fx.dirs.state, 'runtimes', 'runc', c), { recursive: true, force: true });
+    expect(spawnSync('umount', [path.join(fx.dirs.root, 'containers', c, 'rootfs')]).status).toBe(0);
     await fx.skiff.start();
     const st = (await fx.skiff.runtime.ContainerStatus({ containerId: c })).status!;
     expect(st).toMatchObject({ state: 'CONTAINER_EXITED', exitCode: 255, reason: 'Unknown' });
