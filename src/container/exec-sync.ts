@@ -92,7 +92,7 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
       // conmon stays our child: its exit is the end of the exec.
       '--sync',
     ];
-    const child = spawn(o.conmon ?? 'conmon', args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe'], env: { ...process.env, _OCI_SYNCPIPE: '3' } });
+    const child = spawn(o.conmon ?? 'conmon', args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe'], env: { ...process.env, _OCI_SYNCPIPE: '3' }, cwd: o.workDir });
     const sync = child.stdio[3] as NodeJS.ReadableStream & { destroy(): void };
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));

@@ -118,6 +118,8 @@ export function startConmon(a: ConmonArgs, conmonBinary = 'conmon'): Promise<num
     const child = spawn(conmonBinary, args, {
       stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
       env: { ...process.env, _OCI_SYNCPIPE: '3' },
+      // conmon writes some files (an `oom` marker) relative to its working directory: keep them in the bundle.
+      cwd: a.bundle,
       detached: true,
     });
     let stderr = '';

@@ -198,6 +198,8 @@ describe.skipIf(!isRoot)('runtime hardening: lost monitors, exec, OOM, seccomp, 
     }, 60_000);
     expect(st.reason).toBe('OOMKilled');
     expect(st.exitCode).toBe(137);
+    // conmon's `oom` marker lands in the bundle, not in the daemon's working directory.
+    expect(await fs.stat(path.join(process.cwd(), 'oom')).then(() => 'there', () => 'absent')).toBe('absent');
     await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
   });
 
