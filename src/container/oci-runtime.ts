@@ -88,6 +88,8 @@ export interface ConmonArgs {
   tty: boolean;
   stdin: boolean;
   stdinOnce: boolean;
+  /** How long conmon may take to report the container's pid (default 60 s). */
+  timeoutMs?: number;
 }
 
 /**
@@ -116,6 +118,8 @@ export function startConmon(a: ConmonArgs, conmonBinary = 'conmon'): Promise<num
     const child = spawn(conmonBinary, args, {
       stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
       env: { ...process.env, _OCI_SYNCPIPE: '3' },
+      // conmon writes some files (an `oom` marker) relative to its working directory: keep them in the bundle.
+      cwd: a.bundle,
       detached: true,
     });
     let stderr = '';
@@ -125,12 +129,29 @@ export function startConmon(a: ConmonArgs, conmonBinary = 'conmon'): Promise<num
     const finish = (err: Error | undefined, pid?: number) => {
       if (settled) return;
       settled = true;
+      clearTimeout(timer);
       // conmon keeps its end open to report the exit; skiff reads exit files instead.
       sync.destroy();
       child.stderr!.destroy();
       if (err) reject(err);
       else resolve(pid!);
     };
+    // A conmon (or runtime) that hangs before it reports must not hang CreateContainer/StartContainer.
+    const timeoutMs = a.timeoutMs ?? 60_000;
+    const timer = setTimeout(async () => {
+      // conmon leads its own process group (detached), and may have forked off its monitor,
+      // which wrote its pid file: take both, and the runtime they started.
+      const monitor = Number((await fs.readFile(a.conmonPidFile, 'utf8').catch(() => '')).trim());
+      for (const target of [child.pid ? -child.pid : 0, monitor]) {
+        try {
+          if (target) process.kill(target, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      finish(new SkiffError('DeadlineExceeded', `conmon for ${a.id} did not report the container's pid within ${timeoutMs} ms: ${stderr.trim()}`));
+    }, timeoutMs);
+    timer.unref();
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
     sync.on('data', (d: Buffer) => {
       buf += d.toString();

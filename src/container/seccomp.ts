@@ -5,7 +5,9 @@
  * skiff's default profile denies, with EPERM, the syscalls that let a
  * container reach the host kernel's global state (modules, kexec, reboot,
  * clocks, swap, keyrings, BPF, perf, namespaces and mounts without
- * CAP_SYS_ADMIN, and the like) and allows the rest. It is a denylist, and so
+ * CAP_SYS_ADMIN — unshare(2), and clone(2) with a namespace flag, as
+ * Docker's profile does; clone3(2) gets ENOSYS so libc falls back to clone —
+ * and the like) and allows the rest. It is a denylist, and so
  * looser than Docker's allowlist profile.
  */
 import fs from 'node:fs/promises';
@@ -24,13 +26,33 @@ const NEED_SYS_ADMIN = ['mount', 'umount', 'umount2', 'pivot_root', 'setns', 'un
 
 const ARCHES = ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32', 'SCMP_ARCH_AARCH64', 'SCMP_ARCH_ARM'];
 
+/** clone(2) flags that make new namespaces (CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET). */
+export const NAMESPACE_CLONE_FLAGS = {
+  CLONE_NEWNS: 0x00020000,
+  CLONE_NEWCGROUP: 0x02000000,
+  CLONE_NEWUTS: 0x04000000,
+  CLONE_NEWIPC: 0x08000000,
+  CLONE_NEWUSER: 0x10000000,
+  CLONE_NEWPID: 0x20000000,
+  CLONE_NEWNET: 0x40000000,
+};
+const EPERM = 1;
+const ENOSYS = 38;
+
 export function defaultProfile(caps: string[]): Record<string, unknown> {
-  const denied = caps.includes('CAP_SYS_ADMIN') ? DENIED : [...DENIED, ...NEED_SYS_ADMIN];
-  return {
-    defaultAction: 'SCMP_ACT_ALLOW',
-    architectures: ARCHES,
-    syscalls: [{ names: denied, action: 'SCMP_ACT_ERRNO', errnoRet: 1 }],
-  };
+  const sysAdmin = caps.includes('CAP_SYS_ADMIN');
+  const syscalls: Array<Record<string, unknown>> = [{ names: sysAdmin ? DENIED : [...DENIED, ...NEED_SYS_ADMIN], action: 'SCMP_ACT_ERRNO', errnoRet: EPERM }];
+  if (!sysAdmin) {
+    // New namespaces through clone too (a new user namespace needs no capability at all).
+    // Each flag is its own rule, since rules on one syscall are alternatives: refused when
+    // (flags & F) == F for any one of them.
+    for (const flag of Object.values(NAMESPACE_CLONE_FLAGS)) {
+      syscalls.push({ names: ['clone'], action: 'SCMP_ACT_ERRNO', errnoRet: EPERM, args: [{ index: 0, value: flag, valueTwo: flag, op: 'SCMP_CMP_MASKED_EQ' }] });
+    }
+    // clone3 passes its flags in memory, where seccomp cannot look: ENOSYS makes libc fall back to clone.
+    syscalls.push({ names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS });
+  }
+  return { defaultAction: 'SCMP_ACT_ALLOW', architectures: ARCHES, syscalls };
 }
 
 /** Docker's profile format → the OCI runtime spec's `linux.seccomp`. */

@@ -28,6 +28,9 @@ import { startConmon, type OciRuntime } from './oci-runtime.js';
 import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
 import { loadSeccomp, seccompChoice } from './seccomp.js';
 import { resolveUser } from './user.js';
+import { isSameProcess, processStartTime } from './proc.js';
+import { oomKilled } from './stats.js';
+import { runExecSync, type ExecSyncResult } from './exec-sync.js';
 
 export type ContainerState = 'CONTAINER_CREATED' | 'CONTAINER_RUNNING' | 'CONTAINER_EXITED' | 'CONTAINER_UNKNOWN';
 
@@ -49,6 +52,11 @@ export interface ContainerRecord {
   reason: string;
   message: string;
   pid?: number;
+  /** The container process's start time (/proc/<pid>/stat field 22): with `pid`, names it for sure. */
+  pidStartTime?: number;
+  /** conmon's pid and start time: while it lives, its exit file will tell how the container ended. */
+  conmonPid?: number;
+  conmonStartTime?: number;
   logPath: string;
   runtimeHandler: string;
   bundle: string;
@@ -97,8 +105,13 @@ export class ContainerService {
       if (file) void this.onExitFile(String(file));
     });
     this.watcher.unref();
-    // Containers may have exited while skiff was down: conmon left their exit files.
-    for (const c of this.list()) if (c.state === 'CONTAINER_RUNNING') await this.onExitFile(c.id);
+    // Containers may have exited while skiff was down: conmon left their exit files, or,
+    // when conmon died too (or the host rebooted and the exit files went with the tmpfs),
+    // the runtime tells whether they still run.
+    for (const c of this.list()) {
+      if (c.state !== 'CONTAINER_RUNNING') continue;
+      await this.reconcile(c.id).catch((err) => this.d.log.warn('could not learn whether a container still runs', { id: c.id, error: errorMessage(err) }));
+    }
     await this.removeOrphans();
   }
 
@@ -332,8 +345,11 @@ export class ContainerService {
           stdinOnce: c.config.stdinOnce,
         });
         const startedAt = nowNs();
-        await runtime.start(c.id);
         c.pid = pid;
+        c.pidStartTime = await processStartTime(pid);
+        c.conmonPid = Number((await fsp.readFile(path.join(c.bundle, 'conmon.pid'), 'utf8').catch(() => '')).trim()) || undefined;
+        c.conmonStartTime = await processStartTime(c.conmonPid);
+        await runtime.start(c.id);
         c.state = 'CONTAINER_RUNNING';
         c.startedAt = startedAt;
         this.save(c);
@@ -342,6 +358,7 @@ export class ContainerService {
         // A container that could not start is EXITED with the reason, as containerd reports it.
         await runtime.delete(c.id).catch(() => undefined);
         c.state = 'CONTAINER_EXITED';
+        c.pid = undefined;
         c.finishedAt = nowNs();
         c.exitCode = 128;
         c.reason = 'StartError';
@@ -360,45 +377,74 @@ export class ContainerService {
    */
   private onExitFile(id: string): Promise<void> {
     if (!/^[a-f0-9]{64}$/.test(id)) return Promise.resolve();
-    return this.exitLocks.run(id, () => this.recordExit(id));
+    return this.exitLocks.run(id, async () => void (await this.recordExit(id)));
   }
 
-  private async recordExit(id: string): Promise<void> {
+  /**
+   * Learns whether a running container still runs: from conmon's exit file,
+   * or, when conmon is gone and left none (killed, or a reboot emptied the
+   * state tmpfs), from the runtime and the container process itself.
+   * 'orphaned' is a container that runs with no monitor: only a kill by the
+   * runtime, then this again, can end it.
+   */
+  private reconcile(id: string): Promise<'running' | 'exited' | 'orphaned'> {
+    return this.exitLocks.run(id, async () => {
+      if (await this.recordExit(id)) return 'exited';
+      const c = this.get(id);
+      if (!c || c.state !== 'CONTAINER_RUNNING') return 'exited';
+      if (await isSameProcess(c.conmonPid, c.conmonStartTime)) return 'running';
+      // conmon writes the exit file before it exits: now that it is gone, look once more.
+      if (await this.recordExit(id)) return 'exited';
+      const state = await this.d.runtimeFor(c.runtimeHandler).state(c.id);
+      const alive = state !== undefined && state.status !== 'stopped' && (c.pidStartTime === undefined || (await isSameProcess(c.pid, c.pidStartTime)));
+      if (alive) return 'orphaned';
+      this.recordLost(c);
+      return 'exited';
+    });
+  }
+
+  /** An exit nobody saw: the CRI's way to say so is exit code 255, reason Unknown. */
+  private recordLost(c: ContainerRecord): void {
+    this.d.log.warn('container exited while its monitor was gone: exit code unknown', { id: c.id });
+    c.state = 'CONTAINER_EXITED';
+    c.exitCode = 255;
+    c.reason = 'Unknown';
+    c.message = 'the container is no longer running and its monitor (conmon) is gone: its exit code is unknown';
+    c.finishedAt = Math.max(nowNs(), c.startedAt);
+    c.pid = undefined;
+    this.save(c);
+    this.d.onEvent?.('CONTAINER_STOPPED_EVENT', c);
+    this.wake(c.id);
+  }
+
+  /** Records the exit conmon reported in its exit file; false when there is no such file yet. */
+  private async recordExit(id: string): Promise<boolean> {
     let text: string;
-    let mtime: Date;
+    let mtimeMs: number;
     try {
       const f = path.join(this.exitDir, id);
       text = await fsp.readFile(f, 'utf8');
-      mtime = (await fsp.stat(f)).mtime;
+      mtimeMs = (await fsp.stat(f)).mtimeMs;
     } catch {
-      return;
+      return false;
     }
-    if (text.trim() === '') return;
+    if (text.trim() === '') return false;
     const c = this.get(id);
     if (!c || c.state !== 'CONTAINER_RUNNING') {
       this.wake(id);
-      return;
+      return true;
     }
     const code = Number(text.trim());
     c.state = 'CONTAINER_EXITED';
     c.exitCode = Number.isFinite(code) ? code : -1;
-    // The exit file's time has millisecond precision: never before the start.
-    c.finishedAt = Math.max(mtime.getTime() * 1e6, c.startedAt);
-    c.reason = (await this.oomKilled(c)) ? 'OOMKilled' : c.exitCode === 0 ? 'Completed' : 'Error';
+    // When conmon wrote the exit file; never before the start (that clock had milliseconds only).
+    c.finishedAt = Math.max(Math.round(mtimeMs * 1000) * 1000, c.startedAt);
+    c.reason = (await oomKilled(c.spec.linux.cgroupsPath)) ? 'OOMKilled' : c.exitCode === 0 ? 'Completed' : 'Error';
     c.pid = undefined;
     this.save(c);
     this.d.onEvent?.('CONTAINER_STOPPED_EVENT', c);
     this.wake(id);
-  }
-
-  private async oomKilled(c: ContainerRecord): Promise<boolean> {
-    // cgroup v1: the memory controller counts OOM kills under memory.oom_control.
-    try {
-      const t = await fsp.readFile(path.join('/sys/fs/cgroup/memory', c.spec.linux.cgroupsPath, 'memory.oom_control'), 'utf8');
-      return /oom_kill [1-9]/.test(t);
-    } catch {
-      return false;
-    }
+    return true;
   }
 
   private wake(id: string): void {
@@ -406,20 +452,38 @@ export class ContainerService {
     this.waiters.delete(id);
   }
 
-  /** Resolves when the container is no longer running, or after `ms`. */
+  /**
+   * Resolves true when the container is no longer running, false after `ms`.
+   * Meanwhile it polls (the exit file may be missed by the watcher, conmon may
+   * die); whichever way it ends, its timers and its waiter go with it.
+   */
   private waitExit(id: string, ms: number): Promise<boolean> {
     return new Promise((resolve) => {
-      const check = () => this.get(id)?.state !== 'CONTAINER_RUNNING';
-      if (check()) return resolve(true);
-      const timer = setTimeout(() => resolve(check()), ms);
-      const poll = setInterval(() => void this.onExitFile(id), 500);
-      poll.unref();
-      const list = this.waiters.get(id) ?? [];
-      list.push(() => {
+      const exited = () => this.get(id)?.state !== 'CONTAINER_RUNNING';
+      if (exited()) return resolve(true);
+      let settled = false;
+      const finish = (v: boolean) => {
+        if (settled) return;
+        settled = true;
         clearTimeout(timer);
         clearInterval(poll);
-        resolve(true);
-      });
+        const rest = (this.waiters.get(id) ?? []).filter((w) => w !== waiter);
+        if (rest.length) this.waiters.set(id, rest);
+        else this.waiters.delete(id);
+        resolve(v);
+      };
+      const waiter = () => finish(true);
+      const check = () =>
+        this.reconcile(id).then(
+          () => exited() && finish(true),
+          (err) => this.d.log.warn('could not learn whether a container still runs', { id, error: errorMessage(err) }),
+        );
+      const timer = setTimeout(() => void check().finally(() => finish(exited())), ms);
+      const poll = setInterval(() => void check(), 500);
+      timer.unref();
+      poll.unref();
+      const list = this.waiters.get(id) ?? [];
+      list.push(waiter);
       this.waiters.set(id, list);
     });
   }
@@ -432,6 +496,12 @@ export class ContainerService {
   private async stopLocked(id: string, timeoutSeconds: number): Promise<void> {
     const c = this.get(id);
     if (!c || c.state !== 'CONTAINER_RUNNING') return;
+    // A container whose conmon died may have ended unseen: learn that before signalling.
+    const seen = await this.reconcile(c.id).catch((err) => {
+      this.d.log.warn('could not learn whether a container still runs; stopping it anyway', { id: c.id, error: errorMessage(err) });
+      return 'running' as const;
+    });
+    if (seen === 'exited') return;
     const runtime = this.d.runtimeFor(c.runtimeHandler);
     const image = this.d.images.find(c.imageId);
     const signal = (image?.config.config?.StopSignal ?? 'SIGTERM').replace(/^(?!SIG)(?=[A-Z])/, 'SIG');
@@ -578,56 +648,22 @@ export class ContainerService {
   }
 
   /**
-   * Runs a command in a running container and collects its output. A timeout
-   * kills the command and is a result (exit code -1), not an RPC error.
+   * Runs a command in a running container and collects its output. It answers
+   * when the command exits; a timeout, or the client cancelling, kills the
+   * command and is DeadlineExceeded (what the kubelet reads as a probe timeout).
    */
-  async execSync(id: string, cmd: string[], timeoutSeconds: number): Promise<{ stdout: Buffer; stderr: Buffer; exitCode: number }> {
+  async execSync(id: string, cmd: string[], timeoutSeconds: number, signal?: AbortSignal): Promise<ExecSyncResult> {
     const { c, runtime, tmp, processJson } = await this.prepareExec(id, cmd, false);
-    const pidFile = path.join(tmp, 'pid');
-    const max = 16 << 20;
     try {
-        return await new Promise((resolve, reject) => {
-        const child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--process', processJson, '--pid-file', pidFile, c.id], { stdio: ['ignore', 'pipe', 'pipe'] });
-        const out: Buffer[] = [];
-        const err: Buffer[] = [];
-        let outLen = 0;
-        let errLen = 0;
-        child.stdout.on('data', (d: Buffer) => {
-          if (outLen < max) out.push(d.subarray(0, max - outLen));
-          outLen += d.length;
-        });
-        child.stderr.on('data', (d: Buffer) => {
-          if (errLen < max) err.push(d.subarray(0, max - errLen));
-          errLen += d.length;
-        });
-        let timedOut = false;
-        const timer =
-          timeoutSeconds > 0
-            ? setTimeout(async () => {
-                timedOut = true;
-                // Kill the command and let `runc exec`, its parent, reap it; killing runc too
-                // would leave the command a zombie under the container's init.
-                const pid = Number(await fsp.readFile(pidFile, 'utf8').catch(() => '0'));
-                if (pid > 0) {
-                  try {
-                    process.kill(pid, 'SIGKILL');
-                  } catch {
-                    // already gone
-                  }
-                }
-                setTimeout(() => child.kill('SIGKILL'), 5_000).unref();
-              }, timeoutSeconds * 1000)
-            : undefined;
-        child.on('error', (e) => reject(new SkiffError('Internal', `could not run ${runtime.name} exec: ${e.message}`)));
-        child.on('close', (code) => {
-          if (timer) clearTimeout(timer);
-          const stderr = Buffer.concat(err);
-          if (timedOut) {
-            resolve({ stdout: Buffer.concat(out), stderr: Buffer.concat([stderr, Buffer.from(`command timed out after ${timeoutSeconds}s\n`)]), exitCode: -1 });
-            return;
-          }
-          resolve({ stdout: Buffer.concat(out), stderr, exitCode: code ?? -1 });
-        });
+      await fsp.mkdir(path.join(tmp, 'exit'));
+      return await runExecSync({
+        runtime,
+        containerId: c.id,
+        bundle: c.bundle,
+        processJson,
+        workDir: tmp,
+        timeoutMs: timeoutSeconds > 0 ? timeoutSeconds * 1000 : 0,
+        signal,
       });
     } finally {
       await fsp.rm(tmp, { recursive: true, force: true });
@@ -646,6 +682,7 @@ export function podContext(s: SandboxRecord) {
     hostsFile: path.join(s.dir, 'hosts'),
     resolvFile: path.join(s.dir, 'resolv.conf'),
     hostnameFile: path.join(s.dir, 'hostname'),
+    hostname: s.hostname,
     shmPath: s.shm,
     cgroupParent: s.cgroupParent,
     sysctls: s.config.linux?.sysctls ?? {},

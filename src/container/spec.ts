@@ -72,6 +72,8 @@ export interface PodContext {
   hostsFile: string;
   resolvFile: string;
   hostnameFile: string;
+  /** The pod's hostname: containers see it as $HOSTNAME, as with containerd and Docker. */
+  hostname?: string;
   shmPath?: string;
   cgroupParent: string;
   sysctls: Record<string, string>;
@@ -163,7 +165,8 @@ export function buildSpec(args: {
   if (args.allowedCaps) caps = caps.filter((c) => args.allowedCaps!.includes(c));
   const ambient = (sc?.capabilities?.addAmbientCapabilities ?? []).map(capName).filter((c) => caps.includes(c));
 
-  const env = mergeEnv(image.config?.Env ?? [], config.envs);
+  // HOSTNAME first, so the image or the kubelet may still set their own.
+  const env = mergeEnv([...(pod.hostname ? [`HOSTNAME=${pod.hostname}`] : []), ...(image.config?.Env ?? [])], config.envs);
   if (!env.some((e) => e.startsWith('HOME=')) && user.home) env.push(`HOME=${user.home}`);
 
   const mounts: OciSpec['mounts'] = [
@@ -196,7 +199,8 @@ export function buildSpec(args: {
 
   const ns: OciSpec['linux']['namespaces'] = [{ type: 'mount' }];
   const nsOpts = sc?.namespaceOptions;
-  const pidMode = String(nsOpts?.pid ?? 'CONTAINER');
+  // No namespace_options is the proto's default, POD (0): share the pod's PID namespace, as containerd does.
+  const pidMode = String(nsOpts?.pid ?? 'POD');
   if (pidMode === 'TARGET') {
     if (!args.targetPid) throw invalidArgument(`pid namespace target "${nsOpts?.targetId ?? ''}" is not a running container`);
     ns.push({ type: 'pid', path: `/proc/${args.targetPid}/ns/pid` });

@@ -122,3 +122,51 @@ export async function netDev(pid: number): Promise<Array<{ name: string; rxBytes
     })
     .filter((i) => i.name !== 'lo');
 }
+
+/** The `oom_kill` counter of cgroup v1's memory.oom_control or v2's memory.events. */
+export function oomKillCount(text: string | undefined): number {
+  return statField(text, 'oom_kill') ?? 0;
+}
+
+/**
+ * Whether the kernel's OOM killer killed a process of the cgroup at
+ * `cgroupsPath`: v1 counts it in memory.oom_control, v2 in memory.events
+ * (at the root on a unified host, under /sys/fs/cgroup/unified when hybrid).
+ */
+export async function oomKilled(cgroupsPath: string, root = CG): Promise<boolean> {
+  const rel = cgroupsPath.replace(/^\/+/, '');
+  const files = [path.join(root, 'memory', rel, 'memory.oom_control'), path.join(root, rel, 'memory.events'), path.join(root, 'unified', rel, 'memory.events')];
+  for (const f of files) if (oomKillCount(await read(f)) > 0) return true;
+  return false;
+}
+
+/**
+ * CPU use as a rate (nanocores: 1e9 is one core busy), from two cumulative
+ * usage samples, as containerd and cAdvisor report it. Keeps the last sample
+ * per key; the first call for a key has no earlier sample, so the caller
+ * takes a second one a moment later.
+ */
+export class CpuRates {
+  private readonly last = new Map<string, { cpuNs: number; atNs: bigint; rate?: number }>();
+  constructor(private readonly clock: () => bigint = () => process.hrtime.bigint()) {}
+
+  has(key: string): boolean {
+    return this.last.has(key);
+  }
+
+  /** Records a sample; returns the rate since the previous one, if there is one far enough back. */
+  sample(key: string, cpuNs: number): number | undefined {
+    const atNs = this.clock();
+    const prev = this.last.get(key);
+    if (prev && atNs - prev.atNs < 10_000_000n) return prev.rate; // too close: the last rate stands
+    let rate: number | undefined;
+    if (prev && cpuNs >= prev.cpuNs) rate = Math.round(((cpuNs - prev.cpuNs) * 1e9) / Number(atNs - prev.atNs));
+    this.last.set(key, { cpuNs, atNs, rate: rate ?? prev?.rate });
+    return rate;
+  }
+
+  /** Forgets keys that are not in `live` (removed containers and pods). */
+  retain(live: Set<string>): void {
+    for (const k of this.last.keys()) if (!live.has(k)) this.last.delete(k);
+  }
+}

@@ -12,8 +12,10 @@ import type { RemoveContainerRequest__Output } from '../gen/runtime/v1/RemoveCon
 import type { StartContainerRequest__Output } from '../gen/runtime/v1/StartContainerRequest.js';
 import type { StopContainerRequest__Output } from '../gen/runtime/v1/StopContainerRequest.js';
 import type { UpdateContainerResourcesRequest__Output } from '../gen/runtime/v1/UpdateContainerResourcesRequest.js';
+import type { ServerUnaryCall } from '@grpc/grpc-js';
 import { invalidArgument } from '../errors.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
+import { wireNs } from '../container/time.js';
 import { matchLabels } from './sandbox.js';
 
 function toContainer(c: Readonly<ContainerRecord>): Container {
@@ -24,7 +26,7 @@ function toContainer(c: Readonly<ContainerRecord>): Container {
     image: { image: c.imageRef, annotations: {} },
     imageRef: c.imageId,
     state: c.state,
-    createdAt: c.createdAt,
+    createdAt: wireNs(c.createdAt),
     labels: c.config.labels,
     annotations: c.config.annotations,
   };
@@ -33,8 +35,8 @@ function toContainer(c: Readonly<ContainerRecord>): Container {
 export function toContainerStatus(c: Readonly<ContainerRecord>) {
   return {
     ...toContainer(c),
-    startedAt: c.startedAt,
-    finishedAt: c.finishedAt,
+    startedAt: wireNs(c.startedAt),
+    finishedAt: wireNs(c.finishedAt),
     exitCode: c.exitCode,
     reason: c.reason,
     message: c.message,
@@ -94,8 +96,12 @@ export function containerHandlers(containers: ContainerService) {
       await containers.reopenLog(need(req.containerId, 'ReopenContainerLog'));
       return {};
     },
-    ExecSync: async (req: ExecSyncRequest__Output): Promise<ExecSyncResponse> => {
-      const r = await containers.execSync(need(req.containerId, 'ExecSync'), req.cmd, Number(req.timeout));
+    ExecSync: async (req: ExecSyncRequest__Output, call?: ServerUnaryCall<ExecSyncRequest__Output, ExecSyncResponse>): Promise<ExecSyncResponse> => {
+      // A client that gives up (its deadline passed, or it cancelled) takes the command with it.
+      const cancel = new AbortController();
+      call?.on('cancelled', () => cancel.abort());
+      if (call?.cancelled) cancel.abort();
+      const r = await containers.execSync(need(req.containerId, 'ExecSync'), req.cmd, Number(req.timeout), cancel.signal);
       return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
     },
   };

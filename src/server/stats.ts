@@ -3,22 +3,37 @@ import path from 'node:path';
 import type { ContainerStats } from '../gen/runtime/v1/ContainerStats.js';
 import type { PodSandboxStats } from '../gen/runtime/v1/PodSandboxStats.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
-import { cgroupUsage, diskUsage, netDev } from '../container/stats.js';
+import { cgroupUsage, CpuRates, diskUsage, netDev } from '../container/stats.js';
+import { nowWireNs } from '../container/time.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { invalidArgument } from '../errors.js';
 import { matchLabels } from './sandbox.js';
 
 const u64 = (v: number | undefined) => (v === undefined ? null : { value: v });
 
-async function containerStats(c: ContainerRecord): Promise<ContainerStats> {
-  const ts = Date.now() * 1e6;
+/**
+ * The CPU rate of the cgroup at `cgroupsPath` since the last sample of `key`;
+ * with no earlier sample, over a short interval now.
+ */
+async function cpuRate(rates: CpuRates, key: string, cgroupsPath: string, cpuNs: number | undefined): Promise<number | undefined> {
+  if (cpuNs === undefined) return undefined;
+  if (rates.has(key)) return rates.sample(key, cpuNs);
+  rates.sample(key, cpuNs);
+  await new Promise((r) => setTimeout(r, 100));
+  const again = (await cgroupUsage(cgroupsPath)).cpuNs;
+  return again === undefined ? undefined : rates.sample(key, again);
+}
+
+async function containerStats(c: ContainerRecord, rates: CpuRates): Promise<ContainerStats> {
+  const ts = nowWireNs();
   const running = c.state === 'CONTAINER_RUNNING';
   const cg = running ? await cgroupUsage(c.spec.linux.cgroupsPath) : {};
+  const nanoCores = running ? await cpuRate(rates, c.id, c.spec.linux.cgroupsPath, cg.cpuNs) : undefined;
   const upper = path.join(path.dirname(c.rootfs), 'upper');
   const disk = await diskUsage(upper);
   return {
     attributes: { id: c.id, metadata: c.config.metadata, labels: c.config.labels, annotations: c.config.annotations },
-    cpu: { timestamp: ts, usageCoreNanoSeconds: u64(cg.cpuNs ?? 0), usageNanoCores: null },
+    cpu: { timestamp: ts, usageCoreNanoSeconds: u64(cg.cpuNs ?? 0), usageNanoCores: u64(nanoCores ?? (running ? undefined : 0)) },
     memory: {
       timestamp: ts,
       workingSetBytes: u64(cg.workingSet ?? 0),
@@ -32,17 +47,23 @@ async function containerStats(c: ContainerRecord): Promise<ContainerStats> {
   };
 }
 
-async function podStats(s: SandboxRecord, containers: ContainerRecord[]): Promise<PodSandboxStats> {
-  const ts = Date.now() * 1e6;
-  const cs = await Promise.all(containers.map(containerStats));
-  const infra = s.infraPid ? await cgroupUsage(`${s.cgroupParent.replace(/\/+$/, '')}/skiff-${s.id}`) : {};
+async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: CpuRates): Promise<PodSandboxStats> {
+  const ts = nowWireNs();
+  const cs = await Promise.all(containers.map((c) => containerStats(c, rates)));
+  const infraCgroup = `${s.cgroupParent.replace(/\/+$/, '')}/skiff-${s.id}`;
+  const infra = s.infraPid ? await cgroupUsage(infraCgroup) : {};
+  const infraRate = s.infraPid ? await cpuRate(rates, s.id, infraCgroup, infra.cpuNs) : undefined;
   const sum = (f: (x: ContainerStats) => number | undefined, base = 0) => cs.reduce((a, x) => a + (f(x) ?? 0), base);
   const ifaces = s.infraPid && s.netns ? await netDev(s.infraPid) : [];
   const toIface = (i: (typeof ifaces)[0]) => ({ name: i.name, rxBytes: u64(i.rxBytes), rxErrors: u64(i.rxErrors), txBytes: u64(i.txBytes), txErrors: u64(i.txErrors) });
   return {
     attributes: { id: s.id, metadata: s.config.metadata, labels: s.config.labels, annotations: s.config.annotations },
     linux: {
-      cpu: { timestamp: ts, usageCoreNanoSeconds: u64(sum((x) => Number(x.cpu?.usageCoreNanoSeconds?.value ?? 0), infra.cpuNs ?? 0)) },
+      cpu: {
+        timestamp: ts,
+        usageCoreNanoSeconds: u64(sum((x) => Number(x.cpu?.usageCoreNanoSeconds?.value ?? 0), infra.cpuNs ?? 0)),
+        usageNanoCores: u64(sum((x) => Number(x.cpu?.usageNanoCores?.value ?? 0), infraRate ?? 0)),
+      },
       memory: { timestamp: ts, workingSetBytes: u64(sum((x) => Number(x.memory?.workingSetBytes?.value ?? 0), infra.workingSet ?? 0)), usageBytes: u64(sum((x) => Number(x.memory?.usageBytes?.value ?? 0), infra.memoryUsage ?? 0)) },
       network: { timestamp: ts, defaultInterface: ifaces.find((i) => i.name === 'eth0') ? toIface(ifaces.find((i) => i.name === 'eth0')!) : null, interfaces: ifaces.map(toIface) },
       process: { timestamp: ts, processCount: u64(infra.pids ?? 0) },
@@ -52,10 +73,13 @@ async function podStats(s: SandboxRecord, containers: ContainerRecord[]): Promis
 }
 
 export function statsHandlers(sandboxes: SandboxService, containers: ContainerService) {
+  // The previous CPU sample of each container and pod, for usageNanoCores.
+  const rates = new CpuRates();
+  const forgetGone = () => rates.retain(new Set([...containers.listView().map((c) => c.id), ...sandboxes.list().map((s) => s.id)]));
   return {
     ContainerStats: async (req: { containerId: string }) => {
       if (!req.containerId) throw invalidArgument('ContainerStats: container_id is required');
-      return { stats: await containerStats(containers.mustGet(req.containerId)) };
+      return { stats: await containerStats(containers.mustGet(req.containerId), rates) };
     },
     ListContainerStats: async (req: { filter: { id: string; podSandboxId: string; labelSelector: Record<string, string> } | null }) => {
       const f = req.filter;
@@ -64,18 +88,20 @@ export function statsHandlers(sandboxes: SandboxService, containers: ContainerSe
       if (f?.id) items = items.filter((c) => c.id.startsWith(f.id));
       if (f?.podSandboxId) items = items.filter((c) => c.sandboxId.startsWith(f.podSandboxId));
       if (f && Object.keys(f.labelSelector).length) items = items.filter((c) => matchLabels(c.config.labels, f.labelSelector));
-      return { stats: await Promise.all(items.map(containerStats)) };
+      forgetGone();
+      return { stats: await Promise.all(items.map((c) => containerStats(c, rates))) };
     },
     PodSandboxStats: async (req: { podSandboxId: string }) => {
       const s = sandboxes.mustGet(req.podSandboxId);
-      return { stats: await podStats(s, containers.list(s.id).filter((c) => c.state === 'CONTAINER_RUNNING')) };
+      return { stats: await podStats(s, containers.list(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates) };
     },
     ListPodSandboxStats: async (req: { filter: { id: string; labelSelector: Record<string, string> } | null }) => {
       const f = req.filter;
       let items = sandboxes.list().filter((s) => s.state === 'SANDBOX_READY');
       if (f?.id) items = items.filter((s) => s.id.startsWith(f.id));
       if (f && Object.keys(f.labelSelector).length) items = items.filter((s) => matchLabels(s.config.labels, f.labelSelector));
-      return { stats: await Promise.all(items.map((s) => podStats(s, containers.list(s.id).filter((c) => c.state === 'CONTAINER_RUNNING')))) };
+      forgetGone();
+      return { stats: await Promise.all(items.map((s) => podStats(s, containers.list(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates))) };
     },
   };
 }
@@ -90,6 +116,7 @@ const METRICS = [
 const LABELS = ['container', 'pod', 'namespace'];
 
 export function metricsHandlers(sandboxes: SandboxService, containers: ContainerService) {
+  const rates = new CpuRates();
   return {
     ListMetricDescriptors: async () => ({ descriptors: METRICS.map((m) => ({ name: m.name, help: m.help, labelKeys: LABELS })) }),
     ListPodSandboxMetrics: async () => {
@@ -98,8 +125,8 @@ export function metricsHandlers(sandboxes: SandboxService, containers: Container
         const md = s.config.metadata!;
         const ctrs = [];
         for (const c of containers.list(s.id).filter((x) => x.state === 'CONTAINER_RUNNING')) {
-          const st = await containerStats(c);
-          const ts = Date.now() * 1e6;
+          const st = await containerStats(c, rates);
+          const ts = nowWireNs();
           const labels = [c.config.metadata?.name ?? '', md.name, md.namespace];
           const values: Record<string, number> = {
             container_cpu_usage_seconds_total: Math.floor(Number(st.cpu?.usageCoreNanoSeconds?.value ?? 0) / 1e9),

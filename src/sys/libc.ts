@@ -223,3 +223,24 @@ export function mount(source: string, target: string, fstype: string, flags: num
 export function umount2(target: string, flags = 0): void {
   if (umount2Raw(target, flags) !== 0) throw errnoError('umount2', target);
 }
+
+// --- Process file descriptors: signal a process, not whatever now holds its pid. ---
+
+const pidfdOpenRaw = libc.func('int pidfd_open(int pid, unsigned int flags)');
+const pidfdSendSignalRaw = libc.func('int pidfd_send_signal(int pidfd, int sig, void *info, unsigned int flags)');
+
+/** A pidfd for `pid`; it keeps naming that process even after the pid is reused. */
+export function pidfdOpen(pid: number): number {
+  const fd = pidfdOpenRaw(pid, 0) as number;
+  if (fd < 0) throw errnoError('pidfd_open', String(pid));
+  return fd;
+}
+
+/** Signals the process behind `pidfd`; false when it has already exited (ESRCH). */
+export function pidfdSendSignal(pidfd: number, signal: NodeJS.Signals | number): boolean {
+  const sig = typeof signal === 'number' ? signal : os.constants.signals[signal];
+  if (pidfdSendSignalRaw(pidfd, sig, null, 0) === 0) return true;
+  const err = errnoError('pidfd_send_signal', String(pidfd));
+  if (err.code === 'ESRCH') return false;
+  throw err;
+}

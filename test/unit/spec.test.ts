@@ -69,7 +69,8 @@ describe('buildSpec', () => {
     const s = buildSpec({ ...base, config: config({ envs: [{ key: 'A', value: Buffer.from('cri') }, { key: 'B', value: Buffer.from('b') }] as never }) });
     expect(s.process.env).toEqual(['PATH=/bin', 'A=cri', 'B=b']);
     expect(s.process.cwd).toBe('/work');
-    expect(s.linux.namespaces).toEqual([{ type: 'mount' }, { type: 'pid' }, { type: 'network', path: '/run/ns/net' }, { type: 'ipc', path: '/run/ns/ipc' }, { type: 'uts', path: '/run/ns/uts' }]);
+    // No namespace_options: the proto default, POD, joins the infra process's PID namespace.
+    expect(s.linux.namespaces).toEqual([{ type: 'mount' }, { type: 'pid', path: '/proc/42/ns/pid' }, { type: 'network', path: '/run/ns/net' }, { type: 'ipc', path: '/run/ns/ipc' }, { type: 'uts', path: '/run/ns/uts' }]);
     expect(s.mounts.filter((m) => m.type === 'bind').map((m) => [m.destination, m.source])).toEqual([
       ['/etc/hosts', '/sb/hosts'],
       ['/etc/resolv.conf', '/sb/resolv.conf'],
@@ -81,9 +82,18 @@ describe('buildSpec', () => {
     expect(s.process.capabilities.bounding).toEqual(DEFAULT_CAPS);
   });
 
-  it('shares the pod\'s PID namespace through the infra process when asked', () => {
+  it('shares the pod\'s PID namespace through the infra process when asked, and has its own with CONTAINER', () => {
     const s = buildSpec({ ...base, config: config({ linux: { securityContext: { namespaceOptions: { pid: 'POD' } } } as never }) });
     expect(s.linux.namespaces).toContainEqual({ type: 'pid', path: '/proc/42/ns/pid' });
+    const own = buildSpec({ ...base, config: config({ linux: { securityContext: { namespaceOptions: { pid: 'CONTAINER' } } } as never }) });
+    expect(own.linux.namespaces).toContainEqual({ type: 'pid' });
+  });
+
+  it('sets HOSTNAME to the pod\'s hostname, unless the image or the kubelet set it', () => {
+    const withHost = { ...base, pod: { ...pod, hostname: 'web-0' } };
+    expect(buildSpec({ ...withHost, config: config() }).process.env).toEqual(['HOSTNAME=web-0', 'PATH=/bin', 'A=image']);
+    expect(buildSpec({ ...withHost, config: config({ envs: [{ key: 'HOSTNAME', value: 'mine' }] as never }) }).process.env).toContain('HOSTNAME=mine');
+    expect(buildSpec({ ...base, config: config() }).process.env.some((e) => e.startsWith('HOSTNAME='))).toBe(false);
   });
 
   it('applies resources, clamps oom_score_adj, and maps mount propagation', () => {
@@ -161,5 +171,19 @@ describe('seccomp', () => {
     const names = (p: Record<string, unknown>) => (p.syscalls as Array<{ names: string[] }>)[0]!.names;
     expect(names(defaultProfile(DEFAULT_CAPS))).toEqual(expect.arrayContaining(['mount', 'unshare', 'kexec_load', 'bpf']));
     expect(names(defaultProfile([...DEFAULT_CAPS, 'CAP_SYS_ADMIN']))).not.toContain('mount');
+  });
+  it('refuses clone with any namespace flag, and clone3, without CAP_SYS_ADMIN', () => {
+    type Rule = { names: string[]; action: string; errnoRet: number; args?: Array<{ index: number; value: number; valueTwo: number; op: string }> };
+    const rules = defaultProfile(DEFAULT_CAPS).syscalls as Rule[];
+    const clone = rules.filter((r) => r.names.includes('clone'));
+    // CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: one masked rule each.
+    expect(clone.map((r) => r.args![0]!.value).sort((a, b) => a - b)).toEqual([0x20000, 0x2000000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000]);
+    for (const r of clone) expect(r).toMatchObject({ action: 'SCMP_ACT_ERRNO', errnoRet: 1, args: [{ index: 0, op: 'SCMP_CMP_MASKED_EQ', valueTwo: r.args![0]!.value }] });
+    // A plain fork (clone with SIGCHLD and no namespace flag) matches none of them.
+    const fork = 17;
+    expect(clone.some((r) => (fork & r.args![0]!.value) === r.args![0]!.valueTwo)).toBe(false);
+    expect(rules.find((r) => r.names.includes('clone3'))).toMatchObject({ action: 'SCMP_ACT_ERRNO', errnoRet: 38 });
+    const admin = defaultProfile([...DEFAULT_CAPS, 'CAP_SYS_ADMIN']).syscalls as Rule[];
+    expect(admin.some((r) => r.names.includes('clone') || r.names.includes('clone3'))).toBe(false);
   });
 });

@@ -1,0 +1,93 @@
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { parseCriLog } from '../../src/container/exec-sync.js';
+import { parseStartTime } from '../../src/container/proc.js';
+import { CpuRates, oomKilled } from '../../src/container/stats.js';
+import { nowWireNs, wireNs } from '../../src/container/time.js';
+
+describe('oomKilled (cgroup v1, v2 and hybrid)', () => {
+  let root: string | undefined;
+  afterEach(async () => {
+    if (root) await fs.rm(root, { recursive: true, force: true });
+  });
+  async function tree(file: string, text: string) {
+    root = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-cg-'));
+    await fs.mkdir(path.dirname(path.join(root, file)), { recursive: true });
+    await fs.writeFile(path.join(root, file), text);
+    return root;
+  }
+  it.each([
+    ['v1 memory.oom_control', 'memory/skiff/skiff-c/memory.oom_control', 'oom_kill_disable 0\nunder_oom 0\noom_kill 1\n', true],
+    ['v1, no kill', 'memory/skiff/skiff-c/memory.oom_control', 'oom_kill_disable 0\nunder_oom 0\noom_kill 0\n', false],
+    ['v2 memory.events', 'skiff/skiff-c/memory.events', 'low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n', true],
+    ['v2, limit reached but nothing killed', 'skiff/skiff-c/memory.events', 'low 0\nhigh 0\nmax 12\noom 0\noom_kill 0\n', false],
+    ['hybrid: v2 under unified/', 'unified/skiff/skiff-c/memory.events', 'oom 2\noom_kill 2\n', true],
+  ])('%s', async (_what, file, text, want) => {
+    expect(await oomKilled('/skiff/skiff-c', await tree(file, text))).toBe(want);
+  });
+  it('is false when the cgroup is gone', async () => {
+    root = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-cg-'));
+    expect(await oomKilled('/skiff/nope', root)).toBe(false);
+  });
+});
+
+describe('CpuRates', () => {
+  it('turns two cumulative samples into nanocores, and keeps the last rate for samples too close together', () => {
+    let t = 1_000_000_000n;
+    const rates = new CpuRates(() => t);
+    expect(rates.sample('c', 5e9)).toBeUndefined();
+    t += 2_000_000_000n; // 2 s later, 1 s of CPU more: half a core
+    expect(rates.sample('c', 6e9)).toBe(5e8);
+    t += 1_000_000n; // 1 ms later: too short to measure
+    expect(rates.sample('c', 6.1e9)).toBe(5e8);
+    rates.retain(new Set());
+    expect(rates.has('c')).toBe(false);
+  });
+  it('gives no rate when the counter went backwards (a new cgroup)', () => {
+    let t = 0n;
+    const rates = new CpuRates(() => t);
+    rates.sample('c', 5e9);
+    t += 1_000_000_000n;
+    expect(rates.sample('c', 1e9)).toBeUndefined();
+  });
+});
+
+describe('wire timestamps', () => {
+  it('are exact integers to the microsecond, with the float noise of ms * 1e6 removed', () => {
+    const ms = 1764474491123;
+    expect(BigInt(ms * 1e6)).not.toBe(1764474491123000000n); // the noise: the nearest double is off by tens of ns
+    expect(wireNs(ms * 1e6)).toBe('1764474491123000000');
+    expect(wireNs(1764474491123456.7 * 1000)).toBe('1764474491123457000');
+    expect(wireNs(0)).toBe('0');
+    expect(nowWireNs(() => ms)).toBe('1764474491123000000');
+  });
+});
+
+describe('parseStartTime', () => {
+  const stat = (name: string, state: string) => `1234 (${name}) ${state} 1 1234 1234 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10 0`;
+  it('reads field 22, past a command name with spaces and parentheses', () => {
+    expect(parseStartTime(stat('sleep', 'S'))).toBe(987654);
+    expect(parseStartTime(stat('a) b (c', 'R'))).toBe(987654);
+  });
+  it('counts a zombie or a missing process as gone', () => {
+    expect(parseStartTime(stat('sleep', 'Z'))).toBeUndefined();
+    expect(parseStartTime('')).toBeUndefined();
+  });
+});
+
+describe('parseCriLog', () => {
+  it('splits the streams back apart and joins partial lines', () => {
+    const log = Buffer.from(
+      '2026-01-01T00:00:00.000000001Z stdout F one\n' +
+        '2026-01-01T00:00:00.000000002Z stderr F err\n' +
+        '2026-01-01T00:00:00.000000003Z stdout P par\n' +
+        '2026-01-01T00:00:00.000000004Z stdout F tial\n' +
+        '2026-01-01T00:00:00.000000005Z stdout P no newline',
+    );
+    const out = parseCriLog(log);
+    expect(out.stdout.toString()).toBe('one\npartial\nno newline');
+    expect(out.stderr.toString()).toBe('err\n');
+  });
+});
