@@ -9,6 +9,7 @@ import type { SandboxService } from '../sandbox/service.js';
 import type { Logger } from '../log.js';
 import { toContainerStatus } from './container.js';
 import { toPodSandboxStatus } from './sandbox.js';
+import { nowWireNs } from '../container/time.js';
 
 export type ContainerEventType = 'CONTAINER_CREATED_EVENT' | 'CONTAINER_STARTED_EVENT' | 'CONTAINER_STOPPED_EVENT' | 'CONTAINER_DELETED_EVENT';
 
@@ -34,7 +35,7 @@ export class ContainerEvents {
     const event = {
       containerId: c.id,
       containerEventType: type,
-      createdAt: Date.now() * 1e6,
+      createdAt: nowWireNs(),
       podSandboxStatus: pod ? toPodSandboxStatus(pod) : null,
       containersStatuses: this.containers.list(c.sandboxId).map(toContainerStatus),
     };

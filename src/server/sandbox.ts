@@ -10,6 +10,7 @@ import type { RunPodSandboxResponse } from '../gen/runtime/v1/RunPodSandboxRespo
 import type { StopPodSandboxRequest__Output } from '../gen/runtime/v1/StopPodSandboxRequest.js';
 import { invalidArgument } from '../errors.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
+import { nowWireNs, wireNs } from '../container/time.js';
 
 export function matchLabels(labels: Record<string, string>, selector: Record<string, string>): boolean {
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
@@ -20,7 +21,7 @@ function toPodSandbox(s: SandboxRecord): PodSandbox {
     id: s.id,
     metadata: s.config.metadata,
     state: s.state,
-    createdAt: s.createdAt,
+    createdAt: wireNs(s.createdAt),
     labels: s.config.labels,
     annotations: s.config.annotations,
     runtimeHandler: s.runtimeHandler,
@@ -61,7 +62,7 @@ export function sandboxHandlers(sandboxes: SandboxService) {
           ? { info: JSON.stringify({ pid: s.infraPid ?? 0, netns: s.netns ?? '', hostname: s.hostname, cgroupParent: s.cgroupParent, config: s.config }) }
           : {},
         containersStatuses: [],
-        timestamp: Date.now() * 1e6,
+        timestamp: nowWireNs(),
       };
     },
     ListPodSandbox: async (req: ListPodSandboxRequest__Output): Promise<ListPodSandboxResponse> => {
