@@ -533,7 +533,7 @@ class LayerWriter {
       }
       case 'link': {
         body.resume();
-        await this.hardlink(h, dirFd, base);
+        await this.hardlink(h, rel, dirFd, base);
         this.inodes++;
         return;
       }
@@ -554,10 +554,12 @@ class LayerWriter {
     }
   }
 
-  private async hardlink(h: Header, dirFd: number, base: string): Promise<void> {
+  private async hardlink(h: Header, rel: string, dirFd: number, base: string): Promise<void> {
     if (!h.linkname) throw unsafe(h.name, 'hardlink without a target');
     const targetRel = cleanEntryName(h.linkname);
     if (targetRel === '') throw unsafe(h.name, 'hardlink to the layer root');
+    // Clearing the way for the link would remove its own target.
+    if (targetRel === rel || targetRel.startsWith(`${rel}/`)) throw unsafe(h.name, 'hardlink to itself or to something below it');
     const t = parentOf(targetRel);
     const tFd = await this.openDir(t.dir, h.name, true);
     try {

@@ -107,6 +107,11 @@ describe.skipIf(!isRoot)(`applyLayer keeps every write inside the layer (${isRoo
     await expect(apply([{ name: 'stolen', type: 'link', linkname: 'up/secret' }])).rejects.toThrow(/not in this layer or below/);
   });
 
+  it('refuses a hardlink whose own path holds its target, rather than failing midway', async () => {
+    await expect(apply([{ name: 'f', data: 'x' }, { name: 'f', type: 'link', linkname: 'f' }])).rejects.toThrow(/hardlink to itself/);
+    await expect(apply([{ name: 'd/f', data: 'x' }, { name: 'd', type: 'link', linkname: 'd/f' }])).rejects.toThrow(/hardlink to itself or to something below it/);
+  });
+
   it('copies a lower file up for a hardlink, but not one hidden by a whiteout or an opaque dir', async () => {
     await apply([{ name: 'd/f', data: 'lower' }, { name: 'e/g', data: 'gone' }, { name: 'o/h', data: 'hidden' }]);
     await apply([{ name: 'e/.wh.g', data: '' }, { name: 'o/.wh..wh..opq', data: '' }]);
