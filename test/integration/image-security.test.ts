@@ -7,7 +7,9 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { codeOf, grpc, makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { isRoot, rootSkipReason } from '../helpers/env.js';
+import { busyboxImage } from '../helpers/busybox.js';
 import { buildImage, Pusher, tarOf, type Entry, type ImageSpec } from '../helpers/oci.js';
+import { startPodFixture, type PodFixture } from '../helpers/pods.js';
 
 async function listTree(dir: string): Promise<string[]> {
   const out: string[] = [];
@@ -286,5 +288,87 @@ describe.skipIf(!isRoot)(`sha512 digests are verified, other algorithms refused 
     expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(err.details).toMatch(/unsupported digest algorithm.*sha384/);
     expect((await skiff.images.ListImages({})).images).toEqual([]);
+  });
+});
+
+describe.skipIf(!isRoot)(`a container's user comes from its image, never the host (${isRoot ? 'root' : rootSkipReason})`, () => {
+  let f: PodFixture;
+  let reg: string;
+  let hostEtc: string;
+  let podId: string;
+  const sandbox = () => ({ metadata: { name: 'users', namespace: 'test', uid: 'users-uid', attempt: 0 }, logDirectory: path.join(f.dirs.base, 'logs'), linux: {} });
+
+  beforeAll(async () => {
+    reg = inject('registryHost');
+    f = await startPodFixture(reg, 'test/busybox-users');
+    // What the host would give away: a user, its groups and home that no image has.
+    hostEtc = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-host-etc-'));
+    await fs.writeFile(path.join(hostEtc, 'passwd'), 'root:x:0:0::/root:/bin/sh\nhostuser:x:4321:4321::/home/hostuser:/bin/sh\n');
+    await fs.writeFile(path.join(hostEtc, 'group'), 'hostgroup:x:4321:\nhostwheel:x:4444:hostuser,root\n');
+    podId = (await f.skiff.runtime.RunPodSandbox({ config: sandbox() })).podSandboxId!;
+  });
+  afterAll(async () => {
+    const leaks = await f?.cleanup();
+    await fs.rm(hostEtc, { recursive: true, force: true });
+    expect(leaks?.mounts ?? []).toEqual([]);
+    expect(leaks?.processes ?? []).toEqual([]);
+  });
+
+  async function imageWith(name: string, user: string, extra: Entry[]): Promise<string> {
+    await new Pusher(`http://${reg}`).image(`test/${name}`, 'v1', await busyboxImage({ User: user }, extra));
+    const image = `${reg}/test/${name}:v1`;
+    await f.skiff.images.PullImage({ image: { image } });
+    return image;
+  }
+
+  function create(image: string, name: string, linux: Record<string, unknown> = {}) {
+    return f.skiff.runtime.CreateContainer({
+      podSandboxId: podId,
+      config: { metadata: { name }, image: { image }, command: ['sleep', '100000'], logPath: `${name}.log`, linux },
+      sandboxConfig: sandbox(),
+    });
+  }
+
+  it('does not take the user from the host when the image\'s /etc is a symlink to a host directory', async () => {
+    const image = await imageWith('etc-to-host', 'hostuser', [{ name: 'etc', type: 'symlink', linkname: hostEtc }]);
+    const err = await codeOf(create(image, 'etc-host'));
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.details).toMatch(/image user "hostuser" is not in the image's \/etc\/passwd/);
+    // By number, the user gets none of the host's gid, groups or home.
+    const { containerId } = await create(image, 'etc-host-uid', { securityContext: { runAsUser: { value: 4321 } } });
+    await f.skiff.runtime.StartContainer({ containerId: containerId! });
+    const r = await f.skiff.runtime.ExecSync({ containerId: containerId!, cmd: ['sh', '-c', 'grep -E "^(Uid|Gid|Groups)" /proc/1/status; tr "\\0" "\\n" < /proc/1/environ | grep ^HOME='], timeout: 10 });
+    const out = Buffer.from(r.stdout!).toString();
+    expect(out).toMatch(/^Uid:\s+4321\s/m);
+    expect(out).toMatch(/^Gid:\s+0\s/m);
+    expect(out).not.toMatch(/4444/);
+    expect(out).not.toContain('/home/hostuser');
+  });
+
+  it('does not take the user from the host through etc/passwd -> ../../..<host>/passwd', async () => {
+    const climb = `${'../'.repeat(12)}${hostEtc.slice(1)}`;
+    const image = await imageWith('passwd-to-host', 'hostuser', [
+      { name: 'etc/passwd', type: 'symlink', linkname: `${climb}/passwd` },
+      { name: 'etc/group', type: 'symlink', linkname: `${climb}/group` },
+    ]);
+    const err = await codeOf(create(image, 'passwd-host'));
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.details).toMatch(/"hostuser" is not in the image's \/etc\/passwd/);
+  });
+
+  it('follows the image\'s own symlinks inside its rootfs, as the container would', async () => {
+    const image = await imageWith('etc-inside', 'imguser', [
+      { name: 'realetc/', type: 'directory' },
+      { name: 'realetc/passwd', data: 'root:x:0:0::/root:/bin/sh\nimguser:x:2345:2346::/home/imguser:/bin/sh\n' },
+      { name: 'realetc/group', data: 'imggroup:x:2347:imguser\n' },
+      { name: 'etc', type: 'symlink', linkname: '/realetc' },
+    ]);
+    const { containerId } = await create(image, 'etc-inside');
+    await f.skiff.runtime.StartContainer({ containerId: containerId! });
+    const r = await f.skiff.runtime.ExecSync({ containerId: containerId!, cmd: ['sh', '-c', 'grep -E "^(Uid|Gid|Groups)" /proc/1/status'], timeout: 10 });
+    const out = Buffer.from(r.stdout!).toString();
+    expect(out).toMatch(/^Uid:\s+2345\s/m);
+    expect(out).toMatch(/^Gid:\s+2346\s/m);
+    expect(out).toMatch(/^Groups:.*2347/m);
   });
 });
