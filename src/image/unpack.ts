@@ -313,11 +313,38 @@ function lstatOrUndefined(p: string): Promise<fs.Stats | undefined> {
   return fsp.lstat(p).catch((e) => (isErrno(e, 'ENOENT') ? undefined : Promise.reject(e)));
 }
 
-/** Writes the whole of `body` to `fh`, which stays open for the calls after it. */
+/**
+ * Writes the whole of `body` to `fh`, which stays open for the calls after
+ * it. Chunks are gathered into writes of about 1 MiB, and one write is in
+ * flight while the next is gathered, so decompression and the disk overlap.
+ */
 async function writeAll(fh: fsp.FileHandle, body: AsyncIterable<Buffer>): Promise<void> {
-  for await (const chunk of body) {
-    let off = 0;
-    while (off < chunk.length) off += (await fh.write(chunk, off, chunk.length - off)).bytesWritten;
+  const flush = async (bufs: Buffer[]) => {
+    while (bufs.length) {
+      let { bytesWritten } = await fh.writev(bufs);
+      while (bufs.length && bytesWritten >= bufs[0]!.length) bytesWritten -= bufs.shift()!.length;
+      if (bytesWritten > 0) bufs[0] = bufs[0]!.subarray(bytesWritten);
+    }
+  };
+  let inFlight: Promise<void> | undefined;
+  let batch: Buffer[] = [];
+  let size = 0;
+  try {
+    for await (const chunk of body) {
+      batch.push(chunk);
+      size += chunk.length;
+      if (size < 1 << 20) continue;
+      await inFlight;
+      inFlight = flush(batch);
+      // Awaited before the next write or below; this only keeps it from counting as unhandled meanwhile.
+      inFlight.catch(() => undefined);
+      batch = [];
+      size = 0;
+    }
+    await inFlight;
+    await flush(batch);
+  } finally {
+    await inFlight?.catch(() => undefined);
   }
 }
 

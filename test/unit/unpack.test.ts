@@ -172,6 +172,21 @@ describe.skipIf(!isRoot)(`applyLayer keeps every write inside the layer (${isRoo
     expect(await fs.readdir(dir)).toEqual(['f']);
   });
 
+  it('writes large files byte for byte, from a gzip stream in small chunks', async () => {
+    const { randomBytes } = await import('node:crypto');
+    const zlib = await import('node:zlib');
+    const big = randomBytes((3 << 20) + 17);
+    const tar = await tarOf([{ name: 'big', data: big }, { name: 'after', data: 'tail' }]);
+    const gz = zlib.gzipSync(tar);
+    const chunks = Array.from({ length: Math.ceil(gz.length / 7000) }, (_, i) => gz.subarray(i * 7000, (i + 1) * 7000));
+    const dir = path.join(base, 'big');
+    await fs.mkdir(dir);
+    const res = await applyLayer(dir, Readable.from(chunks));
+    expect((await fs.readFile(path.join(dir, 'big'))).equals(big)).toBe(true);
+    expect(await fs.readFile(path.join(dir, 'after'), 'utf8')).toBe('tail');
+    expect(res.size).toBe(big.length + 4);
+  });
+
   it('still unpacks the ordinary forms: whiteouts, opaque dirs, links, devices, modes and xattrs', async () => {
     const mtime = new Date('2020-01-02T03:04:05Z');
     const { dir } = await apply([
