@@ -8,7 +8,7 @@
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import { promisify } from 'node:util';
-import { invalidArgument } from '../errors.js';
+import { invalidArgument, isErrno, SkiffError } from '../errors.js';
 import { AT_FDCWD, O_CLOEXEC, O_PATH, openat2, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_XDEV } from '../sys/libc.js';
 import type { ResolvedUser } from './spec.js';
 
@@ -42,7 +42,8 @@ export async function readInRoot(rootfs: string, rel: string): Promise<string> {
     if (!st.isFile() || st.size > 4 << 20) return '';
     // Reopens the very inode checked above, not a path that could have changed.
     return await fsp.readFile(`/proc/self/fd/${fd}`, 'utf8');
-  } catch {
+  } catch (err) {
+    if (isErrno(err, 'ENOSYS')) throw new SkiffError('FailedPrecondition', "reading the image's users safely needs openat2(2): Linux 5.6 or later");
     return '';
   } finally {
     if (fd !== undefined) fs.closeSync(fd);

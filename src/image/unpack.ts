@@ -381,7 +381,12 @@ class LayerWriter {
     root: string,
     private readonly opts: ApplyOptions,
   ) {
-    this.rootFd = openat2(AT_FDCWD, root, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+    try {
+      this.rootFd = openat2(AT_FDCWD, root, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+    } catch (err) {
+      if (isErrno(err, 'ENOSYS')) throw new SkiffError('FailedPrecondition', 'unpacking layers safely needs openat2(2): Linux 5.6 or later');
+      throw err;
+    }
   }
 
   dispose(): void {
