@@ -262,6 +262,8 @@ export class TarEndGuard extends Transform {
       throw badTar((err as Error).message);
     }
     if (!dec) throw badTar('a header block with only a checksum');
+    // Old GNU sparse entries may carry extension header blocks that Go reads and tar-stream would take for entries.
+    if (h[156] === 0x53) throw badTar(`GNU sparse entry "${dec.name}"`);
     const type = String(dec.type);
     if (LONG_HEADERS.has(type)) {
       const size = dec.size ?? 0;

@@ -161,6 +161,49 @@ describe.skipIf(!isRoot)(`applyLayer keeps every write inside the layer (${isRoo
     for (const b of h) sum += b;
     h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148, 'ascii');
     await expect(apply(Buffer.concat([h, await tarOf([{ name: 'inner', data: 'z' }])]))).rejects.toThrow(/claims 512 bytes/);
+    // An old GNU sparse entry, whose extension blocks Go would read as part of it.
+    const sparse = Buffer.from(t.subarray(0, 512));
+    sparse.write('S', 156, 'ascii');
+    sparse.write('        ', 148, 'ascii');
+    sum = 0;
+    for (const b of sparse) sum += b;
+    sparse.write(sum.toString(8).padStart(6, '0') + '\0 ', 148, 'ascii');
+    await expect(apply(Buffer.concat([sparse, Buffer.alloc(1024)]))).rejects.toThrow(/GNU sparse entry/);
+  });
+
+  it('frames pax-sized entries as Go does, and refuses pax records Go would read differently', async () => {
+    const paxRecord = (k: string, v: string) => {
+      const body = ` ${k}=${v}\n`;
+      let len = body.length + 1;
+      while (String(len).length + body.length !== len) len = String(len).length + body.length;
+      return Buffer.from(`${len}${body}`);
+    };
+    /** A ustar header block with typeflag `flag` and a right checksum. */
+    const block = (name: string, flag: string, size: number) => {
+      const h = Buffer.alloc(512);
+      h.write(name, 0, 'utf8');
+      h.write('0000644\0', 100, 'ascii');
+      h.write('0000000\0', 108, 'ascii');
+      h.write('0000000\0', 116, 'ascii');
+      h.write(size.toString(8).padStart(11, '0') + '\0', 124, 'ascii');
+      h.write('00000000000\0', 136, 'ascii');
+      h.write('        ', 148, 'ascii');
+      h.write(flag, 156, 'ascii');
+      h.write('ustar\u000000', 257, 'binary');
+      let sum = 0;
+      for (const b of h) sum += b;
+      h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148, 'ascii');
+      return h;
+    };
+    const pad = (b: Buffer) => Buffer.concat([b, Buffer.alloc((512 - (b.length % 512)) % 512)]);
+    const pax = (flag: string, records: Buffer) => Buffer.concat([block('pax', flag, records.length), pad(records)]);
+    const end = Buffer.alloc(1024);
+    // The pax size (600) wins over the header's (0), for both readers.
+    const data = Buffer.alloc(600, 0x61);
+    const { dir } = await apply(Buffer.concat([pax('x', paxRecord('size', '600')), block('big', '0', 0), pad(data), end]));
+    expect((await fs.readFile(path.join(dir, 'big'))).equals(data)).toBe(true);
+    await expect(apply(Buffer.concat([pax('x', paxRecord('size', '12abc')), block('f', '0', 0), end]))).rejects.toThrow(/pax size/);
+    await expect(apply(Buffer.concat([pax('g', paxRecord('path', 'renamed')), block('f', '0', 0), end]))).rejects.toThrow(/global pax header sets "path"/);
   });
 
   it('validates whiteout names like every other path (defect 5)', async () => {
