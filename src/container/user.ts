@@ -1,12 +1,15 @@
 /**
  * Resolves who a container runs as, from the CRI security context or the
  * image's User, using the image's own /etc/passwd and /etc/group. Those files
- * are read without following symlinks, so a hostile image cannot point them at
- * the host's.
+ * are found as a process chrooted into the rootfs would find them: every
+ * symlink on the way (`/etc -> /host/etc`, `passwd -> ../../../x`) resolves
+ * inside the rootfs, so a hostile image cannot point them at the host's.
  */
-import fs from 'node:fs/promises';
-import path from 'node:path';
-import { invalidArgument } from '../errors.js';
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import { promisify } from 'node:util';
+import { invalidArgument, isErrno, SkiffError } from '../errors.js';
+import { AT_FDCWD, O_CLOEXEC, O_PATH, openat2, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_XDEV } from '../sys/libc.js';
 import type { ResolvedUser } from './spec.js';
 
 interface PasswdEntry {
@@ -21,14 +24,30 @@ interface GroupEntry {
   members: string[];
 }
 
-async function readInRoot(rootfs: string, rel: string): Promise<string> {
-  const full = path.join(rootfs, rel);
+const fstat = promisify(fs.fstat);
+
+/**
+ * The text of `rel` inside `rootfs`, or '' when it is missing, not a regular
+ * file or over 4 MiB. openat2's RESOLVE_IN_ROOT treats the rootfs as `/` for
+ * every component, `..` and absolute symlink targets included; the file is
+ * first opened O_PATH and checked, so a fifo or device is never opened.
+ */
+export async function readInRoot(rootfs: string, rel: string): Promise<string> {
+  let rootFd: number | undefined;
+  let fd: number | undefined;
   try {
-    const st = await fs.lstat(full);
+    rootFd = openat2(AT_FDCWD, rootfs, O_PATH | fs.constants.O_DIRECTORY | O_CLOEXEC, 0);
+    fd = openat2(rootFd, rel, O_PATH | O_CLOEXEC, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV);
+    const st = await fstat(fd);
     if (!st.isFile() || st.size > 4 << 20) return '';
-    return await fs.readFile(full, 'utf8');
-  } catch {
+    // Reopens the very inode checked above, not a path that could have changed.
+    return await fsp.readFile(`/proc/self/fd/${fd}`, 'utf8');
+  } catch (err) {
+    if (isErrno(err, 'ENOSYS')) throw new SkiffError('FailedPrecondition', "reading the image's users safely needs openat2(2): Linux 5.6 or later");
     return '';
+  } finally {
+    if (fd !== undefined) fs.closeSync(fd);
+    if (rootFd !== undefined) fs.closeSync(rootFd);
   }
 }
 

@@ -27,38 +27,65 @@ export interface ContentStore {
   delete(digest: string): Promise<void>;
 }
 
-const digestRe = /^sha256:([a-f0-9]{64})$/;
+/** The digest algorithms blobs are verified with, and the hex length of each. */
+const ALGORITHMS = { sha256: 64, sha512: 128 } as const;
+export type DigestAlgorithm = keyof typeof ALGORITHMS;
 
+/**
+ * Splits a digest into an algorithm skiff can verify and its hex encoding,
+ * or refuses it: a blob named by any other algorithm is never accepted
+ * unverified.
+ */
+export function parseDigest(digest: string): { algorithm: DigestAlgorithm; hex: string } {
+  const colon = digest.indexOf(':');
+  const algorithm = digest.slice(0, colon);
+  if (colon < 0 || !Object.hasOwn(ALGORITHMS, algorithm)) {
+    throw new SkiffError('InvalidArgument', `unsupported digest algorithm in "${digest}" (only sha256 and sha512 can be verified)`);
+  }
+  const hex = digest.slice(colon + 1);
+  const len = ALGORITHMS[algorithm as DigestAlgorithm];
+  if (hex.length !== len || !/^[a-f0-9]+$/.test(hex)) {
+    throw new SkiffError('InvalidArgument', `malformed ${algorithm} digest "${digest}" (want ${len} lowercase hex digits)`);
+  }
+  return { algorithm: algorithm as DigestAlgorithm, hex };
+}
+
+/** The hex part of a digest skiff can verify. */
 export function checkDigest(digest: string): string {
-  const m = digestRe.exec(digest);
-  if (!m) throw new SkiffError('InvalidArgument', `unsupported or malformed digest "${digest}" (only sha256 is supported)`);
-  return m[1]!;
+  return parseDigest(digest).hex;
+}
+
+/** `data`'s digest in `algorithm`. */
+export function digestOf(algorithm: DigestAlgorithm, data: Buffer | string): string {
+  return `${algorithm}:${createHash(algorithm).update(data).digest('hex')}`;
 }
 
 export function sha256Digest(data: Buffer | string): string {
-  return `sha256:${createHash('sha256').update(data).digest('hex')}`;
+  return digestOf('sha256', data);
 }
 
 export class LocalContentStore implements ContentStore {
+  /** Blobs live in blobs/<algorithm>/<hex>, as in an OCI layout. */
   private readonly blobs: string;
   private readonly ingestDir: string;
   /** Two ingests of one digest share a single write. */
   private readonly active = new Map<string, Promise<BlobInfo>>();
 
   constructor(root: string) {
-    this.blobs = path.join(root, 'blobs', 'sha256');
+    this.blobs = path.join(root, 'blobs');
     this.ingestDir = path.join(root, 'ingest');
   }
 
   async init(): Promise<void> {
-    await fsp.mkdir(this.blobs, { recursive: true });
+    for (const alg of Object.keys(ALGORITHMS)) await fsp.mkdir(path.join(this.blobs, alg), { recursive: true });
     // Left-over ingests are from a process that died mid-write.
     await fsp.rm(this.ingestDir, { recursive: true, force: true });
     await fsp.mkdir(this.ingestDir, { recursive: true });
   }
 
   path(digest: string): string {
-    return path.join(this.blobs, checkDigest(digest));
+    const { algorithm, hex } = parseDigest(digest);
+    return path.join(this.blobs, algorithm, hex);
   }
 
   async has(digest: string): Promise<boolean> {
@@ -90,8 +117,9 @@ export class LocalContentStore implements ContentStore {
     } catch (err) {
       if (!isErrno(err, 'ENOENT')) throw err;
     }
-    const tmp = path.join(this.ingestDir, `${checkDigest(expected.digest)}-${randomBytes(6).toString('hex')}`);
-    const hash = createHash('sha256');
+    const { algorithm, hex } = parseDigest(expected.digest);
+    const tmp = path.join(this.ingestDir, `${algorithm}-${hex}-${randomBytes(6).toString('hex')}`);
+    const hash = createHash(algorithm);
     let size = 0;
     const limit = expected.size;
     const meter = new Transform({
@@ -110,7 +138,7 @@ export class LocalContentStore implements ContentStore {
       if (limit !== undefined && size !== limit) {
         throw new SkiffError('InvalidArgument', `blob ${expected.digest} is ${size} bytes, its descriptor says ${limit}`);
       }
-      const actual = `sha256:${hash.digest('hex')}`;
+      const actual = `${algorithm}:${hash.digest('hex')}`;
       if (actual !== expected.digest) {
         throw new SkiffError('InvalidArgument', `digest mismatch: expected ${expected.digest}, got ${actual}`);
       }
@@ -131,11 +159,14 @@ export class LocalContentStore implements ContentStore {
   }
 
   async list(): Promise<BlobInfo[]> {
-    const names = await fsp.readdir(this.blobs);
     const out: BlobInfo[] = [];
-    for (const n of names) {
-      const st = await fsp.stat(path.join(this.blobs, n)).catch(() => undefined);
-      if (st) out.push({ digest: `sha256:${n}`, size: st.size });
+    for (const alg of Object.keys(ALGORITHMS)) {
+      const dir = path.join(this.blobs, alg);
+      const names = await fsp.readdir(dir).catch((e) => (isErrno(e, 'ENOENT') ? [] : Promise.reject(e)));
+      for (const n of names) {
+        const st = await fsp.stat(path.join(dir, n)).catch(() => undefined);
+        if (st) out.push({ digest: `${alg}:${n}`, size: st.size });
+      }
     }
     return out;
   }

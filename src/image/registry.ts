@@ -10,7 +10,7 @@ import { SkiffError, errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { resolveEndpoints, type RegistryEndpoint } from './hosts.js';
 import type { Reference } from './reference.js';
-import { sha256Digest } from './content.js';
+import { digestOf, parseDigest, sha256Digest } from './content.js';
 import { cancelledError } from './shared-work.js';
 
 export const MediaType = {
@@ -315,7 +315,9 @@ export class RegistrySession {
 
   /** Fetches the manifest (or index) for a tag or digest; the digest is checked when pinned. */
   async manifest(tagOrDigest: string): Promise<FetchedManifest> {
-    const byDigest = tagOrDigest.startsWith('sha256:');
+    const byDigest = tagOrDigest.includes(':');
+    // A pinned digest in an algorithm skiff cannot verify is refused before anything is fetched.
+    const algorithm = byDigest ? parseDigest(tagOrDigest).algorithm : 'sha256';
     const eps = this.endpoints.filter((e) => e.capabilities.includes(byDigest ? 'pull' : 'resolve'));
     if (!eps.length) throw new SkiffError('FailedPrecondition', `no registry host for ${this.ref.domain} may ${byDigest ? 'pull' : 'resolve'}`);
     const errors: unknown[] = [];
@@ -329,7 +331,7 @@ export class RegistrySession {
         } catch (err) {
           throw this.failure(err, what, ep.host);
         }
-        const digest = sha256Digest(body);
+        const digest = byDigest ? digestOf(algorithm, body) : sha256Digest(body);
         if (byDigest && digest !== tagOrDigest) {
           throw new SkiffError('InvalidArgument', `manifest digest mismatch: asked for ${tagOrDigest}, got ${digest}`);
         }

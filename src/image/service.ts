@@ -16,7 +16,7 @@ import { formatPlatform, hostPlatform, selectPlatform, type Platform } from './p
 import { formatReference, isImageId, parseReference, repository, tagName, type Reference } from './reference.js';
 import { Limits, MediaType, type Credentials, type RegistryClient, type RegistrySession } from './registry.js';
 import { isCancellation, SharedWork } from './shared-work.js';
-import type { Snapshot, Snapshotter } from './snapshot.js';
+import { findInLowers, type Snapshot, type Snapshotter } from './snapshot.js';
 import { applyLayer } from './unpack.js';
 
 export interface Descriptor {
@@ -380,14 +380,7 @@ export class ImageService {
   }
 
   private async findInLowers(chainId: string, rel: string): Promise<string | undefined> {
-    for (const dir of this.d.snapshots.lowerDirs(chainId)) {
-      const full = path.join(dir, rel);
-      const st = await fsp.lstat(full).catch((e) => (isErrno(e, 'ENOENT') || isErrno(e, 'ENOTDIR') ? undefined : Promise.reject(e)));
-      if (!st) continue;
-      if (st.isCharacterDevice() && st.rdev === 0) return undefined; // whited out
-      return st.isFile() ? full : undefined;
-    }
-    return undefined;
+    return findInLowers(this.d.snapshots.lowerDirs(chainId), rel);
   }
 
   private rows(where = '', ...args: unknown[]): ImageRecord[] {

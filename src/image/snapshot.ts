@@ -9,7 +9,8 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { Db } from '../db.js';
-import { SkiffError } from '../errors.js';
+import { SkiffError, isErrno } from '../errors.js';
+import { lgetxattr } from '../sys/libc.js';
 
 export interface Snapshot {
   id: number;
@@ -138,4 +139,35 @@ export class OverlaySnapshotter implements Snapshotter {
     };
     return { bytes: r.b, inodes: r.i };
   }
+}
+
+/**
+ * Finds `rel` as overlayfs would show it over `dirs` (a chain's layer dirs,
+ * topmost first), for a hardlink whose target lies below the layer being
+ * unpacked. Returns the path of a regular file, or undefined when the name
+ * is absent, whited out, hidden by an opaque directory or a non-directory
+ * above it, not a regular file, or reached through a symlink (which the
+ * merged view would follow, possibly onto the host: refused).
+ *
+ * Committed layer dirs never change, so checking each component with lstat
+ * before going on is enough: nothing can swap one between check and use.
+ */
+export async function findInLowers(dirs: string[], rel: string): Promise<string | undefined> {
+  const parts = rel.split('/');
+  if (parts.some((p) => p === '' || p === '.' || p === '..')) return undefined;
+  for (const dir of dirs) {
+    let cur = dir;
+    let opaque = false;
+    for (let i = 0; i < parts.length; i++) {
+      const next = path.join(cur, parts[i]!);
+      const st = await fsp.lstat(next).catch((e) => (isErrno(e, 'ENOENT') ? undefined : Promise.reject(e)));
+      if (!st) break;
+      if (i === parts.length - 1) return st.isFile() ? next : undefined;
+      if (!st.isDirectory()) return undefined;
+      if (lgetxattr(next, 'trusted.overlay.opaque')?.toString() === 'y') opaque = true;
+      cur = next;
+    }
+    if (opaque) return undefined;
+  }
+  return undefined;
 }

@@ -244,3 +244,41 @@ export function pidfdSendSignal(pidfd: number, signal: NodeJS.Signals | number):
   if (err.code === 'ESRCH') return false;
   throw err;
 }
+
+// --- Resolving paths that must stay inside a directory (layer unpack, image user lookup). ---
+// openat2(2) (Linux 5.6+) has no glibc wrapper, so it goes through syscall(2).
+
+const syscallRaw = libc.func('long syscall(long number, ...)');
+const fsetxattrRaw = libc.func('int fsetxattr(int fd, const char *name, const void *value, size_t size, int flags)');
+
+/** openat2's number is the same on every architecture (the unified table since 5.6). */
+const SYS_openat2 = 437;
+
+export const AT_FDCWD = -100;
+export const O_PATH = 0o10000000;
+export const O_CLOEXEC = 0o2000000;
+export const RESOLVE_NO_XDEV = 0x01;
+export const RESOLVE_NO_MAGICLINKS = 0x02;
+export const RESOLVE_NO_SYMLINKS = 0x04;
+export const RESOLVE_BENEATH = 0x08;
+export const RESOLVE_IN_ROOT = 0x10;
+
+/**
+ * openat2(2): opens `path` relative to `dirfd` under the `resolve` rules
+ * (RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, RESOLVE_IN_ROOT, ...). Returns the
+ * new file descriptor; the caller closes it.
+ */
+export function openat2(dirfd: number, path: string, flags: number, resolve: number, mode = 0): number {
+  const how = Buffer.alloc(24);
+  how.writeBigUInt64LE(BigInt(flags), 0);
+  how.writeBigUInt64LE(BigInt(mode), 8);
+  how.writeBigUInt64LE(BigInt(resolve), 16);
+  const fd = Number(syscallRaw(SYS_openat2, 'int', dirfd, 'const char *', path, 'void *', how, 'size_t', how.length));
+  if (fd < 0) throw errnoError('openat2', path);
+  return fd;
+}
+
+/** fsetxattr(2): sets an xattr on the file an open descriptor refers to. */
+export function fsetxattr(fd: number, name: string, value: Buffer): void {
+  if (fsetxattrRaw(fd, name, value, value.length, 0) !== 0) throw errnoError('fsetxattr', `fd ${fd}`);
+}

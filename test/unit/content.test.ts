@@ -55,7 +55,31 @@ describe('LocalContentStore', () => {
     expect(await store.list()).toEqual([{ digest: digest(data), size: data.length }]);
   });
 
-  it('refuses digests it cannot verify', async () => {
-    await expect(store.ingest({ digest: 'md5:abc' }, Readable.from([Buffer.from('x')]))).rejects.toThrow(/only sha256/);
+  it('refuses digests it cannot verify, before writing anything', async () => {
+    for (const d of ['md5:abc', 'sha384:' + 'a'.repeat(96), 'sha256', 'blake3:' + 'a'.repeat(64)]) {
+      await expect(store.ingest({ digest: d }, Readable.from([Buffer.from('x')])), d).rejects.toThrow(/unsupported digest algorithm.*only sha256 and sha512/);
+    }
+    await expect(store.ingest({ digest: 'sha512:abc' }, Readable.from([Buffer.from('x')]))).rejects.toThrow(/malformed sha512 digest/);
+    await expect(store.ingest({ digest: `sha256:${'A'.repeat(64)}` }, Readable.from([Buffer.from('x')]))).rejects.toThrow(/malformed sha256 digest/);
+    expect(() => store.path('sha1:' + 'a'.repeat(40))).toThrow(/unsupported digest algorithm/);
+    expect(await store.list()).toEqual([]);
+    expect(await fs.readdir(path.join(dir, 'ingest'))).toEqual([]);
+  });
+
+  it('verifies sha512 digests, and keeps sha512 blobs apart from sha256 ones', async () => {
+    const data = Buffer.from('sha512 payload');
+    const good = `sha512:${createHash('sha512').update(data).digest('hex')}`;
+    const wrong = `sha512:${createHash('sha512').update('something else').digest('hex')}`;
+    await expect(store.ingest({ digest: wrong, size: data.length }, Readable.from([data]))).rejects.toThrow(/digest mismatch/);
+    // The same bytes under their sha256 digest do not pass as the sha512 one.
+    await store.ingest({ digest: digest(data), size: data.length }, Readable.from([data]));
+    expect(await store.has(good)).toBe(false);
+    await store.ingest({ digest: good, size: data.length }, Readable.from([data]));
+    expect(await store.has(good)).toBe(true);
+    expect(await store.readBytes(good)).toEqual(data);
+    expect(store.path(good)).toBe(path.join(dir, 'blobs', 'sha512', good.slice('sha512:'.length)));
+    expect((await store.list()).map((b) => b.digest).sort()).toEqual([digest(data), good].sort());
+    await store.delete(good);
+    expect(await store.has(good)).toBe(false);
   });
 });

@@ -1,0 +1,69 @@
+/**
+ * The image's /etc/passwd and /etc/group are read as a process chrooted into
+ * the rootfs would read them: symlinks on the way resolve inside the rootfs,
+ * never onto the host's files.
+ */
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { readInRoot, resolveUser } from '../../src/container/user.js';
+
+describe('user lookup stays inside the rootfs', () => {
+  let base: string;
+  let rootfs: string;
+  let host: string;
+  beforeEach(async () => {
+    base = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-userlookup-'));
+    rootfs = path.join(base, 'images/rootfs');
+    host = path.join(base, 'host');
+    await fs.mkdir(rootfs, { recursive: true });
+    await fs.mkdir(host);
+    // What the host would give away: a user the image does not have.
+    await fs.writeFile(path.join(host, 'passwd'), 'root:x:0:0::/root:/bin/sh\nhostuser:x:4321:4321::/home/hostuser:/bin/sh\n');
+    await fs.writeFile(path.join(host, 'group'), 'hostgroup:x:4321:\nwheel:x:10:hostuser,root\n');
+  });
+  afterEach(() => fs.rm(base, { recursive: true, force: true }));
+
+  it('does not read the host files when /etc is a symlink to an absolute host dir', async () => {
+    await fs.symlink(host, path.join(rootfs, 'etc'));
+    expect(await readInRoot(rootfs, 'etc/passwd')).toBe('');
+    await expect(resolveUser(rootfs, { imageUser: 'hostuser', supplementalGroups: [] })).rejects.toThrow(/not in the image's \/etc\/passwd/);
+    await expect(resolveUser(rootfs, { imageUser: '0:hostgroup', supplementalGroups: [] })).rejects.toThrow(/not in the image's \/etc\/group/);
+    // uid 0 stays uid 0 with none of the host's groups or home.
+    expect(await resolveUser(rootfs, { imageUser: '', supplementalGroups: [] })).toEqual({ uid: 0, gid: 0, additionalGids: [], home: undefined });
+  });
+
+  it('resolves that absolute symlink inside the rootfs instead, as chroot would', async () => {
+    // The same link, but the rootfs has its own copy of that path.
+    await fs.symlink(host, path.join(rootfs, 'etc'));
+    await fs.mkdir(path.join(rootfs, host), { recursive: true });
+    await fs.writeFile(path.join(rootfs, host, 'passwd'), 'app:x:1000:1001::/home/app:/bin/sh\n');
+    expect(await resolveUser(rootfs, { imageUser: 'app', supplementalGroups: [] })).toEqual({ uid: 1000, gid: 1001, additionalGids: [], home: '/home/app' });
+  });
+
+  it('does not read the host file through etc/passwd -> ../../../host/passwd', async () => {
+    await fs.mkdir(path.join(rootfs, 'etc'));
+    await fs.symlink('../../../host/passwd', path.join(rootfs, 'etc/passwd'));
+    await fs.symlink('../../../host/group', path.join(rootfs, 'etc/group'));
+    // Followed on the host, the links do reach the host's files.
+    expect(await fs.readFile(path.join(rootfs, 'etc/passwd'), 'utf8')).toContain('hostuser');
+    expect(await fs.readFile(path.join(rootfs, 'etc/group'), 'utf8')).toContain('hostgroup');
+    expect(await readInRoot(rootfs, 'etc/passwd')).toBe('');
+    expect(await readInRoot(rootfs, 'etc/group')).toBe('');
+    await expect(resolveUser(rootfs, { imageUser: 'hostuser', supplementalGroups: [] })).rejects.toThrow(/not in the image/);
+    // Inside the rootfs, `..` stops at its root: ../../../host/passwd is /host/passwd of the image.
+    await fs.mkdir(path.join(rootfs, 'host'));
+    await fs.writeFile(path.join(rootfs, 'host/passwd'), 'img:x:7:7::/home/img:/bin/sh\n');
+    expect(await resolveUser(rootfs, { imageUser: 'img', supplementalGroups: [] })).toMatchObject({ uid: 7, gid: 7, home: '/home/img' });
+  });
+
+  it('never opens a fifo or device in place of the file', async () => {
+    await fs.mkdir(path.join(rootfs, 'etc'));
+    await fs.symlink('/dev/zero', path.join(rootfs, 'etc/passwd'));
+    expect(await readInRoot(rootfs, 'etc/passwd')).toBe('');
+    const { execFileSync } = await import('node:child_process');
+    execFileSync('mkfifo', [path.join(rootfs, 'etc/group')]);
+    expect(await readInRoot(rootfs, 'etc/group')).toBe('');
+  });
+});
