@@ -337,7 +337,7 @@ describe.skipIf(!isRoot)(`a container's user comes from its image, never the hos
     // By number, the user gets none of the host's gid, groups or home.
     const { containerId } = await create(image, 'etc-host-uid', { securityContext: { runAsUser: { value: 4321 } } });
     await f.skiff.runtime.StartContainer({ containerId: containerId! });
-    const r = await f.skiff.runtime.ExecSync({ containerId: containerId!, cmd: ['sh', '-c', 'grep -E "^(Uid|Gid|Groups)" /proc/1/status; tr "\\0" "\\n" < /proc/1/environ | grep ^HOME='], timeout: 10 });
+    const r = await f.skiff.runtime.ExecSync({ containerId: containerId!, cmd: ['sh', '-c', 'grep -E "^(Uid|Gid|Groups)" /proc/self/status; tr "\\0" "\\n" < /proc/self/environ | grep ^HOME='], timeout: 10 });
     const out = Buffer.from(r.stdout!).toString();
     expect(out).toMatch(/^Uid:\s+4321\s/m);
     expect(out).toMatch(/^Gid:\s+0\s/m);
@@ -365,7 +365,7 @@ describe.skipIf(!isRoot)(`a container's user comes from its image, never the hos
     ]);
     const { containerId } = await create(image, 'etc-inside');
     await f.skiff.runtime.StartContainer({ containerId: containerId! });
-    const r = await f.skiff.runtime.ExecSync({ containerId: containerId!, cmd: ['sh', '-c', 'grep -E "^(Uid|Gid|Groups)" /proc/1/status'], timeout: 10 });
+    const r = await f.skiff.runtime.ExecSync({ containerId: containerId!, cmd: ['sh', '-c', 'grep -E "^(Uid|Gid|Groups)" /proc/self/status'], timeout: 10 });
     const out = Buffer.from(r.stdout!).toString();
     expect(out).toMatch(/^Uid:\s+2345\s/m);
     expect(out).toMatch(/^Gid:\s+2346\s/m);
