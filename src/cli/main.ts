@@ -1,6 +1,6 @@
 /** The `skiff` command line. */
 import { parseArgs } from 'node:util';
-import { startDaemon } from '../daemon.js';
+import { installCrashGuard, startDaemon } from '../daemon.js';
 import { errorMessage } from '../errors.js';
 import { createLogger, isLogLevel } from '../log.js';
 import { SKIFF_VERSION } from '../version.js';
@@ -26,11 +26,21 @@ Flags for "skiff cri":
   --infra-binary PATH      the pod infra process, run as "PATH -P" (default /usr/bin/catatonit)
   --stream-address ADDR    where exec, attach and port-forward URLs are served (default 127.0.0.1)
   --stream-port PORT       their port; 0 picks a free one (default 0)
+  --stream-idle-timeout D  close a streaming session with no traffic either way for D
+                           (e.g. 90s, 30m, 4h; default 4h, as the kubelet)
   --log-level LEVEL        debug, info, warn or error (default info)
 
 Point crictl at it:
   crictl --runtime-endpoint unix:///run/skiff/skiff.sock --image-endpoint unix:///run/skiff/skiff.sock images
 `;
+
+/** A duration such as 500ms, 90s, 30m or 4h (a bare number is seconds); undefined when malformed. */
+export function parseDuration(text: string): number | undefined {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
+  if (!m) return undefined;
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h'];
+  return Math.round(Number(m[1]) * unit);
+}
 
 async function cri(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -48,6 +58,7 @@ async function cri(args: string[]): Promise<number> {
       'infra-binary': { type: 'string', default: '/usr/bin/catatonit' },
       'stream-address': { type: 'string', default: '127.0.0.1' },
       'stream-port': { type: 'string', default: '0' },
+      'stream-idle-timeout': { type: 'string', default: '4h' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -61,7 +72,10 @@ async function cri(args: string[]): Promise<number> {
   if (!isLogLevel(level)) throw new Error(`--log-level must be debug, info, warn or error, not "${level}"`);
   const streamPort = Number(values['stream-port']);
   if (!Number.isInteger(streamPort) || streamPort < 0 || streamPort > 65535) throw new Error(`--stream-port must be a port number, not "${values['stream-port']}"`);
+  const streamIdleTimeoutMs = parseDuration(values['stream-idle-timeout']!);
+  if (streamIdleTimeoutMs === undefined || streamIdleTimeoutMs <= 0) throw new Error(`--stream-idle-timeout must be a positive duration such as 90s, 30m or 4h, not "${values['stream-idle-timeout']}"`);
   const log = createLogger(level);
+  installCrashGuard(log);
   if (process.getuid?.() !== 0) log.warn('skiff cri is not running as root: unpacking layers with their owners and devices will fail');
   const daemon = await startDaemon(
     {
@@ -76,6 +90,7 @@ async function cri(args: string[]): Promise<number> {
       infraBinary: values['infra-binary']!,
       streamAddress: values['stream-address']!,
       streamPort: Number(values['stream-port']),
+      streamIdleTimeoutMs,
     },
     log,
   );
