@@ -47,6 +47,21 @@ export function childDone(child: ChildProcess): Promise<{ code: number | null; s
   });
 }
 
+/**
+ * A child whose pipes are missing could not start (EMFILE, ENFILE): Node
+ * gives it no stdio and reports the cause as an 'error' event, shortly.
+ */
+export function startFailure(child: ChildProcess): Promise<Error> | undefined {
+  if (child.stdin && child.stdout && child.stderr) return undefined;
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(new Error('the process has no stdio')), 1000);
+    child.once('error', (e) => {
+      clearTimeout(timer);
+      resolve(e);
+    });
+  });
+}
+
 /** Reads resize messages from `resize` and applies each. */
 function onResize(resize: NodeJS.ReadableStream | undefined, apply: (cols: number, rows: number) => void): void {
   resize?.on('error', () => undefined);
@@ -62,6 +77,11 @@ export async function runExec(d: ExecDeps, containerId: string, cmd: string[], t
     child = await d.startExec(containerId, cmd);
   } catch (err) {
     io.finish({ kind: 'failure', message: errorMessage(err) });
+    return;
+  }
+  const failed = startFailure(child);
+  if (failed) {
+    io.finish({ kind: 'failure', message: `cannot run the command: ${(await failed).message}` });
     return;
   }
   const done = childDone(child);

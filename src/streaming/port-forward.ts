@@ -5,7 +5,7 @@
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import type { Duplex, Writable } from 'node:stream';
-import { childDone } from './exec.js';
+import { childDone, startFailure } from './exec.js';
 import { copy } from './streams.js';
 
 /** Helpers one port-forward session may run at once. */
@@ -51,6 +51,14 @@ export async function forwardPort(t: ForwardTarget, port: number, data: Duplex, 
   } catch (err) {
     limit.active--;
     error.end(`error forwarding port ${port} to pod ${t.sandboxId}: ${(err as Error).message}`);
+    data.end();
+    return;
+  }
+  const failed = startFailure(conn);
+  if (failed) {
+    const err = await failed;
+    limit.active--;
+    error.end(`error forwarding port ${port} to pod ${t.sandboxId}: cannot start the helper: ${err.message}`);
     data.end();
     return;
   }
