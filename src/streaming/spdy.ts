@@ -100,14 +100,14 @@ export function controlFrame(type: number, flags: number, payload: Buffer): Buff
   const h = Buffer.alloc(8);
   h.writeUInt16BE(0x8000 | SPDY_VERSION, 0);
   h.writeUInt16BE(type, 2);
-  h.writeUInt32BE(((flags & 0xff) << 24) | payload.length, 4);
+  h.writeUInt32BE((((flags & 0xff) << 24) | payload.length) >>> 0, 4);
   return Buffer.concat([h, payload]);
 }
 
 export function dataFrame(streamId: number, flags: number, data: Buffer): Buffer {
   const h = Buffer.alloc(8);
   h.writeUInt32BE(streamId & 0x7fffffff, 0);
-  h.writeUInt32BE(((flags & 0xff) << 24) | data.length, 4);
+  h.writeUInt32BE((((flags & 0xff) << 24) | data.length) >>> 0, 4);
   return Buffer.concat([h, data]);
 }
 
