@@ -261,6 +261,8 @@ export class StreamingServer {
         return;
       }
       void s.reply({});
+      // Nothing reads what a client sends on the error stream: discard it rather than hold it.
+      if (type === 'error') s.resume();
       streams.set(type, s);
       if (!want.every((w) => streams.has(w))) return;
       started = true;
@@ -311,6 +313,7 @@ export class StreamingServer {
         return;
       }
       void s.reply({});
+      if (type === 'error') s.resume();
       p[type] = s;
       pairs.set(id, p);
       // A half pair whose other half never comes holds only its stream (bounded by the session's stream limit).
