@@ -45,8 +45,8 @@ const DATA_CHUNK = 32 * 1024;
 const SOCKET_HIGH_WATER = 256 * 1024;
 /** Reading stops while the socket holds more than this unsent (a peer that sends but never reads). */
 const SOCKET_READ_LIMIT = 1024 * 1024;
-/** Reading stops while this many frames wait to be handled. */
-const FRAME_QUEUE_LIMIT = 256;
+/** Reading stops while this much input waits to be handled. */
+const UNHANDLED_INPUT_LIMIT = 256 * 1024;
 /** Reading stops while one stream holds this much input its consumer has not taken. */
 const STREAM_INPUT_LIMIT = 1024 * 1024;
 /** Streams open at once in one session, unless the owner says otherwise. */
@@ -315,7 +315,10 @@ export class SpdySession extends EventEmitter {
   private readonly streams = new Map<number, SpdyStream>();
   private readonly inflate = new HeaderCodec('inflate');
   private readonly deflate = new HeaderCodec('deflate');
-  private readonly frames: Buffer[] = [];
+  /** Frames waiting to go out in one write: many small replies cost one socket write, not one each. */
+  private outbox: Buffer[] = [];
+  private outboxBytes = 0;
+  private flushScheduled = false;
   private handling = false;
   private initialWindow = DEFAULT_WINDOW;
   private lastStreamId = 0;
@@ -368,7 +371,7 @@ export class SpdySession extends EventEmitter {
   /** Resolves when the socket can take more data; rejects once the session is gone. */
   writable(): Promise<void> {
     if (this.closed || this.socket.destroyed) return Promise.reject(new Error('SPDY session closed'));
-    if (this.socket.writableLength < SOCKET_HIGH_WATER) return Promise.resolve();
+    if (this.unsent < SOCKET_HIGH_WATER) return Promise.resolve();
     return new Promise<void>((resolve, reject) => this.drainWaiters.push(() => (this.closed ? reject(new Error('SPDY session closed')) : resolve())));
   }
 
@@ -387,14 +390,8 @@ export class SpdySession extends EventEmitter {
   private onBytes(d: Buffer): void {
     if (this.closed) return;
     this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
-    while (this.buf.length >= 8) {
-      const len = this.buf.readUInt32BE(4) & 0xffffff;
-      if (len > MAX_FRAME) return this.protocolError('frame too large');
-      if (this.buf.length < 8 + len) break;
-      this.frames.push(Buffer.from(this.buf.subarray(0, 8 + len)));
-      this.buf = this.buf.subarray(8 + len);
-    }
-    if (this.frames.length > FRAME_QUEUE_LIMIT) this.setPaused('queue', true);
+    // Frames are cut out one at a time as they are handled, so unread input stays one buffer.
+    if (this.buf.length > UNHANDLED_INPUT_LIMIT) this.setPaused('queue', true);
     void this.handleFrames();
   }
 
@@ -403,15 +400,21 @@ export class SpdySession extends EventEmitter {
     if (this.handling) return;
     this.handling = true;
     try {
-      while (this.frames.length && !this.closed) {
-        const f = this.frames.shift()!;
+      while (!this.closed && this.buf.length >= 8) {
+        const len = this.buf.readUInt32BE(4) & 0xffffff;
+        if (len > MAX_FRAME) return this.protocolError('frame too large');
+        if (this.buf.length < 8 + len) break;
+        const f = this.buf.subarray(0, 8 + len);
+        this.buf = this.buf.subarray(8 + len);
         try {
           await this.handle(f);
         } catch (e) {
           this.protocolError((e as Error).message);
         }
-        if (this.frames.length < FRAME_QUEUE_LIMIT / 4) this.setPaused('queue', false);
       }
+      // What is left is less than a frame: keep a copy, not a view into a large chunk.
+      if (this.buf.length && this.buf.byteOffset) this.buf = Buffer.from(this.buf);
+      if (this.buf.length <= UNHANDLED_INPUT_LIMIT) this.setPaused('queue', false);
     } finally {
       this.handling = false;
     }
@@ -522,8 +525,29 @@ export class SpdySession extends EventEmitter {
   /** @internal: every frame goes out here; a peer that leaves them unread stops being read. */
   writeRaw(b: Buffer): void {
     if (this.closed || this.socket.destroyed || this.socket.writableEnded) return;
-    this.socket.write(b);
-    if (this.socket.writableLength > SOCKET_READ_LIMIT) this.setPaused('output', true);
+    this.outbox.push(b);
+    this.outboxBytes += b.length;
+    if (this.outboxBytes >= DATA_CHUNK) this.flush();
+    else if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(() => this.flush());
+    }
+    if (this.unsent > SOCKET_READ_LIMIT) this.setPaused('output', true);
+  }
+
+  /** Bytes queued but not yet on the wire: ours and the socket's. */
+  private get unsent(): number {
+    return this.outboxBytes + this.socket.writableLength;
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    if (!this.outbox.length) return;
+    const out = this.outbox.length === 1 ? this.outbox[0]! : Buffer.concat(this.outbox);
+    this.outbox = [];
+    this.outboxBytes = 0;
+    if (this.socket.destroyed || this.socket.writableEnded) return;
+    this.socket.write(out);
   }
 
   /** @internal */
@@ -535,6 +559,7 @@ export class SpdySession extends EventEmitter {
   close(): void {
     if (this.closed) return;
     this.writeRaw(controlFrame(FrameType.GOAWAY, 0, Buffer.concat([u32(this.lastStreamId), u32(0)])));
+    this.flush();
     this.socket.end();
     this.shutdown();
     this.destroySoon();
@@ -550,6 +575,7 @@ export class SpdySession extends EventEmitter {
     if (this.closed) return;
     this.emit('protocol-error', new Error(`SPDY protocol error: ${msg}`));
     this.writeRaw(controlFrame(FrameType.GOAWAY, 0, Buffer.concat([u32(this.lastStreamId), u32(RstStatus.PROTOCOL_ERROR)])));
+    this.flush();
     this.socket.end();
     this.shutdown();
     this.destroySoon();
@@ -563,7 +589,9 @@ export class SpdySession extends EventEmitter {
   private shutdown(): void {
     if (this.closed) return;
     this.closed = true;
-    this.frames.length = 0;
+    this.buf = Buffer.alloc(0);
+    this.outbox = [];
+    this.outboxBytes = 0;
     for (const s of [...this.streams.values()]) s.onReset();
     this.streams.clear();
     for (const w of this.drainWaiters.splice(0)) w();

@@ -83,3 +83,20 @@ export function prng(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/** The open flags (octal, from fdinfo) of each of `pid`'s descriptors that point at `target`. */
+export function fdFlags(pid: number, target: RegExp): string[] {
+  const out: string[] = [];
+  for (const fd of fs.readdirSync(`/proc/${pid}/fd`)) {
+    let link = '';
+    try {
+      link = fs.readlinkSync(`/proc/${pid}/fd/${fd}`);
+    } catch {
+      continue;
+    }
+    if (!target.test(link)) continue;
+    const m = /^flags:\s+([0-7]+)$/m.exec(fs.readFileSync(`/proc/${pid}/fdinfo/${fd}`, 'utf8'));
+    if (m) out.push(m[1]!);
+  }
+  return out;
+}

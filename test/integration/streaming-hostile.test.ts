@@ -12,7 +12,7 @@ import { isRoot } from '../helpers/env.js';
 import { processesMentioning, startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
 import { SpdyTestClient, type ClientStream } from '../helpers/spdy-client.js';
-import { childrenOf, closeWaitSockets, fdCount, nofile, rssBytes, setNofile } from '../helpers/streaming-probe.js';
+import { childrenOf, closeWaitSockets, fdCount, fdFlags, nofile, rssBytes, setNofile } from '../helpers/streaming-probe.js';
 import { RawWsClient } from '../helpers/ws-raw.js';
 
 const MiB = 1024 * 1024;
@@ -91,6 +91,7 @@ describe.skipIf(!isRoot)('streaming against hostile clients', () => {
       await new Promise((r) => setTimeout(r, 500));
       peak = Math.max(peak, rssBytes(pid));
     }
+    console.info(`daemon RSS ${(before / MiB).toFixed(1)} MiB → peak ${(peak / MiB).toFixed(1)} MiB over ${ms} ms`);
     return { before, after: peak };
   }
 
@@ -206,7 +207,15 @@ describe.skipIf(!isRoot)('streaming against hostile clients', () => {
       await timed('ListContainers', () => f.skiff.runtime.ListContainers({})),
       await timed('PullImage', () => f.skiff.images.PullImage({ image: { image: f.image } })),
     ];
+    console.info('RPC times with five idle tty execs (ms):', Object.fromEntries(times));
     for (const [what, ms] of times) expect(ms, `${what} took ${ms} ms`).toBeLessThan(1000);
+    // The terminals' master sides: non-blocking (04000) and close-on-exec (02000000), so no child inherits them.
+    const ptys = fdFlags(pid, /^\/dev\/ptmx$|^\/dev\/pts\/ptmx$/);
+    expect(ptys.length).toBeGreaterThanOrEqual(5);
+    for (const flags of ptys) {
+      expect(parseInt(flags, 8) & 0o4000, `flags ${flags}`).not.toBe(0);
+      expect(parseInt(flags, 8) & 0o2000000, `flags ${flags}`).not.toBe(0);
+    }
     for (const c of sessions) c.close();
     await stillServing();
   });
@@ -264,6 +273,7 @@ describe.skipIf(!isRoot)('streaming against hostile clients', () => {
       peak = Math.max(peak, rssBytes(pid));
     }
     peak = Math.max(peak, rssBytes(pid));
+    console.info(`PING flood: ${sent} bytes accepted; daemon RSS ${(before / MiB).toFixed(1)} MiB → peak ${(peak / MiB).toFixed(1)} MiB`);
     expect(peak - before, `RSS ${before} → ${peak} after ${sent} bytes of PINGs`).toBeLessThan(64 * MiB);
     client.close();
     await stillServing();
