@@ -6,6 +6,7 @@
  * its memory stays bounded, nothing it started outlives the session, and its
  * crash guard never fires.
  */
+import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
@@ -17,6 +18,7 @@ import { RawWsClient } from '../helpers/ws-raw.js';
 
 const MiB = 1024 * 1024;
 const GUARD = 'crash guard';
+const hasCrictl = spawnSync('sh', ['-c', 'command -v crictl']).status === 0;
 
 describe.skipIf(!isRoot)('streaming against hostile clients', () => {
   let f: PodFixture;
@@ -276,6 +278,26 @@ describe.skipIf(!isRoot)('streaming against hostile clients', () => {
     console.info(`PING flood: ${sent} bytes accepted; daemon RSS ${(before / MiB).toFixed(1)} MiB → peak ${(peak / MiB).toFixed(1)} MiB`);
     expect(peak - before, `RSS ${before} → ${peak} after ${sent} bytes of PINGs`).toBeLessThan(64 * MiB);
     client.close();
+    await stillServing();
+  });
+
+  it.skipIf(!hasCrictl)('holds back crictl (the Go SPDY client) when its output pipe is not read, and ends the exec when crictl dies', async () => {
+    const crictl = ['nsenter', `--net=${f.ns.path}`, 'crictl', '--runtime-endpoint', `unix://${f.dirs.socket}`, '--timeout', '30s', 'exec'];
+    const hello = spawnSync(crictl[0]!, [...crictl.slice(1), ctr, 'sh', '-c', 'echo from-crictl; echo err >&2; exit 0'], { encoding: 'utf8', timeout: 30_000 });
+    expect(hello.stdout).toBe('from-crictl\n');
+    const piped = spawnSync('sh', ['-c', `printf 'in\\n' | ${crictl.join(' ')} -i ${ctr} cat`], { encoding: 'utf8', timeout: 30_000 });
+    expect(piped.stdout).toBe('in\n');
+    // A terminal exec, with crictl itself on a terminal (script(1) gives it one).
+    const tty = spawnSync('script', ['-qec', `${crictl.join(' ')} -it ${ctr} sh -c 'tty; exit 3'`, '/dev/null'], { encoding: 'utf8', timeout: 30_000, input: '' });
+    expect(tty.stdout).toMatch(/\/dev\/pts\/\d+/);
+    expect(tty.stdout).toMatch(/exit code 3/);
+    // As in the report: `crictl exec <id> cat /dev/zero | sleep 15`, shortened.
+    const unread = spawn('sh', ['-c', `${crictl.join(' ')} ${ctr} cat /dev/zero | sleep 12`], { stdio: 'ignore' });
+    clients.push({ close: () => unread.kill('SIGKILL') });
+    await waitFor('cat /dev/zero to run', async () => processesMentioning('cat /dev/zero').length > 0);
+    const { before, after } = await rssGrowth(1000, 8000);
+    expect(after - before, `RSS ${before} → ${after}`).toBeLessThan(64 * MiB);
+    await gone('cat /dev/zero', 30_000);
     await stillServing();
   });
 
