@@ -287,11 +287,6 @@ export class SpdyStream extends Duplex {
     this.session.forget(this.id);
     this.emit('spdy-closed');
   }
-
-  /** @internal: input this stream holds beyond the limit */
-  get overfull(): boolean {
-    return this.readableLength > STREAM_INPUT_LIMIT;
-  }
 }
 
 export interface SessionEvents {
@@ -382,9 +377,10 @@ export class SpdySession extends EventEmitter {
 
   /** @internal: a stream's consumer wants more. */
   inputTaken(): void {
-    if (!this.pauses.has('input')) return;
-    for (const s of this.streams.values()) if (s.overfull) return;
-    this.setPaused('input', false);
+    // Resumed at once: a stream still full pauses reading again with its next frame.
+    // (A Readable calls _read before it takes the chunk being read out of its buffer,
+    // so checking the buffers here could wait for ever.)
+    if (this.pauses.has('input')) this.setPaused('input', false);
   }
 
   private onBytes(d: Buffer): void {

@@ -130,11 +130,14 @@ export class WsChannels {
     else this.ws.resume();
   }
 
-  /** @internal */
+  /**
+   * @internal A channel's reader wants more. Reading resumes at once: a
+   * channel still full pauses it again with its next input. (Checking the
+   * channels' buffers here would deadlock: a Readable calls _read before it
+   * takes the chunk it is reading out of its buffer.)
+   */
   inputTaken(): void {
-    if (!this.paused.has('input')) return;
-    for (const c of this.channels.values()) if (c.readableLength >= c.readableHighWaterMark) return;
-    this.setPaused('input', false);
+    if (this.paused.has('input')) this.setPaused('input', false);
   }
 
   private onMessage(msg: Buffer, isBinary: boolean): void {

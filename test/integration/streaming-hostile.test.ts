@@ -9,6 +9,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { dataFrame } from '../../src/streaming/spdy.js';
 import { isRoot } from '../helpers/env.js';
 import { processesMentioning, startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
@@ -17,6 +18,7 @@ import { childrenOf, closeWaitSockets, fdCount, fdFlags, nofile, rssBytes, setNo
 import { RawWsClient } from '../helpers/ws-raw.js';
 
 const MiB = 1024 * 1024;
+const dataFrameFor = (id: number, data: Buffer) => dataFrame(id, 0, data);
 const GUARD = 'crash guard';
 const hasCrictl = spawnSync('sh', ['-c', 'command -v crictl']).status === 0;
 
@@ -278,6 +280,74 @@ describe.skipIf(!isRoot)('streaming against hostile clients', () => {
     console.info(`PING flood: ${sent} bytes accepted; daemon RSS ${(before / MiB).toFixed(1)} MiB → peak ${(peak / MiB).toFixed(1)} MiB`);
     expect(peak - before, `RSS ${before} → ${peak} after ${sent} bytes of PINGs`).toBeLessThan(64 * MiB);
     client.close();
+    await stillServing();
+  });
+
+  it('cuts off a WebSocket client that floods pings and never reads the pongs: RSS within 64 MiB', async () => {
+    const c = await ws(await execUrl(['sleep', '1004']));
+    c.stopReading();
+    const ping = RawWsClient.frame(9, Buffer.alloc(125, 7));
+    const chunk = Buffer.concat(Array.from({ length: 400 }, () => ping));
+    const before = rssBytes(pid);
+    let peak = before;
+    let sent = 0;
+    const end = Date.now() + 6000;
+    while (Date.now() < end) {
+      const ok = await Promise.race([c.write(chunk), new Promise<'stuck'>((r) => setTimeout(() => r('stuck'), 1000))]);
+      if (ok === false) break;
+      if (ok === true) sent += chunk.length;
+      peak = Math.max(peak, rssBytes(pid));
+    }
+    console.info(`WebSocket ping flood: ${sent} bytes accepted; daemon RSS ${(before / MiB).toFixed(1)} MiB → peak ${(peak / MiB).toFixed(1)} MiB`);
+    expect(peak - before).toBeLessThan(64 * MiB);
+    c.close();
+    await gone('sleep 1004');
+    await stillServing();
+  });
+
+  it('bounds stdin a command does not read yet, over SPDY and WebSocket, and delivers it all later', async () => {
+    // The commands read nothing for 6 s, then count what they get: nothing may be lost meanwhile.
+    const reader = (tag: string) => ['sh', '-c', `sleep 6; wc -c > /tmp/${tag}; : ${tag}`];
+    const client = await spdy(await execUrl(reader('stdin-spdy'), { stdin: true }));
+    await client.open({ streamtype: 'error', requestid: '0' });
+    const stdin = await client.open({ streamtype: 'stdin', requestid: '0' });
+    await client.open({ streamtype: 'stdout', requestid: '0' });
+    const w = await ws(await execUrl(reader('stdin-ws'), { stdin: true }));
+    const before = rssBytes(pid);
+    let peak = before;
+    const block = Buffer.alloc(32 * 1024, 0x62);
+    const spdyFrame = Buffer.concat(Array.from({ length: 8 }, () => dataFrameFor(stdin.id, block)));
+    const wsFrame = Buffer.concat(Array.from({ length: 8 }, () => RawWsClient.channel(0, block)));
+    let spdySent = 0;
+    let wsSent = 0;
+    const end = Date.now() + 4000;
+    const pendingWrites: Array<Promise<boolean>> = [];
+    while (Date.now() < end) {
+      const a = client.raw(spdyFrame).then((ok) => ok && (spdySent += 8 * block.length) > 0);
+      const b = w.write(wsFrame).then((ok) => ok && (wsSent += 8 * block.length) > 0);
+      pendingWrites.push(a, b);
+      await Promise.race([Promise.all([a, b]), new Promise((r) => setTimeout(r, 500))]);
+      peak = Math.max(peak, rssBytes(pid));
+    }
+    console.info(`stdin held back: ${spdySent} bytes (SPDY) and ${wsSent} bytes (WebSocket) accepted; daemon RSS ${(before / MiB).toFixed(1)} MiB → peak ${(peak / MiB).toFixed(1)} MiB`);
+    expect(peak - before).toBeLessThan(64 * MiB);
+    await Promise.all(pendingWrites);
+    // Then the readers start: every byte arrives, the stdin end included.
+    client.write(stdin, '', true);
+    await w.write(RawWsClient.channel(255, Buffer.from([0])));
+    const count = async (tag: string) => {
+      const r = await f.skiff.runtime.ExecSync({ containerId: ctr, cmd: ['cat', `/tmp/${tag}`], timeout: 5 });
+      return r.exitCode === 0 ? Number(Buffer.from(r.stdout!).toString().trim()) : undefined;
+    };
+    const spdyBytes = await waitFor('the SPDY reader to finish', () => count('stdin-spdy'), 60_000);
+    const wsBytes = await waitFor('the WebSocket reader to finish', () => count('stdin-ws'), 60_000);
+    expect(spdyBytes).toBe(spdySent);
+    // WebSocket frames each carry one channel byte.
+    expect(wsBytes).toBe(wsSent);
+    client.close();
+    w.close();
+    await gone('stdin-spdy');
+    await gone('stdin-ws');
     await stillServing();
   });
 

@@ -1,4 +1,5 @@
 import net from 'node:net';
+import { Writable } from 'node:stream';
 import zlib from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { controlFrame, dataFrame, decodeHeaderBlock, encodeHeaderBlock, FLAG_FIN, FrameType, RstStatus, SpdySession, type SpdyStream } from '../../src/streaming/spdy.js';
@@ -296,7 +297,9 @@ describe('SpdySession', () => {
     const rst = await client.until(() => client.frames.find((f) => f.type === FrameType.RST_STREAM));
     expect(rst.streamId).toBe(7);
     expect(rst.payload.readUInt32BE(4)).toBe(RstStatus.REFUSED_STREAM);
+    await client.until(() => client.frames.filter((f) => f.type === FrameType.SYN_REPLY).length === 3 || undefined);
     expect(client.frames.filter((f) => f.type === FrameType.SYN_REPLY).map((f) => f.streamId)).toEqual([1, 3, 5]);
+    expect(client.frames.filter((f) => f.type === FrameType.RST_STREAM).map((f) => f.streamId)).toEqual([7]);
     sock.destroy();
   });
 
@@ -316,6 +319,33 @@ describe('SpdySession', () => {
     const client = new TestClient(sock);
     sock.end();
     await client.until(() => (closed && serverSock!.destroyed) || undefined);
+  });
+
+  it('holds input back while the reader of a stream is slow, then delivers every byte (no deadlock)', async () => {
+    let received = 0;
+    let gate: (() => void) | undefined;
+    let open = false;
+    const sink = new Writable({
+      highWaterMark: 16 * 1024,
+      write(chunk: Buffer, _enc, cb) {
+        received += chunk.length;
+        if (open) cb();
+        else gate = cb;
+      },
+    });
+    const { client } = await pair((st) => {
+      void st.reply({});
+      st.pipe(sink);
+    });
+    client.sock.write(await client.synStream(1, {}));
+    const frame = dataFrame(1, 0, Buffer.alloc(256 * 1024, 3));
+    const total = 24;
+    for (let i = 0; i < total; i++) client.sock.write(frame);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(received).toBeLessThan(512 * 1024);
+    open = true;
+    gate?.();
+    await client.until(() => received === total * 256 * 1024 || undefined, 10_000);
   });
 });
 
