@@ -408,6 +408,25 @@ describe.skipIf(!isRoot)('streaming against hostile clients', () => {
     await stillServing();
   });
 
+  it('stops the attach poller and closes the conmon socket when attach clients go away', async () => {
+    const seqpackets = () => fdFlags(pid, /^socket:/).length;
+    const baseline = seqpackets();
+    const sessions: SpdyTestClient[] = [];
+    for (let i = 0; i < 5; i++) {
+      const c = await spdy((await f.skiff.runtime.Attach({ containerId: shell, stdin: true, stdout: true, stderr: true })).url!);
+      await c.open({ streamtype: 'error', requestid: '0' });
+      await c.open({ streamtype: 'stdin', requestid: '0' });
+      await c.open({ streamtype: 'stdout', requestid: '0' });
+      await c.open({ streamtype: 'stderr', requestid: '0' });
+      sessions.push(c);
+    }
+    // Each session: its TCP connection and its connection to conmon.
+    await waitFor('the attach connections', async () => seqpackets() >= baseline + 10);
+    for (const c of sessions) c.close();
+    await waitFor('the attach connections to close', async () => seqpackets() <= baseline, 10_000);
+    await stillServing();
+  });
+
   it('kills the command inside the container when an exec client goes away (SPDY, SPDY tty, WebSocket)', async () => {
     const plain = await spdy(await execUrl(['sleep', '1001']));
     await plain.open({ streamtype: 'error', requestid: '0' });
