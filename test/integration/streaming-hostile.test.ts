@@ -307,7 +307,7 @@ describe.skipIf(!isRoot)('streaming against hostile clients', () => {
 
   it('bounds stdin a command does not read yet, over SPDY and WebSocket, and delivers it all later', async () => {
     // The commands read nothing for 6 s, then count what they get: nothing may be lost meanwhile.
-    const reader = (tag: string) => ['sh', '-c', `sleep 6; wc -c > /tmp/${tag}; : ${tag}`];
+    const reader = (tag: string) => ['sh', '-c', `sleep 6; wc -c > /tmp/${tag}.part && mv /tmp/${tag}.part /tmp/${tag}; : ${tag}`];
     const client = await spdy(await execUrl(reader('stdin-spdy'), { stdin: true }));
     await client.open({ streamtype: 'error', requestid: '0' });
     const stdin = await client.open({ streamtype: 'stdin', requestid: '0' });
