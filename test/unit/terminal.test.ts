@@ -1,7 +1,10 @@
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseDuration } from '../../src/cli/main.js';
-import { closeFd, isCloexec, openpty, setCloexec } from '../../src/sys/libc.js';
+import { closeFd, isCloexec, openpty, receiveFd, setCloexec } from '../../src/sys/libc.js';
 import { Terminal } from '../../src/streaming/terminal.js';
 
 /** How late a 10 ms timer fires, at worst, while `during` runs. */
@@ -67,5 +70,24 @@ describe('--stream-idle-timeout durations', () => {
     expect(parseDuration('2')).toBe(2000);
     expect(parseDuration('1.5s')).toBe(1500);
     for (const bad of ['', 'h', '4d', '-1s', '1 h', 'soon']) expect(parseDuration(bad)).toBeUndefined();
+  });
+});
+
+describe('receiveFd (SCM_RIGHTS)', () => {
+  it('hands over a descriptor that is close-on-exec from the start', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'skiff-fd-'));
+    try {
+      const sock = path.join(dir, 'console.sock');
+      const r = receiveFd(sock, 5000);
+      // A peer that sends a descriptor, as runc does on --console-socket.
+      const sender = spawn('python3', ['-c', `import socket, os\ns = socket.socket(socket.AF_UNIX)\ns.connect(${JSON.stringify(sock)})\nsocket.send_fds(s, [b"x"], [os.open("/dev/null", os.O_RDONLY)])`], { stdio: 'ignore' });
+      const fd = await r.fd;
+      await new Promise((res) => sender.once('close', res));
+      expect(fs.readlinkSync(`/proc/self/fd/${fd}`)).toBe('/dev/null');
+      expect(isCloexec(fd)).toBe(true);
+      closeFd(fd);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
