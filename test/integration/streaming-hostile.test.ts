@@ -373,13 +373,18 @@ describe.skipIf(!isRoot)('streaming against hostile clients', () => {
 
   // --- lifetime ------------------------------------------------------------------
 
-  it('leaves no CLOSE-WAIT socket and no helper after 50 port-forward connections are dropped', async () => {
+  it('leaves no CLOSE-WAIT socket and no helper after 50 SPDY and 10 WebSocket port-forward connections are dropped', async () => {
     for (let i = 0; i < 50; i++) {
       const client = await spdy((await f.skiff.runtime.PortForward({ podSandboxId: podId, port: [80] })).url!, ['portforward.k8s.io']);
       await client.open({ streamtype: 'error', port: '80', requestid: '0' });
       await client.open({ streamtype: 'data', port: '80', requestid: '0' });
       if (i % 10 === 0) await new Promise((r) => setTimeout(r, 100));
       client.close();
+    }
+    for (let i = 0; i < 10; i++) {
+      const c = await ws((await f.skiff.runtime.PortForward({ podSandboxId: podId, port: [80] })).url!, 'v4.channel.k8s.io', '?port=80');
+      await waitFor('the WebSocket port-forward helper', async () => childrenOf(pid).some((p) => /socat|nsenter/.test(p)));
+      c.close();
     }
     await waitFor('no CLOSE-WAIT socket on the streaming port', async () => closeWaitSockets(pid, streamPort).length === 0, 15_000);
     await waitFor('no port-forward helper left', async () => childrenOf(pid).every((c) => !/socat|nsenter/.test(c)), 15_000);
