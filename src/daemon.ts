@@ -49,6 +49,8 @@ export interface DaemonOptions {
   streamPort: number;
   /** A registry download that receives nothing for this long fails (0: never). */
   imagePullProgressTimeoutMs?: number;
+  /** A streaming session with no traffic either way for this long is closed (default 4 h). */
+  streamIdleTimeoutMs?: number;
 }
 
 export interface Daemon {
@@ -76,6 +78,18 @@ function listen(server: net.Server): Promise<void> {
       resolve();
     });
   });
+}
+
+/** What the crash guard logs: tests look for it to prove no input of theirs reached it. */
+export const CRASH_GUARD_MESSAGE = 'crash guard: an error escaped every handler; still serving';
+
+/**
+ * The last line of defence: an error that escaped every handler is logged and
+ * the daemon keeps serving its other clients. Reaching it is a bug to fix.
+ */
+export function installCrashGuard(log: Logger): void {
+  process.on('uncaughtException', (err) => log.error(CRASH_GUARD_MESSAGE, { kind: 'uncaughtException', error: err instanceof Error ? (err.stack ?? err.message) : String(err) }));
+  process.on('unhandledRejection', (err) => log.error(CRASH_GUARD_MESSAGE, { kind: 'unhandledRejection', error: err instanceof Error ? (err.stack ?? err.message) : String(err) }));
 }
 
 export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Daemon> {
@@ -173,6 +187,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     address: opts.streamAddress,
     port: opts.streamPort,
     tokenTtlMs: 60_000,
+    idleTimeoutMs: opts.streamIdleTimeoutMs,
     log,
     startExec: (id, cmd) => containers.execProcess(id, cmd),
     startExecTty: (id, cmd) => containers.execTty(id, cmd),

@@ -1,6 +1,6 @@
 /** The `skiff` command line. */
 import { parseArgs } from 'node:util';
-import { startDaemon } from '../daemon.js';
+import { installCrashGuard, startDaemon } from '../daemon.js';
 import { errorMessage } from '../errors.js';
 import { createLogger, isLogLevel } from '../log.js';
 import { SKIFF_VERSION } from '../version.js';
@@ -31,6 +31,8 @@ Flags for "skiff cri":
   --image-pull-progress-timeout DURATION
                            fail a registry download that receives nothing for this long, e.g. 30s, 5m
                            (default 5m; 0 never)
+  --stream-idle-timeout D  close a streaming session with no traffic either way for D
+                           (e.g. 90s, 30m, 4h; default 4h, as the kubelet)
   --log-level LEVEL        debug, info, warn or error (default info)
 
 Point crictl at it:
@@ -55,6 +57,7 @@ async function cri(args: string[]): Promise<number> {
       'stream-address': { type: 'string', default: '127.0.0.1' },
       'stream-port': { type: 'string', default: '0' },
       'image-pull-progress-timeout': { type: 'string', default: '5m' },
+      'stream-idle-timeout': { type: 'string', default: '4h' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -73,7 +76,10 @@ async function cri(args: string[]): Promise<number> {
   const cidr = values['pod-cidr']!;
   const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\/(\d{1,2})$/.exec(cidr);
   if (!m || m.slice(1, 5).some((o) => Number(o) > 255) || Number(m[5]) > 30) throw new Error(`--pod-cidr must be an IPv4 CIDR with room for pods (at most /30), not "${cidr}"`);
+  const streamIdleTimeoutMs = parseDuration(values['stream-idle-timeout']!);
+  if (streamIdleTimeoutMs === undefined || streamIdleTimeoutMs <= 0) throw new Error(`--stream-idle-timeout must be a positive duration such as 90s, 30m or 4h, not "${values['stream-idle-timeout']}"`);
   const log = createLogger(level);
+  installCrashGuard(log);
   if (process.getuid?.() !== 0) log.warn('skiff cri is not running as root: unpacking layers with their owners and devices will fail');
   const daemon = await startDaemon(
     {
@@ -90,6 +96,7 @@ async function cri(args: string[]): Promise<number> {
       streamAddress: values['stream-address']!,
       streamPort: Number(values['stream-port']),
       imagePullProgressTimeoutMs: progressTimeout,
+      streamIdleTimeoutMs,
     },
     log,
   );

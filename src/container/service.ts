@@ -22,7 +22,7 @@ import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowNs } from '../sandbox/service.js';
 import { mountOverlay, unmount } from '../sys/mount.js';
-import { closeFd, openpty } from '../sys/libc.js';
+import { closeFd, openpty, setCloexec } from '../sys/libc.js';
 import type { Runner } from '../sys/run.js';
 import { startConmon, type OciRuntime } from './oci-runtime.js';
 import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
@@ -542,11 +542,14 @@ export class ContainerService {
    * Starts a command in a running container with piped stdio, for streaming
    * exec. The caller owns the process: it pipes the streams and awaits `exit`.
    */
-  async execProcess(id: string, cmd: string[]): Promise<ChildProcessWithoutNullStreams> {
+  async execProcess(id: string, cmd: string[]): Promise<ChildProcessWithoutNullStreams & { pidFile: string }> {
     const { c, runtime, tmp, processJson } = await this.prepareExec(id, cmd, false);
-    const child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--process', processJson, c.id], { stdio: ['pipe', 'pipe', 'pipe'] });
+    // The pid file names the command inside the container: killing runc alone would leave it running.
+    const pidFile = path.join(tmp, 'pid');
+    const child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--pid-file', pidFile, '--process', processJson, c.id], { stdio: ['pipe', 'pipe', 'pipe'] });
+    child.on('error', () => undefined);
     child.on('close', () => void fsp.rm(tmp, { recursive: true, force: true }));
-    return child;
+    return Object.assign(child, { pidFile });
   }
 
   /**
@@ -556,18 +559,26 @@ export class ContainerService {
    * exit code. Resizing ours and signalling runc (SIGWINCH) resizes theirs.
    * The caller reads and writes `master` and closes it after `child` exits.
    */
-  async execTty(id: string, cmd: string[]): Promise<{ child: ChildProcess; master: number }> {
+  async execTty(id: string, cmd: string[]): Promise<{ child: ChildProcess; master: number; pidFile: string }> {
     const { c, runtime, tmp, processJson } = await this.prepareExec(id, cmd, true);
     const { master, slave } = openpty();
+    // No other child may inherit either side: a stray copy keeps the terminal open.
+    setCloexec(master);
+    setCloexec(slave);
+    const pidFile = path.join(tmp, 'pid');
     let child;
     try {
-      child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--tty', '--process', processJson, c.id], { stdio: [slave, slave, slave] });
+      child = spawn(runtime.binary, [`--root=${runtime.root}`, 'exec', '--tty', '--pid-file', pidFile, '--process', processJson, c.id], { stdio: [slave, slave, slave] });
+    } catch (err) {
+      closeFd(master);
+      throw err;
     } finally {
       // The child has its copies; ours would keep the terminal open after it exits.
       closeFd(slave);
     }
+    child.on('error', () => undefined);
     child.on('close', () => void fsp.rm(tmp, { recursive: true, force: true }));
-    return { child, master };
+    return { child, master, pidFile };
   }
 
   /** Changes a container's cgroup limits, in the runtime and in its recorded config. */

@@ -2,7 +2,8 @@
  * A connection to a container's own stdio through conmon's attach socket.
  * Each packet from conmon starts with one byte naming the pipe (2 stdout,
  * 3 stderr); what skiff sends goes to the container's stdin. The socket is
- * non-blocking and drained on a short timer, so no thread waits on it.
+ * non-blocking and drained on a short timer, so no thread waits on it; the
+ * timer stops while the reader is paused (backpressure) and when closed.
  */
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
@@ -12,13 +13,17 @@ import { closeFd, connectSeqpacket, recvPacket, sendPacket, shutdownWrite } from
 const STDOUT_PIPE = 2;
 const STDERR_PIPE = 3;
 const POLL_MS = 10;
+/** Input held for conmon before the writer is told to wait. */
+const OUTBOX_LIMIT = 256 * 1024;
 
 export class AttachConnection extends EventEmitter {
   private readonly fd: number;
-  private readonly timer: NodeJS.Timeout;
+  private timer?: NodeJS.Timeout;
   private readonly buf = Buffer.alloc(64 * 1024);
   private readonly outbox: Buffer[] = [];
+  private outboxBytes = 0;
   private closed = false;
+  private paused = false;
 
   /** Connects to `<bundle>/attach`, through the bundle directory's fd so long paths work. */
   constructor(bundle: string) {
@@ -29,18 +34,40 @@ export class AttachConnection extends EventEmitter {
     } finally {
       fs.closeSync(dirFd);
     }
+    this.schedule();
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  private schedule(): void {
+    if (this.closed || this.timer) return;
     this.timer = setInterval(() => this.pump(), POLL_MS);
   }
 
-  write(data: Buffer): void {
-    if (this.closed) return;
+  /** Stops reading conmon's socket until resume(). */
+  pause(): void {
+    this.paused = true;
+  }
+
+  resume(): void {
+    this.paused = false;
+  }
+
+  /** Queues `data` for the container's stdin; false when the writer should wait for 'drained'. */
+  write(data: Buffer): boolean {
+    if (this.closed) return true;
     this.outbox.push(data);
+    this.outboxBytes += data.length;
     this.flush();
+    return this.outboxBytes < OUTBOX_LIMIT;
   }
 
   /** The client closed its stdin. */
   endInput(): void {
-    if (!this.closed && this.outbox.length === 0) shutdownWrite(this.fd);
+    if (this.closed) return;
+    if (this.outbox.length === 0) shutdownWrite(this.fd);
     else this.once('drained', () => !this.closed && shutdownWrite(this.fd));
   }
 
@@ -49,7 +76,7 @@ export class AttachConnection extends EventEmitter {
       const r = sendPacket(this.fd, this.outbox[0]!);
       if (r === 'eof') return this.close();
       if (!r) return;
-      this.outbox.shift();
+      this.outboxBytes -= this.outbox.shift()!.length;
     }
     this.emit('drained');
   }
@@ -57,7 +84,7 @@ export class AttachConnection extends EventEmitter {
   private pump(): void {
     if (this.closed) return;
     this.flush();
-    for (let i = 0; i < 64; i++) {
+    for (let i = 0; i < 64 && !this.paused && !this.closed; i++) {
       const r = recvPacket(this.fd, this.buf);
       if (r === 'again') return;
       if (r === 'eof') return this.close();
@@ -72,7 +99,9 @@ export class AttachConnection extends EventEmitter {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.timer);
+    this.timer = undefined;
     closeFd(this.fd);
+    this.emit('drained');
     this.emit('close');
   }
 }

@@ -1,10 +1,14 @@
 /**
- * The streaming server: Exec and PortForward URLs as the kubelet serves them,
- * over SPDY/3.1 (what crictl and kubectl speak) and WebSocket. Each URL holds
- * a single-use, expiring token for the request it was issued for.
+ * The streaming server: Exec, Attach and PortForward URLs as the kubelet
+ * serves them, over SPDY/3.1 (what crictl and kubectl speak) and WebSocket.
+ * Each URL holds a single-use, expiring token for the request it was issued
+ * for. This file only turns each transport into one set of session streams
+ * (streams.ts); exec, attach and port-forward run once against those.
  *
+ * Every session ends with its client: the end of the client's side of the
+ * connection, an error, or the idle timeout ends the session and whatever it
+ * started (the exec'd command, the port-forward helpers, the attach poller).
  */
-import { spawn, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -12,11 +16,14 @@ import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { errorMessage } from '../errors.js';
-import { closeFd, setWindowSize } from '../sys/libc.js';
 import type { Logger } from '../log.js';
-import { AttachConnection } from './attach.js';
-import { SpdySession, type SpdyStream } from './spdy.js';
+import { runAttach, runExec, type ExecChild, type ExecTty } from './exec.js';
+import { forwardPort, HelperLimit, MAX_PORTFORWARD_STREAMS } from './port-forward.js';
+import { RstStatus, SpdySession, type SpdyStream } from './spdy.js';
+import { flushed, WsChannels, type Outcome, type SessionStreams } from './streams.js';
 import { TokenStore } from './tokens.js';
+
+export { parseResizes } from './exec.js';
 
 export interface ExecTarget {
   kind: 'exec';
@@ -46,46 +53,18 @@ export interface AttachTarget {
 }
 export type StreamTarget = ExecTarget | PortForwardTarget | AttachTarget;
 
+/** The kubelet's default: a session with no traffic either way for this long is closed. */
+export const DEFAULT_IDLE_TIMEOUT_MS = 4 * 60 * 60 * 1000;
+
 export interface StreamingDeps {
   address: string;
   port: number;
   tokenTtlMs: number;
+  /** A session with no traffic either way for this long is closed (default 4 h). */
+  idleTimeoutMs?: number;
   log: Logger;
-  startExec: (containerId: string, cmd: string[]) => Promise<ChildProcessWithoutNullStreams>;
-  startExecTty: (containerId: string, cmd: string[]) => Promise<{ child: ChildProcess; master: number }>;
-}
-
-/** Terminal size messages arrive as concatenated JSON objects ({"Width":80,"Height":24}). */
-export function parseResizes(text: string): Array<{ width: number; height: number }> {
-  const out: Array<{ width: number; height: number }> = [];
-  for (const m of text.matchAll(/\{[^{}]*\}/g)) {
-    try {
-      const j = JSON.parse(m[0]) as { Width?: number; Height?: number };
-      if (typeof j.Width === 'number' && typeof j.Height === 'number') out.push({ width: j.Width, height: j.Height });
-    } catch {
-      // a malformed message is ignored, as the kubelet does
-    }
-  }
-  return out;
-}
-
-/** A terminal's master side as streams: reads end when the terminal's last user is gone (EIO). */
-function terminalStreams(master: number): { output: NodeJS.ReadableStream; write(d: Buffer): void; close(): void } {
-  const output = fs.createReadStream('', { fd: master, autoClose: false, highWaterMark: 16 * 1024 });
-  output.on('error', () => output.push(null));
-  let closed = false;
-  return {
-    output,
-    write: (d: Buffer) => {
-      if (!closed) fs.write(master, d, () => undefined);
-    },
-    close: () => {
-      if (closed) return;
-      closed = true;
-      output.destroy();
-      closeFd(master);
-    },
-  };
+  startExec: (containerId: string, cmd: string[]) => Promise<ExecChild>;
+  startExecTty: (containerId: string, cmd: string[]) => Promise<ExecTty>;
 }
 
 const EXEC_PROTOCOLS = ['v4.channel.k8s.io', 'v3.channel.k8s.io', 'v2.channel.k8s.io', 'channel.k8s.io'];
@@ -93,23 +72,14 @@ const WS_EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io', 'v4.base64.
 const PORTFORWARD_PROTOCOL = 'portforward.k8s.io';
 /** How long a client has to open the streams it asked for. */
 const STREAM_WAIT_MS = 30_000;
+/** How long a finished session waits for the client to close before closing itself. */
+const LINGER_MS = 1000;
+/** The largest WebSocket message accepted (ws' default is 100 MiB). */
+const WS_MAX_PAYLOAD = 1024 * 1024;
 
 /** A v4 status for a request that could not run at all. */
 function failureStatus(message: string): string {
   return JSON.stringify({ metadata: {}, status: 'Failure', message, reason: 'InternalError' });
-}
-
-/** Reports a failure on the error stream (JSON for v4, text before) and ends the session. */
-function failSession(errStream: Duplex, protocol: string, message: string, session: SpdySession): void {
-  errStream.end(protocol === 'v4.channel.k8s.io' ? failureStatus(message) : message);
-  setTimeout(() => session.close(), 100).unref();
-}
-
-/** Reports how the command ended, then lets the client read the last frames before the session goes. */
-function finishExec(errStream: Duplex, protocol: string, cmd: string[], code: number | null, signal: string | null, session: SpdySession): void {
-  if (protocol === 'v4.channel.k8s.io') errStream.end(execStatus(cmd, code, signal));
-  else errStream.end(code === 0 ? '' : `command terminated with non-zero exit code: exit code ${code ?? -1}`);
-  setTimeout(() => session.close(), 1000).unref();
 }
 
 /** The status the kubelet sends on the error stream (v4): clients read the exit code from it. */
@@ -125,31 +95,61 @@ export function execStatus(cmd: string[], code: number | null, signal: string | 
   });
 }
 
+/** What the error stream carries for `outcome`: v4 (and every WebSocket protocol) speaks JSON, older SPDY protocols text. */
+function statusText(outcome: Outcome, cmd: string[], json: boolean): string {
+  switch (outcome.kind) {
+    case 'exit':
+      if (json) return execStatus(cmd, outcome.code, outcome.signal);
+      return outcome.code === 0 ? '' : `command terminated with non-zero exit code: exit code ${outcome.code ?? -1}`;
+    case 'failure':
+      return json ? failureStatus(outcome.message) : outcome.message;
+    case 'ended':
+      return json ? JSON.stringify({ metadata: {}, status: 'Success' }) : '';
+  }
+}
+
 export class StreamingServer {
   private readonly tokens: TokenStore<StreamTarget>;
   private readonly server: http.Server;
   private readonly wss = new WebSocketServer({
     noServer: true,
+    maxPayload: WS_MAX_PAYLOAD,
     // The first protocol the client offers that skiff speaks; none means refusal.
     handleProtocols: (offered: Set<string>) => [...offered].find((p) => WS_EXEC_PROTOCOLS.includes(p)) ?? false,
   });
   private readonly sockets = new Set<Duplex>();
   private baseUrl = '';
+  private readonly idleTimeoutMs: number;
 
   constructor(private readonly d: StreamingDeps) {
     this.tokens = new TokenStore(d.tokenTtlMs);
+    this.idleTimeoutMs = d.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
     this.server = http.createServer((req, res) => {
       res.writeHead(400, { 'content-type': 'text/plain' });
       res.end('this endpoint needs an upgrade to SPDY/3.1 or WebSocket\n');
     });
-    this.server.on('upgrade', (req, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket, head));
+    this.server.on('upgrade', (req, socket: Duplex, head: Buffer) => {
+      try {
+        this.onUpgrade(req, socket, head);
+      } catch (err) {
+        this.d.log.warn('streaming upgrade failed', { error: errorMessage(err) });
+        socket.destroy();
+      }
+    });
+    this.server.on('clientError', (_err, socket: Duplex) => socket.destroy());
+    this.wss.on('error', (err) => this.d.log.warn('WebSocket server error', { error: errorMessage(err) }));
   }
 
   async start(): Promise<void> {
     await new Promise<void>((resolve, reject) => {
       this.server.once('error', reject);
-      this.server.listen(this.d.port, this.d.address, () => resolve());
+      this.server.listen(this.d.port, this.d.address, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
     });
+    // After listening, a failing accept (EMFILE) is logged, not fatal.
+    this.server.on('error', (err) => this.d.log.warn('streaming server error', { error: errorMessage(err) }));
     const a = this.server.address() as net.AddressInfo;
     const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
     this.baseUrl = `http://${host}:${a.port}`;
@@ -172,12 +172,13 @@ export class StreamingServer {
 
   private reject(socket: Duplex, status: number, text: string): void {
     socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n${text}\n`);
+    setTimeout(() => socket.destroy(), 5000).unref();
   }
 
   private onUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): void {
     this.sockets.add(socket);
     socket.on('close', () => this.sockets.delete(socket));
-    socket.on('error', () => undefined);
+    socket.on('error', () => socket.destroy());
     const m = /^\/(exec|portforward|attach)\/([A-Za-z0-9_-]+)(?:\?.*)?$/.exec(req.url ?? '');
     const target = m ? this.tokens.take(m[2]!) : undefined;
     if (!m || !target || target.kind !== m[1]) {
@@ -186,7 +187,7 @@ export class StreamingServer {
     }
     const upgrade = String(req.headers.upgrade ?? '').toLowerCase();
     if (upgrade === 'websocket') {
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.onWebSocket(ws, target, new URL(req.url ?? '/', 'http://x').searchParams));
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.onWebSocket(ws, socket, target, new URL(req.url ?? '/', 'http://x').searchParams));
       return;
     }
     if (upgrade !== 'spdy/3.1') {
@@ -204,255 +205,160 @@ export class StreamingServer {
       return;
     }
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${protocol}\r\n\r\n`);
-    const session = new SpdySession(socket);
-    if (head.length) socket.unshift(head);
+    const session = new SpdySession(socket, { maxStreams: target.kind === 'portforward' ? MAX_PORTFORWARD_STREAMS : 8 });
     session.on('protocol-error', (e: Error) => this.d.log.warn('SPDY protocol error', { error: e.message }));
-    if (target.kind === 'exec') this.spdyExec(session, target, protocol);
-    else if (target.kind === 'attach') this.spdyAttach(session, target, protocol);
-    else this.spdyPortForward(session, target);
+    this.idle(socket, () => session.destroy());
+    if (head.length) socket.unshift(head);
+    if (target.kind === 'portforward') this.spdyPortForward(session, target);
+    else this.spdyExecOrAttach(session, target, protocol);
   }
 
-  // --- exec over SPDY -------------------------------------------------------
+  /** Closes a connection with no traffic either way for the idle timeout. */
+  private idle(socket: Duplex, close: () => void): void {
+    if (!(socket instanceof net.Socket)) return;
+    socket.setTimeout(this.idleTimeoutMs);
+    socket.on('timeout', () => {
+      this.d.log.info('streaming session idle for too long; closing it', { idleTimeoutMs: this.idleTimeoutMs });
+      close();
+      socket.destroy();
+    });
+  }
 
-  private spdyExec(session: SpdySession, t: ExecTarget, protocol: string): void {
-    const want = ['error', ...(t.stdin ? ['stdin'] : []), ...(t.stdout ? ['stdout'] : []), ...(t.stderr ? ['stderr'] : []), ...(t.tty && protocol !== 'channel.k8s.io' && protocol !== 'v2.channel.k8s.io' ? ['resize'] : [])];
+  /** Runs the operation a session's target names against its streams. */
+  private run(t: ExecTarget | AttachTarget, io: SessionStreams): void {
+    if (t.kind === 'exec') {
+      runExec(this.d, t.containerId, t.cmd, t.tty, io).catch((err) => io.finish({ kind: 'failure', message: errorMessage(err) }));
+    } else {
+      runAttach(t.bundle, t.containerId, (cols, rows) => resizeConmon(t.bundle, cols, rows), io);
+    }
+  }
+
+  // --- SPDY -------------------------------------------------------------------
+
+  /**
+   * Exec and attach over SPDY: the streams the request asked for, each once;
+   * any other stream, a second stream of a type, or any stream after the
+   * command started is refused. One command per session.
+   */
+  private spdyExecOrAttach(session: SpdySession, t: ExecTarget | AttachTarget, protocol: string): void {
+    const resize = t.tty && protocol !== 'channel.k8s.io' && protocol !== 'v2.channel.k8s.io';
+    const stderr = t.stderr && !(t.kind === 'attach' && t.tty);
+    const want = ['error', ...(t.stdin ? ['stdin'] : []), ...(t.stdout ? ['stdout'] : []), ...(stderr ? ['stderr'] : []), ...(resize ? ['resize'] : [])];
     const streams = new Map<string, SpdyStream>();
+    const ac = new AbortController();
+    session.on('close', () => ac.abort());
+    let started = false;
     const timer = setTimeout(() => {
-      this.d.log.warn('exec client did not open its streams in time', { want, got: [...streams.keys()] });
+      this.d.log.warn('streaming client did not open its streams in time', { want, got: [...streams.keys()] });
       session.close();
     }, STREAM_WAIT_MS);
     timer.unref();
+    session.on('close', () => clearTimeout(timer));
     session.on('stream', (s: SpdyStream) => {
-      void s.reply({});
       const type = s.headers.streamtype ?? '';
-      streams.set(type, s);
-      if (want.every((w) => streams.has(w))) {
-        clearTimeout(timer);
-        void this.runExec(t, protocol, streams, session);
-      }
-    });
-  }
-
-  private async runExec(t: ExecTarget, protocol: string, streams: Map<string, SpdyStream>, session: SpdySession): Promise<void> {
-    const errStream = streams.get('error')!;
-    if (t.tty) return this.runExecTty(t, protocol, streams, session);
-    let child: ChildProcessWithoutNullStreams;
-    try {
-      child = await this.d.startExec(t.containerId, t.cmd);
-    } catch (err) {
-      failSession(errStream, protocol, errorMessage(err), session);
-      return;
-    }
-    const stdin = streams.get('stdin');
-    if (stdin) stdin.pipe(child.stdin);
-    else child.stdin.end();
-    child.stdin.on('error', () => undefined);
-    const outputs: Array<Promise<void>> = [];
-    const pipeOut = (src: NodeJS.ReadableStream, name: string) => {
-      const dst = streams.get(name);
-      if (!dst) {
-        src.resume();
+      if (started || !want.includes(type) || streams.has(type)) {
+        s.reset(RstStatus.REFUSED_STREAM);
         return;
       }
-      outputs.push(new Promise((resolve) => {
-        src.on('end', () => dst.end(() => resolve()));
-        src.on('data', (d: Buffer) => dst.write(d));
-      }));
-    };
-    pipeOut(child.stdout, 'stdout');
-    pipeOut(child.stderr, 'stderr');
-    const [code, signal] = await new Promise<[number | null, string | null]>((r) => child.on('close', (c, s) => r([c, s])));
-    await Promise.all(outputs);
-    finishExec(errStream, protocol, t.cmd, code, signal, session);
-  }
-
-  private async runExecTty(t: ExecTarget, protocol: string, streams: Map<string, SpdyStream>, session: SpdySession): Promise<void> {
-    const errStream = streams.get('error')!;
-    let started: { child: ChildProcess; master: number };
-    try {
-      started = await this.d.startExecTty(t.containerId, t.cmd);
-    } catch (err) {
-      failSession(errStream, protocol, errorMessage(err), session);
-      return;
-    }
-    const term = terminalStreams(started.master);
-    const resize = streams.get('resize');
-    resize?.on('data', (d: Buffer) => {
-      for (const r of parseResizes(d.toString())) {
-        setWindowSize(started.master, r.width, r.height);
-        started.child.kill('SIGWINCH');
-      }
-    });
-    streams.get('stdin')?.on('data', (d: Buffer) => term.write(d));
-    const stdout = streams.get('stdout');
-    const outDone = new Promise<void>((resolve) => {
-      term.output.on('data', (d: Buffer) => stdout?.write(d));
-      term.output.on('end', () => resolve());
-      term.output.on('close', () => resolve());
-    });
-    const [code, signal] = await new Promise<[number | null, string | null]>((r) => started.child.on('close', (c, s) => r([c, s])));
-    await Promise.race([outDone, new Promise((r) => setTimeout(r, 500))]);
-    term.close();
-    stdout?.end();
-    finishExec(errStream, protocol, t.cmd, code, signal, session);
-  }
-
-  // --- attach over SPDY ----------------------------------------------------
-
-  private spdyAttach(session: SpdySession, t: AttachTarget, protocol: string): void {
-    const want = ['error', ...(t.stdin ? ['stdin'] : []), ...(t.stdout ? ['stdout'] : []), ...(t.stderr && !t.tty ? ['stderr'] : []), ...(t.tty && protocol !== 'channel.k8s.io' && protocol !== 'v2.channel.k8s.io' ? ['resize'] : [])];
-    const streams = new Map<string, SpdyStream>();
-    const timer = setTimeout(() => session.close(), STREAM_WAIT_MS);
-    timer.unref();
-    session.on('stream', (s: SpdyStream) => {
       void s.reply({});
-      streams.set(s.headers.streamtype ?? '', s);
+      // Nothing reads what a client sends on the error stream: discard it rather than hold it.
+      if (type === 'error') s.resume();
+      streams.set(type, s);
       if (!want.every((w) => streams.has(w))) return;
+      started = true;
       clearTimeout(timer);
       const errStream = streams.get('error')!;
-      let conn: AttachConnection;
-      try {
-        conn = new AttachConnection(t.bundle);
-      } catch (err) {
-        failSession(errStream, protocol, `cannot attach to ${t.containerId}: ${errorMessage(err)}`, session);
-        return;
-      }
-      const stdin = streams.get('stdin');
-      stdin?.on('data', (d: Buffer) => conn.write(d));
-      stdin?.on('end', () => conn.endInput());
-      conn.on('stdout', (d: Buffer) => streams.get('stdout')?.write(d));
-      conn.on('stderr', (d: Buffer) => streams.get('stderr')?.write(d));
-      streams.get('resize')?.on('data', (d: Buffer) => {
-        for (const r of parseResizes(d.toString())) resizeConmon(t.bundle, r.width, r.height);
-      });
-      session.on('close', () => conn.close());
-      conn.on('close', () => {
-        streams.get('stdout')?.end();
-        streams.get('stderr')?.end();
-        errStream.end(protocol === 'v4.channel.k8s.io' ? JSON.stringify({ metadata: {}, status: 'Success' }) : '');
-        setTimeout(() => session.close(), 1000).unref();
-      });
+      const json = protocol === 'v4.channel.k8s.io';
+      const cmd = t.kind === 'exec' ? t.cmd : [];
+      let finished = false;
+      const io: SessionStreams = {
+        stdin: streams.get('stdin'),
+        stdout: streams.get('stdout'),
+        stderr: streams.get('stderr'),
+        resize: streams.get('resize'),
+        signal: ac.signal,
+        finish: (outcome) => {
+          if (finished) return;
+          finished = true;
+          void (async () => {
+            await Promise.all([flushed(io.stdout, ac.signal), flushed(io.stderr, ac.signal)]);
+            if (!errStream.writableEnded && !errStream.isGone) errStream.end(statusText(outcome, cmd, json));
+            await flushed(errStream, ac.signal);
+            // The client closes once it has read the status; a client that does not is closed.
+            setTimeout(() => session.close(), LINGER_MS).unref();
+          })();
+        },
+      };
+      this.run(t, io);
     });
   }
 
-  // --- port-forward over SPDY ---------------------------------------------
-
+  /** Port-forward over SPDY: a data and an error stream per connection, paired by request id. */
   private spdyPortForward(session: SpdySession, t: PortForwardTarget): void {
     const pairs = new Map<string, { data?: SpdyStream; error?: SpdyStream; port: number }>();
+    const limit = new HelperLimit();
+    const ac = new AbortController();
+    session.on('close', () => ac.abort());
     session.on('stream', (s: SpdyStream) => {
-      void s.reply({});
       const port = Number(s.headers.port);
       const id = s.headers.requestid ?? '';
-      if (!Number.isInteger(port) || port <= 0 || port > 65535) {
-        s.reset();
+      const type = s.headers.streamtype;
+      if (!Number.isInteger(port) || port <= 0 || port > 65535 || (type !== 'error' && type !== 'data')) {
+        s.reset(RstStatus.REFUSED_STREAM);
         return;
       }
       const p = pairs.get(id) ?? { port };
-      if (s.headers.streamtype === 'error') p.error = s;
-      else if (s.headers.streamtype === 'data') p.data = s;
-      else return s.reset();
-      pairs.set(id, p);
-      if (p.data && p.error) {
-        pairs.delete(id);
-        this.forward(t, p.port, p.data, p.error);
-      }
-    });
-  }
-
-  private forward(t: PortForwardTarget, port: number, data: Duplex, error: Duplex): void {
-    const conn = connectInPod(t.netns, port);
-    let gotData = false;
-    conn.stdout.on('data', (d: Buffer) => {
-      gotData = true;
-      data.write(d);
-    });
-    data.on('data', (d: Buffer) => conn.stdin.write(d));
-    data.on('end', () => conn.stdin.end());
-    conn.stdin.on('error', () => undefined);
-    let stderr = '';
-    conn.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    conn.on('close', (code) => {
-      if (code !== 0 && !gotData) {
-        error.end(`error forwarding port ${port} to pod ${t.sandboxId}: ${stderr.trim().split('\n').pop() || `exit ${code}`}`);
-      } else {
-        error.end();
-      }
-      data.end();
-    });
-  }
-
-  // --- WebSocket ---------------------------------------------------------
-
-  private onWebSocket(ws: WebSocket, t: StreamTarget, query: URLSearchParams): void {
-    if (t.kind === 'attach') return this.webSocketAttach(ws, t);
-    if (t.kind === 'portforward') return this.webSocketPortForward(ws, t, query);
-    const { send, decode } = wsChannels(ws);
-    // Listen at once: ws drops messages that arrive while nobody listens, and
-    // the client may send stdin before the process is up.
-    const pending: Array<[number, Buffer]> = [];
-    let deliver: ((channel: number, payload: Buffer) => void) | undefined;
-    ws.on('message', (msg: Buffer, isBinary: boolean) => {
-      const [channel, payload] = decode(msg, isBinary);
-      if (deliver) deliver(channel, payload);
-      else pending.push([channel, payload]);
-    });
-    if (t.tty) {
-      void (async () => {
-        let started: { child: ChildProcess; master: number };
-        try {
-          started = await this.d.startExecTty(t.containerId, t.cmd);
-        } catch (err) {
-          send(3, Buffer.from(failureStatus(errorMessage(err))));
-          ws.close(1000);
-          return;
-        }
-        const term = terminalStreams(started.master);
-        deliver = (channel, payload) => {
-          if (channel === 0) term.write(payload);
-          else if (channel === 4) {
-            for (const r of parseResizes(payload.toString())) {
-              setWindowSize(started.master, r.width, r.height);
-              started.child.kill('SIGWINCH');
-            }
-          }
-        };
-        for (const [c, p] of pending.splice(0)) deliver(c, p);
-        ws.on('close', () => started.child.kill('SIGKILL'));
-        term.output.on('data', (d: Buffer) => send(1, d));
-        const [code, signal] = await new Promise<[number | null, string | null]>((r) => started.child.on('close', (c, s) => r([c, s])));
-        await new Promise((r) => setTimeout(r, 100));
-        term.close();
-        send(3, Buffer.from(execStatus(t.cmd, code, signal)));
-        ws.close(1000);
-      })();
-      return;
-    }
-    void (async () => {
-      let child: ChildProcessWithoutNullStreams;
-      try {
-        child = await this.d.startExec(t.containerId, t.cmd);
-      } catch (err) {
-        send(3, Buffer.from(failureStatus(errorMessage(err))));
-        ws.close(1000);
+      if (p.port !== port || p[type]) {
+        s.reset(RstStatus.REFUSED_STREAM);
         return;
       }
-      if (!t.stdin) child.stdin.end();
-      child.stdin.on('error', () => undefined);
-      deliver = (channel, payload) => {
-        if (channel === 0 && t.stdin) child.stdin.write(payload);
-        else if (channel === 255 && payload[0] === 0) child.stdin.end(); // v5: the client closed stdin
-      };
-      for (const [c, p] of pending.splice(0)) deliver(c, p);
-      ws.on('close', () => child.kill('SIGKILL'));
-      const outs = [
-        new Promise<void>((r) => child.stdout.on('data', (d: Buffer) => t.stdout && send(1, d)).on('end', () => r())),
-        new Promise<void>((r) => child.stderr.on('data', (d: Buffer) => t.stderr && send(2, d)).on('end', () => r())),
-      ];
-      const [code, signal] = await new Promise<[number | null, string | null]>((r) => child.on('close', (c, s) => r([c, s])));
-      await Promise.all(outs);
-      send(3, Buffer.from(execStatus(t.cmd, code, signal)));
-      ws.close(1000);
-    })();
+      void s.reply({});
+      if (type === 'error') s.resume();
+      p[type] = s;
+      pairs.set(id, p);
+      // A half pair whose other half never comes holds only its stream (bounded by the session's stream limit).
+      s.once('spdy-closed', () => {
+        if (pairs.get(id) === p) pairs.delete(id);
+      });
+      if (p.data && p.error) {
+        pairs.delete(id);
+        void forwardPort(t, p.port, p.data, p.error, limit, ac.signal);
+      }
+    });
+  }
+
+  // --- WebSocket --------------------------------------------------------------
+
+  private onWebSocket(ws: WebSocket, socket: Duplex, t: StreamTarget, query: URLSearchParams): void {
+    ws.on('error', (err) => {
+      this.d.log.debug('WebSocket session error', { error: errorMessage(err) });
+      ws.terminate();
+    });
+    this.idle(socket, () => ws.terminate());
+    if (t.kind === 'portforward') return this.webSocketPortForward(ws, socket, t, query);
+    const inputs = new Set<number>([...(t.stdin ? [0] : []), ...(t.tty ? [4] : [])]);
+    const ch = new WsChannels(ws, socket, inputs);
+    const ac = new AbortController();
+    ws.on('close', () => ac.abort());
+    const stderr = t.stderr && !(t.kind === 'attach' && t.tty);
+    const cmd = t.kind === 'exec' ? t.cmd : [];
+    let finished = false;
+    const io: SessionStreams = {
+      stdin: t.stdin ? ch.channel(0) : undefined,
+      stdout: t.stdout ? ch.channel(1) : undefined,
+      stderr: stderr ? ch.channel(2) : undefined,
+      resize: t.tty ? ch.channel(4) : undefined,
+      signal: ac.signal,
+      finish: (outcome) => {
+        if (finished) return;
+        finished = true;
+        void (async () => {
+          await Promise.all([flushed(io.stdout, ac.signal), flushed(io.stderr, ac.signal)]);
+          ch.sendNow(3, Buffer.from(statusText(outcome, cmd, true)), () => ch.close(1000));
+        })();
+      },
+    };
+    this.run(t, io);
   }
 
   /**
@@ -460,90 +366,32 @@ export class StreamingServer {
    * query (else the request), one connection each, on channels 2i (data)
    * and 2i+1 (error), each opened with the port as two little-endian bytes.
    */
-  private webSocketPortForward(ws: WebSocket, t: PortForwardTarget, query: URLSearchParams): void {
-    const { send, decode } = wsChannels(ws);
+  private webSocketPortForward(ws: WebSocket, socket: Duplex, t: PortForwardTarget, query: URLSearchParams): void {
     const ports = query.getAll('port').map(Number);
     const list = ports.length ? ports : t.ports;
-    if (!list.length || list.some((p) => !Number.isInteger(p) || p <= 0 || p > 65535)) {
+    if (!list.length || list.length > 64 || list.some((p) => !Number.isInteger(p) || p <= 0 || p > 65535)) {
       ws.close(1008, 'port-forward needs valid ports');
       return;
     }
+    const ch = new WsChannels(ws, socket, new Set(list.map((_, i) => 2 * i)));
+    const ac = new AbortController();
+    ws.on('close', () => ac.abort());
+    const limit = new HelperLimit();
     const conns = list.map((port, i) => {
       const portBytes = Buffer.alloc(2);
       portBytes.writeUInt16LE(port);
-      send(2 * i, portBytes);
-      send(2 * i + 1, portBytes);
-      const conn = connectInPod(t.netns, port);
-      let gotData = false;
-      let stderr = '';
-      conn.stdout.on('data', (d: Buffer) => {
-        gotData = true;
-        send(2 * i, d);
-      });
-      conn.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      conn.stdin.on('error', () => undefined);
-      conn.on('close', (code) => {
-        if (code !== 0 && !gotData) send(2 * i + 1, Buffer.from(`error forwarding port ${port} to pod ${t.sandboxId}: ${stderr.trim().split('\n').pop() || `exit ${code}`}`));
-      });
-      return conn;
+      ch.sendNow(2 * i, portBytes);
+      ch.sendNow(2 * i + 1, portBytes);
+      return forwardPort(t, port, ch.channel(2 * i), ch.channel(2 * i + 1), limit, ac.signal);
     });
-    ws.on('message', (msg: Buffer, isBinary: boolean) => {
-      const [channel, payload] = decode(msg, isBinary);
-      if (channel % 2 === 0) conns[channel / 2]?.stdin.write(payload);
-    });
-    ws.on('close', () => conns.forEach((c) => c.kill('SIGTERM')));
-    void Promise.all(conns.map((c) => new Promise((r) => c.on('close', r)))).then(() => ws.close(1000));
-  }
-
-  private webSocketAttach(ws: WebSocket, t: AttachTarget): void {
-    const { send, decode } = wsChannels(ws);
-    let conn: AttachConnection;
-    try {
-      conn = new AttachConnection(t.bundle);
-    } catch (err) {
-      send(3, Buffer.from(failureStatus(errorMessage(err))));
-      ws.close(1000);
-      return;
-    }
-    ws.on('message', (msg: Buffer, isBinary: boolean) => {
-      const [channel, payload] = decode(msg, isBinary);
-      if (channel === 0 && t.stdin) conn.write(payload);
-      else if (channel === 4 && t.tty) for (const r of parseResizes(payload.toString())) resizeConmon(t.bundle, r.width, r.height);
-      else if (channel === 255 && payload[0] === 0) conn.endInput();
-    });
-    ws.on('close', () => conn.close());
-    conn.on('stdout', (d: Buffer) => t.stdout && send(1, d));
-    conn.on('stderr', (d: Buffer) => t.stderr && send(2, d));
-    conn.on('close', () => {
-      send(3, Buffer.from(JSON.stringify({ metadata: {}, status: 'Success' })));
-      ws.close(1000);
+    void Promise.all(conns).then(async () => {
+      await Promise.all(list.map((_, i) => flushed(ch.channel(2 * i), ac.signal)));
+      ch.close(1000);
     });
   }
 
   /** The subprotocols a WebSocket client may ask for. */
   static readonly webSocketProtocols = WS_EXEC_PROTOCOLS;
-}
-
-/**
- * Kubernetes' WebSocket channel framing: a first byte naming the channel,
- * or, for the base64 protocols, a text frame of the channel digit and base64.
- */
-function wsChannels(ws: WebSocket): { send(channel: number, data: Buffer): void; decode(msg: Buffer, isBinary: boolean): [number, Buffer] } {
-  const base64 = ws.protocol.includes('base64');
-  return {
-    send: (channel, data) => {
-      if (ws.readyState !== ws.OPEN) return;
-      if (base64) ws.send(`${channel}${data.toString('base64')}`);
-      else ws.send(Buffer.concat([Buffer.from([channel]), data]));
-    },
-    decode: (msg, isBinary) => {
-      if (!isBinary && base64) {
-        const text = msg.toString();
-        return [Number(text[0]), Buffer.from(text.slice(1), 'base64')];
-      }
-      return [msg[0]!, msg.subarray(1)];
-    },
-  };
 }
 
 /** conmon's control FIFO takes "<type> <height> <width>"; type 1 resizes the terminal. */
@@ -554,8 +402,3 @@ function resizeConmon(bundle: string, cols: number, rows: number): void {
   });
 }
 
-/** A connection to localhost:`port` inside the pod's network namespace. */
-function connectInPod(netns: string | undefined, port: number): ChildProcessWithoutNullStreams {
-  const args = ['STDIO', `TCP:localhost:${port}`];
-  return netns ? spawn('nsenter', [`--net=${netns}`, 'socat', ...args], { stdio: 'pipe' }) : spawn('socat', args, { stdio: 'pipe' });
-}

@@ -82,7 +82,7 @@ type AsyncCall = { async: (...args: unknown[]) => void };
  * on its --console-socket). The blocking calls run on koffi's worker threads.
  */
 export function receiveFd(path: string, timeoutMs: number): { fd: Promise<number>; cancel(): void } {
-  const sock = socketRaw(AF_UNIX, SOCK_STREAM, 0) as number;
+  const sock = socketRaw(AF_UNIX, SOCK_STREAM | 0o2000000, 0) as number;
   if (sock < 0) throw errnoError('socket', path);
   const addr = Buffer.alloc(110);
   addr.writeUInt16LE(AF_UNIX, 0);
@@ -120,7 +120,8 @@ export function receiveFd(path: string, timeoutMs: number): { fd: Promise<number
       msg.writeBigUInt64LE(1n, 24);
       msg.writeBigUInt64LE(BigInt(koffi.address(control) as unknown as bigint), 32);
       msg.writeBigUInt64LE(BigInt(control.length), 40);
-      (recvmsgRaw as unknown as AsyncCall).async(conn, msg, 0, (err2: unknown, n: number) => {
+      // The received descriptor is close-on-exec from its first moment (MSG_CMSG_CLOEXEC).
+      (recvmsgRaw as unknown as AsyncCall).async(conn, msg, 0x40000000, (err2: unknown, n: number) => {
         clearTimeout(timer);
         done = true;
         closeRaw(conn);
@@ -281,4 +282,43 @@ export function openat2(dirfd: number, path: string, flags: number, resolve: num
 /** fsetxattr(2): sets an xattr on the file an open descriptor refers to. */
 export function fsetxattr(fd: number, name: string, value: Buffer): void {
   if (fsetxattrRaw(fd, name, value, value.length, 0) !== 0) throw errnoError('fsetxattr', `fd ${fd}`);
+}
+
+// --- Streaming: terminal descriptors on the event loop, never on the thread pool. ---
+
+const fcntlRaw = libc.func('int fcntl(int fd, int cmd, int arg)');
+const writeRaw = libc.func('intptr_t write(int fd, const uint8_t *buf, size_t len)');
+
+const F_GETFD = 1;
+const F_SETFD = 2;
+const F_GETFL = 3;
+const F_SETFL = 4;
+const FD_CLOEXEC = 1;
+const O_NONBLOCK = 0o4000;
+
+/** Marks `fd` close-on-exec, so no child process inherits it by accident. */
+export function setCloexec(fd: number): void {
+  const flags = fcntlRaw(fd, F_GETFD, 0) as number;
+  if (flags < 0 || (fcntlRaw(fd, F_SETFD, flags | FD_CLOEXEC) as number) < 0) throw errnoError('fcntl(F_SETFD)', `fd ${fd}`);
+}
+
+/** Puts `fd` in non-blocking mode: reads and writes return EAGAIN instead of waiting. */
+export function setNonBlocking(fd: number): void {
+  const flags = fcntlRaw(fd, F_GETFL, 0) as number;
+  if (flags < 0 || (fcntlRaw(fd, F_SETFL, flags | O_NONBLOCK) as number) < 0) throw errnoError('fcntl(F_SETFL)', `fd ${fd}`);
+}
+
+/** True when `fd` is close-on-exec (for tests and checks). */
+export function isCloexec(fd: number): boolean {
+  const flags = fcntlRaw(fd, F_GETFD, 0) as number;
+  return flags >= 0 && (flags & FD_CLOEXEC) !== 0;
+}
+
+/** One write(2) on a non-blocking descriptor: bytes written, 'again' when full for now, 'eof' when the other side is gone. */
+export function writeNonBlocking(fd: number, data: Buffer): number | 'again' | 'eof' {
+  const n = Number(writeRaw(fd, data, data.length));
+  if (n >= 0) return n;
+  const code = lastErrno();
+  if (code === os.constants.errno.EAGAIN || code === os.constants.errno.EINTR) return 'again';
+  return 'eof';
 }

@@ -33,7 +33,7 @@ export function processesMentioning(text: string): string[] {
     .filter((l) => l.includes(text) && !l.includes('ps -eo'));
 }
 
-export async function startPodFixture(registryHost: string, repo = 'test/busybox'): Promise<PodFixture> {
+export async function startPodFixture(registryHost: string, repo = 'test/busybox', daemonArgs: string[] = []): Promise<PodFixture> {
   const img = await busyboxImage();
   await new Pusher(`http://${registryHost}`).image(repo, 'v1', img);
   const image = `${registryHost}/${repo}:v1`;
@@ -41,7 +41,7 @@ export async function startPodFixture(registryHost: string, repo = 'test/busybox
   const ns = new TestNetns().create();
   await ns.bridgePort(Number(registryHost.split(':')[1]), dirs.base);
   await fs.mkdir(path.join(dirs.base, 'net.d'));
-  const skiff = await new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d')], (a) => ns.wrap(a)).start();
+  const skiff = await new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d'), ...daemonArgs], (a) => ns.wrap(a)).start();
   await skiff.images.PullImage({ image: { image } });
   return {
     dirs,

@@ -43,6 +43,10 @@ export class SpdyTestClient {
   readonly streams = new Map<number, ClientStream>();
   closed = false;
   goaway = false;
+  /** Bytes the server has sent us (counted while reading). */
+  received = 0;
+  /** PING replies seen. */
+  pings = 0;
 
   private constructor(readonly sock: net.Socket) {}
 
@@ -78,6 +82,7 @@ export class SpdyTestClient {
   }
 
   private onBytes(d: Buffer): void {
+    this.received += d.length;
     this.buf = Buffer.concat([this.buf, d]);
     while (this.buf.length >= 8) {
       const len = this.buf.readUInt32BE(4) & 0xffffff;
@@ -109,6 +114,8 @@ export class SpdyTestClient {
       if (s) s.reset = true;
     } else if (type === FrameType.GOAWAY) {
       this.goaway = true;
+    } else if (type === FrameType.PING) {
+      this.pings++;
     }
   }
 
@@ -142,5 +149,51 @@ export class SpdyTestClient {
 
   close(): void {
     this.sock.destroy();
+  }
+
+  // --- What an attacker does: raw frames, and never reading. ---
+
+  /** Stops reading the connection: the server's writes pile up on its side. */
+  stopReading(): void {
+    this.sock.pause();
+  }
+
+  /** Writes bytes as they are, framed or not; resolves when the socket takes them (false: it closed). */
+  raw(b: Buffer): Promise<boolean> {
+    if (this.sock.destroyed) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      if (this.sock.write(b)) resolve(true);
+      else {
+        const done = (ok: boolean) => {
+          this.sock.off('drain', onDrain);
+          this.sock.off('close', onClose);
+          resolve(ok);
+        };
+        const onDrain = () => done(true);
+        const onClose = () => done(false);
+        this.sock.once('drain', onDrain);
+        this.sock.once('close', onClose);
+      }
+    });
+  }
+
+  /** A SYN_STREAM with any id and flags, its headers compressed with this session's context. */
+  async synStreamFrame(id: number, headers: Record<string, string>, flags = 0): Promise<Buffer> {
+    const block = await this.z(this.deflate, encodeHeaderBlock(headers));
+    return controlFrame(FrameType.SYN_STREAM, flags, Buffer.concat([u32(id), u32(0), Buffer.from([0, 0]), block]));
+  }
+
+  /** Opens a stream whose id this client tracks, the way `open` does, but lets the caller pick flags. */
+  async openWith(headers: Record<string, string>, flags = 0): Promise<ClientStream> {
+    const id = this.nextId;
+    this.nextId += 2;
+    const s: ClientStream = { id, data: Buffer.alloc(0), fin: false, reset: false };
+    this.streams.set(id, s);
+    this.sock.write(await this.synStreamFrame(id, headers, flags));
+    return s;
+  }
+
+  static pingFrame(id: number): Buffer {
+    return controlFrame(FrameType.PING, 0, u32(id));
   }
 }

@@ -1,4 +1,5 @@
 import net from 'node:net';
+import { Writable } from 'node:stream';
 import zlib from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { controlFrame, dataFrame, decodeHeaderBlock, encodeHeaderBlock, FLAG_FIN, FrameType, RstStatus, SpdySession, type SpdyStream } from '../../src/streaming/spdy.js';
@@ -219,4 +220,132 @@ describe('SpdySession', () => {
     await client.until(() => client.data(1).length === 200_000 || undefined);
     expect(client.frames.some((f) => f.type === FrameType.WINDOW_UPDATE)).toBe(false);
   });
+
+  it('stops reading a peer that floods PINGs and never reads the replies', async () => {
+    let serverSock: net.Socket | undefined;
+    const server = net.createServer((sock) => {
+      serverSock = sock;
+      new SpdySession(sock);
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const sock = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+    await new Promise((r) => sock.once('connect', r));
+    sock.pause();
+    const ping = controlFrame(FrameType.PING, 0, u32(1));
+    const chunk = Buffer.concat(Array.from({ length: 4096 }, () => ping));
+    const deadline = Date.now() + 3000;
+    while (Date.now() < deadline) {
+      if (!sock.write(chunk)) await Promise.race([new Promise((r) => sock.once('drain', r)), new Promise((r) => setTimeout(r, 200))]);
+    }
+    // The session holds about its read limit unsent, then stops reading: the peer's writes back up.
+    expect(serverSock!.writableLength).toBeLessThan(2 * 1024 * 1024);
+    expect(serverSock!.isPaused()).toBe(true);
+    const readBefore = serverSock!.bytesRead;
+    await new Promise((r) => setTimeout(r, 300));
+    expect(serverSock!.bytesRead - readBefore).toBeLessThan(256 * 1024);
+    // Once the peer reads, the session answers again and reads on.
+    sock.resume();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(serverSock!.bytesRead).toBeGreaterThan(readBefore);
+    sock.destroy();
+  });
+
+  it('holds data back while the peer does not read: the writer sees backpressure', async () => {
+    let streamRef: SpdyStream | undefined;
+    let serverSock: net.Socket | undefined;
+    const server = net.createServer((sock) => {
+      serverSock = sock;
+      const session = new SpdySession(sock);
+      session.on('stream', (s: SpdyStream) => {
+        streamRef = s;
+        void s.reply({});
+      });
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const sock = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+    await new Promise((r) => sock.once('connect', r));
+    const client = new TestClient(sock);
+    sock.write(await client.synStream(1, {}));
+    await client.until(() => streamRef);
+    sock.pause();
+    let accepted = 0;
+    const block = Buffer.alloc(64 * 1024, 1);
+    for (let i = 0; i < 2000; i++) {
+      accepted += block.length;
+      if (!streamRef!.write(block)) break;
+    }
+    // 128 MiB offered; the stream refused more long before.
+    expect(accepted).toBeLessThan(8 * 1024 * 1024);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(serverSock!.writableLength).toBeLessThan(1024 * 1024);
+    sock.destroy();
+  });
+
+  it('refuses streams beyond the session limit with REFUSED_STREAM', async () => {
+    const server = net.createServer((sock) => {
+      const session = new SpdySession(sock, { maxStreams: 3 });
+      session.on('stream', (s: SpdyStream) => void s.reply({}));
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const sock = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+    await new Promise((r) => sock.once('connect', r));
+    const client = new TestClient(sock);
+    for (const id of [1, 3, 5, 7]) sock.write(await client.synStream(id, { n: String(id) }));
+    const rst = await client.until(() => client.frames.find((f) => f.type === FrameType.RST_STREAM));
+    expect(rst.streamId).toBe(7);
+    expect(rst.payload.readUInt32BE(4)).toBe(RstStatus.REFUSED_STREAM);
+    await client.until(() => client.frames.filter((f) => f.type === FrameType.SYN_REPLY).length === 3 || undefined);
+    expect(client.frames.filter((f) => f.type === FrameType.SYN_REPLY).map((f) => f.streamId)).toEqual([1, 3, 5]);
+    expect(client.frames.filter((f) => f.type === FrameType.RST_STREAM).map((f) => f.streamId)).toEqual([7]);
+    sock.destroy();
+  });
+
+  it('ends the session when the peer closes its side (no CLOSE-WAIT)', async () => {
+    let closed = false;
+    let serverSock: net.Socket | undefined;
+    // Half-open allowed, as the HTTP server's upgraded sockets are.
+    const server = net.createServer({ allowHalfOpen: true }, (sock) => {
+      serverSock = sock;
+      const session = new SpdySession(sock);
+      session.on('close', () => (closed = true));
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const sock = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+    await new Promise((r) => sock.once('connect', r));
+    const client = new TestClient(sock);
+    sock.end();
+    await client.until(() => (closed && serverSock!.destroyed) || undefined);
+  });
+
+  it('holds input back while the reader of a stream is slow, then delivers every byte (no deadlock)', async () => {
+    let received = 0;
+    let gate: (() => void) | undefined;
+    let open = false;
+    const sink = new Writable({
+      highWaterMark: 16 * 1024,
+      write(chunk: Buffer, _enc, cb) {
+        received += chunk.length;
+        if (open) cb();
+        else gate = cb;
+      },
+    });
+    const { client } = await pair((st) => {
+      void st.reply({});
+      st.pipe(sink);
+    });
+    client.sock.write(await client.synStream(1, {}));
+    const frame = dataFrame(1, 0, Buffer.alloc(256 * 1024, 3));
+    const total = 24;
+    for (let i = 0; i < total; i++) client.sock.write(frame);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(received).toBeLessThan(512 * 1024);
+    open = true;
+    gate?.();
+    await client.until(() => received === total * 256 * 1024 || undefined, 10_000);
+  });
 });
+
