@@ -72,18 +72,6 @@ export function nofile(pid: number): { soft: number; hard: number } {
   return { soft: Number(m[1]), hard: Number(m[2]) };
 }
 
-/** A small seeded PRNG (mulberry32): the same seed gives the same inputs on every run. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** The open flags (octal, from fdinfo) of each of `pid`'s descriptors that point at `target`. */
 export function fdFlags(pid: number, target: RegExp): string[] {
   const out: string[] = [];

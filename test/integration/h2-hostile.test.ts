@@ -10,6 +10,7 @@ import fs from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
+import { prng } from '../helpers/prng.js';
 
 const require = createRequire(import.meta.url);
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -24,18 +25,6 @@ function frame(type: number, flags: number, stream: number, payload: Buffer): Bu
   h[4] = flags;
   h.writeUInt32BE(stream >>> 0, 5);
   return Buffer.concat([h, payload]);
-}
-
-/** mulberry32: a small seeded PRNG, so a failing run can be repeated exactly. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 function encoder() {

@@ -12,7 +12,8 @@ import { isRoot } from '../helpers/env.js';
 import { processesMentioning, startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
 import { SpdyTestClient } from '../helpers/spdy-client.js';
-import { childrenOf, prng } from '../helpers/streaming-probe.js';
+import { prng } from '../helpers/prng.js';
+import { childrenOf } from '../helpers/streaming-probe.js';
 import { RawWsClient } from '../helpers/ws-raw.js';
 
 const GUARD = 'crash guard';

@@ -16,21 +16,10 @@ import { applyLayer } from '../../src/image/unpack.js';
 import { lgetxattr } from '../../src/sys/libc.js';
 import { isRoot, rootSkipReason } from '../helpers/env.js';
 import { tarOf, type Entry } from '../helpers/oci.js';
+import { prng } from '../helpers/prng.js';
 
 const ITERATIONS = 300;
 const SEED = 0x5eed_cafe;
-
-/** mulberry32: small, fast and the same on every run. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const SECRET = 'HOST-SECRET-CONTENT';
 
