@@ -220,9 +220,9 @@ export const SYSCALL_GROUPS: SyscallGroup[] = [
     anyCap: ['CAP_SYS_NICE'],
   },
   {
-    why: 'CAP_SYS_RESOURCE and CAP_SYS_ADMIN: userfaultfd lets a process stall the kernel on a page fault, a common step in exploits.',
+    why: 'CAP_SYS_PTRACE, the capability the kernel itself asks for when unprivileged userfaultfd is off: it lets a process stall the kernel on a page fault, a common step in exploits.',
     names: ['userfaultfd'],
-    anyCap: ['CAP_SYS_RESOURCE', 'CAP_SYS_ADMIN'],
+    anyCap: ['CAP_SYS_PTRACE'],
   },
   {
     why: 'CAP_BPF (or CAP_SYS_ADMIN on older kernels): BPF programs run in the host kernel.',

@@ -23,6 +23,7 @@ const PROBE_C = `
 #include <stdio.h>
 #include <string.h>
 #include <sys/personality.h>
+#include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 int main(int argc, char **argv) {
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "linux32")) { r = personality(PER_LINUX32); if (r >= 0) personality(PER_LINUX); }
     else if (!strcmp(argv[i], "query")) r = personality(0xffffffff);
     else if (!strcmp(argv[i], "clone3")) r = syscall(SYS_clone3, (void *)0, (size_t)0);
+    else if (!strcmp(argv[i], "traceme")) r = ptrace(PTRACE_TRACEME, 0, 0, 0);
     else { fprintf(stderr, "unknown probe %s\\n", argv[i]); return 2; }
     printf("%s=%s errno=%d\\n", argv[i], r < 0 ? "refused" : "ok", r < 0 ? errno : 0);
   }
@@ -137,6 +139,14 @@ describe.skipIf(!isRoot)('RuntimeDefault seccomp allowlist through the daemon', 
     const admin = await run({ profileType: 'RuntimeDefault' }, ['SYS_ADMIN']);
     const allowed = await exec(admin, 'mkdir -p /mnt/t && mount -t tmpfs t /mnt/t && echo x >/mnt/t/y && grep " /mnt/t " /proc/mounts | cut -d" " -f3 && umount /mnt/t && echo ok');
     expect(allowed.out).toBe('tmpfs\nok\n');
+  });
+
+  it('opens a capability-gated group only to a container granted its capability (ptrace with SYS_PTRACE)', async () => {
+    // PTRACE_TRACEME needs no capability in the kernel: a refusal can only be the profile's.
+    const plain = await exec(await run({ profileType: 'RuntimeDefault' }), 'probe traceme');
+    expect(plain.out).toContain('traceme=refused errno=1\n');
+    const tracer = await exec(await run({ profileType: 'RuntimeDefault' }, ['SYS_PTRACE']), 'probe traceme');
+    expect(tracer.out).toContain('traceme=ok errno=0\n');
   });
 
   it('keeps Localhost profiles working as written', async () => {
