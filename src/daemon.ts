@@ -19,6 +19,7 @@ import { pullImage } from './server/image-pull.js';
 import { removeImage } from './server/image-remove.js';
 import { imageStatus } from './server/image-status.js';
 import { status, type Readiness } from './server/runtime-status.js';
+import { NO_FEATURES, probeFeatures, type HandlerFeatures } from './container/runtime-features.js';
 import { version } from './server/runtime-version.js';
 import { containerHandlers } from './server/container.js';
 import { sandboxHandlers } from './server/sandbox.js';
@@ -115,6 +116,9 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
 
   const runner = run;
   const runtimes = await probeRuntimes(path.join(opts.state, 'runtimes'), runner);
+  // Asked of each working runtime once: `features` says whether it applies recursive read-only mounts.
+  const features = new Map<string, HandlerFeatures>();
+  for (const [name, rt] of runtimes) if (!('unavailable' in rt)) features.set(name, await probeFeatures(rt.binary, runner));
   const cni = new CniNetwork({
     confDir: opts.cniConfDir,
     binDirs: opts.cniBinDirs,
@@ -135,6 +139,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     snapshots,
     sandboxes: () => sandboxes,
     runtimeFor: (h) => sandboxes.runtimeFor(h),
+    handlerFeatures: (h) => features.get(sandboxes.runtimeFor(h).name) ?? NO_FEATURES,
     runner,
     log,
     oomScoreAdjFloor: oomFloor,
@@ -171,6 +176,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     },
     network: () => cni.status(),
     handlers: () => [...runtimes].filter(([, r]) => !('unavailable' in r)).map(([n]) => n),
+    features: (name) => features.get(name) ?? NO_FEATURES,
     info: () => ({
       root: opts.root,
       state: opts.state,

@@ -2,57 +2,46 @@
  * Seccomp for containers: the CRI's Localhost profiles (Docker's JSON format,
  * converted to the OCI form), RuntimeDefault, and Unconfined.
  *
- * skiff's default profile denies, with EPERM, the syscalls that let a
- * container reach the host kernel's global state (modules, kexec, reboot,
- * clocks, swap, keyrings, BPF, perf, namespaces and mounts without
- * CAP_SYS_ADMIN — unshare(2), and clone(2) with a namespace flag, as
- * Docker's profile does; clone3(2) gets ENOSYS so libc falls back to clone —
- * and the like) and allows the rest. It is a denylist, and so
- * looser than Docker's allowlist profile.
+ * RuntimeDefault is an allowlist (seccomp-profile.ts holds it as data, one
+ * commented group per purpose): anything it does not name is refused with
+ * EPERM. Groups gated on a capability are added only when the container's
+ * bounding set holds it, so adding CAP_SYS_ADMIN brings mount(2) and the
+ * namespace calls back, CAP_SYS_PTRACE brings ptrace(2), and so on.
  */
 import fs from 'node:fs/promises';
 import { invalidArgument } from '../errors.js';
+import { ARCHITECTURES, EPERM, SYSCALL_GROUPS, type SyscallGroup } from './seccomp-profile.js';
 
-const DENIED = [
-  'acct', 'add_key', 'bpf', 'clock_adjtime', 'clock_settime', 'create_module', 'delete_module', 'finit_module',
-  'get_kernel_syms', 'get_mempolicy', 'init_module', 'ioperm', 'iopl', 'kcmp', 'kexec_file_load', 'kexec_load',
-  'keyctl', 'lookup_dcookie', 'mbind', 'move_pages', 'name_to_handle_at', 'nfsservctl', 'open_by_handle_at',
-  'perf_event_open', 'process_vm_readv', 'process_vm_writev', 'query_module', 'quotactl', 'reboot', 'request_key',
-  'set_mempolicy', 'settimeofday', 'stime', 'swapoff', 'swapon', 'sysfs', '_sysctl', 'uselib', 'userfaultfd', 'ustat',
-  'vm86', 'vm86old', 'syslog', 'fanotify_init',
-];
-/** Denied unless the container has CAP_SYS_ADMIN. */
-const NEED_SYS_ADMIN = ['mount', 'umount', 'umount2', 'pivot_root', 'setns', 'unshare', 'fsopen', 'fsconfig', 'fsmount', 'fspick', 'move_mount', 'open_tree', 'sethostname', 'setdomainname'];
+export { NAMESPACE_CLONE_FLAGS } from './seccomp-profile.js';
 
-const ARCHES = ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32', 'SCMP_ARCH_AARCH64', 'SCMP_ARCH_ARM'];
+export interface OciSyscallRule {
+  names: string[];
+  action: 'SCMP_ACT_ALLOW' | 'SCMP_ACT_ERRNO';
+  errnoRet?: number;
+  args?: Array<{ index: number; value: number; valueTwo: number; op: string }>;
+}
 
-/** clone(2) flags that make new namespaces (CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET). */
-export const NAMESPACE_CLONE_FLAGS = {
-  CLONE_NEWNS: 0x00020000,
-  CLONE_NEWCGROUP: 0x02000000,
-  CLONE_NEWUTS: 0x04000000,
-  CLONE_NEWIPC: 0x08000000,
-  CLONE_NEWUSER: 0x10000000,
-  CLONE_NEWPID: 0x20000000,
-  CLONE_NEWNET: 0x40000000,
-};
-const EPERM = 1;
-const ENOSYS = 38;
+function applies(g: SyscallGroup, caps: Set<string>): boolean {
+  if (g.anyCap && !g.anyCap.some((c) => caps.has(c))) return false;
+  if (g.noneOfCaps && g.noneOfCaps.some((c) => caps.has(c))) return false;
+  return true;
+}
 
+/** The RuntimeDefault profile, in OCI form, for a container whose bounding set is `caps`. */
 export function defaultProfile(caps: string[]): Record<string, unknown> {
-  const sysAdmin = caps.includes('CAP_SYS_ADMIN');
-  const syscalls: Array<Record<string, unknown>> = [{ names: sysAdmin ? DENIED : [...DENIED, ...NEED_SYS_ADMIN], action: 'SCMP_ACT_ERRNO', errnoRet: EPERM }];
-  if (!sysAdmin) {
-    // New namespaces through clone too (a new user namespace needs no capability at all).
-    // Each flag is its own rule, since rules on one syscall are alternatives: refused when
-    // (flags & F) == F for any one of them.
-    for (const flag of Object.values(NAMESPACE_CLONE_FLAGS)) {
-      syscalls.push({ names: ['clone'], action: 'SCMP_ACT_ERRNO', errnoRet: EPERM, args: [{ index: 0, value: flag, valueTwo: flag, op: 'SCMP_CMP_MASKED_EQ' }] });
+  const held = new Set(caps);
+  const syscalls: OciSyscallRule[] = [];
+  for (const g of SYSCALL_GROUPS) {
+    if (!applies(g, held)) continue;
+    const base: OciSyscallRule = g.errno === undefined ? { names: [...g.names], action: 'SCMP_ACT_ALLOW' } : { names: [...g.names], action: 'SCMP_ACT_ERRNO', errnoRet: g.errno };
+    if (!g.argAlternatives) {
+      syscalls.push(base);
+      continue;
     }
-    // clone3 passes its flags in memory, where seccomp cannot look: ENOSYS makes libc fall back to clone.
-    syscalls.push({ names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS });
+    // Rules on one syscall are alternatives: the call passes when any one matches.
+    for (const a of g.argAlternatives) syscalls.push({ ...base, names: [...g.names], args: [{ index: a.index, value: a.value, valueTwo: a.valueTwo ?? 0, op: a.op }] });
   }
-  return { defaultAction: 'SCMP_ACT_ALLOW', architectures: ARCHES, syscalls };
+  return { defaultAction: 'SCMP_ACT_ERRNO', defaultErrnoRet: EPERM, architectures: [...ARCHITECTURES], syscalls };
 }
 
 /** Docker's profile format → the OCI runtime spec's `linux.seccomp`. */

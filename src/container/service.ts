@@ -27,6 +27,7 @@ import type { Runner } from '../sys/run.js';
 import { startConmon, type OciRuntime } from './oci-runtime.js';
 import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
 import { loadSeccomp, seccompChoice } from './seccomp.js';
+import type { HandlerFeatures } from './runtime-features.js';
 import { resolveUser } from './user.js';
 import { isSameProcess, processStartTime } from './proc.js';
 import { oomKilled } from './stats.js';
@@ -78,6 +79,8 @@ export interface ContainerDeps {
   oomScoreAdjFloor: number;
   /** The capabilities this daemon holds (its bounding set). */
   allowedCaps?: string[];
+  /** What the runtime behind a pod's handler supports (recursive read-only mounts). */
+  handlerFeatures?: (handler: string) => HandlerFeatures;
   onEvent?: (type: 'CONTAINER_CREATED_EVENT' | 'CONTAINER_STARTED_EVENT' | 'CONTAINER_STOPPED_EVENT' | 'CONTAINER_DELETED_EVENT', c: ContainerRecord) => void;
 }
 
@@ -282,6 +285,7 @@ export class ContainerService {
         allowedCaps: this.d.allowedCaps,
         devices,
         targetPid,
+        recursiveReadOnlyMounts: this.d.handlerFeatures?.(sandbox.runtimeHandler).recursiveReadOnlyMounts ?? false,
       });
       const seccomp = await loadSeccomp(seccompChoice(sc?.seccomp, sc?.seccompProfilePath ?? ''), spec.process.capabilities.bounding, sc?.privileged ?? false);
       if (seccomp) spec.linux.seccomp = seccomp;

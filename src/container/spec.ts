@@ -123,6 +123,21 @@ export function mergeEnv(image: string[], cri: Array<{ key: string; value: strin
   return [...out].map(([k, v]) => `${k}=${v}`);
 }
 
+/**
+ * A recursive read-only mount is read-only all the way down, submounts
+ * included. The CRI asks for `readonly` too and private propagation (a
+ * submount arriving later through propagation could not be made read-only),
+ * and only a handler that applies `rro` may take it: a plain `ro` would leave
+ * the submounts writable while the kubelet believes otherwise.
+ */
+function checkRecursiveReadOnly(m: { containerPath: string; readonly: boolean; propagation: unknown }, supported: boolean): void {
+  const where = `mount ${m.containerPath}`;
+  if (!m.readonly) throw invalidArgument(`${where}: recursive_read_only requires readonly to be set too`);
+  const p = String(m.propagation ?? '');
+  if (!['', '0', 'undefined', 'PROPAGATION_PRIVATE'].includes(p)) throw invalidArgument(`${where}: recursive_read_only requires PROPAGATION_PRIVATE, not ${p}`);
+  if (!supported) throw invalidArgument(`${where}: recursive_read_only is not supported by this runtime handler (it does not list the rro mount option)`);
+}
+
 function propagationOption(p: string): string[] {
   switch (p) {
     case 'PROPAGATION_HOST_TO_CONTAINER':
@@ -148,6 +163,8 @@ export function buildSpec(args: {
   targetPid?: number;
   /** The CRI devices, resolved on the host (type and numbers). */
   devices?: OciDevice[];
+  /** Whether the pod's runtime handler applies `rro` (recursive read-only) mounts. */
+  recursiveReadOnlyMounts?: boolean;
 }): OciSpec {
   const { id, image, config, pod, rootfs, user } = args;
   const linux = config.linux;
@@ -194,7 +211,12 @@ export function buildSpec(args: {
     const prop = propagationOption(String(m.propagation));
     if (prop[0] === 'rshared') rootfsPropagation = 'rshared';
     else if (prop[0] === 'rslave' && rootfsPropagation !== 'rshared') rootfsPropagation = 'rslave';
-    mounts.push({ destination: m.containerPath, type: 'bind', source: m.hostPath, options: ['rbind', ...prop, m.readonly ? 'ro' : 'rw'] });
+    const access = m.readonly ? ['ro'] : ['rw'];
+    if (m.recursiveReadOnly) {
+      checkRecursiveReadOnly(m, args.recursiveReadOnlyMounts ?? false);
+      access.push('rro');
+    }
+    mounts.push({ destination: m.containerPath, type: 'bind', source: m.hostPath, options: ['rbind', ...prop, ...access] });
   }
 
   const ns: OciSpec['linux']['namespaces'] = [{ type: 'mount' }];

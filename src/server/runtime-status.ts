@@ -1,6 +1,7 @@
 import type { StatusRequest__Output } from '../gen/runtime/v1/StatusRequest.js';
 import type { StatusResponse } from '../gen/runtime/v1/StatusResponse.js';
 import type { RuntimeCondition } from '../gen/runtime/v1/RuntimeCondition.js';
+import { NO_FEATURES, type HandlerFeatures } from '../container/runtime-features.js';
 
 type Condition = { ready: boolean; reason?: string; message?: string };
 
@@ -9,6 +10,8 @@ export interface Readiness {
   network(): Condition | Promise<Condition>;
   /** The runtime handlers that work on this host. */
   handlers(): string[];
+  /** What a handler supports, as its runtime reported at start. */
+  features?(handler: string): HandlerFeatures;
   /** Shown to `crictl info` under verbose. */
   info(): Record<string, unknown>;
 }
@@ -22,7 +25,10 @@ export function status(readiness: Readiness) {
     status: {
       conditions: [condition('RuntimeReady', await readiness.runtime()), condition('NetworkReady', await readiness.network())],
     },
-    runtimeHandlers: readiness.handlers().map((name) => ({ name, features: { recursiveReadOnlyMounts: false, userNamespaces: false } })),
+    runtimeHandlers: readiness.handlers().map((name) => ({
+      name,
+      features: { recursiveReadOnlyMounts: (readiness.features?.(name) ?? NO_FEATURES).recursiveReadOnlyMounts, userNamespaces: false },
+    })),
     info: req.verbose ? { config: JSON.stringify(readiness.info()) } : {},
   });
 }

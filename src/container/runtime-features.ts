@@ -1,0 +1,33 @@
+/**
+ * What an OCI runtime handler can do, asked of the runtime itself rather than
+ * assumed from its name: `<runtime> features` (OCI runtime features document)
+ * lists the mount options it understands. A recursive read-only mount needs
+ * the `rro` option (runc applies it with mount_setattr(2) and AT_RECURSIVE);
+ * a runtime that does not list it — or has no `features` command, as crun 1.8
+ * — might pass the option on as mount data and leave submounts writable, so
+ * skiff reports the feature off for it and refuses such mounts.
+ */
+import type { Runner } from '../sys/run.js';
+
+export interface HandlerFeatures {
+  recursiveReadOnlyMounts: boolean;
+}
+
+export const NO_FEATURES: HandlerFeatures = { recursiveReadOnlyMounts: false };
+
+/** Reads a features document; anything unexpected means "not supported". */
+export function featuresFromDocument(text: string): HandlerFeatures {
+  try {
+    const doc = JSON.parse(text) as { mountOptions?: unknown };
+    const opts = Array.isArray(doc.mountOptions) ? doc.mountOptions : [];
+    return { recursiveReadOnlyMounts: opts.includes('rro') };
+  } catch {
+    return { ...NO_FEATURES };
+  }
+}
+
+export async function probeFeatures(binary: string, runner: Runner): Promise<HandlerFeatures> {
+  const r = await runner(binary, ['features'], { timeoutMs: 10_000 }).catch(() => undefined);
+  if (!r || r.code !== 0) return { ...NO_FEATURES };
+  return featuresFromDocument(r.stdout);
+}
