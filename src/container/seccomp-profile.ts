@@ -126,11 +126,12 @@ export const SYSCALL_GROUPS: SyscallGroup[] = [
     ],
   },
   {
-    why: 'Reading clocks, sleeping and interval timers. Setting the clock is a separate, gated group.',
+    why: 'Reading clocks, sleeping and interval timers. Setting the clock is a separate, gated group; adjtimex is here because NTP tools use it to read the clock state, and the kernel itself demands CAP_SYS_TIME before it changes anything.',
     names: [
       'time', 'gettimeofday', 'clock_gettime', 'clock_gettime64', 'clock_getres', 'clock_getres_time64',
       'clock_nanosleep', 'clock_nanosleep_time64', 'nanosleep', 'alarm', 'getitimer', 'setitimer', 'times',
       'timer_create', 'timer_delete', 'timer_getoverrun', 'timer_gettime', 'timer_gettime64', 'timer_settime', 'timer_settime64',
+      'adjtimex',
     ],
   },
   {
@@ -211,7 +212,7 @@ export const SYSCALL_GROUPS: SyscallGroup[] = [
   },
   {
     why: 'CAP_SYS_TIME: the clock is not namespaced, so setting it changes the host\'s time.',
-    names: ['settimeofday', 'stime', 'clock_settime', 'clock_settime64', 'adjtimex', 'clock_adjtime', 'clock_adjtime64'],
+    names: ['settimeofday', 'stime', 'clock_settime', 'clock_settime64', 'clock_adjtime', 'clock_adjtime64'],
     anyCap: ['CAP_SYS_TIME'],
   },
   {
