@@ -21,6 +21,7 @@ import type { Logger } from '../log.js';
 import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowNs } from '../sandbox/service.js';
+import { removeRuntimeRemains } from '../sys/cgroup.js';
 import { mountOverlay, unmount } from '../sys/mount.js';
 import { closeFd, openpty } from '../sys/libc.js';
 import type { Runner } from '../sys/run.js';
@@ -107,10 +108,11 @@ export class ContainerService {
     const known = new Set(this.list().map((c) => c.id));
     const dirs = [path.join(this.d.rootDir, 'containers'), path.join(this.d.stateDir, 'containers')];
     const orphans = new Set<string>();
-    for (const d of dirs) for (const n of await fsp.readdir(d).catch(() => [] as string[])) if (/^[a-f0-9]{64}$/.test(n) && !known.has(n)) orphans.add(n);
+    // Exit files and attach links count too: a removal cut short may have left only those.
+    for (const d of [...dirs, this.exitDir, this.socketDir]) for (const n of await fsp.readdir(d).catch(() => [] as string[])) if (/^[a-f0-9]{64}$/.test(n) && !known.has(n)) orphans.add(n);
     for (const id of orphans) {
       this.d.log.warn('removing the remains of a container with no record', { id });
-      await this.d.runtimeFor('').delete(id).catch(() => undefined);
+      await removeRuntimeRemains(this.d.runtimeFor(''), id, path.join(this.d.stateDir, 'containers', id), this.d.log);
       await unmount(this.d.runner, path.join(this.d.rootDir, 'containers', id, 'rootfs')).catch(() => undefined);
       for (const d of dirs) await fsp.rm(path.join(d, id), { recursive: true, force: true });
       await fsp.rm(path.join(this.socketDir, id), { force: true });
@@ -455,12 +457,14 @@ export class ContainerService {
       const runtime = this.d.runtimeFor(c.runtimeHandler);
       await runtime.delete(c.id);
       await unmount(this.d.runner, c.rootfs);
+      // The record goes before the files: a crash from here on leaves files with no record,
+      // which the next start removes, never a record whose files are half gone.
+      this.forget(c.id);
       await fsp.rm(path.dirname(c.rootfs), { recursive: true, force: true });
       await fsp.rm(c.bundle, { recursive: true, force: true });
       await fsp.rm(path.join(this.exitDir, c.id), { force: true });
       // conmon leaves a link to the bundle in the attach socket directory.
       await fsp.rm(path.join(this.socketDir, c.id), { force: true });
-      this.forget(c.id);
       this.names.release(c.name);
       this.d.onEvent?.('CONTAINER_DELETED_EVENT', c);
       // Snapshots of an image removed while this container used it can go now.
