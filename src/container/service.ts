@@ -13,7 +13,7 @@ import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Db } from '../db.js';
-import { SkiffError, errorMessage, failedPrecondition, invalidArgument, isErrno, notFound } from '../errors.js';
+import { SkiffError, errorMessage, failedPrecondition, invalidArgument, isErrno, noSpaceAt, notFound } from '../errors.js';
 import type { ContainerConfig__Output } from '../gen/runtime/v1/ContainerConfig.js';
 import type { ImageService } from '../image/service.js';
 import type { Snapshotter } from '../image/snapshot.js';
@@ -219,7 +219,8 @@ export class ContainerService {
       const dir = path.join(this.d.rootDir, 'containers', id);
       const bundle = path.join(this.d.stateDir, 'containers', id);
       const rootfs = path.join(dir, 'rootfs');
-      await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
+      // Not recursive (init made the parent): a recursive mkdir reports a full disk as ENOENT.
+      await fsp.mkdir(dir, { mode: 0o700 });
       // The upper dir's mode is the mode of the container's `/`.
       await fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 });
       for (const p of ['work', 'rootfs']) await fsp.mkdir(path.join(dir, p), { mode: 0o700 });
@@ -304,7 +305,7 @@ export class ContainerService {
       return id;
     } catch (err) {
       await undo.run((what, e) => this.d.log.warn('container rollback step failed', { id, step: what, error: errorMessage(e) }));
-      throw err;
+      throw noSpaceAt(err, `container ${id} (under ${path.join(this.d.rootDir, 'containers')})`);
     } finally {
       await held?.release();
     }
