@@ -168,6 +168,7 @@ export class ContainerService {
     const exact = this.get(idOrPrefix);
     if (exact) return exact;
     const hits = [...this.records().keys()].filter((k) => k.startsWith(idOrPrefix));
+    if (hits.length > 1) throw invalidArgument(`container id prefix "${idOrPrefix}" is ambiguous: it matches ${hits.length} containers`);
     return hits.length === 1 ? this.get(hits[0]!) : undefined;
   }
 

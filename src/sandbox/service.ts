@@ -155,6 +155,7 @@ export class SandboxService {
     const exact = this.get(idOrPrefix);
     if (exact) return exact;
     const rows = this.d.db.prepare('SELECT data FROM sandboxes WHERE substr(id, 1, ?) = ?').all(idOrPrefix.length, idOrPrefix) as Array<{ data: string }>;
+    if (rows.length > 1) throw invalidArgument(`pod sandbox id prefix "${idOrPrefix}" is ambiguous: it matches ${rows.length} pod sandboxes`);
     return rows.length === 1 ? (JSON.parse(rows[0]!.data) as SandboxRecord) : undefined;
   }
 
