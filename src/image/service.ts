@@ -253,7 +253,9 @@ export class ImageService {
       release();
       release = () => {};
       await this.gc().catch((e) => this.d.log.warn('cleanup after failed pull failed', { error: errorMessage(e) }));
-      throw err instanceof SkiffError ? wrapPull(name, err) : wrap(err, `failed to pull image "${name}"`, 'Internal');
+      // SQLite's disk-full names no file: the record being written is in the database.
+      const e = isErrno(err, 'SQLITE_FULL') ? noSpaceAt(err, `the image record in ${this.d.db.name}`) : err;
+      throw e instanceof SkiffError ? wrapPull(name, e) : wrap(e, `failed to pull image "${name}"`, 'Internal');
     } finally {
       release();
     }
