@@ -462,12 +462,12 @@ export class ContainerService {
       // The record goes before the files: a crash from here on leaves files with no record,
       // which the next start removes, never a record whose files are half gone.
       this.forget(c.id);
+      this.names.release(c.name);
       await fsp.rm(path.dirname(c.rootfs), { recursive: true, force: true });
       await fsp.rm(c.bundle, { recursive: true, force: true });
       await fsp.rm(path.join(this.exitDir, c.id), { force: true });
       // conmon leaves a link to the bundle in the attach socket directory.
       await fsp.rm(path.join(this.socketDir, c.id), { force: true });
-      this.names.release(c.name);
       this.d.onEvent?.('CONTAINER_DELETED_EVENT', c);
       // Snapshots of an image removed while this container used it can go now.
       await this.d.images.gc().catch((err) => this.d.log.warn('snapshot cleanup after container removal failed', { error: errorMessage(err) }));
