@@ -203,8 +203,8 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     {
       Version: version,
       Status: status(readiness),
-      ...sandboxHandlers(sandboxes),
-      ...containerHandlers(containers),
+      ...sandboxHandlers(sandboxes, containers),
+      ...containerHandlers(containers, sandboxes),
       ...statsHandlers(sandboxes, containers),
       ...metricsHandlers(sandboxes, containers),
       ...streamingHandlers(streaming, sandboxes, containers),

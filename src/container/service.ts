@@ -13,7 +13,7 @@ import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Db } from '../db.js';
-import { SkiffError, errorMessage, failedPrecondition, invalidArgument, isErrno, notFound } from '../errors.js';
+import { SkiffError, errorMessage, failedPrecondition, invalidArgument, isErrno, noSpaceAt, notFound } from '../errors.js';
 import type { ContainerConfig__Output } from '../gen/runtime/v1/ContainerConfig.js';
 import type { ImageService } from '../image/service.js';
 import type { Snapshotter } from '../image/snapshot.js';
@@ -21,6 +21,7 @@ import type { Logger } from '../log.js';
 import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowNs } from '../sandbox/service.js';
+import { removeRuntimeRemains } from '../sys/cgroup.js';
 import { mountOverlay, unmount } from '../sys/mount.js';
 import { closeFd, openpty, setCloexec } from '../sys/libc.js';
 import type { Runner } from '../sys/run.js';
@@ -123,10 +124,11 @@ export class ContainerService {
     const known = new Set(this.list().map((c) => c.id));
     const dirs = [path.join(this.d.rootDir, 'containers'), path.join(this.d.stateDir, 'containers')];
     const orphans = new Set<string>();
-    for (const d of dirs) for (const n of await fsp.readdir(d).catch(() => [] as string[])) if (/^[a-f0-9]{64}$/.test(n) && !known.has(n)) orphans.add(n);
+    // Exit files and attach links count too: a removal cut short may have left only those.
+    for (const d of [...dirs, this.exitDir, this.socketDir]) for (const n of await fsp.readdir(d).catch(() => [] as string[])) if (/^[a-f0-9]{64}$/.test(n) && !known.has(n)) orphans.add(n);
     for (const id of orphans) {
       this.d.log.warn('removing the remains of a container with no record', { id });
-      await this.d.runtimeFor('').delete(id).catch(() => undefined);
+      await removeRuntimeRemains(this.d.runtimeFor(''), id, path.join(this.d.stateDir, 'containers', id), this.d.log);
       await unmount(this.d.runner, path.join(this.d.rootDir, 'containers', id, 'rootfs')).catch(() => undefined);
       for (const d of dirs) await fsp.rm(path.join(d, id), { recursive: true, force: true });
       await fsp.rm(path.join(this.socketDir, id), { force: true });
@@ -182,6 +184,7 @@ export class ContainerService {
     const exact = this.get(idOrPrefix);
     if (exact) return exact;
     const hits = [...this.records().keys()].filter((k) => k.startsWith(idOrPrefix));
+    if (hits.length > 1) throw invalidArgument(`container id prefix "${idOrPrefix}" is ambiguous: it matches ${hits.length} containers`);
     return hits.length === 1 ? this.get(hits[0]!) : undefined;
   }
 
@@ -233,7 +236,8 @@ export class ContainerService {
       const dir = path.join(this.d.rootDir, 'containers', id);
       const bundle = path.join(this.d.stateDir, 'containers', id);
       const rootfs = path.join(dir, 'rootfs');
-      await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
+      // Not recursive (init made the parent): a recursive mkdir reports a full disk as ENOENT.
+      await fsp.mkdir(dir, { mode: 0o700 });
       // The upper dir's mode is the mode of the container's `/`.
       await fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 });
       for (const p of ['work', 'rootfs']) await fsp.mkdir(path.join(dir, p), { mode: 0o700 });
@@ -319,7 +323,7 @@ export class ContainerService {
       return id;
     } catch (err) {
       await undo.run((what, e) => this.d.log.warn('container rollback step failed', { id, step: what, error: errorMessage(e) }));
-      throw err;
+      throw noSpaceAt(err, `container ${id} (under ${path.join(this.d.rootDir, 'containers')})`);
     } finally {
       await held?.release();
     }
@@ -529,13 +533,15 @@ export class ContainerService {
       const runtime = this.d.runtimeFor(c.runtimeHandler);
       await runtime.delete(c.id);
       await unmount(this.d.runner, c.rootfs);
+      // The record goes before the files: a crash from here on leaves files with no record,
+      // which the next start removes, never a record whose files are half gone.
+      this.forget(c.id);
+      this.names.release(c.name);
       await fsp.rm(path.dirname(c.rootfs), { recursive: true, force: true });
       await fsp.rm(c.bundle, { recursive: true, force: true });
       await fsp.rm(path.join(this.exitDir, c.id), { force: true });
       // conmon leaves a link to the bundle in the attach socket directory.
       await fsp.rm(path.join(this.socketDir, c.id), { force: true });
-      this.forget(c.id);
-      this.names.release(c.name);
       this.d.onEvent?.('CONTAINER_DELETED_EVENT', c);
       // Snapshots of an image removed while this container used it can go now.
       await this.d.images.gc().catch((err) => this.d.log.warn('snapshot cleanup after container removal failed', { error: errorMessage(err) }));

@@ -9,7 +9,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { SkiffError, isErrno } from '../errors.js';
+import { SkiffError, isErrno, noSpaceAt } from '../errors.js';
 
 export interface BlobInfo {
   digest: string;
@@ -146,7 +146,7 @@ export class LocalContentStore implements ContentStore {
       return { digest: expected.digest, size };
     } catch (err) {
       await fsp.rm(tmp, { force: true });
-      throw err;
+      throw noSpaceAt(err, `blob ${expected.digest} (writing ${tmp})`);
     }
   }
 

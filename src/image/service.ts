@@ -9,7 +9,7 @@ import path from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
 import pLimit from 'p-limit';
 import type { Db } from '../db.js';
-import { SkiffError, errorMessage, isErrno, wrap } from '../errors.js';
+import { SkiffError, errorMessage, isErrno, isNoSpace, noSpaceAt, wrap } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ContentStore } from './content.js';
 import { formatPlatform, hostPlatform, selectPlatform, type Platform } from './platform.js';
@@ -253,7 +253,9 @@ export class ImageService {
       release();
       release = () => {};
       await this.gc().catch((e) => this.d.log.warn('cleanup after failed pull failed', { error: errorMessage(e) }));
-      throw err instanceof SkiffError ? wrapPull(name, err) : wrap(err, `failed to pull image "${name}"`, 'Internal');
+      // SQLite's disk-full names no file: the record being written is in the database.
+      const e = isErrno(err, 'SQLITE_FULL') ? noSpaceAt(err, `the image record in ${this.d.db.name}`) : err;
+      throw e instanceof SkiffError ? wrapPull(name, e) : wrap(e, `failed to pull image "${name}"`, 'Internal');
     } finally {
       release();
     }
@@ -363,6 +365,10 @@ export class ImageService {
       stored,
     ]);
     try {
+      // A full disk fails both copies; the unpack, the bigger writer, names the cause.
+      if (unpacked.status === 'rejected' && isNoSpace(unpacked.reason)) {
+        throw wrap(noSpaceAt(unpacked.reason, `unpacking into ${path.dirname(dir)}`), `failed to unpack layer ${layer.digest}`);
+      }
       if (fetched.status === 'rejected') throw fetched.reason;
       if (unpacked.status === 'rejected') {
         if (unpacked.reason instanceof NeedsLowerLayers) throw unpacked.reason;

@@ -12,6 +12,7 @@ import { SkiffError, errorMessage, invalidArgument, isErrno, notFound, wrap } fr
 import type { PodSandboxConfig__Output } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { Logger } from '../log.js';
 import { KeyedLock, Registrar, Rollback } from '../registrar.js';
+import { removeRuntimeRemains } from '../sys/cgroup.js';
 import { bindMount, isMountpoint, unmount } from '../sys/mount.js';
 import { runChecked, type Runner } from '../sys/run.js';
 import type { OciRuntime } from '../container/oci-runtime.js';
@@ -91,8 +92,8 @@ export class SandboxService {
     for (const id of await this.d.cni.cachedIds()) if (!known.has(id)) orphans.add(id);
     for (const id of orphans) {
       this.d.log.warn('removing the remains of a pod sandbox with no record', { id });
-      for (const rt of this.d.runtimes.values()) if (!('unavailable' in rt)) await rt.delete(id).catch(() => undefined);
       const dir = path.join(this.sandboxesDir, id);
+      for (const rt of this.d.runtimes.values()) if (!('unavailable' in rt)) await removeRuntimeRemains(rt, id, path.join(dir, 'infra'), this.d.log);
       const pin = path.join(dir, 'ns', 'net');
       // While the pin holds the namespace, DEL can find the pod's interface and so its masquerade rules.
       const netns = (await isMountpoint(pin)) ? pin : undefined;
@@ -154,6 +155,7 @@ export class SandboxService {
     const exact = this.get(idOrPrefix);
     if (exact) return exact;
     const rows = this.d.db.prepare('SELECT data FROM sandboxes WHERE substr(id, 1, ?) = ?').all(idOrPrefix.length, idOrPrefix) as Array<{ data: string }>;
+    if (rows.length > 1) throw invalidArgument(`pod sandbox id prefix "${idOrPrefix}" is ambiguous: it matches ${rows.length} pod sandboxes`);
     return rows.length === 1 ? (JSON.parse(rows[0]!.data) as SandboxRecord) : undefined;
   }
 
@@ -386,11 +388,13 @@ export class SandboxService {
     await this.stop(s.id);
     await this.locked(s.id, async () => {
       await this.d.containers.removeAll(s.id);
+      // The record goes before the files: a crash in between leaves a dir with no record,
+      // which the next start removes, never a record without its dir.
+      this.d.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(s.id);
+      this.names.release(s.name);
       await fs.rm(s.dir, { recursive: true, force: true }).catch((err) => {
         if (!isErrno(err, 'ENOENT')) throw err;
       });
-      this.d.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(s.id);
-      this.names.release(s.name);
     });
   }
 }

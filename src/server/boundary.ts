@@ -3,7 +3,7 @@
  * RPC is logged with its method, duration and result code.
  */
 import * as grpc from '@grpc/grpc-js';
-import { SkiffError, type ErrorKind } from '../errors.js';
+import { SkiffError, isNoSpace, type ErrorKind } from '../errors.js';
 import type { Logger } from '../log.js';
 
 const codes: Record<ErrorKind, grpc.status> = {
@@ -16,11 +16,12 @@ const codes: Record<ErrorKind, grpc.status> = {
   Unauthenticated: grpc.status.UNAUTHENTICATED,
   PermissionDenied: grpc.status.PERMISSION_DENIED,
   Unimplemented: grpc.status.UNIMPLEMENTED,
+  ResourceExhausted: grpc.status.RESOURCE_EXHAUSTED,
   Internal: grpc.status.INTERNAL,
 };
 
 export function toServiceError(err: unknown): grpc.ServiceError {
-  const code = err instanceof SkiffError ? codes[err.kind] : grpc.status.UNKNOWN;
+  const code = err instanceof SkiffError ? codes[err.kind] : isNoSpace(err) ? grpc.status.RESOURCE_EXHAUSTED : grpc.status.UNKNOWN;
   const message = err instanceof Error ? err.message : String(err);
   return Object.assign(new Error(message), { code, details: message, metadata: new grpc.Metadata() });
 }

@@ -16,6 +16,7 @@ import type { ServerUnaryCall } from '@grpc/grpc-js';
 import { invalidArgument } from '../errors.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
 import { wireNs } from '../container/time.js';
+import { checkId, checkLogPath, checkName, notTheOtherKind } from './ids.js';
 import { matchLabels } from './sandbox.js';
 
 function toContainer(c: Readonly<ContainerRecord>): Container {
@@ -46,15 +47,18 @@ export function toContainerStatus(c: Readonly<ContainerRecord>) {
   };
 }
 
-export function containerHandlers(containers: ContainerService) {
+export function containerHandlers(containers: ContainerService, sandboxes?: { find(id: string): unknown }) {
   const need = (id: string, rpc: string) => {
-    if (!id) throw invalidArgument(`${rpc}: container_id is required`);
+    checkId(id, 'container_id', rpc);
+    if (sandboxes) notTheOtherKind(id, (i) => containers.find(i), (i) => sandboxes.find(i), 'container', 'pod sandbox', rpc);
     return id;
   };
   return {
     CreateContainer: async (req: CreateContainerRequest__Output): Promise<CreateContainerResponse> => {
-      if (!req.podSandboxId) throw invalidArgument('CreateContainer: pod_sandbox_id is required');
+      checkId(req.podSandboxId, 'pod_sandbox_id', 'CreateContainer');
       if (!req.config) throw invalidArgument('CreateContainer: config is required');
+      checkName(req.config.metadata?.name ?? '', 'metadata.name', 'CreateContainer');
+      checkLogPath(req.config.logPath, 'CreateContainer');
       return { containerId: await containers.create(req.podSandboxId, req.config) };
     },
     StartContainer: async (req: StartContainerRequest__Output) => {

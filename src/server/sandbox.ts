@@ -11,6 +11,7 @@ import type { StopPodSandboxRequest__Output } from '../gen/runtime/v1/StopPodSan
 import { invalidArgument } from '../errors.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowWireNs, wireNs } from '../container/time.js';
+import { checkId, checkName, notTheOtherKind } from './ids.js';
 
 export function matchLabels(labels: Record<string, string>, selector: Record<string, string>): boolean {
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
@@ -37,25 +38,34 @@ export function toPodSandboxStatus(s: SandboxRecord) {
   };
 }
 
-export function sandboxHandlers(sandboxes: SandboxService) {
+export function sandboxHandlers(sandboxes: SandboxService, containers?: { find(id: string): unknown }) {
+  const need = (id: string, rpc: string) => {
+    checkId(id, 'pod_sandbox_id', rpc);
+    if (containers) notTheOtherKind(id, (i) => sandboxes.find(i), (i) => containers.find(i), 'pod sandbox', 'container', rpc);
+    return id;
+  };
   return {
     RunPodSandbox: async (req: RunPodSandboxRequest__Output): Promise<RunPodSandboxResponse> => {
       if (!req.config) throw invalidArgument('RunPodSandbox: config is required');
+      const md = req.config.metadata;
+      checkName(md?.name ?? '', 'metadata.name', 'RunPodSandbox');
+      checkName(md?.namespace ?? '', 'metadata.namespace', 'RunPodSandbox');
+      checkName(md?.uid ?? '', 'metadata.uid', 'RunPodSandbox');
       return { podSandboxId: await sandboxes.run(req.config, req.runtimeHandler) };
     },
     StopPodSandbox: async (req: StopPodSandboxRequest__Output) => {
-      if (!req.podSandboxId) throw invalidArgument('StopPodSandbox: pod_sandbox_id is required');
+      need(req.podSandboxId, 'StopPodSandbox');
       // Stopping a pod that is already gone is success: the kubelet retries stops.
       if (sandboxes.find(req.podSandboxId)) await sandboxes.stop(req.podSandboxId);
       return {};
     },
     RemovePodSandbox: async (req: RemovePodSandboxRequest__Output) => {
-      if (!req.podSandboxId) throw invalidArgument('RemovePodSandbox: pod_sandbox_id is required');
+      need(req.podSandboxId, 'RemovePodSandbox');
       await sandboxes.remove(req.podSandboxId);
       return {};
     },
     PodSandboxStatus: async (req: PodSandboxStatusRequest__Output): Promise<PodSandboxStatusResponse> => {
-      const s = sandboxes.mustGet(req.podSandboxId);
+      const s = sandboxes.mustGet(need(req.podSandboxId, 'PodSandboxStatus'));
       return {
         status: toPodSandboxStatus(s),
         info: req.verbose
