@@ -10,6 +10,7 @@ packages=(
   zstd                                # zstd-compressed layers
   docker-registry busybox-static      # the tests' local registry and image contents
   openssl                             # the tests' TLS registry certificate
+  gcc libc6-dev                       # the seccomp tests build a static syscall probe
 )
 missing=()
 for p in "${packages[@]}"; do
