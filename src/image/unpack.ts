@@ -667,19 +667,29 @@ export async function applyLayer(root: string, source: Readable, opts: ApplyOpti
   });
   const extract = tar.extract();
   const writer = new LayerWriter(root, opts);
+  // A write that fails (ENOSPC, a refused entry) stops reading its entry, which the
+  // extractor reports as a "Premature close" first: the writer's own error is the cause.
+  let current: Promise<void> | undefined;
+  let writeError: unknown;
   try {
     extract.on('entry', (header, stream, next) => {
       // The extractor reports a broken archive itself; this keeps the entry's copy of that error from going unhandled.
       stream.on('error', () => undefined);
-      writer.entry(header as Header, stream as unknown as Readable).then(
+      current = writer.entry(header as Header, stream as unknown as Readable).then(
         () => next(),
         (err) => {
+          writeError ??= err;
           stream.resume();
           extract.destroy(err);
         },
       );
     });
-    await pipeline(decompress(source), hasher, new TarEndGuard(), extract);
+    try {
+      await pipeline(decompress(source), hasher, new TarEndGuard(), extract);
+    } catch (err) {
+      await current;
+      throw writeError ?? err;
+    }
     await writer.close();
   } finally {
     writer.dispose();
