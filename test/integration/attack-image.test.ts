@@ -151,6 +151,33 @@ describe.skipIf(!isRoot)('hostile image configs and layers', () => {
     for (const image of images) await fx.skiff.images.RemoveImage({ image: { image } });
   });
 
+  it('ExecSync of a command that prints 700k empty lines neither balloons the daemon nor stalls other RPCs', async () => {
+    const pod = await runPod();
+    const c = await create(pod, fx.image, { command: ['sleep', '1000'] });
+    await fx.skiff.runtime.StartContainer({ containerId: c });
+    const pid = fx.skiff.child.pid!;
+    const base = await rssOf(pid);
+    let slowest = 0;
+    const { result, peak } = await peakRss(pid, async () => {
+      const exec = fx.skiff.runtime.ExecSync({ containerId: c, cmd: ['sh', '-c', "yes '' | head -c 700000"], timeout: 30 });
+      let done = false;
+      void exec.finally(() => (done = true)).catch(() => undefined);
+      while (!done) {
+        const t0 = Date.now();
+        await fx.skiff.runtime.Version({});
+        slowest = Math.max(slowest, Date.now() - t0);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return exec;
+    });
+    expect(result.status).toBe('fulfilled');
+    const r = (result as PromiseFulfilledResult<Awaited<ReturnType<typeof fx.skiff.runtime.ExecSync>>>).value;
+    expect(Buffer.from(r.stdout!).length).toBe(700_000);
+    expect(slowest).toBeLessThan(500);
+    expect(peak - base, `RSS grew from ${base >> 20} to ${peak >> 20} MiB`).toBeLessThan(48 << 20);
+    await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+  });
+
   it('a device node for a host disk shipped in a layer cannot be opened by an unprivileged container', async () => {
     // The host's root filesystem's block device, and /dev/mem (1:1), as nodes in the image.
     const rootDev = fs.statSync('/').dev;
