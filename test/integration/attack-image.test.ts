@@ -6,6 +6,7 @@
  * being removed, never blow up the daemon's memory, never reach the host.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { busyboxImage } from '../helpers/busybox.js';
@@ -176,6 +177,37 @@ describe.skipIf(!isRoot)('hostile image configs and layers', () => {
     expect(slowest).toBeLessThan(500);
     expect(peak - base, `RSS grew from ${base >> 20} to ${peak >> 20} MiB`).toBeLessThan(48 << 20);
     await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+  });
+
+  it('symlinks in the image at the working dir and at /etc/hosts, /etc/resolv.conf, /etc/hostname lead nothing onto the host', async () => {
+    const outside = fs.mkdtempSync(path.join(os.tmpdir(), 'skiff-attack-outside-'));
+    fs.writeFileSync(path.join(outside, 'victim'), 'untouched');
+    fs.chmodSync(outside, 0o700);
+    const state = () => fs.readdirSync(outside).map((n) => { const st = fs.lstatSync(path.join(outside, n)); return `${n} ${st.mode} ${st.uid} ${st.size}`; }).concat(`. ${fs.statSync(outside).mode} ${fs.statSync(outside).uid}`);
+    const before = state();
+    try {
+      const image = await pushBusybox('test/attack-symlinks', { WorkingDir: '/w/made/here', User: '1000' }, [
+        { name: 'w', type: 'symlink', linkname: outside },
+        { name: 'etc/', type: 'directory' },
+        { name: 'etc/hosts', type: 'symlink', linkname: `${outside}/victim` },
+        { name: 'etc/resolv.conf', type: 'symlink', linkname: `../../../../../../..${outside}/resolv` },
+        { name: 'etc/hostname', type: 'symlink', linkname: `${outside}/hostname` },
+      ]);
+      await fx.skiff.images.PullImage({ image: { image } });
+      const pod = await runPod();
+      const c = await create(pod, image, { command: ['sleep', '1000'] });
+      await fx.skiff.runtime.StartContainer({ containerId: c });
+      const r = await fx.skiff.runtime.ExecSync({ containerId: c, cmd: ['sh', '-c', 'pwd; id -u; cat /etc/hostname; grep -c localhost /etc/hosts; ls /w'], timeout: 10 });
+      // The runtime resolved every symlink inside the rootfs: the pod's files are mounted there, the working dir made there.
+      const [cwd, uid, hostname, hosts] = Buffer.from(r.stdout!).toString().split('\n');
+      expect([cwd, uid, hostname, Number(hosts) > 0]).toEqual([`${outside}/made/here`, '1000', pod.config.hostname, true]);
+      await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
+      await fx.skiff.images.RemoveImage({ image: { image } });
+      expect(state()).toEqual(before);
+      expect(fs.readFileSync(path.join(outside, 'victim'), 'utf8')).toBe('untouched');
+    } finally {
+      fs.rmSync(outside, { recursive: true, force: true });
+    }
   });
 
   it('a device node for a host disk shipped in a layer cannot be opened by an unprivileged container', async () => {
