@@ -139,6 +139,10 @@ export async function resolveUser(rootfs: string, req: UserRequest): Promise<Res
     }
   }
   gid ??= entry?.gid ?? 0;
+  // Ids are 32 bits and (uid_t)-1 means "unchanged": a bigger number from the image is no user at all.
+  for (const [what, id] of [['uid', uid], ['gid', gid]] as const) {
+    if (!Number.isSafeInteger(id) || id < 0 || id > 0xfffffffe) throw invalidArgument(`${what} ${id} is not a valid Linux ${what}`);
+  }
   const additional = new Set<number>();
   if (entry) for (const g of parseGroup(groupText)) if (g.members.includes(entry.name) && g.gid !== gid) additional.add(g.gid);
   for (const g of req.supplementalGroups) if (g !== gid) additional.add(g);

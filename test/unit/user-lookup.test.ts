@@ -85,3 +85,17 @@ describe('user lookup stays inside the rootfs', () => {
     await expect(resolveUser(rootfs, { imageUser: 'app', supplementalGroups: [] })).rejects.toThrow(/more than Linux allows/);
   });
 });
+
+describe('ids from the image', () => {
+  it('refuses user and group ids Linux cannot have', async () => {
+    const rootfs = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-ids-'));
+    try {
+      for (const imageUser of ['4294967295', '99999999999999999999', '0:4294967296']) {
+        await expect(resolveUser(rootfs, { imageUser, supplementalGroups: [] })).rejects.toThrow(/not a valid Linux/);
+      }
+      expect(await resolveUser(rootfs, { imageUser: '4294967294:7', supplementalGroups: [] })).toMatchObject({ uid: 4294967294, gid: 7 });
+    } finally {
+      await fs.rm(rootfs, { recursive: true, force: true });
+    }
+  });
+});
