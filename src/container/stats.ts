@@ -87,7 +87,11 @@ export async function cgroupUsage(cgroupsPath: string): Promise<CgroupUsage> {
 }
 
 /** Deeper than this, a writable layer's directories are not walked (each level holds two descriptors). */
-const MAX_WALK_DEPTH = 128;
+const MAX_WALK_DEPTH = 256;
+/** Layers walked at once: ListContainerStats asks for all of them together. */
+const MAX_WALKS = 4;
+let walking = 0;
+const waiting: Array<() => void> = [];
 const WALK_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV;
 const inflight = new Map<string, Promise<{ bytes: number; inodes: number }>>();
 
@@ -102,7 +106,19 @@ const inflight = new Map<string, Promise<{ bytes: number; inodes: number }>>();
 export function diskUsage(dir: string): Promise<{ bytes: number; inodes: number }> {
   let running = inflight.get(dir);
   if (!running) {
-    running = walkUsage(dir).finally(() => inflight.delete(dir));
+    running = (async () => {
+      // Bounds the descriptors all walks hold together (MAX_WALKS × 2 × MAX_WALK_DEPTH).
+      // A finished walk hands its slot straight to the next one waiting.
+      if (walking >= MAX_WALKS) await new Promise<void>((r) => waiting.push(r));
+      else walking++;
+      try {
+        return await walkUsage(dir);
+      } finally {
+        const next = waiting.shift();
+        if (next) next();
+        else walking--;
+      }
+    })().finally(() => inflight.delete(dir));
     inflight.set(dir, running);
   }
   return running;

@@ -125,3 +125,30 @@ describe('parseCriLog on what a hostile command can print', () => {
     expect(out.stdout.every((b) => b === 10)).toBe(true);
   });
 });
+
+describe('diskUsage of a writable layer', () => {
+  it('counts what is there, enters no symlink, and walks a directory tree deeper than one path can name', async () => {
+    const { diskUsage } = await import('../../src/container/stats.js');
+    const { execFileSync } = await import('node:child_process');
+    const fsp = await import('node:fs/promises');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-du-'));
+    try {
+      await fsp.writeFile(path.join(dir, 'f'), 'x'.repeat(10_000));
+      await fsp.symlink('/', path.join(dir, 'root'));
+      await fsp.symlink('/usr', path.join(dir, 'usr'));
+      // 200 levels of 30-character names: 6 KB of path, more than PATH_MAX; made with relative cds.
+      execFileSync('python3', ['-c', `import os, sys\nos.chdir(sys.argv[1])\nfor i in range(200):\n    os.mkdir('${'n'.repeat(30)}')\n    os.chdir('${'n'.repeat(30)}')\nopen('last', 'w').write('x')`, dir]);
+      const u = await diskUsage(dir);
+      expect(u.inodes).toBe(3 + 200 + 1);
+      expect(u.bytes).toBeGreaterThanOrEqual(10_000);
+      // Asked together, the same layer is walked once and both get the answer.
+      const [a, b] = await Promise.all([diskUsage(dir), diskUsage(dir)]);
+      expect(a).toEqual(u);
+      expect(b).toEqual(u);
+    } finally {
+      execFileSync('rm', ['-rf', dir]);
+    }
+  });
+});
