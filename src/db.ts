@@ -40,6 +40,9 @@ const migrations: string[] = [
      data TEXT NOT NULL
    );
    CREATE INDEX containers_by_sandbox ON containers(sandbox_id);`,
+  // The image's User on its own, so that listing images reads no config.
+  `ALTER TABLE images ADD COLUMN image_user TEXT NOT NULL DEFAULT '';
+   UPDATE images SET image_user = json_extract(config, '$.config.User') WHERE json_type(config, '$.config.User') = 'text';`,
 ];
 
 export function openDb(file: string): Db {

@@ -511,11 +511,15 @@ export class ContainerService {
     });
     if (seen === 'exited') return;
     const runtime = this.d.runtimeFor(c.runtimeHandler);
-    const image = this.d.images.find(c.imageId);
-    const signal = (image?.config.config?.StopSignal ?? 'SIGTERM').replace(/^(?!SIG)(?=[A-Z])/, 'SIG');
     if (timeoutSeconds > 0) {
-      await runtime.kill(c.id, signal);
-      if (await this.waitExit(c.id, timeoutSeconds * 1000)) return;
+      const image = this.d.images.find(c.imageId);
+      const signal = (image?.config.config?.StopSignal || 'SIGTERM').replace(/^(?!SIG)(?=[A-Z])/, 'SIG');
+      // The stop signal comes from the image: one the runtime does not know must not make the container unstoppable.
+      const sent = await runtime.kill(c.id, signal).then(
+        () => true,
+        (err) => (this.d.log.warn('could not send the image\'s stop signal; killing the container', { id: c.id, signal, error: errorMessage(err) }), false),
+      );
+      if (sent && (await this.waitExit(c.id, timeoutSeconds * 1000))) return;
     }
     await runtime.kill(c.id, 'SIGKILL');
     if (!(await this.waitExit(c.id, 10_000))) {

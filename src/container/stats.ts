@@ -2,8 +2,12 @@
  * Resource usage from cgroups, v1 or v2 (detected, not assumed), and the
  * writable layer's disk usage.
  */
+import fsSync, { type Dir } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { AT_FDCWD, O_CLOEXEC, openat2, RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV } from '../sys/libc.js';
+
+const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW } = fsSync.constants;
 
 const CG = '/sys/fs/cgroup';
 
@@ -82,27 +86,84 @@ export async function cgroupUsage(cgroupsPath: string): Promise<CgroupUsage> {
   };
 }
 
-/** Bytes and inodes under `dir`, without following symlinks. */
-export async function diskUsage(dir: string): Promise<{ bytes: number; inodes: number }> {
+/** Deeper than this, a writable layer's directories are not walked (each level holds two descriptors). */
+const MAX_WALK_DEPTH = 256;
+/** Layers walked at once: ListContainerStats asks for all of them together. */
+const MAX_WALKS = 4;
+let walking = 0;
+const waiting: Array<() => void> = [];
+const WALK_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV;
+const inflight = new Map<string, Promise<{ bytes: number; inodes: number }>>();
+
+/**
+ * Bytes and inodes under `dir`, a container's writable layer. Its processes
+ * change it while it is walked: every directory is opened beneath the one
+ * before with no symlink followed (a directory swapped for a link to the
+ * host's / is not entered), entries are read a batch at a time (a directory
+ * of a million names is never held whole), and callers asking for the same
+ * layer while a walk runs share it.
+ */
+export function diskUsage(dir: string): Promise<{ bytes: number; inodes: number }> {
+  let running = inflight.get(dir);
+  if (!running) {
+    running = (async () => {
+      // Bounds the descriptors all walks hold together (MAX_WALKS × 2 × MAX_WALK_DEPTH).
+      // A finished walk hands its slot straight to the next one waiting.
+      if (walking >= MAX_WALKS) await new Promise<void>((r) => waiting.push(r));
+      else walking++;
+      try {
+        return await walkUsage(dir);
+      } finally {
+        const next = waiting.shift();
+        if (next) next();
+        else walking--;
+      }
+    })().finally(() => inflight.delete(dir));
+    inflight.set(dir, running);
+  }
+  return running;
+}
+
+async function walkUsage(dir: string): Promise<{ bytes: number; inodes: number }> {
   let bytes = 0;
   let inodes = 0;
-  const walk = async (d: string): Promise<void> => {
-    let entries: import('node:fs').Dirent[];
+  const walk = async (fd: number, depth: number): Promise<void> => {
+    let entries: Dir;
     try {
-      entries = await fs.readdir(d, { withFileTypes: true });
+      entries = await fs.opendir(`/proc/self/fd/${fd}`, { bufferSize: 64 });
     } catch {
       return;
     }
-    for (const e of entries) {
-      const p = path.join(d, e.name);
-      const st = await fs.lstat(p).catch(() => undefined);
+    for await (const e of entries) {
+      const st = await fs.lstat(`/proc/self/fd/${fd}/${e.name}`).catch(() => undefined);
       if (!st) continue;
       inodes++;
       bytes += st.blocks * 512;
-      if (e.isDirectory()) await walk(p);
+      if (!st.isDirectory() || depth >= MAX_WALK_DEPTH) continue;
+      let child: number;
+      try {
+        child = openat2(fd, e.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, WALK_RESOLVE);
+      } catch {
+        continue; // gone, or replaced by a symlink
+      }
+      try {
+        await walk(child, depth + 1);
+      } finally {
+        fsSync.closeSync(child);
+      }
     }
   };
-  await walk(dir);
+  let root: number;
+  try {
+    root = openat2(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  } catch {
+    return { bytes, inodes };
+  }
+  try {
+    await walk(root, 0);
+  } finally {
+    fsSync.closeSync(root);
+  }
   return { bytes, inodes };
 }
 

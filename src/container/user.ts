@@ -51,21 +51,43 @@ export async function readInRoot(rootfs: string, rel: string): Promise<string> {
   }
 }
 
-export function parsePasswd(text: string): PasswdEntry[] {
-  return text
-    .split('\n')
-    .map((l) => l.split(':'))
-    .filter((f) => f.length >= 7 && /^\d+$/.test(f[2]!) && /^\d+$/.test(f[3]!))
-    .map((f) => ({ name: f[0]!, uid: Number(f[2]), gid: Number(f[3]), home: f[5]! }));
+/** The lines of `text`, one at a time: a 4 MiB file of short lines is never held as an array. */
+function* lines(text: string): Generator<string> {
+  let at = 0;
+  while (at < text.length) {
+    let nl = text.indexOf('\n', at);
+    if (nl < 0) nl = text.length;
+    yield text.slice(at, nl);
+    at = nl + 1;
+  }
 }
 
-export function parseGroup(text: string): GroupEntry[] {
-  return text
-    .split('\n')
-    .map((l) => l.split(':'))
-    .filter((f) => f.length >= 4 && /^\d+$/.test(f[2]!))
-    .map((f) => ({ name: f[0]!, gid: Number(f[2]), members: f[3]!.split(',').filter(Boolean) }));
+/**
+ * The entries of a passwd file, parsed one line at a time as they are asked
+ * for: the file is the image's, and up to 4 MiB of one-line entries parsed
+ * all at once took hundreds of MiB of heap.
+ */
+export function* parsePasswd(text: string): Generator<PasswdEntry> {
+  for (const l of lines(text)) {
+    const f = l.split(':', 8);
+    if (f.length >= 7 && /^\d+$/.test(f[2]!) && /^\d+$/.test(f[3]!)) yield { name: f[0]!, uid: Number(f[2]), gid: Number(f[3]), home: f[5]! };
+  }
 }
+
+export function* parseGroup(text: string): Generator<GroupEntry> {
+  for (const l of lines(text)) {
+    const f = l.split(':', 5);
+    if (f.length >= 4 && /^\d+$/.test(f[2]!)) yield { name: f[0]!, gid: Number(f[2]), members: f[3]!.split(',').filter(Boolean) };
+  }
+}
+
+function first<T>(it: Iterable<T>, pred: (v: T) => boolean): T | undefined {
+  for (const v of it) if (pred(v)) return v;
+  return undefined;
+}
+
+/** The most supplementary groups a Linux process can have (NGROUPS_MAX). */
+const NGROUPS_MAX = 65536;
 
 export interface UserRequest {
   /** From the security context. */
@@ -78,17 +100,18 @@ export interface UserRequest {
 }
 
 export async function resolveUser(rootfs: string, req: UserRequest): Promise<ResolvedUser> {
-  const passwd = parsePasswd(await readInRoot(rootfs, 'etc/passwd'));
-  const groups = parseGroup(await readInRoot(rootfs, 'etc/group'));
+  const passwdText = await readInRoot(rootfs, 'etc/passwd');
+  const groupText = await readInRoot(rootfs, 'etc/group');
+  const passwd = (pred: (p: PasswdEntry) => boolean) => first(parsePasswd(passwdText), pred);
   let uid: number;
   let gid: number | undefined;
   let entry: PasswdEntry | undefined;
   let groupPart: string | undefined;
   if (req.runAsUser !== undefined) {
     uid = req.runAsUser;
-    entry = passwd.find((p) => p.uid === uid);
+    entry = passwd((p) => p.uid === uid);
   } else if (req.runAsUsername) {
-    entry = passwd.find((p) => p.name === req.runAsUsername);
+    entry = passwd((p) => p.name === req.runAsUsername);
     if (!entry) throw invalidArgument(`user "${req.runAsUsername}" is not in the image's /etc/passwd`);
     uid = entry.uid;
   } else {
@@ -96,12 +119,12 @@ export async function resolveUser(rootfs: string, req: UserRequest): Promise<Res
     groupPart = g;
     if (u === '') {
       uid = 0;
-      entry = passwd.find((p) => p.uid === 0);
+      entry = passwd((p) => p.uid === 0);
     } else if (/^\d+$/.test(u)) {
       uid = Number(u);
-      entry = passwd.find((p) => p.uid === uid);
+      entry = passwd((p) => p.uid === uid);
     } else {
-      entry = passwd.find((p) => p.name === u);
+      entry = passwd((p) => p.name === u);
       if (!entry) throw invalidArgument(`image user "${u}" is not in the image's /etc/passwd`);
       uid = entry.uid;
     }
@@ -110,14 +133,19 @@ export async function resolveUser(rootfs: string, req: UserRequest): Promise<Res
   else if (groupPart !== undefined && groupPart !== '') {
     if (/^\d+$/.test(groupPart)) gid = Number(groupPart);
     else {
-      const g = groups.find((x) => x.name === groupPart);
+      const g = first(parseGroup(groupText), (x) => x.name === groupPart);
       if (!g) throw invalidArgument(`image group "${groupPart}" is not in the image's /etc/group`);
       gid = g.gid;
     }
   }
   gid ??= entry?.gid ?? 0;
+  // Ids are 32 bits and (uid_t)-1 means "unchanged": a bigger number from the image is no user at all.
+  for (const [what, id] of [['uid', uid], ['gid', gid]] as const) {
+    if (!Number.isSafeInteger(id) || id < 0 || id > 0xfffffffe) throw invalidArgument(`${what} ${id} is not a valid Linux ${what}`);
+  }
   const additional = new Set<number>();
-  if (entry) for (const g of groups) if (g.members.includes(entry.name) && g.gid !== gid) additional.add(g.gid);
+  if (entry) for (const g of parseGroup(groupText)) if (g.members.includes(entry.name) && g.gid !== gid) additional.add(g.gid);
   for (const g of req.supplementalGroups) if (g !== gid) additional.add(g);
+  if (additional.size > NGROUPS_MAX) throw invalidArgument(`the user is in ${additional.size} groups, more than Linux allows a process (${NGROUPS_MAX})`);
   return { uid, gid, additionalGids: [...additional].sort((a, b) => a - b), home: entry?.home };
 }

@@ -49,7 +49,9 @@ export interface ImageRecord {
   repoTags: string[];
   repoDigests: string[];
   size: number;
-  config: ImageConfig;
+  /** The config's User, for listing without parsing the whole config. */
+  user: string;
+  readonly config: ImageConfig;
   chainIds: string[];
   manifestDigest: string;
   pinned: boolean;
@@ -63,6 +65,7 @@ interface ImageRow {
   chain_ids: string;
   blobs: string;
   created_at: number;
+  image_user: string;
 }
 
 export interface ImageServiceDeps {
@@ -93,12 +96,97 @@ export function chainIds(diffIds: string[]): string[] {
   return out;
 }
 
+/**
+ * The most JSON values (objects, arrays, strings, numbers...) skiff parses in
+ * one manifest, index or image config. Parsed, each costs tens of bytes of
+ * heap: the 8 MiB a config may weigh, written as "{},{},...", would be close
+ * to three million objects (over 100 MiB). Real ones hold a few thousand.
+ */
+export const MAX_JSON_VALUES = 100_000;
+
+/**
+ * An upper bound on the JSON values in `buf`, counted without parsing it:
+ * one plus every comma and every opening bracket outside strings (at most
+ * twice the real count).
+ */
+export function countJsonValues(buf: Buffer): number {
+  let n = 1;
+  let inString = false;
+  for (let i = 0; i < buf.length; i++) {
+    const b = buf[i]!;
+    if (inString) {
+      if (b === 0x5c) i++; // a backslash escapes the next byte
+      else if (b === 0x22) inString = false;
+    } else if (b === 0x22) inString = true;
+    else if (b === 0x2c || b === 0x5b || b === 0x7b) n++;
+  }
+  return n;
+}
+
 function parseJson<T>(buf: Buffer, what: string): T {
+  const values = countJsonValues(buf);
+  if (values > MAX_JSON_VALUES) throw new SkiffError('InvalidArgument', `${what} holds about ${values} JSON values, more than the ${MAX_JSON_VALUES} skiff accepts`);
   try {
     return JSON.parse(buf.toString('utf8')) as T;
   } catch {
     throw new SkiffError('InvalidArgument', `${what} is not valid JSON`);
   }
+}
+
+const isString = (v: unknown): v is string => typeof v === 'string';
+const strings = (v: unknown): string[] | undefined => (Array.isArray(v) && v.every(isString) ? v : undefined);
+const stringMap = (v: unknown): Record<string, string> | undefined =>
+  v !== null && typeof v === 'object' && !Array.isArray(v) && Object.values(v).every(isString) ? (v as Record<string, string>) : undefined;
+const keySet = (v: unknown): Record<string, unknown> | undefined =>
+  v !== null && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.keys(v).map((k) => [k, {}])) : undefined;
+
+/** Linux refuses to exec a single argument or environment string longer than this (MAX_ARG_STRLEN). */
+const MAX_ARG_STRLEN = 128 << 10;
+/** What skiff keeps of an image config: it is copied into every container's record and spec. */
+const MAX_KEPT_CONFIG = 2 << 20;
+
+/**
+ * Refuses a config no container could run with (an environment or command
+ * string longer than execve accepts), or whose kept part is so big that every
+ * container made from it would carry megabytes in the daemon's memory.
+ */
+function checkConfigSizes(config: ImageConfig, what: string): void {
+  const c = config.config ?? {};
+  for (const [field, list] of [['Env', c.Env], ['Entrypoint', c.Entrypoint], ['Cmd', c.Cmd]] as const) {
+    for (const v of list ?? []) {
+      if (Buffer.byteLength(v) >= MAX_ARG_STRLEN) throw new SkiffError('InvalidArgument', `${what}: a ${field} string of ${Buffer.byteLength(v)} bytes, longer than Linux passes to a process`);
+    }
+  }
+  const kept = Buffer.byteLength(JSON.stringify(config));
+  if (kept > MAX_KEPT_CONFIG) throw new SkiffError('InvalidArgument', `${what}: its User, Env, command, labels, ports and volumes take ${kept} bytes, more than the ${MAX_KEPT_CONFIG} skiff accepts`);
+}
+
+/**
+ * The part of an image config skiff uses, each field with the type the OCI
+ * image spec gives it; a field of another type is dropped, as if the image
+ * had not set it. The rest (history and anything else) is not kept: the
+ * image config blob itself stays in the content store.
+ */
+export function normalizeConfig(raw: unknown): ImageConfig {
+  const r = (raw !== null && typeof raw === 'object' ? raw : {}) as Record<string, unknown>;
+  const c = (r.config !== null && typeof r.config === 'object' ? r.config : {}) as Record<string, unknown>;
+  const rootfs = (r.rootfs !== null && typeof r.rootfs === 'object' ? r.rootfs : {}) as Record<string, unknown>;
+  const config: NonNullable<ImageConfig['config']> = {};
+  if (isString(c.User)) config.User = c.User;
+  if (strings(c.Env)) config.Env = c.Env as string[];
+  for (const k of ['Entrypoint', 'Cmd'] as const) if (c[k] === null || strings(c[k])) config[k] = c[k] as string[] | null;
+  if (isString(c.WorkingDir)) config.WorkingDir = c.WorkingDir;
+  if (isString(c.StopSignal)) config.StopSignal = c.StopSignal;
+  if (stringMap(c.Labels)) config.Labels = c.Labels as Record<string, string>;
+  if (keySet(c.ExposedPorts)) config.ExposedPorts = keySet(c.ExposedPorts);
+  if (keySet(c.Volumes)) config.Volumes = keySet(c.Volumes);
+  const out: ImageConfig = { config };
+  if (isString(r.architecture)) out.architecture = r.architecture;
+  if (isString(r.os)) out.os = r.os;
+  if (isString(r.variant)) out.variant = r.variant;
+  if (isString(r.created)) out.created = r.created;
+  out.rootfs = { type: isString(rootfs.type) ? rootfs.type : 'layers', diff_ids: strings(rootfs.diff_ids) ?? [] };
+  return out;
 }
 
 /** A layer hardlinks into the layers below it before they are committed: retry once they are. */
@@ -207,7 +295,12 @@ export class ImageService {
       hold(manifest.config.digest);
       blobs.push(manifest.config.digest);
       await this.fetchBlob(session, manifest.config);
-      const config = parseJson<ImageConfig>(await this.d.content.readBytes(manifest.config.digest), `image config ${manifest.config.digest}`);
+      const raw = parseJson<{ rootfs?: { diff_ids?: unknown } }>(await this.d.content.readBytes(manifest.config.digest), `image config ${manifest.config.digest}`);
+      if (raw?.rootfs?.diff_ids !== undefined && !strings(raw.rootfs.diff_ids)) {
+        throw new SkiffError('InvalidArgument', `image config ${manifest.config.digest}: rootfs.diff_ids is not a list of strings`);
+      }
+      const config = normalizeConfig(raw);
+      checkConfigSizes(config, `image config ${manifest.config.digest}`);
       const diffIds = config.rootfs?.diff_ids ?? [];
       if (diffIds.length !== manifest.layers.length) {
         throw new SkiffError('InvalidArgument', `image ${name}: ${manifest.layers.length} layers but ${diffIds.length} diff ids in its config`);
@@ -238,12 +331,12 @@ export class ImageService {
       this.d.db.transaction(() => {
         this.d.db
           .prepare(
-            `INSERT INTO images (id, manifest_digest, config, size, chain_ids, blobs, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+            `INSERT INTO images (id, manifest_digest, config, image_user, size, chain_ids, blobs, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT(id) DO UPDATE SET manifest_digest = excluded.manifest_digest, size = excluded.size,
                chain_ids = excluded.chain_ids, blobs = (SELECT json_group_array(DISTINCT value) FROM
                (SELECT value FROM json_each(images.blobs) UNION SELECT value FROM json_each(excluded.blobs)))`,
           )
-          .run(id, manifestDesc.digest, JSON.stringify(config), size, JSON.stringify(chain), JSON.stringify(blobs), Date.now());
+          .run(id, manifestDesc.digest, JSON.stringify(config), config.config?.User ?? '', size, JSON.stringify(chain), JSON.stringify(blobs), Date.now());
         const put = this.d.db.prepare('INSERT OR REPLACE INTO image_names (name, image_id, kind) VALUES (?, ?, ?)');
         for (const [n, kind] of names) put.run(n, id, kind);
       })();
@@ -389,18 +482,29 @@ export class ImageService {
     return findInLowers(this.d.snapshots.lowerDirs(chainId), rel);
   }
 
+  /**
+   * Image records. Each config stays in the database until asked for:
+   * listing images, or the kubelet's ImageStatus calls, must not load them.
+   */
   private rows(where = '', ...args: unknown[]): ImageRecord[] {
-    const rows = this.d.db.prepare(`SELECT * FROM images ${where} ORDER BY created_at, id`).all(...args) as ImageRow[];
+    const rows = this.d.db.prepare(`SELECT id, manifest_digest, size, chain_ids, created_at, image_user FROM images ${where} ORDER BY created_at, id`).all(...args) as Array<Omit<ImageRow, 'config'>>;
+    // An image removed meanwhile has no config left: acquire() loads it while the image is there.
+    const configOf = (id: string): string => (this.d.db.prepare('SELECT config FROM images WHERE id = ?').get(id) as { config: string } | undefined)?.config ?? '{}';
     const names = this.d.db.prepare('SELECT name, image_id, kind FROM image_names').all() as Array<{ name: string; image_id: string; kind: string }>;
     return rows.map((r) => {
       const mine = names.filter((n) => n.image_id === r.id);
       const repoTags = mine.filter((n) => n.kind === 'tag').map((n) => n.name).sort();
+      let config: ImageConfig | undefined;
       return {
         id: r.id,
         repoTags,
         repoDigests: mine.filter((n) => n.kind === 'digest').map((n) => n.name).sort(),
         size: r.size,
-        config: JSON.parse(r.config) as ImageConfig,
+        user: r.image_user,
+        // Parsed only when asked for: listing images must not cost a parse of every config.
+        get config() {
+          return (config ??= normalizeConfig(JSON.parse(configOf(r.id))));
+        },
         chainIds: JSON.parse(r.chain_ids) as string[],
         manifestDigest: r.manifest_digest,
         pinned: repoTags.some((t) => this.pinned.has(t)),
@@ -448,6 +552,7 @@ export class ImageService {
   acquire(nameOrId: string): { image: ImageRecord; release: () => Promise<void> } | undefined {
     const image = this.find(nameOrId);
     if (!image) return undefined;
+    void image.config;
     let release: (() => void) | undefined = this.lease([...image.chainIds]);
     return {
       image,

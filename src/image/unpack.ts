@@ -15,7 +15,6 @@ import { PassThrough, Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import zlib from 'node:zlib';
 import { spawn } from 'node:child_process';
-import { promisify } from 'node:util';
 import tar from 'tar-stream';
 import { createRequire } from 'node:module';
 
@@ -29,6 +28,7 @@ import { SkiffError, isErrno } from '../errors.js';
 import {
   AT_FDCWD,
   fsetxattr,
+  lgetxattr,
   lsetxattr,
   mknod,
   O_CLOEXEC,
@@ -42,7 +42,6 @@ import {
   S_IFIFO,
 } from '../sys/libc.js';
 
-const futimes = promisify(fs.futimes);
 
 export interface ApplyResult {
   /** sha256 of the uncompressed tar: the layer's diff id. */
@@ -374,9 +373,6 @@ function parentOf(rel: string): { dir: string; base: string } {
 class LayerWriter {
   size = 0;
   inodes = 0;
-  private readonly dirTimes: Array<[string, Date]> = [];
-  /** Directories this layer made opaque: what lies below them in lower layers is hidden. */
-  private readonly opaque = new Set<string>();
   private readonly rootFd: number;
 
   constructor(
@@ -413,7 +409,7 @@ class LayerWriter {
         cur = cur ? `${cur}/${p}` : p;
         let st = await lstatOrUndefined(at(fd, p));
         if (!st && create) {
-          await fsp.mkdir(at(fd, p), { mode: 0o755 });
+          await this.keepingTimes(fd, () => fsp.mkdir(at(fd, p), { mode: 0o755 }));
           this.inodes++;
           st = await fsp.lstat(at(fd, p));
         }
@@ -462,9 +458,39 @@ class LayerWriter {
     await fh.chown(h.uid ?? 0, h.gid ?? 0);
     for (const [name, value] of this.xattrs(h)) fsetxattr(fh.fd, name, value);
     await fh.chmod((h.mode ?? 0o644) & 0o7777);
-    if (h.type !== 'directory') {
-      const mtime = h.mtime ?? new Date(0);
-      await fh.utimes(mtime, mtime);
+    const mtime = h.mtime ?? new Date(0);
+    await fh.utimes(mtime, mtime);
+  }
+
+  /**
+   * Runs `change`, which adds or removes names in the directory open as
+   * `dirFd`, and gives the directory back the times it had before: a
+   * directory keeps the time its own entry gave it, whatever comes after.
+   * (Nothing is remembered per directory: a layer of a million directories
+   * costs no memory.)
+   */
+  async keepingTimes<T>(dirFd: number, change: () => Promise<T>): Promise<T> {
+    const self = at(dirFd, '.');
+    const before = await fsp.stat(self);
+    try {
+      return await change();
+    } finally {
+      await fsp.utimes(self, before.atime, before.mtime);
+    }
+  }
+
+  /** Whether this layer made directory `rel` opaque (its own marker, or the xattr on its entry). */
+  private isOpaque(rel: string): boolean {
+    let fd: number;
+    try {
+      fd = openat2(this.rootFd, rel === '' ? '.' : rel, O_PATH | O_DIRECTORY | O_CLOEXEC, DIR_RESOLVE);
+    } catch {
+      return false;
+    }
+    try {
+      return lgetxattr(at(fd, '.'), 'trusted.overlay.opaque')?.toString() === 'y';
+    } finally {
+      fs.closeSync(fd);
     }
   }
 
@@ -496,7 +522,6 @@ class LayerWriter {
       } finally {
         fs.closeSync(fd);
       }
-      this.opaque.add(dir);
       return;
     }
     if (base.startsWith(WHITEOUT_PREFIX)) {
@@ -507,8 +532,10 @@ class LayerWriter {
       if (hidden === '' || hidden === '.' || hidden === '..') throw unsafe(h.name, 'whiteout of no file');
       const fd = await this.openDir(dir, h.name, true);
       try {
-        await this.clear(fd, hidden, false);
-        mknod(at(fd, hidden), S_IFCHR | 0o000, 0, 0);
+        await this.keepingTimes(fd, async () => {
+          await this.clear(fd, hidden, false);
+          mknod(at(fd, hidden), S_IFCHR | 0o000, 0, 0);
+        });
       } finally {
         fs.closeSync(fd);
       }
@@ -517,7 +544,7 @@ class LayerWriter {
     }
     const fd = await this.openDir(dir, h.name, true);
     try {
-      await this.write(h, rel, fd, base, body);
+      await this.keepingTimes(fd, () => this.write(h, rel, fd, base, body));
     } finally {
       fs.closeSync(fd);
     }
@@ -553,7 +580,6 @@ class LayerWriter {
         } finally {
           await fh.close().catch(() => undefined);
         }
-        this.dirTimes.push([rel, h.mtime ?? new Date(0)]);
         return;
       }
       case 'symlink': {
@@ -601,7 +627,7 @@ class LayerWriter {
       const st = await lstatOrUndefined(target);
       if (st?.isDirectory()) throw unsafe(h.name, 'hardlink to a directory');
       if (st?.isCharacterDevice() && st.rdev === 0) throw unsafe(h.name, `hardlink target "${h.linkname}" is deleted in this layer`);
-      if (!st) await this.copyUp(h, targetRel, target);
+      if (!st) await this.keepingTimes(tFd, () => this.copyUp(h, targetRel, target));
       await this.clear(dirFd, base, false);
       // link(2) does not follow a symlink in its last component: the new name is a link to the target itself.
       await fsp.link(target, at(dirFd, base));
@@ -613,7 +639,7 @@ class LayerWriter {
   /** The target lives in a lower layer: overlayfs would copy it up, so do that here. */
   private async copyUp(h: Header, targetRel: string, target: string): Promise<void> {
     const parts = targetRel.split('/');
-    const hidden = parts.slice(0, -1).some((_, i) => this.opaque.has(parts.slice(0, i + 1).join('/'))) || this.opaque.has('');
+    const hidden = this.isOpaque('') || parts.slice(0, -1).some((_, i) => this.isOpaque(parts.slice(0, i + 1).join('/')));
     const lower = !hidden && this.opts.lookupLower ? await this.opts.lookupLower(targetRel) : undefined;
     if (!lower) throw unsafe(h.name, `hardlink target "${h.linkname}" is not in this layer or below`);
     const src = await fsp.open(lower, O_RDONLY | O_NOFOLLOW);
@@ -633,25 +659,6 @@ class LayerWriter {
       this.inodes++;
     } finally {
       await src.close().catch(() => undefined);
-    }
-  }
-
-  async close(): Promise<void> {
-    // Directory times last: creating children changes them. Each is found again the safe way.
-    for (const [rel, t] of this.dirTimes.reverse()) {
-      let fd: number;
-      try {
-        fd = openat2(this.rootFd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC, DIR_RESOLVE);
-      } catch (err) {
-        // Replaced or removed by a later entry: nothing of it is left to date.
-        if (isErrno(err, 'ENOENT') || isErrno(err, 'ENOTDIR') || isErrno(err, 'ELOOP')) continue;
-        throw err;
-      }
-      try {
-        await futimes(fd, t, t);
-      } finally {
-        fs.closeSync(fd);
-      }
     }
   }
 }
@@ -690,7 +697,6 @@ export async function applyLayer(root: string, source: Readable, opts: ApplyOpti
       await current;
       throw writeError ?? err;
     }
-    await writer.close();
   } finally {
     writer.dispose();
   }

@@ -10,7 +10,7 @@ export function imageUser(user: string | undefined): { uid?: number; username: s
 }
 
 export function toCriImage(img: ImageRecord): Image {
-  const { uid, username } = imageUser(img.config.config?.User);
+  const { uid, username } = imageUser(img.user);
   return {
     id: img.id,
     repoTags: img.repoTags,

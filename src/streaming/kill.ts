@@ -5,26 +5,70 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import fsp from 'node:fs/promises';
+import { parentPid } from '../container/proc.js';
+import { closeFd, pidfdOpen, pidfdSendSignal } from '../sys/libc.js';
 
-/** `pid` and every descendant, parents first (from /proc/<pid>/task/<tid>/children). */
-export async function processTree(pid: number): Promise<number[]> {
-  const out: number[] = [];
-  const queue = [pid];
-  while (queue.length && out.length < 4096) {
-    const p = queue.shift()!;
-    out.push(p);
-    const tasks = await fsp.readdir(`/proc/${p}/task`).catch(() => [] as string[]);
+export interface HeldProcess {
+  pid: number;
+  /** A pidfd: it names this process even once its pid is reused. */
+  fd: number;
+}
+
+function openPidfd(pid: number): number | undefined {
+  try {
+    return pidfdOpen(pid);
+  } catch {
+    return undefined; // gone
+  }
+}
+
+/** Whether the process behind `fd` has not been reaped yet (so its pid still names it). */
+function held(fd: number): boolean {
+  try {
+    return pidfdSendSignal(fd, 0);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * `pid` and every descendant, parents first (from /proc/<pid>/task/<tid>/children),
+ * each held by a pidfd, so that a process that exits while the tree is read
+ * and whose pid goes to another process (pid_max may be as low as 32768: a
+ * container can cycle the pids in seconds) is never signalled in its place.
+ * A process joins the tree only if, once its pidfd is open, its parent is
+ * still the tree's process with that pid (held, so not reused). `parent`, when
+ * given, is what `pid` itself must be the child of. The caller closes the fds.
+ */
+export async function processTree(pid: number, parent?: number): Promise<HeldProcess[]> {
+  const out: HeldProcess[] = [];
+  const rootFd = openPidfd(pid);
+  if (rootFd === undefined) return out;
+  if (parent !== undefined && (await parentPid(pid)) !== parent) {
+    closeFd(rootFd);
+    return out;
+  }
+  out.push({ pid, fd: rootFd });
+  for (let i = 0; i < out.length && out.length < 4096; i++) {
+    const p = out[i]!;
+    const tasks = await fsp.readdir(`/proc/${p.pid}/task`).catch(() => [] as string[]);
     for (const t of tasks) {
-      const kids = await fsp.readFile(`/proc/${p}/task/${t}/children`, 'utf8').catch(() => '');
-      for (const k of kids.split(' ').filter(Boolean)) queue.push(Number(k));
+      const kids = await fsp.readFile(`/proc/${p.pid}/task/${t}/children`, 'utf8').catch(() => '');
+      for (const k of kids.split(' ').filter(Boolean)) {
+        if (out.length >= 4096) break;
+        const fd = openPidfd(Number(k));
+        if (fd === undefined) continue;
+        if ((await parentPid(Number(k))) === p.pid && held(p.fd)) out.push({ pid: Number(k), fd });
+        else closeFd(fd);
+      }
     }
   }
   return out;
 }
 
-function signal(pid: number, sig: NodeJS.Signals): void {
+function signal(pidfd: number, sig: NodeJS.Signals): void {
   try {
-    process.kill(pid, sig);
+    pidfdSendSignal(pidfd, sig);
   } catch {
     // already gone
   }
@@ -45,9 +89,14 @@ export async function killExec(child: ChildProcess, pidFile: string | undefined)
       const text = await fsp.readFile(pidFile, 'utf8').catch(() => '');
       const pid = Number(text.trim());
       if (Number.isInteger(pid) && pid > 1) {
-        // Freeze nothing, kill everything: the tree is read first, then signalled.
-        const tree = await processTree(pid);
-        if (running()) for (const p of tree) signal(p, 'SIGKILL');
+        // Freeze nothing, kill everything: the tree is read first, then signalled through its pidfds.
+        // The command is runc's child (runc exec is its subreaper), which tells it from a reused pid.
+        const tree = await processTree(pid, child.pid);
+        try {
+          if (running()) for (const p of tree) signal(p.fd, 'SIGKILL');
+        } finally {
+          for (const p of tree) closeFd(p.fd);
+        }
         break;
       }
       if (Date.now() > deadline) break;

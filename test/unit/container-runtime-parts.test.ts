@@ -91,3 +91,64 @@ describe('parseCriLog', () => {
     expect(out.stderr.toString()).toBe('err\n');
   });
 });
+
+describe('parseCriLog on what a hostile command can print', () => {
+  const line = (s: string) => `2026-01-01T00:00:00.000000001Z ${s}\n`;
+
+  it('cuts each stream at the limit, whole lines and partial ones alike', () => {
+    const log = Buffer.from(line('stdout F 0123456789') + line('stderr P abc') + line('stdout F abcdef') + line('stderr F def'));
+    const out = parseCriLog(log, 14);
+    expect(out.stdout.toString()).toBe('0123456789\nabc');
+    expect(out.stderr.toString()).toBe('abcdef\n');
+    expect(parseCriLog(log, 0).stdout.length).toBe(0);
+  });
+
+  it('skips lines that are not CRI log lines', () => {
+    const log = Buffer.from(`garbage\n${line('stdin F x')}${line('stdout')}ts stdout F\n${line('stdout X y')}${line('stdout F ok')}`);
+    const out = parseCriLog(log);
+    expect(out.stdout.toString()).toBe('yok\n');
+    expect(out.stderr.length).toBe(0);
+  });
+
+  it('turns a log of 700k empty lines into output without an object per line', () => {
+    const one = Buffer.from(line('stdout F '));
+    const n = 700_000;
+    const log = Buffer.alloc(one.length * n);
+    for (let i = 0; i < n; i++) one.copy(log, i * one.length);
+    const before = process.memoryUsage().heapUsed;
+    const t0 = Date.now();
+    const out = parseCriLog(log, 16 << 20);
+    // A buffer per line was ~160 MiB of heap and over a second of blocked event loop.
+    expect(process.memoryUsage().heapUsed - before).toBeLessThan(16 << 20);
+    expect(Date.now() - t0).toBeLessThan(1000);
+    expect(out.stdout.length).toBe(n);
+    expect(out.stdout.every((b) => b === 10)).toBe(true);
+  });
+});
+
+describe('diskUsage of a writable layer', () => {
+  it('counts what is there, enters no symlink, and walks a directory tree deeper than one path can name', async () => {
+    const { diskUsage } = await import('../../src/container/stats.js');
+    const { execFileSync } = await import('node:child_process');
+    const fsp = await import('node:fs/promises');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-du-'));
+    try {
+      await fsp.writeFile(path.join(dir, 'f'), 'x'.repeat(10_000));
+      await fsp.symlink('/', path.join(dir, 'root'));
+      await fsp.symlink('/usr', path.join(dir, 'usr'));
+      // 200 levels of 30-character names: 6 KB of path, more than PATH_MAX; made with relative cds.
+      execFileSync('python3', ['-c', `import os, sys\nos.chdir(sys.argv[1])\nfor i in range(200):\n    os.mkdir('${'n'.repeat(30)}')\n    os.chdir('${'n'.repeat(30)}')\nopen('last', 'w').write('x')`, dir]);
+      const u = await diskUsage(dir);
+      expect(u.inodes).toBe(3 + 200 + 1);
+      expect(u.bytes).toBeGreaterThanOrEqual(10_000);
+      // Asked together, the same layer is walked once and both get the answer.
+      const [a, b] = await Promise.all([diskUsage(dir), diskUsage(dir)]);
+      expect(a).toEqual(u);
+      expect(b).toEqual(u);
+    } finally {
+      execFileSync('rm', ['-rf', dir]);
+    }
+  });
+});

@@ -66,4 +66,36 @@ describe('user lookup stays inside the rootfs', () => {
     execFileSync('mkfifo', [path.join(rootfs, 'etc/group')]);
     expect(await readInRoot(rootfs, 'etc/group')).toBe('');
   });
+
+  it('looks a user up in 4 MiB passwd and group files of one-line entries without holding them parsed', async () => {
+    await fs.mkdir(path.join(rootfs, 'etc'));
+    await fs.writeFile(path.join(rootfs, 'etc/passwd'), `${'a:x:1:1:a:/h:/s\n'.repeat(262_000)}app:x:5:6::/home/app:/bin/sh\n`);
+    await fs.writeFile(path.join(rootfs, 'etc/group'), `${'g:x:1:b\n'.repeat(524_000)}extra:x:9:app\n`);
+    // The parse is synchronous: what it held shows afterwards as heap the engine had to grow.
+    const before = process.memoryUsage().heapTotal;
+    expect(await resolveUser(rootfs, { imageUser: 'app', supplementalGroups: [] })).toEqual({ uid: 5, gid: 6, additionalGids: [9], home: '/home/app' });
+    const peak = process.memoryUsage().heapTotal;
+    expect(peak - before).toBeLessThan(64 << 20);
+  });
+
+  it('refuses a user the image puts in more groups than a process can have', async () => {
+    await fs.mkdir(path.join(rootfs, 'etc'));
+    await fs.writeFile(path.join(rootfs, 'etc/passwd'), 'app:x:5:5::/home/app:/bin/sh\n');
+    await fs.writeFile(path.join(rootfs, 'etc/group'), Array.from({ length: 70_000 }, (_, i) => `g${i}:x:${i + 100}:app\n`).join(''));
+    await expect(resolveUser(rootfs, { imageUser: 'app', supplementalGroups: [] })).rejects.toThrow(/more than Linux allows/);
+  });
+});
+
+describe('ids from the image', () => {
+  it('refuses user and group ids Linux cannot have', async () => {
+    const rootfs = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-ids-'));
+    try {
+      for (const imageUser of ['4294967295', '99999999999999999999', '0:4294967296']) {
+        await expect(resolveUser(rootfs, { imageUser, supplementalGroups: [] })).rejects.toThrow(/not a valid Linux/);
+      }
+      expect(await resolveUser(rootfs, { imageUser: '4294967294:7', supplementalGroups: [] })).toMatchObject({ uid: 4294967294, gid: 7 });
+    } finally {
+      await fs.rm(rootfs, { recursive: true, force: true });
+    }
+  });
 });
