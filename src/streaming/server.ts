@@ -74,6 +74,14 @@ const PORTFORWARD_PROTOCOL = 'portforward.k8s.io';
 const STREAM_WAIT_MS = 30_000;
 /** How long a finished session waits for the client to close before closing itself. */
 const LINGER_MS = 1000;
+/**
+ * Connections that have not yet asked for an upgrade: anyone on the host can
+ * open them (no token is needed to connect), so they are bounded in number
+ * and in time. Past the bound, new connections are closed at once.
+ */
+export const MAX_PENDING_CONNECTIONS = 256;
+/** How long a connection has to send its upgrade request. */
+export const UPGRADE_REQUEST_TIMEOUT_MS = 10_000;
 /** The largest WebSocket message accepted (ws' default is 100 MiB). */
 const WS_MAX_PAYLOAD = 1024 * 1024;
 
@@ -118,6 +126,9 @@ export class StreamingServer {
     handleProtocols: (offered: Set<string>) => [...offered].find((p) => WS_EXEC_PROTOCOLS.includes(p)) ?? false,
   });
   private readonly sockets = new Set<Duplex>();
+  /** Connections without an upgrade yet, each with the timer that closes it. */
+  private readonly pending = new Map<net.Socket, NodeJS.Timeout>();
+  private refusedSince = 0;
   private baseUrl = '';
   private readonly idleTimeoutMs: number;
 
@@ -128,7 +139,9 @@ export class StreamingServer {
       res.writeHead(400, { 'content-type': 'text/plain' });
       res.end('this endpoint needs an upgrade to SPDY/3.1 or WebSocket\n');
     });
+    this.server.on('connection', (socket: net.Socket) => this.onConnection(socket));
     this.server.on('upgrade', (req, socket: Duplex, head: Buffer) => {
+      this.settled(socket);
       try {
         this.onUpgrade(req, socket, head);
       } catch (err) {
@@ -165,9 +178,41 @@ export class StreamingServer {
   }
 
   async close(): Promise<void> {
+    for (const s of this.pending.keys()) s.destroy();
     for (const s of this.sockets) s.destroy();
     this.wss.close();
     await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  /**
+   * A new connection: closed at once past the bound on connections waiting
+   * for their upgrade, and closed if its upgrade request has not come in
+   * time (slow headers, plain requests on a kept-alive connection, silence).
+   */
+  private onConnection(socket: net.Socket): void {
+    if (this.pending.size >= MAX_PENDING_CONNECTIONS) {
+      // One warning per burst, not one per refused connection.
+      if (this.refusedSince === 0) this.d.log.warn('too many streaming connections waiting for their upgrade; refusing new ones', { max: MAX_PENDING_CONNECTIONS });
+      this.refusedSince++;
+      socket.destroy();
+      return;
+    }
+    if (this.refusedSince) {
+      this.d.log.info('streaming connections accepted again', { refused: this.refusedSince });
+      this.refusedSince = 0;
+    }
+    const timer = setTimeout(() => socket.destroy(), UPGRADE_REQUEST_TIMEOUT_MS);
+    timer.unref();
+    this.pending.set(socket, timer);
+    socket.once('close', () => this.settled(socket));
+  }
+
+  /** The connection asked for its upgrade (or closed): it no longer counts as waiting. */
+  private settled(socket: Duplex): void {
+    const timer = this.pending.get(socket as net.Socket);
+    if (timer === undefined) return;
+    clearTimeout(timer);
+    this.pending.delete(socket as net.Socket);
   }
 
   private reject(socket: Duplex, status: number, text: string): void {

@@ -1,0 +1,95 @@
+/**
+ * What hostile clients of the CRI socket and of the streaming server can
+ * make the daemon hold: connections nobody authenticated, streaming URLs
+ * asked for and never used, commands larger than any exec could run, and
+ * command output. Each test drives the real daemon and checks the bound a
+ * user of the node relies on: its descriptors and memory stay bounded, and
+ * it keeps answering.
+ */
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { isRoot } from '../helpers/env.js';
+import { startPodFixture, type PodFixture } from '../helpers/pods.js';
+import { waitFor } from '../helpers/registry.js';
+import { fdCount } from '../helpers/streaming-probe.js';
+
+const GUARD = 'crash guard';
+
+describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients', () => {
+  let f: PodFixture;
+  let ctr: string;
+  let pid: number;
+  let streamPort: number;
+
+  beforeAll(async () => {
+    f = await startPodFixture(inject('registryHost'), 'test/busybox-attack');
+    pid = f.skiff.child.pid!;
+    const config = { metadata: { name: 'attack', namespace: 'test', uid: 'attack-uid', attempt: 0 }, logDirectory: path.join(f.dirs.base, 'logs'), linux: {} };
+    const podId = (await f.skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
+    ctr = (await f.skiff.runtime.CreateContainer({ podSandboxId: podId, config: { metadata: { name: 'sleeper' }, image: { image: f.image }, command: ['sleep', '100000'], logPath: 'sleeper.log', linux: {} }, sandboxConfig: config })).containerId!;
+    await f.skiff.runtime.StartContainer({ containerId: ctr });
+    const url = (await f.skiff.runtime.Exec({ containerId: ctr, cmd: ['true'], stdout: true })).url!;
+    streamPort = Number(new URL(url).port);
+  });
+
+  afterAll(async () => {
+    const log = f?.skiff.log ?? '';
+    const leaks = await f?.cleanup();
+    expect(log).not.toContain(GUARD);
+    expect(leaks?.mounts ?? []).toEqual([]);
+    expect(leaks?.processes ?? []).toEqual([]);
+  });
+
+  async function stillServing(): Promise<void> {
+    expect(f.skiff.child.exitCode).toBeNull();
+    const t0 = Date.now();
+    await f.skiff.runtime.Version({});
+    expect(Date.now() - t0).toBeLessThan(1000);
+    expect(f.skiff.log).not.toContain(GUARD);
+  }
+
+  /** Runs `script` under node inside the daemon's network namespace (where the streaming port is). */
+  function inNetns(script: string): { done: Promise<string> } {
+    const child = spawn('nsenter', [`--net=${f.ns.path}`, process.execPath, '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    return { done: new Promise((resolve) => child.once('exit', () => resolve(out))) };
+  }
+
+  it('closes streaming connections that never finish their upgrade request, and bounds how many may wait', async () => {
+    const before = fdCount(pid);
+    // 1500 connections from anyone on the host, each sending half a request and then nothing.
+    const flood = inNetns(`
+      const net = require('net');
+      let open = 0, closed = 0;
+      for (let i = 0; i < 1500; i++) {
+        const s = net.connect(${streamPort}, '127.0.0.1');
+        s.on('connect', () => { open++; s.write('GET /exec/nothing HTTP/1.1\\r\\nHost: x\\r\\n'); });
+        s.on('error', () => {});
+        s.on('close', () => closed++);
+      }
+      const t0 = Date.now();
+      const tick = setInterval(() => {
+        if (closed === 1500 || Date.now() - t0 > 20000) { clearInterval(tick); console.log(JSON.stringify({ open, closed, ms: Date.now() - t0 })); process.exit(0); }
+      }, 100);
+    `);
+    await new Promise((r) => setTimeout(r, 3000));
+    const during = fdCount(pid);
+    console.info(`daemon descriptors: ${before} before, ${during} with 1500 silent connections`);
+    expect(during - before).toBeLessThan(300);
+    await stillServing();
+    const result = JSON.parse(await flood.done) as { open: number; closed: number; ms: number };
+    console.info('silent connections', result);
+    // Every one of them was closed, the last ones by the upgrade-request timeout (10 s).
+    expect(result.closed).toBe(1500);
+    await waitFor('descriptors back to where they were', async () => fdCount(pid) <= before + 5, 5000);
+    // And a real session still works.
+    const out = await inNetns(`
+      const net = require('net');
+      const s = net.connect(${streamPort}, '127.0.0.1', () => s.end('GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'));
+      let t = ''; s.on('data', (d) => (t += d)); s.on('close', () => console.log(t.split('\\r\\n')[0]));
+    `).done;
+    expect(out.trim()).toBe('HTTP/1.1 400 Bad Request');
+  });
+});
