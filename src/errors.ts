@@ -9,6 +9,7 @@ export type ErrorKind =
   | 'Unauthenticated'
   | 'PermissionDenied'
   | 'Unimplemented'
+  | 'ResourceExhausted'
   | 'Internal';
 
 export class SkiffError extends Error {

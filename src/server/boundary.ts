@@ -16,6 +16,7 @@ const codes: Record<ErrorKind, grpc.status> = {
   Unauthenticated: grpc.status.UNAUTHENTICATED,
   PermissionDenied: grpc.status.PERMISSION_DENIED,
   Unimplemented: grpc.status.UNIMPLEMENTED,
+  ResourceExhausted: grpc.status.RESOURCE_EXHAUSTED,
   Internal: grpc.status.INTERNAL,
 };
 

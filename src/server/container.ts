@@ -17,6 +17,7 @@ import { invalidArgument } from '../errors.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
 import { wireNs } from '../container/time.js';
 import { matchLabels } from './sandbox.js';
+import { checkCommand } from './streaming.js';
 
 function toContainer(c: Readonly<ContainerRecord>): Container {
   return {
@@ -101,7 +102,9 @@ export function containerHandlers(containers: ContainerService) {
       const cancel = new AbortController();
       call?.on('cancelled', () => cancel.abort());
       if (call?.cancelled) cancel.abort();
-      const r = await containers.execSync(need(req.containerId, 'ExecSync'), req.cmd, Number(req.timeout), cancel.signal);
+      const id = need(req.containerId, 'ExecSync');
+      checkCommand('ExecSync', req.cmd);
+      const r = await containers.execSync(id, req.cmd, Number(req.timeout), cancel.signal);
       return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
     },
   };

@@ -21,7 +21,7 @@ import { runAttach, runExec, type ExecChild, type ExecTty } from './exec.js';
 import { forwardPort, HelperLimit, MAX_PORTFORWARD_STREAMS } from './port-forward.js';
 import { RstStatus, SpdySession, type SpdyStream } from './spdy.js';
 import { flushed, WsChannels, type Outcome, type SessionStreams } from './streams.js';
-import { TokenStore } from './tokens.js';
+import { commandBytes, TokenStore } from './tokens.js';
 
 export { parseResizes } from './exec.js';
 
@@ -172,9 +172,10 @@ export class StreamingServer {
     return this.baseUrl;
   }
 
-  /** A URL for `target`, good once and for the token lifetime. */
+  /** A URL for `target`, good once and for the token lifetime; refused (ResourceExhausted) while too many wait. */
   issue(target: StreamTarget): string {
-    return `${this.baseUrl}/${target.kind}/${this.tokens.issue(target)}`;
+    const weight = 256 + (target.kind === 'exec' ? commandBytes(target.cmd) : 0);
+    return `${this.baseUrl}/${target.kind}/${this.tokens.issue(target, weight)}`;
   }
 
   async close(): Promise<void> {

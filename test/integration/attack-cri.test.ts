@@ -9,11 +9,13 @@
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { codeOf, grpc } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
-import { fdCount } from '../helpers/streaming-probe.js';
+import { fdCount, rssBytes } from '../helpers/streaming-probe.js';
 
+const MiB = 1024 * 1024;
 const GUARD = 'crash guard';
 
 describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients', () => {
@@ -91,5 +93,36 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
       let t = ''; s.on('data', (d) => (t += d)); s.on('close', () => console.log(t.split('\\r\\n')[0]));
     `).done;
     expect(out.trim()).toBe('HTTP/1.1 400 Bad Request');
+  });
+
+  it('refuses commands larger than any exec could run, and bounds what unused streaming URLs hold', async () => {
+    const rss0 = rssBytes(pid);
+    const huge = 'x'.repeat(4 * MiB);
+    for (let i = 0; i < 10; i++) {
+      const e = await codeOf(f.skiff.runtime.Exec({ containerId: ctr, cmd: ['echo', huge], stdout: true }));
+      expect(e.code).toBe(grpc.status.INVALID_ARGUMENT);
+    }
+    expect((await codeOf(f.skiff.runtime.ExecSync({ containerId: ctr, cmd: ['echo', huge], timeout: 5 }))).code).toBe(grpc.status.INVALID_ARGUMENT);
+    // A million empty arguments are not free either.
+    expect((await codeOf(f.skiff.runtime.Exec({ containerId: ctr, cmd: Array(100_000).fill(''), stdout: true }))).code).toBe(grpc.status.INVALID_ARGUMENT);
+    // Commands just under the bound: the outstanding URLs together are bounded (16 MiB).
+    const big = 'y'.repeat(MiB - 100);
+    let issued = 0;
+    let refused: { code: grpc.status; details: string } | undefined;
+    for (let i = 0; i < 40 && !refused; i++) {
+      try {
+        await f.skiff.runtime.Exec({ containerId: ctr, cmd: [big], stdout: true });
+        issued++;
+      } catch (err) {
+        refused = { code: (err as grpc.ServiceError).code, details: (err as grpc.ServiceError).details };
+      }
+    }
+    console.info(`issued ${issued} URLs for 1 MiB commands before: ${refused?.details}`);
+    expect(refused?.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+    expect(issued).toBeLessThanOrEqual(16);
+    const grown = rssBytes(pid) - rss0;
+    console.info(`daemon RSS grew ${(grown / MiB).toFixed(1)} MiB`);
+    expect(grown).toBeLessThan(64 * MiB);
+    await stillServing();
   });
 });
