@@ -23,6 +23,142 @@ export interface ExecSyncResult {
   stdout: Buffer;
   stderr: Buffer;
   exitCode: number;
+  /**
+   * Gives back the output's share of the daemon-wide budget: call it once
+   * the answer has left (it is held until then, and a client that does not
+   * read it holds it).
+   */
+  release(): void;
+}
+
+/**
+ * The most output (stdout and stderr together) one ExecSync returns; the
+ * rest is cut. Below gRPC's 16 MiB message limit, so the answer always fits.
+ */
+export const MAX_EXEC_SYNC_OUTPUT = (16 << 20) - (64 << 10);
+/** Output all ExecSync calls together may hold while they read it back and answer. */
+export const EXEC_SYNC_OUTPUT_BUDGET = 16 << 20;
+
+/**
+ * A budget of bytes shared by concurrent users: each reserves what it will
+ * hold and waits while the others hold too much. Whoever fits goes first, so
+ * small reservations (probes) never queue behind a large one. A reservation
+ * larger than the whole budget goes through once nothing else is held.
+ */
+export class ByteBudget {
+  private used = 0;
+  private readonly waiters = new Set<{ n: number; go: () => void }>();
+
+  constructor(readonly limit: number) {}
+
+  get inUse(): number {
+    return this.used;
+  }
+
+  /** Resolves, once `n` bytes are reserved, with the function that gives them back; rejects if `signal` aborts first. */
+  async acquire(n: number, signal?: AbortSignal): Promise<() => void> {
+    if (this.fits(n)) this.used += n;
+    else {
+      await new Promise<void>((resolve, reject) => {
+        const w = {
+          n,
+          go: () => {
+            signal?.removeEventListener('abort', abort);
+            resolve();
+          },
+        };
+        const abort = () => {
+          this.waiters.delete(w);
+          reject(new Error('aborted while waiting for room'));
+        };
+        if (signal?.aborted) return reject(new Error('aborted while waiting for room'));
+        signal?.addEventListener('abort', abort, { once: true });
+        this.waiters.add(w);
+      });
+    }
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.used -= n;
+      this.wake();
+    };
+  }
+
+  private fits(n: number): boolean {
+    return this.used === 0 || this.used + n <= this.limit;
+  }
+
+  private wake(): void {
+    for (const w of this.waiters) {
+      if (!this.fits(w.n)) continue;
+      this.waiters.delete(w);
+      this.used += w.n;
+      w.go();
+    }
+  }
+}
+
+const outputBudget = new ByteBudget(EXEC_SYNC_OUTPUT_BUDGET);
+
+/**
+ * Reads a CRI log back into its two streams, a chunk at a time, keeping at
+ * most `max` bytes of output in all. The log is never read whole, and each
+ * line's text is copied once, straight into its stream's buffer.
+ */
+export async function readCriLog(file: string, max: number): Promise<{ stdout: Buffer; stderr: Buffer }> {
+  const fh = await fsp.open(file, 'r');
+  try {
+    // The output is never larger than the log (pages never written are never resident).
+    const cap = Math.min((await fh.stat()).size, max);
+    const out = { stdout: Buffer.allocUnsafeSlow(cap), stderr: Buffer.allocUnsafeSlow(cap) };
+    const at = { stdout: 0, stderr: 0 };
+    let kept = 0;
+    const put = (stream: 'stdout' | 'stderr', data: Buffer) => {
+      const n = Math.min(data.length, max - kept);
+      if (n <= 0) return;
+      data.copy(out[stream], at[stream], 0, n);
+      at[stream] += n;
+      kept += n;
+    };
+    const chunk = Buffer.allocUnsafe(256 * 1024);
+    let held = 0;
+    for (let eof = false; !eof && kept < max; ) {
+      const { bytesRead } = await fh.read(chunk, held, chunk.length - held, null);
+      eof = bytesRead === 0;
+      const filled = held + bytesRead;
+      // Whole lines only; a line cut by the chunk's end waits for the next read
+      // (one longer than the whole chunk, which conmon never writes, is taken as it is).
+      let end = eof ? filled : chunk.lastIndexOf(10, filled - 1) + 1;
+      if (end === 0 && filled === chunk.length) end = filled;
+      forEachCriLine(chunk.subarray(0, end), put);
+      chunk.copy(chunk, 0, end, filled);
+      held = filled - end;
+    }
+    return { stdout: out.stdout.subarray(0, at.stdout), stderr: out.stderr.subarray(0, at.stderr) };
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Each line of a CRI log (`<time> <stdout|stderr> <P|F> <text>`) as its stream's text: a full line (F) ends with a newline. */
+function forEachCriLine(text: Buffer, put: (stream: 'stdout' | 'stderr', data: Buffer) => void): void {
+  const NL = Buffer.from('\n');
+  let at = 0;
+  while (at < text.length) {
+    let nl = text.indexOf(10, at);
+    if (nl < 0) nl = text.length;
+    const line = text.subarray(at, nl);
+    at = nl + 1;
+    const s1 = line.indexOf(32);
+    const s2 = s1 < 0 ? -1 : line.indexOf(32, s1 + 1);
+    const s3 = s2 < 0 ? -1 : line.indexOf(32, s2 + 1);
+    if (s3 < 0) continue;
+    const stream = line.subarray(s1 + 1, s2).toString();
+    if (stream !== 'stdout' && stream !== 'stderr') continue;
+    put(stream, line.subarray(s3 + 1));
+    if (line.subarray(s2 + 1, s3).toString() === 'F') put(stream, NL);
+  }
 }
 
 export interface ExecSyncOptions {
@@ -46,27 +182,12 @@ export interface ExecSyncOptions {
 /** A CRI log (`<time> <stdout|stderr> <P|F> <text>` lines) back into the two streams. */
 export function parseCriLog(text: Buffer): { stdout: Buffer; stderr: Buffer } {
   const parts: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] };
-  let at = 0;
-  while (at < text.length) {
-    let nl = text.indexOf(10, at);
-    if (nl < 0) nl = text.length;
-    const line = text.subarray(at, nl);
-    at = nl + 1;
-    const s1 = line.indexOf(32);
-    const s2 = s1 < 0 ? -1 : line.indexOf(32, s1 + 1);
-    const s3 = s2 < 0 ? -1 : line.indexOf(32, s2 + 1);
-    if (s3 < 0) continue;
-    const stream = line.subarray(s1 + 1, s2).toString();
-    const tag = line.subarray(s2 + 1, s3).toString();
-    if (stream !== 'stdout' && stream !== 'stderr') continue;
-    parts[stream].push(line.subarray(s3 + 1));
-    if (tag === 'F') parts[stream].push(Buffer.from('\n'));
-  }
+  forEachCriLine(text, (stream, data) => parts[stream].push(data));
   return { stdout: Buffer.concat(parts.stdout), stderr: Buffer.concat(parts.stderr) };
 }
 
 export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
-  const max = o.maxOutput ?? 16 << 20;
+  const max = o.maxOutput ?? MAX_EXEC_SYNC_OUTPUT;
   const pidFile = path.join(o.workDir, 'pid');
   const logFile = path.join(o.workDir, 'log');
   const exitDir = path.join(o.workDir, 'exit');
@@ -188,9 +309,22 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
           const why = startError ?? (stderr.trim() || 'conmon reported no exit status');
           return settle(() => reject(new SkiffError('Internal', `exec in ${o.containerId} failed: ${why}`)));
         }
-        const log = await fsp.readFile(logFile).catch(() => Buffer.alloc(0));
-        const out = parseCriLog(log);
-        settle(() => resolve({ stdout: out.stdout.subarray(0, max), stderr: out.stderr.subarray(0, max), exitCode: code }));
+        // Many calls with large output at once wait for each other rather than all hold it together.
+        const size = await fsp.stat(logFile).then((st) => st.size, () => 0);
+        let release: () => void;
+        try {
+          release = await outputBudget.acquire(Math.min(size, max), o.signal);
+        } catch {
+          return settle(() => reject(new SkiffError('DeadlineExceeded', 'exec cancelled by the client while its output waited to be read')));
+        }
+        let out: { stdout: Buffer; stderr: Buffer };
+        try {
+          out = size ? await readCriLog(logFile, max) : { stdout: Buffer.alloc(0), stderr: Buffer.alloc(0) };
+        } catch (err) {
+          release();
+          return settle(() => reject(new SkiffError('Internal', `exec in ${o.containerId}: cannot read its output: ${(err as Error).message}`)));
+        }
+        settle(() => resolve({ ...out, exitCode: code, release }));
       })();
     });
   });

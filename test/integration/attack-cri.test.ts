@@ -14,6 +14,7 @@ import { isRoot } from '../helpers/env.js';
 import { startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
 import { fdCount, rssBytes } from '../helpers/streaming-probe.js';
+import { loadCri } from '../../src/server/proto.js';
 
 const MiB = 1024 * 1024;
 const GUARD = 'crash guard';
@@ -123,6 +124,45 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
     const grown = rssBytes(pid) - rss0;
     console.info(`daemon RSS grew ${(grown / MiB).toFixed(1)} MiB`);
     expect(grown).toBeLessThan(64 * MiB);
+    await stillServing();
+  });
+
+  it('bounds the output ExecSync holds: eight 15 MB answers at once stay within 64 MiB, and both streams together fit one message', async () => {
+    const cri = loadCri();
+    const rt = new cri.runtime.v1.RuntimeService(`unix:${f.dirs.socket}`, grpc.credentials.createInsecure(), { 'grpc.max_receive_message_length': 64 * MiB });
+    const execSync = (cmd: string) =>
+      new Promise<{ stdout: Buffer; stderr: Buffer; exitCode: number }>((resolve, reject) =>
+        (rt as unknown as { ExecSync(r: unknown, cb: (e: Error | null, r: never) => void): void }).ExecSync({ containerId: ctr, cmd: ['sh', '-c', cmd], timeout: 60 }, (err, res) => (err ? reject(err) : resolve(res))),
+      );
+    try {
+      // Warm up, then measure from a settled baseline.
+      await execSync('head -c 15000000 /dev/zero | tr "\\0" a');
+      await new Promise((r) => setTimeout(r, 1000));
+      const rss0 = rssBytes(pid);
+      let peak = rss0;
+      const sampler = setInterval(() => (peak = Math.max(peak, rssBytes(pid))), 20);
+      const t0 = Date.now();
+      const probe = (async () => {
+        // While the large answers are read back, a small probe still answers fast.
+        await new Promise((r) => setTimeout(r, 300));
+        const s = Date.now();
+        await execSync('echo ok');
+        return Date.now() - s;
+      })();
+      const all = await Promise.all(Array.from({ length: 8 }, () => execSync('head -c 15000000 /dev/zero | tr "\\0" a')));
+      clearInterval(sampler);
+      console.info(`eight 15 MB ExecSync answers in ${Date.now() - t0} ms; daemon RSS ${(rss0 / MiB).toFixed(1)} → peak ${(peak / MiB).toFixed(1)} MiB; a small probe meanwhile took ${await probe} ms`);
+      for (const r of all) expect(r.stdout.length).toBe(15_000_000);
+      expect(peak - rss0).toBeLessThan(64 * MiB);
+      // 12 MB on each stream: cut to fit one answer instead of failing with RESOURCE_EXHAUSTED.
+      const both = await execSync('head -c 12000000 /dev/zero | tr "\\0" o; head -c 12000000 /dev/zero | tr "\\0" e >&2');
+      expect(both.stdout.length).toBe(12_000_000);
+      expect(both.stdout.length + both.stderr.length).toBeLessThanOrEqual(16 * MiB - 64 * 1024);
+      expect(both.stderr.length).toBeGreaterThan(0);
+      expect(both.exitCode).toBe(0);
+    } finally {
+      rt.close();
+    }
     await stillServing();
   });
 });
