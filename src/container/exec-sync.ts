@@ -214,7 +214,13 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
       '--sync',
     ];
     const child = spawn(o.conmon ?? 'conmon', args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe'], env: { ...process.env, _OCI_SYNCPIPE: '3' }, cwd: o.workDir });
-    const sync = child.stdio[3] as NodeJS.ReadableStream & { destroy(): void };
+    const sync = child.stdio[3] as (NodeJS.ReadableStream & { destroy(): void }) | null;
+    if (!sync || !child.stderr) {
+      // No pipes: the daemon is out of descriptors (EMFILE); Node reports it as 'error' shortly.
+      child.on('error', () => undefined);
+      child.kill('SIGKILL');
+      return reject(new SkiffError('Unavailable', 'could not start conmon: no pipes for it (out of file descriptors?)'));
+    }
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
 

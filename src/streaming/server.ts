@@ -17,7 +17,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
-import { runAttach, runExec, type ExecChild, type ExecTty } from './exec.js';
+import { runAttach, runExec, type ExecChild, type ExecTty, type Resizer } from './exec.js';
 import { forwardPort, HelperLimit, MAX_PORTFORWARD_STREAMS } from './port-forward.js';
 import { RstStatus, SpdySession, type SpdyStream } from './spdy.js';
 import { flushed, WsChannels, type Outcome, type SessionStreams } from './streams.js';
@@ -275,7 +275,7 @@ export class StreamingServer {
     if (t.kind === 'exec') {
       runExec(this.d, t.containerId, t.cmd, t.tty, io).catch((err) => io.finish({ kind: 'failure', message: errorMessage(err) }));
     } else {
-      runAttach(t.bundle, t.containerId, (cols, rows) => resizeConmon(t.bundle, cols, rows), io);
+      runAttach(t.bundle, t.containerId, conmonResizer(t.bundle), io);
     }
   }
 
@@ -440,11 +440,31 @@ export class StreamingServer {
   static readonly webSocketProtocols = WS_EXEC_PROTOCOLS;
 }
 
-/** conmon's control FIFO takes "<type> <height> <width>"; type 1 resizes the terminal. */
-function resizeConmon(bundle: string, cols: number, rows: number): void {
-  fs.open(path.join(bundle, 'ctl'), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK, (err, fd) => {
-    if (err) return;
-    fs.write(fd, `1 ${rows} ${cols}\n`, () => fs.close(fd, () => undefined));
-  });
+/**
+ * Resizes a container's terminal through conmon's control FIFO, which takes
+ * "<type> <height> <width>" (type 1 resizes). One write at a time per
+ * session: a size that arrives meanwhile replaces any waiting one, so a
+ * flood of resizes never holds more than one open descriptor.
+ */
+function conmonResizer(bundle: string): Resizer {
+  let busy = false;
+  let waiting: [number, number] | undefined;
+  const done = () => {
+    busy = false;
+    const next = waiting;
+    waiting = undefined;
+    if (next) resize(...next);
+  };
+  const resize = (cols: number, rows: number): void => {
+    if (busy) {
+      waiting = [cols, rows];
+      return;
+    }
+    busy = true;
+    fs.open(path.join(bundle, 'ctl'), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK, (err, fd) => {
+      if (err) return done();
+      fs.write(fd, `1 ${rows} ${cols}\n`, () => fs.close(fd, done));
+    });
+  };
+  return resize;
 }
-

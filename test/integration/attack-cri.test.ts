@@ -15,6 +15,8 @@ import { startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
 import { fdCount, rssBytes } from '../helpers/streaming-probe.js';
 import { loadCri } from '../../src/server/proto.js';
+import { dataFrame, FLAG_FIN } from '../../src/streaming/spdy.js';
+import { SpdyTestClient } from '../helpers/spdy-client.js';
 
 const MiB = 1024 * 1024;
 const GUARD = 'crash guard';
@@ -24,6 +26,8 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
   let ctr: string;
   let pid: number;
   let streamPort: number;
+  let hostPort: number | undefined;
+  const clients: Array<{ close(): void }> = [];
 
   beforeAll(async () => {
     f = await startPodFixture(inject('registryHost'), 'test/busybox-attack');
@@ -37,6 +41,7 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
   });
 
   afterAll(async () => {
+    for (const c of clients) c.close();
     const log = f?.skiff.log ?? '';
     const leaks = await f?.cleanup();
     expect(log).not.toContain(GUARD);
@@ -163,6 +168,82 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
     } finally {
       rt.close();
     }
+    await stillServing();
+  });
+
+  // --- streaming sessions ----------------------------------------------------------
+
+  async function spdySession(url: string): Promise<SpdyTestClient> {
+    hostPort ??= await f.ns.exposePort(streamPort, f.dirs.base);
+    const { client } = await SpdyTestClient.connect(url, ['v4.channel.k8s.io'], hostPort);
+    clients.push(client);
+    return client;
+  }
+
+  it('reads a SPDY data frame larger than its input mark (600 KiB) to its end instead of waiting for ever', async () => {
+    const client = await spdySession((await f.skiff.runtime.Exec({ containerId: ctr, cmd: ['wc', '-c'], stdin: true, stdout: true })).url!);
+    await client.open({ streamtype: 'error', requestid: '0' });
+    const stdin = await client.open({ streamtype: 'stdin', requestid: '0' });
+    const stdout = await client.open({ streamtype: 'stdout', requestid: '0' });
+    // One frame, written in one go: the daemon sees more than 256 KiB of it before its end.
+    await client.raw(dataFrame(stdin.id, FLAG_FIN, Buffer.alloc(600 * 1024, 'z')));
+    await client.until(() => stdout.fin, 15_000);
+    expect(stdout.data.toString().trim()).toBe(String(600 * 1024));
+    await stillServing();
+  });
+
+  it('takes a flood of terminal resizes on attach with one descriptor and the last size, memory and answers bounded', async () => {
+    const podId = (await f.skiff.runtime.ListPodSandbox({})).items![0]!.id!;
+    const config = { metadata: { name: 'attack', namespace: 'test', uid: 'attack-uid', attempt: 0 }, logDirectory: path.join(f.dirs.base, 'logs'), linux: {} };
+    const tty = (await f.skiff.runtime.CreateContainer({ podSandboxId: podId, config: { metadata: { name: 'tty' }, image: { image: f.image }, command: ['sh'], stdin: true, tty: true, logPath: 'tty.log', linux: {} }, sandboxConfig: config })).containerId!;
+    await f.skiff.runtime.StartContainer({ containerId: tty });
+    const client = await spdySession((await f.skiff.runtime.Attach({ containerId: tty, stdin: true, stdout: true, tty: true })).url!);
+    await client.open({ streamtype: 'error', requestid: '0' });
+    const stdin = await client.open({ streamtype: 'stdin', requestid: '0' });
+    const stdout = await client.open({ streamtype: 'stdout', requestid: '0' });
+    const resize = await client.open({ streamtype: 'resize', requestid: '0' });
+    client.write(stdin, 'echo attached\n');
+    await client.until(() => stdout.data.toString().includes('attached'));
+    await new Promise((r) => setTimeout(r, 500));
+    const fds0 = fdCount(pid);
+    const rss0 = rssBytes(pid);
+    let fdsPeak = fds0;
+    let rssPeak = rss0;
+    const sampler = setInterval(() => {
+      fdsPeak = Math.max(fdsPeak, fdCount(pid));
+      rssPeak = Math.max(rssPeak, rssBytes(pid));
+    }, 20);
+    // 8,000 resize messages (half of them to be ignored) per 200 KB frame, for three seconds.
+    const frame = dataFrame(resize.id, 0, Buffer.from('{"Width":100,"Height":40}{"Width":-1,"Height":1e9}'.repeat(4000)));
+    const end = Date.now() + 3000;
+    let sent = 0;
+    let slowest = 0;
+    const timing = (async () => {
+      while (Date.now() < end) {
+        const t0 = Date.now();
+        await f.skiff.runtime.ExecSync({ containerId: ctr, cmd: ['true'], timeout: 10 });
+        slowest = Math.max(slowest, Date.now() - t0);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    })();
+    while (Date.now() < end) {
+      const ok = await Promise.race([client.raw(frame), new Promise((r) => setTimeout(() => r(false), Math.max(0, end - Date.now())))]);
+      if (ok !== true) break;
+      sent += frame.length;
+    }
+    await timing;
+    client.write(resize, '{"Width":123,"Height":45}');
+    await new Promise((r) => setTimeout(r, 1000));
+    clearInterval(sampler);
+    console.info(`${(sent / MiB).toFixed(0)} MiB of resizes: descriptors ${fds0} → peak ${fdsPeak}, RSS ${(rss0 / MiB).toFixed(1)} → peak ${(rssPeak / MiB).toFixed(1)} MiB, slowest ExecSync ${slowest} ms`);
+    expect(sent).toBeGreaterThan(10 * MiB);
+    expect(fdsPeak - fds0).toBeLessThan(20);
+    expect(rssPeak - rss0).toBeLessThan(64 * MiB);
+    expect(slowest).toBeLessThan(1000);
+    // The last size is the terminal's.
+    const before = stdout.data.length;
+    client.write(stdin, 'stty size\n');
+    await client.until(() => stdout.data.subarray(before).toString().includes('45 123'));
     await stillServing();
   });
 });
