@@ -7,6 +7,7 @@
  * it keeps answering.
  */
 import { spawn } from 'node:child_process';
+import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { codeOf, grpc } from '../helpers/daemon.js';
@@ -244,6 +245,39 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
     const before = stdout.data.length;
     client.write(stdin, 'stty size\n');
     await client.until(() => stdout.data.subarray(before).toString().includes('45 123'));
+    await stillServing();
+  });
+
+  // --- the CRI socket -----------------------------------------------------------------
+
+  it('closes CRI connections that never send the HTTP/2 preface, and bounds how many are relayed', async () => {
+    const before = fdCount(pid);
+    const socks: net.Socket[] = [];
+    let closed = 0;
+    // In batches, so the listen backlog never refuses any: the daemon sees every one.
+    for (let i = 0; i < 1500; i++) {
+      const s = net.connect(f.dirs.socket);
+      s.on('error', () => undefined);
+      s.on('close', () => closed++);
+      s.resume();
+      // Half a preface, then nothing.
+      s.on('connect', () => s.write('PRI * HTTP/2.0\r\n'));
+      socks.push(s);
+      if (i % 100 === 99) await new Promise((r) => setTimeout(r, 100));
+    }
+    try {
+      await new Promise((r) => setTimeout(r, 1000));
+      const during = fdCount(pid);
+      console.info(`daemon descriptors: ${before} before, ${during} with 1500 silent CRI connections (${closed} closed so far)`);
+      // Each relayed connection costs three descriptors (client, relay, gRPC side): at most 1024 of them.
+      expect(during - before).toBeLessThanOrEqual(3 * 1024 + 20);
+      expect(closed).toBeGreaterThanOrEqual(1500 - 1024);
+      await stillServing();
+      await waitFor('every silent connection closed', async () => closed === 1500, 15_000);
+      await waitFor('descriptors back to where they were', async () => fdCount(pid) <= before + 5, 5000);
+    } finally {
+      for (const s of socks) s.destroy();
+    }
     await stillServing();
   });
 });
