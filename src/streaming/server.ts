@@ -80,6 +80,13 @@ const LINGER_MS = 1000;
  * and in time. Past the bound, new connections are closed at once.
  */
 export const MAX_PENDING_CONNECTIONS = 256;
+/**
+ * Sessions open at once. Each holds its connection, two header-compression
+ * contexts and whatever it runs (about 100 KiB in the daemon for an idle
+ * port-forward session): past this, new sessions are refused (503) until
+ * some end, rather than let clients grow the daemon without bound.
+ */
+export const MAX_SESSIONS = 512;
 /** How long a connection has to send its upgrade request. */
 export const UPGRADE_REQUEST_TIMEOUT_MS = 10_000;
 /** The largest WebSocket message accepted (ws' default is 100 MiB). */
@@ -129,6 +136,7 @@ export class StreamingServer {
   /** Connections without an upgrade yet, each with the timer that closes it. */
   private readonly pending = new Map<net.Socket, NodeJS.Timeout>();
   private refusedSince = 0;
+  private sessionsRefused = 0;
   private baseUrl = '';
   private readonly idleTimeoutMs: number;
 
@@ -222,6 +230,17 @@ export class StreamingServer {
   }
 
   private onUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): void {
+    if (this.sockets.size >= MAX_SESSIONS) {
+      // The token is left unused: the client may try again once sessions have ended.
+      if (this.sessionsRefused++ === 0) this.d.log.warn('too many streaming sessions open; refusing new ones', { max: MAX_SESSIONS });
+      socket.on('error', () => socket.destroy());
+      this.reject(socket, 503, `too many streaming sessions open (at most ${MAX_SESSIONS}); try again later`);
+      return;
+    }
+    if (this.sessionsRefused) {
+      this.d.log.info('streaming sessions accepted again', { refused: this.sessionsRefused });
+      this.sessionsRefused = 0;
+    }
     this.sockets.add(socket);
     socket.on('close', () => this.sockets.delete(socket));
     socket.on('error', () => socket.destroy());

@@ -117,7 +117,15 @@ class HeaderCodec {
   private chain: Promise<unknown> = Promise.resolve();
 
   constructor(kind: 'inflate' | 'deflate') {
-    this.z = kind === 'inflate' ? zlib.createInflate({ dictionary: SPDY3_DICTIONARY }) : zlib.createDeflate({ dictionary: SPDY3_DICTIONARY });
+    // Every session holds two contexts for its whole life, so they are kept small. The peer's
+    // compressor decides the inflate window (up to 32 KiB). Ours compresses a few short
+    // replies: a 2 KiB window and the smallest hash table cost about 10 KiB instead of about
+    // 256 KiB, and any inflater with the dictionary reads them. Header blocks are short, so
+    // small output chunks (Node's default is 16 KiB per context) cost nothing.
+    this.z =
+      kind === 'inflate'
+        ? zlib.createInflate({ dictionary: SPDY3_DICTIONARY, chunkSize: 1024 })
+        : zlib.createDeflate({ dictionary: SPDY3_DICTIONARY, windowBits: 11, memLevel: 1, chunkSize: 1024 });
     this.z.on('error', () => undefined);
   }
 

@@ -10,7 +10,7 @@ import { spawn } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { codeOf, grpc } from '../helpers/daemon.js';
+import { codeOf, grpc, repoRoot } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
@@ -246,6 +246,67 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
     client.write(stdin, 'stty size\n');
     await client.until(() => stdout.data.subarray(before).toString().includes('45 123'));
     await stillServing();
+  });
+
+  it('bounds what idle port-forward sessions hold: 600 of them cost under 64 MiB, past 512 refused until some end', async () => {
+    const podId = (await f.skiff.runtime.ListPodSandbox({})).items![0]!.id!;
+    const urls: string[] = [];
+    for (let i = 0; i < 600; i++) urls.push((await f.skiff.runtime.PortForward({ podSandboxId: podId, port: [80] })).url!);
+    await new Promise((r) => setTimeout(r, 500));
+    const rss0 = rssBytes(pid);
+    // Each session: upgraded, and one stream opened (so both header contexts are in use), then idle.
+    const run = inNetns(`
+      (async () => {
+        const net = require('net'), zlib = require('zlib');
+        const { SPDY3_DICTIONARY } = await import(${JSON.stringify(path.join(repoRoot, 'dist/streaming/spdy-dictionary.js'))});
+        const { controlFrame, encodeHeaderBlock, FrameType } = await import(${JSON.stringify(path.join(repoRoot, 'dist/streaming/spdy.js'))});
+        const urls = ${JSON.stringify(urls)};
+        const u32 = (n) => { const b = Buffer.alloc(4); b.writeUInt32BE(n); return b; };
+        const socks = [];
+        let upgraded = 0, refused = 0, replied = 0;
+        for (const u of urls) {
+          await new Promise((r) => setTimeout(r, 3));
+          const url = new URL(u);
+          const s = net.connect(Number(url.port), url.hostname, () => s.write('GET ' + url.pathname + ' HTTP/1.1\\r\\nHost: x\\r\\nConnection: Upgrade\\r\\nUpgrade: SPDY/3.1\\r\\nX-Stream-Protocol-Version: portforward.k8s.io\\r\\n\\r\\n'));
+          socks.push(s);
+          let first = true;
+          s.on('error', () => {});
+          s.on('data', (d) => {
+            if (!first) return void replied++;
+            first = false;
+            if (String(d).startsWith('HTTP/1.1 503')) return void refused++;
+            if (!String(d).startsWith('HTTP/1.1 101')) return;
+            upgraded++;
+            const z = zlib.createDeflate({ dictionary: SPDY3_DICTIONARY });
+            z.write(encodeHeaderBlock({ streamtype: 'error', port: '80', requestid: '1' }));
+            z.flush(zlib.constants.Z_SYNC_FLUSH, () => s.write(controlFrame(FrameType.SYN_STREAM, 0, Buffer.concat([u32(1), u32(0), Buffer.from([0, 0]), z.read()]))));
+          });
+        }
+        await new Promise((r) => setTimeout(r, 2000));
+        console.log(JSON.stringify({ upgraded, refused, replied }));
+        await new Promise((r) => setTimeout(r, 3000));
+        for (const s of socks) s.destroy();
+        process.exit(0);
+      })();
+    `);
+    await new Promise((r) => setTimeout(r, 4500));
+    const grown = rssBytes(pid) - rss0;
+    const result = JSON.parse(await run.done) as { upgraded: number; refused: number; replied: number };
+    console.info(`600 idle port-forward sessions: ${JSON.stringify(result)}; daemon RSS grew ${(grown / MiB).toFixed(1)} MiB`);
+    expect(result.upgraded).toBe(512);
+    expect(result.refused).toBe(88);
+    expect(result.replied).toBeGreaterThanOrEqual(500);
+    expect(grown).toBeLessThan(64 * MiB);
+    await stillServing();
+    // Once they are gone, sessions are accepted again.
+    await waitFor('sessions closed', async () => fdCount(pid) < 100, 10_000);
+    const url = (await f.skiff.runtime.PortForward({ podSandboxId: podId, port: [80] })).url!;
+    const status = await inNetns(`
+      const net = require('net'); const url = new URL(${JSON.stringify(url)});
+      const s = net.connect(Number(url.port), url.hostname, () => s.write('GET ' + url.pathname + ' HTTP/1.1\\r\\nHost: x\\r\\nConnection: Upgrade\\r\\nUpgrade: SPDY/3.1\\r\\nX-Stream-Protocol-Version: portforward.k8s.io\\r\\n\\r\\n'));
+      s.once('data', (d) => { console.log(String(d).split('\\r\\n')[0]); s.destroy(); });
+    `).done;
+    expect(status.trim()).toBe('HTTP/1.1 101 Switching Protocols');
   });
 
   // --- the CRI socket -----------------------------------------------------------------
