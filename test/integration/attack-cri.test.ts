@@ -66,6 +66,55 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
     return { done: new Promise((resolve) => child.once('exit', () => resolve(out))) };
   }
 
+  it('bounds the output ExecSync holds: eight 15 MB answers at once stay within 64 MiB, and both streams together fit one message', async () => {
+    const cri = loadCri();
+    const rt = new cri.runtime.v1.RuntimeService(`unix:${f.dirs.socket}`, grpc.credentials.createInsecure(), { 'grpc.max_receive_message_length': 64 * MiB });
+    const execSync = (cmd: string) =>
+      new Promise<{ stdout: Buffer; stderr: Buffer; exitCode: number }>((resolve, reject) =>
+        (rt as unknown as { ExecSync(r: unknown, cb: (e: Error | null, r: never) => void): void }).ExecSync({ containerId: ctr, cmd: ['sh', '-c', cmd], timeout: 60 }, (err, res) => (err ? reject(err) : resolve(res))),
+      );
+    try {
+      // Warm up, then measure from a settled baseline (this test runs first: no other test's garbage).
+      await execSync('head -c 15000000 /dev/zero | tr "\\0" a');
+      await execSync('head -c 15000000 /dev/zero | tr "\\0" a');
+      await new Promise((r) => setTimeout(r, 1500));
+      const rss0 = rssBytes(pid);
+      let peak = rss0;
+      const sampler = setInterval(() => (peak = Math.max(peak, rssBytes(pid))), 20);
+      const t0 = Date.now();
+      const probe = (async () => {
+        // While the large answers are read back, a small probe still answers fast.
+        await new Promise((r) => setTimeout(r, 300));
+        const s = Date.now();
+        await execSync('echo ok');
+        return Date.now() - s;
+      })();
+      const all = await Promise.all(Array.from({ length: 8 }, () => execSync('head -c 15000000 /dev/zero | tr "\\0" a')));
+      clearInterval(sampler);
+      console.info(`eight 15 MB ExecSync answers in ${Date.now() - t0} ms; daemon RSS ${(rss0 / MiB).toFixed(1)} → peak ${(peak / MiB).toFixed(1)} MiB; a small probe meanwhile took ${await probe} ms`);
+      for (const r of all) expect(r.stdout.length).toBe(15_000_000);
+      expect(peak - rss0).toBeLessThan(64 * MiB);
+      // 12 MB on each stream: cut to fit one answer instead of failing with RESOURCE_EXHAUSTED.
+      const both = await execSync('head -c 12000000 /dev/zero | tr "\\0" o; head -c 12000000 /dev/zero | tr "\\0" e >&2');
+      expect(both.stdout.length).toBe(12_000_000);
+      expect(both.stdout.length + both.stderr.length).toBeLessThanOrEqual(16 * MiB - 64 * 1024);
+      expect(both.stderr.length).toBeGreaterThan(0);
+      expect(both.exitCode).toBe(0);
+    } finally {
+      rt.close();
+    }
+    await stillServing();
+  });
+
+  // --- streaming sessions ----------------------------------------------------------
+
+  async function spdySession(url: string): Promise<SpdyTestClient> {
+    hostPort ??= await f.ns.exposePort(streamPort, f.dirs.base);
+    const { client } = await SpdyTestClient.connect(url, ['v4.channel.k8s.io'], hostPort);
+    clients.push(client);
+    return client;
+  }
+
   it('closes streaming connections that never finish their upgrade request, and bounds how many may wait', async () => {
     const before = fdCount(pid);
     // 1500 connections from anyone on the host, each sending half a request and then nothing.
@@ -132,54 +181,6 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
     expect(grown).toBeLessThan(64 * MiB);
     await stillServing();
   });
-
-  it('bounds the output ExecSync holds: eight 15 MB answers at once stay within 64 MiB, and both streams together fit one message', async () => {
-    const cri = loadCri();
-    const rt = new cri.runtime.v1.RuntimeService(`unix:${f.dirs.socket}`, grpc.credentials.createInsecure(), { 'grpc.max_receive_message_length': 64 * MiB });
-    const execSync = (cmd: string) =>
-      new Promise<{ stdout: Buffer; stderr: Buffer; exitCode: number }>((resolve, reject) =>
-        (rt as unknown as { ExecSync(r: unknown, cb: (e: Error | null, r: never) => void): void }).ExecSync({ containerId: ctr, cmd: ['sh', '-c', cmd], timeout: 60 }, (err, res) => (err ? reject(err) : resolve(res))),
-      );
-    try {
-      // Warm up, then measure from a settled baseline.
-      await execSync('head -c 15000000 /dev/zero | tr "\\0" a');
-      await new Promise((r) => setTimeout(r, 1000));
-      const rss0 = rssBytes(pid);
-      let peak = rss0;
-      const sampler = setInterval(() => (peak = Math.max(peak, rssBytes(pid))), 20);
-      const t0 = Date.now();
-      const probe = (async () => {
-        // While the large answers are read back, a small probe still answers fast.
-        await new Promise((r) => setTimeout(r, 300));
-        const s = Date.now();
-        await execSync('echo ok');
-        return Date.now() - s;
-      })();
-      const all = await Promise.all(Array.from({ length: 8 }, () => execSync('head -c 15000000 /dev/zero | tr "\\0" a')));
-      clearInterval(sampler);
-      console.info(`eight 15 MB ExecSync answers in ${Date.now() - t0} ms; daemon RSS ${(rss0 / MiB).toFixed(1)} → peak ${(peak / MiB).toFixed(1)} MiB; a small probe meanwhile took ${await probe} ms`);
-      for (const r of all) expect(r.stdout.length).toBe(15_000_000);
-      expect(peak - rss0).toBeLessThan(64 * MiB);
-      // 12 MB on each stream: cut to fit one answer instead of failing with RESOURCE_EXHAUSTED.
-      const both = await execSync('head -c 12000000 /dev/zero | tr "\\0" o; head -c 12000000 /dev/zero | tr "\\0" e >&2');
-      expect(both.stdout.length).toBe(12_000_000);
-      expect(both.stdout.length + both.stderr.length).toBeLessThanOrEqual(16 * MiB - 64 * 1024);
-      expect(both.stderr.length).toBeGreaterThan(0);
-      expect(both.exitCode).toBe(0);
-    } finally {
-      rt.close();
-    }
-    await stillServing();
-  });
-
-  // --- streaming sessions ----------------------------------------------------------
-
-  async function spdySession(url: string): Promise<SpdyTestClient> {
-    hostPort ??= await f.ns.exposePort(streamPort, f.dirs.base);
-    const { client } = await SpdyTestClient.connect(url, ['v4.channel.k8s.io'], hostPort);
-    clients.push(client);
-    return client;
-  }
 
   it('reads a SPDY data frame larger than its input mark (600 KiB) to its end instead of waiting for ever', async () => {
     const client = await spdySession((await f.skiff.runtime.Exec({ containerId: ctr, cmd: ['wc', '-c'], stdin: true, stdout: true })).url!);
@@ -293,9 +294,11 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
     const grown = rssBytes(pid) - rss0;
     const result = JSON.parse(await run.done) as { upgraded: number; refused: number; replied: number };
     console.info(`600 idle port-forward sessions: ${JSON.stringify(result)}; daemon RSS grew ${(grown / MiB).toFixed(1)} MiB`);
-    expect(result.upgraded).toBe(512);
-    expect(result.refused).toBe(88);
-    expect(result.replied).toBeGreaterThanOrEqual(500);
+    // Other tests' sessions may still be open: together never more than 512.
+    expect(result.upgraded + result.refused).toBe(600);
+    expect(result.upgraded).toBeLessThanOrEqual(512);
+    expect(result.upgraded).toBeGreaterThanOrEqual(500);
+    expect(result.replied).toBe(result.upgraded);
     expect(grown).toBeLessThan(64 * MiB);
     await stillServing();
     // Once they are gone, sessions are accepted again.
