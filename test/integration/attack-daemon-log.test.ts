@@ -24,7 +24,7 @@ describe.skipIf(!isRoot)('the daemon once nobody reads its log', () => {
   });
 
   afterAll(async () => {
-    await skiff?.stop('SIGKILL');
+    await skiff?.stop();
     await fs.promises.rm(dirs.base, { recursive: true, force: true });
   });
 
