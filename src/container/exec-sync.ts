@@ -33,11 +33,16 @@ export interface ExecSyncResult {
 
 /**
  * The most output (stdout and stderr together) one ExecSync returns; the
- * rest is cut. Below gRPC's 16 MiB message limit, so the answer always fits.
+ * rest is cut. An answer is held three times on its way out (the output,
+ * its protobuf encoding, grpc-js' framed copy), and freed only when V8
+ * next collects: at 16 MiB (CRI-O's cut) one answer alone could cost the
+ * daemon 48 MiB and more, so 8 MiB. The kubelet reads 10 KiB of a probe's.
  */
-export const MAX_EXEC_SYNC_OUTPUT = (16 << 20) - (64 << 10);
+export const MAX_EXEC_SYNC_OUTPUT = 8 << 20;
 /** Output all ExecSync calls together may hold while they read it back and answer. */
-export const EXEC_SYNC_OUTPUT_BUDGET = 16 << 20;
+export const EXEC_SYNC_OUTPUT_BUDGET = 8 << 20;
+/** Output this small (a probe's) is not counted: it never waits behind a large answer. */
+const UNCOUNTED_OUTPUT = 64 << 10;
 
 /**
  * A budget of bytes shared by concurrent users: each reserves what it will
@@ -201,7 +206,9 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
       '-b', o.bundle,
       '-p', pidFile,
       '-l', `k8s-file:${logFile}`,
-      '--log-size-max', String(2 * max),
+      // conmon starts the log over past this size, losing what came first: leave room for
+      // the line prefixes of a program that writes in small pieces (tr writes 1 KiB or less).
+      '--log-size-max', String(8 * max),
       '--exit-dir', exitDir,
       '--socket-dir-path', o.workDir,
       '--runtime-arg', `--root=${o.runtime.root}`,
@@ -319,7 +326,7 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
         const size = await fsp.stat(logFile).then((st) => st.size, () => 0);
         let release: () => void;
         try {
-          release = await outputBudget.acquire(Math.min(size, max), o.signal);
+          release = size <= UNCOUNTED_OUTPUT ? () => undefined : await outputBudget.acquire(Math.min(size, max), o.signal);
         } catch {
           return settle(() => reject(new SkiffError('DeadlineExceeded', 'exec cancelled by the client while its output waited to be read')));
         }
