@@ -13,7 +13,25 @@ export function isLogLevel(s: string): s is LogLevel {
   return s in order;
 }
 
-export function createLogger(level: LogLevel, write: (line: string) => void = (l) => process.stderr.write(l)): Logger {
+let stderrGone = false;
+
+/**
+ * Writes a line to stderr, unless whoever read it has gone (EPIPE): logging
+ * is best effort. Without a listener, that write error would reach the crash
+ * guard, whose log line fails the same way, and so on for ever at full CPU,
+ * while the daemon answers nothing.
+ */
+function writeStderr(line: string): void {
+  if (stderrGone) return;
+  if (process.stderr.listenerCount('error') === 0) {
+    process.stderr.on('error', () => {
+      stderrGone = true;
+    });
+  }
+  process.stderr.write(line);
+}
+
+export function createLogger(level: LogLevel, write: (line: string) => void = writeStderr): Logger {
   const emit = (lvl: LogLevel, msg: string, fields?: Record<string, unknown>) => {
     if (order[lvl] < order[level]) return;
     write(JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, ...fields }) + '\n');

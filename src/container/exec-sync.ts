@@ -23,6 +23,147 @@ export interface ExecSyncResult {
   stdout: Buffer;
   stderr: Buffer;
   exitCode: number;
+  /**
+   * Gives back the output's share of the daemon-wide budget: call it once
+   * the answer has left (it is held until then, and a client that does not
+   * read it holds it).
+   */
+  release(): void;
+}
+
+/**
+ * The most output (stdout and stderr together) one ExecSync returns; the
+ * rest is cut. An answer is held three times on its way out (the output,
+ * its protobuf encoding, grpc-js' framed copy), and freed only when V8
+ * next collects: at 16 MiB (CRI-O's cut) one answer alone could cost the
+ * daemon 48 MiB and more, so 8 MiB. The kubelet reads 10 KiB of a probe's.
+ */
+export const MAX_EXEC_SYNC_OUTPUT = 8 << 20;
+/** Output all ExecSync calls together may hold while they read it back and answer. */
+export const EXEC_SYNC_OUTPUT_BUDGET = 8 << 20;
+/** Output this small (a probe's) is not counted: it never waits behind a large answer. */
+const UNCOUNTED_OUTPUT = 64 << 10;
+
+/**
+ * A budget of bytes shared by concurrent users: each reserves what it will
+ * hold and waits while the others hold too much. Whoever fits goes first, so
+ * small reservations (probes) never queue behind a large one. A reservation
+ * larger than the whole budget goes through once nothing else is held.
+ */
+export class ByteBudget {
+  private used = 0;
+  private readonly waiters = new Set<{ n: number; go: () => void }>();
+
+  constructor(readonly limit: number) {}
+
+  get inUse(): number {
+    return this.used;
+  }
+
+  /** Resolves, once `n` bytes are reserved, with the function that gives them back; rejects if `signal` aborts first. */
+  async acquire(n: number, signal?: AbortSignal): Promise<() => void> {
+    if (this.fits(n)) this.used += n;
+    else {
+      await new Promise<void>((resolve, reject) => {
+        const w = {
+          n,
+          go: () => {
+            signal?.removeEventListener('abort', abort);
+            resolve();
+          },
+        };
+        const abort = () => {
+          this.waiters.delete(w);
+          reject(new Error('aborted while waiting for room'));
+        };
+        if (signal?.aborted) return reject(new Error('aborted while waiting for room'));
+        signal?.addEventListener('abort', abort, { once: true });
+        this.waiters.add(w);
+      });
+    }
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.used -= n;
+      this.wake();
+    };
+  }
+
+  private fits(n: number): boolean {
+    return this.used === 0 || this.used + n <= this.limit;
+  }
+
+  private wake(): void {
+    for (const w of this.waiters) {
+      if (!this.fits(w.n)) continue;
+      this.waiters.delete(w);
+      this.used += w.n;
+      w.go();
+    }
+  }
+}
+
+const outputBudget = new ByteBudget(EXEC_SYNC_OUTPUT_BUDGET);
+
+/**
+ * Reads a CRI log back into its two streams, a chunk at a time, keeping at
+ * most `max` bytes of output in all. The log is never read whole, and each
+ * line's text is copied once, straight into its stream's buffer.
+ */
+export async function readCriLog(file: string, max: number): Promise<{ stdout: Buffer; stderr: Buffer }> {
+  const fh = await fsp.open(file, 'r');
+  try {
+    // The output is never larger than the log (pages never written are never resident).
+    const cap = Math.min((await fh.stat()).size, max);
+    const out = { stdout: Buffer.allocUnsafeSlow(cap), stderr: Buffer.allocUnsafeSlow(cap) };
+    const at = { stdout: 0, stderr: 0 };
+    let kept = 0;
+    const put = (stream: 'stdout' | 'stderr', data: Buffer) => {
+      const n = Math.min(data.length, max - kept);
+      if (n <= 0) return;
+      data.copy(out[stream], at[stream], 0, n);
+      at[stream] += n;
+      kept += n;
+    };
+    const chunk = Buffer.allocUnsafe(256 * 1024);
+    let held = 0;
+    for (let eof = false; !eof && kept < max; ) {
+      const { bytesRead } = await fh.read(chunk, held, chunk.length - held, null);
+      eof = bytesRead === 0;
+      const filled = held + bytesRead;
+      // Whole lines only; a line cut by the chunk's end waits for the next read
+      // (one longer than the whole chunk, which conmon never writes, is taken as it is).
+      let end = eof ? filled : chunk.lastIndexOf(10, filled - 1) + 1;
+      if (end === 0 && filled === chunk.length) end = filled;
+      forEachCriLine(chunk.subarray(0, end), put);
+      chunk.copy(chunk, 0, end, filled);
+      held = filled - end;
+    }
+    return { stdout: out.stdout.subarray(0, at.stdout), stderr: out.stderr.subarray(0, at.stderr) };
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Each line of a CRI log (`<time> <stdout|stderr> <P|F> <text>`) as its stream's text: a full line (F) ends with a newline. */
+function forEachCriLine(text: Buffer, put: (stream: 'stdout' | 'stderr', data: Buffer) => void): void {
+  const NL = Buffer.from('\n');
+  let at = 0;
+  while (at < text.length) {
+    let nl = text.indexOf(10, at);
+    if (nl < 0) nl = text.length;
+    const line = text.subarray(at, nl);
+    at = nl + 1;
+    const s1 = line.indexOf(32);
+    const s2 = s1 < 0 ? -1 : line.indexOf(32, s1 + 1);
+    const s3 = s2 < 0 ? -1 : line.indexOf(32, s2 + 1);
+    if (s3 < 0) continue;
+    const stream = line.subarray(s1 + 1, s2).toString();
+    if (stream !== 'stdout' && stream !== 'stderr') continue;
+    put(stream, line.subarray(s3 + 1));
+    if (line.subarray(s2 + 1, s3).toString() === 'F') put(stream, NL);
+  }
 }
 
 export interface ExecSyncOptions {
@@ -43,47 +184,15 @@ export interface ExecSyncOptions {
   killGraceMs?: number;
 }
 
-/**
- * A CRI log (`<time> <stdout|stderr> <P|F> <text>` lines) back into the two
- * streams, each cut at `max` bytes. The command's output is the container's
- * to choose: a log of a million empty lines must cost no object per line, so
- * one pass measures each stream and another copies the bytes into place.
- */
-export function parseCriLog(text: Buffer, max = Number.MAX_SAFE_INTEGER): { stdout: Buffer; stderr: Buffer } {
-  const STDOUT = Buffer.from('stdout');
-  const STDERR = Buffer.from('stderr');
-  const walk = (each: (out: 0 | 1, from: number, to: number, full: boolean) => void) => {
-    let at = 0;
-    while (at < text.length) {
-      let nl = text.indexOf(10, at);
-      if (nl < 0) nl = text.length;
-      const start = at;
-      at = nl + 1;
-      const s1 = text.indexOf(32, start);
-      if (s1 < 0 || s1 >= nl) continue;
-      const s2 = text.indexOf(32, s1 + 1);
-      if (s2 < 0 || s2 >= nl) continue;
-      const s3 = text.indexOf(32, s2 + 1);
-      if (s3 < 0 || s3 > nl) continue;
-      const out = text.compare(STDOUT, 0, 6, s1 + 1, s2) === 0 ? 0 : text.compare(STDERR, 0, 6, s1 + 1, s2) === 0 ? 1 : -1;
-      if (out < 0) continue;
-      each(out as 0 | 1, s3 + 1, nl, s3 - s2 === 2 && text[s2 + 1] === 0x46 /* F */);
-    }
-  };
-  const size = [0, 0];
-  walk((out, from, to, full) => (size[out] = Math.min(max, size[out]! + (to - from) + (full ? 1 : 0))));
-  const bufs = [Buffer.allocUnsafe(size[0]!), Buffer.allocUnsafe(size[1]!)] as const;
-  const got = [0, 0];
-  walk((out, from, to, full) => {
-    const b = bufs[out];
-    if (got[out]! < b.length) got[out]! += text.copy(b, got[out], from, Math.min(to, from + b.length - got[out]!));
-    if (full && got[out]! < b.length) b[got[out]!++] = 10;
-  });
-  return { stdout: bufs[0], stderr: bufs[1] };
+/** A CRI log (`<time> <stdout|stderr> <P|F> <text>` lines) back into the two streams. */
+export function parseCriLog(text: Buffer): { stdout: Buffer; stderr: Buffer } {
+  const parts: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] };
+  forEachCriLine(text, (stream, data) => parts[stream].push(data));
+  return { stdout: Buffer.concat(parts.stdout), stderr: Buffer.concat(parts.stderr) };
 }
 
 export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
-  const max = o.maxOutput ?? 16 << 20;
+  const max = o.maxOutput ?? MAX_EXEC_SYNC_OUTPUT;
   const pidFile = path.join(o.workDir, 'pid');
   const logFile = path.join(o.workDir, 'log');
   const exitDir = path.join(o.workDir, 'exit');
@@ -97,7 +206,9 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
       '-b', o.bundle,
       '-p', pidFile,
       '-l', `k8s-file:${logFile}`,
-      '--log-size-max', String(2 * max),
+      // conmon starts the log over past this size, losing what came first: leave room for
+      // the line prefixes of a program that writes in small pieces (tr writes 1 KiB or less).
+      '--log-size-max', String(8 * max),
       '--exit-dir', exitDir,
       '--socket-dir-path', o.workDir,
       '--runtime-arg', `--root=${o.runtime.root}`,
@@ -110,7 +221,13 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
       '--sync',
     ];
     const child = spawn(o.conmon ?? 'conmon', args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe'], env: { ...process.env, _OCI_SYNCPIPE: '3' }, cwd: o.workDir });
-    const sync = child.stdio[3] as NodeJS.ReadableStream & { destroy(): void };
+    const sync = child.stdio[3] as (NodeJS.ReadableStream & { destroy(): void }) | null;
+    if (!sync || !child.stderr) {
+      // No pipes: the daemon is out of descriptors (EMFILE); Node reports it as 'error' shortly.
+      child.on('error', () => undefined);
+      child.kill('SIGKILL');
+      return reject(new SkiffError('Unavailable', 'could not start conmon: no pipes for it (out of file descriptors?)'));
+    }
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
 
@@ -205,9 +322,22 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
           const why = startError ?? (stderr.trim() || 'conmon reported no exit status');
           return settle(() => reject(new SkiffError('Internal', `exec in ${o.containerId} failed: ${why}`)));
         }
-        const log = await fsp.readFile(logFile).catch(() => Buffer.alloc(0));
-        const out = parseCriLog(log, max);
-        settle(() => resolve({ stdout: out.stdout, stderr: out.stderr, exitCode: code }));
+        // Many calls with large output at once wait for each other rather than all hold it together.
+        const size = await fsp.stat(logFile).then((st) => st.size, () => 0);
+        let release: () => void;
+        try {
+          release = size <= UNCOUNTED_OUTPUT ? () => undefined : await outputBudget.acquire(Math.min(size, max), o.signal);
+        } catch {
+          return settle(() => reject(new SkiffError('DeadlineExceeded', 'exec cancelled by the client while its output waited to be read')));
+        }
+        let out: { stdout: Buffer; stderr: Buffer };
+        try {
+          out = size ? await readCriLog(logFile, max) : { stdout: Buffer.alloc(0), stderr: Buffer.alloc(0) };
+        } catch (err) {
+          release();
+          return settle(() => reject(new SkiffError('Internal', `exec in ${o.containerId}: cannot read its output: ${(err as Error).message}`)));
+        }
+        settle(() => resolve({ ...out, exitCode: code, release }));
       })();
     });
   });

@@ -575,7 +575,14 @@ export class ContainerService {
    */
   async execTty(id: string, cmd: string[]): Promise<{ child: ChildProcess; master: number; pidFile: string }> {
     const { c, runtime, tmp, processJson } = await this.prepareExec(id, cmd, true);
-    const { master, slave } = openpty();
+    let pty: { master: number; slave: number };
+    try {
+      pty = openpty();
+    } catch (err) {
+      await fsp.rm(tmp, { recursive: true, force: true });
+      throw err;
+    }
+    const { master, slave } = pty;
     // No other child may inherit either side: a stray copy keeps the terminal open.
     setCloexec(master);
     setCloexec(slave);
@@ -668,7 +675,13 @@ export class ContainerService {
     const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-exec-'));
     const processJson = path.join(tmp, 'process.json');
     const env = terminal && !c.spec.process.env.some((e) => e.startsWith('TERM=')) ? [...c.spec.process.env, 'TERM=xterm'] : c.spec.process.env;
-    await fsp.writeFile(processJson, JSON.stringify({ ...c.spec.process, env, terminal, args: cmd }));
+    try {
+      await fsp.writeFile(processJson, JSON.stringify({ ...c.spec.process, env, terminal, args: cmd }));
+    } catch (err) {
+      // (EMFILE, ENOSPC): the directory is nobody's once this fails.
+      await fsp.rm(tmp, { recursive: true, force: true });
+      throw err;
+    }
     return { c, runtime, tmp, processJson };
   }
 

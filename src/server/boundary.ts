@@ -58,3 +58,48 @@ export function unimplemented(method: string, log: Logger, what: string): grpc.h
     throw new SkiffError('Unimplemented', `${method} is not implemented by skiff yet (${what})`);
   });
 }
+
+const ANSWERED = Symbol('skiff.answered');
+type AnsweredHook = (fn: () => void) => void;
+
+/**
+ * A server interceptor for the methods named: each request message carries a
+ * hook that runs callbacks once the call's answer has been written out (its
+ * status is sent only after its message has been written) or the call has
+ * ended otherwise. Memory held for an answer is then held exactly as long as
+ * the client takes to read it.
+ */
+export function answerTracker(paths: Set<string>): grpc.ServerInterceptor {
+  return (method, call) => {
+    if (!paths.has(method.path)) return new grpc.ServerInterceptingCall(call);
+    const waiting: Array<() => void> = [];
+    let done = false;
+    const fire = () => {
+      if (done) return;
+      done = true;
+      for (const fn of waiting.splice(0)) fn();
+    };
+    const hook: AnsweredHook = (fn) => (done ? fn() : void waiting.push(fn));
+    return new grpc.ServerInterceptingCall(call, {
+      start: (next) =>
+        next({
+          onReceiveMessage: (message, nextMessage) => {
+            if (message && typeof message === 'object') Object.defineProperty(message, ANSWERED, { value: hook });
+            nextMessage(message);
+          },
+          onCancel: fire,
+        }),
+      sendStatus: (status, next) => {
+        next(status);
+        fire();
+      },
+    });
+  };
+}
+
+/** Runs `fn` once the answer to the call that received `request` has left (see answerTracker). */
+export function whenAnswered(request: object, fn: () => void): void {
+  const hook = (request as { [ANSWERED]?: AnsweredHook })[ANSWERED];
+  if (hook) hook(fn);
+  else setImmediate(fn);
+}

@@ -18,6 +18,8 @@ import type { ContainerRecord, ContainerService } from '../container/service.js'
 import { wireNs } from '../container/time.js';
 import { checkId, checkLogPath, checkName, notTheOtherKind } from './ids.js';
 import { matchLabels } from './sandbox.js';
+import { checkCommand } from './streaming.js';
+import { whenAnswered } from './boundary.js';
 
 function toContainer(c: Readonly<ContainerRecord>): Container {
   return {
@@ -105,7 +107,11 @@ export function containerHandlers(containers: ContainerService, sandboxes?: { fi
       const cancel = new AbortController();
       call?.on('cancelled', () => cancel.abort());
       if (call?.cancelled) cancel.abort();
-      const r = await containers.execSync(need(req.containerId, 'ExecSync'), req.cmd, Number(req.timeout), cancel.signal);
+      const id = need(req.containerId, 'ExecSync');
+      checkCommand('ExecSync', req.cmd);
+      const r = await containers.execSync(id, req.cmd, Number(req.timeout), cancel.signal);
+      // The output counts against the daemon's ExecSync budget until the answer has left.
+      whenAnswered(req, r.release);
       return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
     },
   };

@@ -13,6 +13,9 @@ import { nowWireNs } from '../container/time.js';
 
 export type ContainerEventType = 'CONTAINER_CREATED_EVENT' | 'CONTAINER_STARTED_EVENT' | 'CONTAINER_STOPPED_EVENT' | 'CONTAINER_DELETED_EVENT';
 
+/** Events one subscriber may leave unread before it is dropped (each can carry a whole pod's statuses). */
+export const MAX_PENDING_EVENTS = 256;
+
 export class ContainerEvents {
   private readonly streams = new Set<grpc.ServerWritableStream<unknown, unknown>>();
   private sandboxes?: SandboxService;
@@ -41,7 +44,8 @@ export class ContainerEvents {
     };
     for (const s of this.streams) {
       // A stream that cannot keep up is dropped rather than buffered without bound.
-      if (!s.write(event) && s.writableLength > 1 << 20) {
+      // (The stream holds objects: its writableLength counts events, not bytes.)
+      if (!s.write(event) && s.writableLength > MAX_PENDING_EVENTS) {
         this.log.warn('dropping a slow container event stream');
         s.end();
         this.streams.delete(s);

@@ -6,7 +6,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { SkiffError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { toServiceError, unary, unimplemented, type UnaryHandler } from './boundary.js';
+import { answerTracker, toServiceError, unary, unimplemented, type UnaryHandler } from './boundary.js';
 import { loadCri } from './proto.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -47,6 +47,8 @@ export function createGrpcServer(runtime: Handlers, image: Handlers, log: Logger
   const server = new grpc.Server({
     'grpc.max_receive_message_length': 16 << 20,
     'grpc.max_send_message_length': 16 << 20,
+    // ExecSync answers can be large: their output stays counted until the client has taken them.
+    interceptors: [answerTracker(new Set(['/runtime.v1.RuntimeService/ExecSync']))],
   });
   register(server, cri.runtime.v1.RuntimeService.service, 'runtime.v1.RuntimeService', runtime, streams, log);
   register(server, cri.runtime.v1.ImageService.service, 'runtime.v1.ImageService', image, {}, log);

@@ -153,6 +153,7 @@ export class AuthorityRewriter extends Transform {
       this.push(this.buf.subarray(0, PREFACE.length));
       this.buf = this.buf.subarray(PREFACE.length);
       this.prefaceDone = true;
+      this.emit('preface');
     }
     const out: Buffer[] = [];
     let passStart = 0;
@@ -315,18 +316,36 @@ export interface AuthorityProxy {
   destroyConnections(): void;
 }
 
+/** Client connections relayed at once; more are closed as they come. Each costs three descriptors. */
+export const MAX_CRI_CONNECTIONS = 1024;
+/** How long a client has to send the HTTP/2 preface. */
+export const PREFACE_TIMEOUT_MS = 10_000;
+
 /** Listens on `publicPath` and relays each connection to `privatePath`. */
 export function startAuthorityProxy(publicPath: string, privatePath: string, log: Logger, limits: Partial<RewriterLimits> = {}): AuthorityProxy {
   const sockets = new Set<net.Socket>();
+  let dropped = 0;
   const server = net.createServer((client) => {
+    if (dropped) {
+      log.info('CRI connections accepted again', { refused: dropped });
+      dropped = 0;
+    }
     const upstream = net.connect(privatePath);
     const rewriter = new AuthorityRewriter(limits);
     const watcher = new ServerFrameWatcher((id, value) => rewriter.serverSettings(id, value));
     sockets.add(client);
     let closed = false;
+    // A client that never starts speaking HTTP/2 is not held for ever.
+    const prefaceTimer = setTimeout(() => {
+      log.debug('CRI client sent no HTTP/2 preface in time; closing its connection', { ms: PREFACE_TIMEOUT_MS });
+      close();
+    }, PREFACE_TIMEOUT_MS);
+    prefaceTimer.unref();
+    rewriter.once('preface', () => clearTimeout(prefaceTimer));
     const close = (err?: Error) => {
       if (closed) return;
       closed = true;
+      clearTimeout(prefaceTimer);
       sockets.delete(client);
       upstream.destroy();
       if (err instanceof H2ConnectionError) {
@@ -351,6 +370,11 @@ export function startAuthorityProxy(publicPath: string, privatePath: string, log
     upstream.on('close', () => close());
     client.pipe(rewriter).pipe(upstream);
     upstream.pipe(watcher).pipe(client);
+  });
+  server.maxConnections = MAX_CRI_CONNECTIONS;
+  server.on('drop', () => {
+    // One warning per burst, not one per refused connection.
+    if (dropped++ === 0) log.warn('too many CRI connections at once; refusing new ones', { max: MAX_CRI_CONNECTIONS });
   });
   server.listen(publicPath);
   return {

@@ -5,6 +5,17 @@ import { failedPrecondition, invalidArgument } from '../errors.js';
 import type { ContainerService } from '../container/service.js';
 import type { SandboxService } from '../sandbox/service.js';
 import type { StreamingServer } from '../streaming/server.js';
+import { commandBytes } from '../streaming/tokens.js';
+
+/** The largest command Exec and ExecSync accept: far more than any exec could run. */
+export const MAX_COMMAND_BYTES = 1024 * 1024;
+
+/** Refuses a command larger than any exec could run, before it is stored or written anywhere. */
+export function checkCommand(rpc: string, cmd: string[]): void {
+  if (!cmd.length) throw invalidArgument(`${rpc}: cmd is empty`);
+  const n = commandBytes(cmd);
+  if (n > MAX_COMMAND_BYTES) throw invalidArgument(`${rpc}: cmd is too large (${n} bytes counting 32 per argument; at most ${MAX_COMMAND_BYTES})`);
+}
 
 export function streamingHandlers(streaming: StreamingServer, sandboxes: SandboxService, containers: ContainerService) {
   return {
@@ -12,7 +23,7 @@ export function streamingHandlers(streaming: StreamingServer, sandboxes: Sandbox
       if (!req.containerId) throw invalidArgument('Exec: container_id is required');
       const c = containers.mustGet(req.containerId);
       if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
-      if (!req.cmd.length) throw invalidArgument('Exec: cmd is empty');
+      checkCommand('Exec', req.cmd);
       if (!req.stdin && !req.stdout && !req.stderr) throw invalidArgument('Exec: one of stdin, stdout or stderr must be set');
       if (req.tty && req.stderr) throw invalidArgument('Exec: tty and stderr cannot both be set (a terminal has one output)');
       return { url: streaming.issue({ kind: 'exec', containerId: c.id, cmd: req.cmd, tty: req.tty, stdin: req.stdin, stdout: req.stdout, stderr: req.stderr }) };

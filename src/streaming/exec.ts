@@ -24,13 +24,19 @@ export interface ExecDeps {
   startExecTty: (containerId: string, cmd: string[]) => Promise<ExecTty>;
 }
 
-/** Terminal size messages arrive as concatenated JSON objects ({"Width":80,"Height":24}). */
+const isDimension = (n: unknown): n is number => typeof n === 'number' && Number.isInteger(n) && n >= 0 && n <= 0xffff;
+
+/**
+ * Terminal size messages arrive as concatenated JSON objects
+ * ({"Width":80,"Height":24}); sizes are 16-bit, as the kubelet's are, and
+ * any other message is ignored.
+ */
 export function parseResizes(text: string): Array<{ width: number; height: number }> {
   const out: Array<{ width: number; height: number }> = [];
   for (const m of text.matchAll(/\{[^{}]*\}/g)) {
     try {
-      const j = JSON.parse(m[0]) as { Width?: number; Height?: number };
-      if (typeof j.Width === 'number' && typeof j.Height === 'number') out.push({ width: j.Width, height: j.Height });
+      const j = JSON.parse(m[0]) as { Width?: unknown; Height?: unknown };
+      if (isDimension(j.Width) && isDimension(j.Height)) out.push({ width: j.Width, height: j.Height });
     } catch {
       // a malformed message is ignored, as the kubelet does
     }
@@ -62,11 +68,35 @@ export function startFailure(child: ChildProcess): Promise<Error> | undefined {
   });
 }
 
-/** Reads resize messages from `resize` and applies each. */
+/**
+ * The last size message in `chunk`, found from its end: only the latest size
+ * matters, so the rest of a chunk (however many messages) is never parsed.
+ */
+export function lastResize(chunk: Buffer): { width: number; height: number } | undefined {
+  let end = chunk.length;
+  // A malformed last message is skipped for the one before it, a few times at most.
+  for (let tries = 0; tries < 4 && end > 0; tries++) {
+    const close = chunk.lastIndexOf(0x7d, end - 1);
+    if (close < 0) return undefined;
+    const open = chunk.lastIndexOf(0x7b, close);
+    if (open < 0) return undefined;
+    const found = parseResizes(chunk.subarray(open, close + 1).toString()).pop();
+    if (found) return found;
+    end = open;
+  }
+  return undefined;
+}
+
+/**
+ * Reads resize messages from `resize` and applies the last of each chunk:
+ * only the latest size matters, and a flood of them costs one resize per
+ * chunk read, not one per message.
+ */
 function onResize(resize: NodeJS.ReadableStream | undefined, apply: (cols: number, rows: number) => void): void {
   resize?.on('error', () => undefined);
   resize?.on('data', (d: Buffer) => {
-    for (const r of parseResizes(d.toString())) apply(r.width, r.height);
+    const last = lastResize(d);
+    if (last) apply(last.width, last.height);
   });
 }
 

@@ -17,11 +17,11 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
-import { runAttach, runExec, type ExecChild, type ExecTty } from './exec.js';
+import { runAttach, runExec, type ExecChild, type ExecTty, type Resizer } from './exec.js';
 import { forwardPort, HelperLimit, MAX_PORTFORWARD_STREAMS } from './port-forward.js';
 import { RstStatus, SpdySession, type SpdyStream } from './spdy.js';
 import { flushed, WsChannels, type Outcome, type SessionStreams } from './streams.js';
-import { TokenStore } from './tokens.js';
+import { commandBytes, TokenStore } from './tokens.js';
 
 export { parseResizes } from './exec.js';
 
@@ -74,6 +74,21 @@ const PORTFORWARD_PROTOCOL = 'portforward.k8s.io';
 const STREAM_WAIT_MS = 30_000;
 /** How long a finished session waits for the client to close before closing itself. */
 const LINGER_MS = 1000;
+/**
+ * Connections that have not yet asked for an upgrade: anyone on the host can
+ * open them (no token is needed to connect), so they are bounded in number
+ * and in time. Past the bound, new connections are closed at once.
+ */
+export const MAX_PENDING_CONNECTIONS = 256;
+/**
+ * Sessions open at once. Each holds its connection, two header-compression
+ * contexts and whatever it runs (about 100 KiB in the daemon for an idle
+ * port-forward session): past this, new sessions are refused (503) until
+ * some end, rather than let clients grow the daemon without bound.
+ */
+export const MAX_SESSIONS = 512;
+/** How long a connection has to send its upgrade request. */
+export const UPGRADE_REQUEST_TIMEOUT_MS = 10_000;
 /** The largest WebSocket message accepted (ws' default is 100 MiB). */
 const WS_MAX_PAYLOAD = 1024 * 1024;
 
@@ -118,6 +133,10 @@ export class StreamingServer {
     handleProtocols: (offered: Set<string>) => [...offered].find((p) => WS_EXEC_PROTOCOLS.includes(p)) ?? false,
   });
   private readonly sockets = new Set<Duplex>();
+  /** Connections without an upgrade yet, each with the timer that closes it. */
+  private readonly pending = new Map<net.Socket, NodeJS.Timeout>();
+  private refusedSince = 0;
+  private sessionsRefused = 0;
   private baseUrl = '';
   private readonly idleTimeoutMs: number;
 
@@ -128,7 +147,9 @@ export class StreamingServer {
       res.writeHead(400, { 'content-type': 'text/plain' });
       res.end('this endpoint needs an upgrade to SPDY/3.1 or WebSocket\n');
     });
+    this.server.on('connection', (socket: net.Socket) => this.onConnection(socket));
     this.server.on('upgrade', (req, socket: Duplex, head: Buffer) => {
+      this.settled(socket);
       try {
         this.onUpgrade(req, socket, head);
       } catch (err) {
@@ -159,15 +180,48 @@ export class StreamingServer {
     return this.baseUrl;
   }
 
-  /** A URL for `target`, good once and for the token lifetime. */
+  /** A URL for `target`, good once and for the token lifetime; refused (ResourceExhausted) while too many wait. */
   issue(target: StreamTarget): string {
-    return `${this.baseUrl}/${target.kind}/${this.tokens.issue(target)}`;
+    const weight = 256 + (target.kind === 'exec' ? commandBytes(target.cmd) : 0);
+    return `${this.baseUrl}/${target.kind}/${this.tokens.issue(target, weight)}`;
   }
 
   async close(): Promise<void> {
+    for (const s of this.pending.keys()) s.destroy();
     for (const s of this.sockets) s.destroy();
     this.wss.close();
     await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  /**
+   * A new connection: closed at once past the bound on connections waiting
+   * for their upgrade, and closed if its upgrade request has not come in
+   * time (slow headers, plain requests on a kept-alive connection, silence).
+   */
+  private onConnection(socket: net.Socket): void {
+    if (this.pending.size >= MAX_PENDING_CONNECTIONS) {
+      // One warning per burst, not one per refused connection.
+      if (this.refusedSince === 0) this.d.log.warn('too many streaming connections waiting for their upgrade; refusing new ones', { max: MAX_PENDING_CONNECTIONS });
+      this.refusedSince++;
+      socket.destroy();
+      return;
+    }
+    if (this.refusedSince) {
+      this.d.log.info('streaming connections accepted again', { refused: this.refusedSince });
+      this.refusedSince = 0;
+    }
+    const timer = setTimeout(() => socket.destroy(), UPGRADE_REQUEST_TIMEOUT_MS);
+    timer.unref();
+    this.pending.set(socket, timer);
+    socket.once('close', () => this.settled(socket));
+  }
+
+  /** The connection asked for its upgrade (or closed): it no longer counts as waiting. */
+  private settled(socket: Duplex): void {
+    const timer = this.pending.get(socket as net.Socket);
+    if (timer === undefined) return;
+    clearTimeout(timer);
+    this.pending.delete(socket as net.Socket);
   }
 
   private reject(socket: Duplex, status: number, text: string): void {
@@ -176,6 +230,17 @@ export class StreamingServer {
   }
 
   private onUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): void {
+    if (this.sockets.size >= MAX_SESSIONS) {
+      // The token is left unused: the client may try again once sessions have ended.
+      if (this.sessionsRefused++ === 0) this.d.log.warn('too many streaming sessions open; refusing new ones', { max: MAX_SESSIONS });
+      socket.on('error', () => socket.destroy());
+      this.reject(socket, 503, `too many streaming sessions open (at most ${MAX_SESSIONS}); try again later`);
+      return;
+    }
+    if (this.sessionsRefused) {
+      this.d.log.info('streaming sessions accepted again', { refused: this.sessionsRefused });
+      this.sessionsRefused = 0;
+    }
     this.sockets.add(socket);
     socket.on('close', () => this.sockets.delete(socket));
     socket.on('error', () => socket.destroy());
@@ -229,7 +294,7 @@ export class StreamingServer {
     if (t.kind === 'exec') {
       runExec(this.d, t.containerId, t.cmd, t.tty, io).catch((err) => io.finish({ kind: 'failure', message: errorMessage(err) }));
     } else {
-      runAttach(t.bundle, t.containerId, (cols, rows) => resizeConmon(t.bundle, cols, rows), io);
+      runAttach(t.bundle, t.containerId, conmonResizer(t.bundle), io);
     }
   }
 
@@ -394,11 +459,31 @@ export class StreamingServer {
   static readonly webSocketProtocols = WS_EXEC_PROTOCOLS;
 }
 
-/** conmon's control FIFO takes "<type> <height> <width>"; type 1 resizes the terminal. */
-function resizeConmon(bundle: string, cols: number, rows: number): void {
-  fs.open(path.join(bundle, 'ctl'), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK, (err, fd) => {
-    if (err) return;
-    fs.write(fd, `1 ${rows} ${cols}\n`, () => fs.close(fd, () => undefined));
-  });
+/**
+ * Resizes a container's terminal through conmon's control FIFO, which takes
+ * "<type> <height> <width>" (type 1 resizes). One write at a time per
+ * session: a size that arrives meanwhile replaces any waiting one, so a
+ * flood of resizes never holds more than one open descriptor.
+ */
+function conmonResizer(bundle: string): Resizer {
+  let busy = false;
+  let waiting: [number, number] | undefined;
+  const done = () => {
+    busy = false;
+    const next = waiting;
+    waiting = undefined;
+    if (next) resize(...next);
+  };
+  const resize = (cols: number, rows: number): void => {
+    if (busy) {
+      waiting = [cols, rows];
+      return;
+    }
+    busy = true;
+    fs.open(path.join(bundle, 'ctl'), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK, (err, fd) => {
+      if (err) return done();
+      fs.write(fd, `1 ${rows} ${cols}\n`, () => fs.close(fd, done));
+    });
+  };
+  return resize;
 }
-

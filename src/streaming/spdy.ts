@@ -117,7 +117,15 @@ class HeaderCodec {
   private chain: Promise<unknown> = Promise.resolve();
 
   constructor(kind: 'inflate' | 'deflate') {
-    this.z = kind === 'inflate' ? zlib.createInflate({ dictionary: SPDY3_DICTIONARY }) : zlib.createDeflate({ dictionary: SPDY3_DICTIONARY });
+    // Every session holds two contexts for its whole life, so they are kept small. The peer's
+    // compressor decides the inflate window (up to 32 KiB). Ours compresses a few short
+    // replies: a 2 KiB window and the smallest hash table cost about 10 KiB instead of about
+    // 256 KiB, and any inflater with the dictionary reads them. Header blocks are short, so
+    // small output chunks (Node's default is 16 KiB per context) cost nothing.
+    this.z =
+      kind === 'inflate'
+        ? zlib.createInflate({ dictionary: SPDY3_DICTIONARY, chunkSize: 1024 })
+        : zlib.createDeflate({ dictionary: SPDY3_DICTIONARY, windowBits: 11, memLevel: 1, chunkSize: 1024 });
     this.z.on('error', () => undefined);
   }
 
@@ -307,6 +315,9 @@ export interface SessionOptions {
  */
 export class SpdySession extends EventEmitter {
   private buf: Buffer = Buffer.alloc(0);
+  /** Bytes read after `buf`, not yet joined to it. */
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
   private readonly streams = new Map<number, SpdyStream>();
   private readonly inflate = new HeaderCodec('inflate');
   private readonly deflate = new HeaderCodec('deflate');
@@ -385,10 +396,25 @@ export class SpdySession extends EventEmitter {
 
   private onBytes(d: Buffer): void {
     if (this.closed) return;
-    this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
-    // Frames are cut out one at a time as they are handled, so unread input stays one buffer.
-    if (this.buf.length > UNHANDLED_INPUT_LIMIT) this.setPaused('queue', true);
+    // Chunks wait in a list until a whole frame is in: each byte is copied once, not once per chunk.
+    this.pending.push(d);
+    this.pendingBytes += d.length;
+    if (this.buffered > UNHANDLED_INPUT_LIMIT) this.setPaused('queue', true);
     void this.handleFrames();
+  }
+
+  private get buffered(): number {
+    return this.buf.length + this.pendingBytes;
+  }
+
+  /** Makes the first `n` buffered bytes contiguous in `buf`; false while fewer have come. */
+  private gather(n: number): boolean {
+    if (this.buf.length >= n) return true;
+    if (this.buffered < n) return false;
+    this.buf = Buffer.concat([this.buf, ...this.pending]);
+    this.pending = [];
+    this.pendingBytes = 0;
+    return true;
   }
 
   /** Frames are handled one after another: header blocks share one zlib context. */
@@ -396,10 +422,10 @@ export class SpdySession extends EventEmitter {
     if (this.handling) return;
     this.handling = true;
     try {
-      while (!this.closed && this.buf.length >= 8) {
+      while (!this.closed && this.gather(8)) {
         const len = this.buf.readUInt32BE(4) & 0xffffff;
         if (len > MAX_FRAME) return this.protocolError('frame too large');
-        if (this.buf.length < 8 + len) break;
+        if (!this.gather(8 + len)) break;
         const f = this.buf.subarray(0, 8 + len);
         this.buf = this.buf.subarray(8 + len);
         try {
@@ -408,9 +434,13 @@ export class SpdySession extends EventEmitter {
           this.protocolError((e as Error).message);
         }
       }
+      if (this.closed) return;
       // What is left is less than a frame: keep a copy, not a view into a large chunk.
       if (this.buf.length && this.buf.byteOffset) this.buf = Buffer.from(this.buf);
-      if (this.buf.length <= UNHANDLED_INPUT_LIMIT) this.setPaused('queue', false);
+      // Reading goes on while less than a whole frame is buffered, however large
+      // (up to MAX_FRAME): stopping then would wait for ever for the frame's end.
+      const frameEnd = this.gather(8) ? 8 + (this.buf.readUInt32BE(4) & 0xffffff) : 8;
+      if (this.buffered <= UNHANDLED_INPUT_LIMIT || this.buffered < frameEnd) this.setPaused('queue', false);
     } finally {
       this.handling = false;
     }
@@ -586,6 +616,8 @@ export class SpdySession extends EventEmitter {
     if (this.closed) return;
     this.closed = true;
     this.buf = Buffer.alloc(0);
+    this.pending = [];
+    this.pendingBytes = 0;
     this.outbox = [];
     this.outboxBytes = 0;
     for (const s of [...this.streams.values()]) s.onReset();

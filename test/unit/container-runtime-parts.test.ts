@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseCriLog } from '../../src/container/exec-sync.js';
+import { ByteBudget, parseCriLog, readCriLog } from '../../src/container/exec-sync.js';
 import { parseStartTime } from '../../src/container/proc.js';
 import { CpuRates, oomKilled } from '../../src/container/stats.js';
 import { nowWireNs, wireNs } from '../../src/container/time.js';
@@ -92,37 +92,57 @@ describe('parseCriLog', () => {
   });
 });
 
-describe('parseCriLog on what a hostile command can print', () => {
-  const line = (s: string) => `2026-01-01T00:00:00.000000001Z ${s}\n`;
-
-  it('cuts each stream at the limit, whole lines and partial ones alike', () => {
-    const log = Buffer.from(line('stdout F 0123456789') + line('stderr P abc') + line('stdout F abcdef') + line('stderr F def'));
-    const out = parseCriLog(log, 14);
-    expect(out.stdout.toString()).toBe('0123456789\nabc');
-    expect(out.stderr.toString()).toBe('abcdef\n');
-    expect(parseCriLog(log, 0).stdout.length).toBe(0);
+describe('readCriLog', () => {
+  it('reads a log larger than its chunk, line by line, and keeps at most `max` bytes of both streams together', async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-crilog-'));
+    try {
+      const file = path.join(dir, 'log');
+      const lines: string[] = [];
+      let stdout = '';
+      let stderr = '';
+      for (let i = 0; i < 20_000; i++) {
+        const text = `line ${i} ${'x'.repeat(i % 97)}`;
+        const stream = i % 3 === 0 ? 'stderr' : 'stdout';
+        const tag = i % 5 === 0 ? 'P' : 'F';
+        lines.push(`2026-01-01T00:00:00.000000001Z ${stream} ${tag} ${text}`);
+        const piece = text + (tag === 'F' ? '\n' : '');
+        if (stream === 'stdout') stdout += piece;
+        else stderr += piece;
+      }
+      await fs.writeFile(file, lines.join('\n') + '\n');
+      const all = await readCriLog(file, 1 << 30);
+      expect(all.stdout.toString()).toBe(stdout);
+      expect(all.stderr.toString()).toBe(stderr);
+      const cut = await readCriLog(file, 1000);
+      expect(cut.stdout.length + cut.stderr.length).toBe(1000);
+      expect(stdout.startsWith(cut.stdout.toString())).toBe(true);
+      expect(stderr.startsWith(cut.stderr.toString())).toBe(true);
+    } finally {
+      await fs.rm(dir, { recursive: true, force: true });
+    }
   });
+});
 
-  it('skips lines that are not CRI log lines', () => {
-    const log = Buffer.from(`garbage\n${line('stdin F x')}${line('stdout')}ts stdout F\n${line('stdout X y')}${line('stdout F ok')}`);
-    const out = parseCriLog(log);
-    expect(out.stdout.toString()).toBe('yok\n');
-    expect(out.stderr.length).toBe(0);
-  });
-
-  it('turns a log of 700k empty lines into output without an object per line', () => {
-    const one = Buffer.from(line('stdout F '));
-    const n = 700_000;
-    const log = Buffer.alloc(one.length * n);
-    for (let i = 0; i < n; i++) one.copy(log, i * one.length);
-    const before = process.memoryUsage().heapUsed;
-    const t0 = Date.now();
-    const out = parseCriLog(log, 16 << 20);
-    // A buffer per line was ~160 MiB of heap and over a second of blocked event loop.
-    expect(process.memoryUsage().heapUsed - before).toBeLessThan(16 << 20);
-    expect(Date.now() - t0).toBeLessThan(1000);
-    expect(out.stdout.length).toBe(n);
-    expect(out.stdout.every((b) => b === 10)).toBe(true);
+describe('ByteBudget', () => {
+  it('lets whoever fits go first, lets one oversized user through alone, and drops a waiter whose signal aborts', async () => {
+    const b = new ByteBudget(100);
+    const big = await b.acquire(90);
+    const order: string[] = [];
+    const large = b.acquire(50).then((r) => (order.push('large'), r));
+    const small = await b.acquire(10);
+    order.push('small');
+    const ac = new AbortController();
+    const aborted = b.acquire(60, ac.signal).catch(() => 'aborted');
+    ac.abort();
+    expect(await aborted).toBe('aborted');
+    big();
+    (await large)();
+    small();
+    expect(order).toEqual(['small', 'large']);
+    expect(b.inUse).toBe(0);
+    const huge = await b.acquire(500);
+    expect(b.inUse).toBe(500);
+    huge();
   });
 });
 

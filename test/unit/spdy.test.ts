@@ -349,3 +349,23 @@ describe('SpdySession', () => {
   });
 });
 
+
+describe('SpdySession reading large frames', () => {
+  it('reads a data frame larger than its input mark, arriving in small pieces, to its end', async () => {
+    let got = 0;
+    let ended = false;
+    const { client } = await pair((s) => {
+      s.on('data', (d: Buffer) => (got += d.length));
+      s.on('end', () => (ended = true));
+      void s.reply({});
+    });
+    client.sock.write(await client.synStream(1, { streamtype: 'stdin' }));
+    const frame = dataFrame(1, FLAG_FIN, Buffer.alloc(900 * 1024, 1));
+    for (let at = 0; at < frame.length; at += 16 * 1024) {
+      client.sock.write(frame.subarray(at, at + 16 * 1024));
+      await new Promise((r) => setImmediate(r));
+    }
+    await client.until(() => ended || undefined, 5000);
+    expect(got).toBe(900 * 1024);
+  });
+});

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { parseDuration } from '../../src/cli/main.js';
 import { closeFd, isCloexec, openpty, receiveFd, setCloexec } from '../../src/sys/libc.js';
 import { Terminal } from '../../src/streaming/terminal.js';
+import { lastResize, parseResizes } from '../../src/streaming/exec.js';
 
 /** How late a 10 ms timer fires, at worst, while `during` runs. */
 async function loopLag(during: Promise<unknown>): Promise<number> {
@@ -89,5 +90,16 @@ describe('receiveFd (SCM_RIGHTS)', () => {
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('terminal size messages', () => {
+  it('keeps only 16-bit integer sizes, and finds the last one in a chunk without parsing the rest', () => {
+    expect(parseResizes('{"Width":80,"Height":24}{"Width":-1,"Height":5}{"Width":1.5,"Height":2}{"Width":70000,"Height":1}{"Width":"9","Height":1}')).toEqual([{ width: 80, height: 24 }]);
+    expect(lastResize(Buffer.from('{"Width":80,"Height":24}'.repeat(1000) + '{"Width":120,"Height":50}'))).toEqual({ width: 120, height: 50 });
+    // A malformed or out-of-range last message falls back to the one before it.
+    expect(lastResize(Buffer.from('{"Width":90,"Height":30}{"Width":-4,"Height":3}{nope}'))).toEqual({ width: 90, height: 30 });
+    expect(lastResize(Buffer.from('}{'))).toBeUndefined();
+    expect(lastResize(Buffer.alloc(0))).toBeUndefined();
   });
 });

@@ -24,3 +24,23 @@ describe('execStatus', () => {
     expect(JSON.parse(execStatus(['false'], 1, null))).toMatchObject({ status: 'Failure', reason: 'NonZeroExitCode', details: { causes: [{ reason: 'ExitCode', message: '1' }] } });
   });
 });
+
+describe('TokenStore bounds', () => {
+  it('refuses new tokens past its count or weight, and frees room as tokens are taken or expire', () => {
+    let now = 1000;
+    const store = new TokenStore<string>(60_000, () => now, { maxTokens: 3, maxBytes: 100 });
+    const a = store.issue('a', 10);
+    store.issue('b', 10);
+    store.issue('c', 10);
+    expect(() => store.issue('d', 10)).toThrow(/too many streaming requests/);
+    expect(store.take(a)).toBe('a');
+    const d = store.issue('d', 70);
+    expect(() => store.issue('e', 1)).toThrow(/too many/);
+    store.take(d);
+    expect(() => store.issue('big', 101)).toThrow(/too many/);
+    now += 60_001;
+    // The two left expired: their room is free again.
+    store.issue('f', 100);
+    expect(store.size).toBe(1);
+  });
+});
