@@ -413,7 +413,7 @@ export class RegistrySession {
 
   private sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
-      const t = setTimeout(done, ms).unref();
+      const t = setTimeout(done, ms);
       this.signal?.addEventListener('abort', done, { once: true });
       function done() {
         clearTimeout(t);

@@ -328,7 +328,8 @@ export class CniNetwork {
         return;
       } catch (err) {
         lastErr = err;
-        await new Promise((r) => setTimeout(r, 200 * (i + 1)).unref());
+        // Not unref'd: at start-up this wait may be all that keeps the process alive.
+        await new Promise((r) => setTimeout(r, 200 * (i + 1)));
       }
     }
     throw lastErr;

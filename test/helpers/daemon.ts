@@ -91,8 +91,13 @@ export class SkiffProcess {
     this.child.stdout!.on('data', (d: Buffer) => (this.log += d.toString()));
     this.child.stderr!.on('data', (d: Buffer) => (this.log += d.toString()));
     this.exit = new Promise((resolve) => this.child.once('exit', (code, signal) => resolve({ code, signal })));
+    // 'close' comes once stdout and stderr are drained: the reason for an early exit is then in the log.
+    const closed = new Promise<void>((resolve) => this.child.once('close', () => resolve()));
     await waitFor(`skiff to serve ${this.dirs.socket}`, async () => {
-      if (this.child.exitCode !== null) throw new Error(`skiff exited: ${this.log}`);
+      if (this.child.exitCode !== null) {
+        await closed;
+        throw new Error(`skiff exited (${this.child.exitCode}): ${this.log}`);
+      }
       return this.log.includes('skiff cri serving');
     });
     const cri = loadCri();
