@@ -5,6 +5,7 @@
  * InvalidArgument, and an id of the other kind (a pod's id given as a
  * container's) says so instead of a bare NotFound.
  */
+import net from 'node:net';
 import { invalidArgument } from '../errors.js';
 
 /** Shown in an error: quoted and escaped (NUL and control characters visible), and cut short. */
@@ -54,4 +55,24 @@ export function notTheOtherKind(id: string, found: (id: string) => unknown, othe
     // ambiguous among the other kind: not what this call is about
   }
   if (isOther) throw invalidArgument(`${rpc}: ${shown(id)} is the id of a ${actual}, not of a ${asked}`);
+}
+
+/** A pod's hostname: what the kernel takes (at most 64 bytes), and nothing that breaks the files it is written to. */
+export function checkHostname(value: string, rpc: string): void {
+  if (!value) return;
+  // eslint-disable-next-line no-control-regex
+  if (Buffer.byteLength(value) > 64 || /[\x00-\x20\x7f/]/.test(value)) {
+    throw invalidArgument(`${rpc}: hostname ${shown(value)} is not a host name (at most 64 bytes, with no '/', spaces or control characters)`);
+  }
+}
+
+/** Port mappings: ports in 0-65535 (0 means none) and, when given, a host IP that parses as one. */
+export function checkPortMappings(mappings: Array<{ containerPort: number; hostPort: number; hostIp: string }>, rpc: string): void {
+  for (const [i, m] of mappings.entries()) {
+    for (const [field, port] of [['container_port', m.containerPort], ['host_port', m.hostPort]] as const) {
+      if (!Number.isInteger(port) || port < 0 || port > 65535) throw invalidArgument(`${rpc}: port_mappings[${i}].${field} ${port} is not a port (0-65535)`);
+    }
+    if (m.hostPort > 0 && m.containerPort === 0) throw invalidArgument(`${rpc}: port_mappings[${i}] maps host port ${m.hostPort} to no container port`);
+    if (m.hostIp && net.isIP(m.hostIp) === 0) throw invalidArgument(`${rpc}: port_mappings[${i}].host_ip ${shown(m.hostIp)} is not an IP address`);
+  }
 }

@@ -11,7 +11,7 @@ import type { StopPodSandboxRequest__Output } from '../gen/runtime/v1/StopPodSan
 import { invalidArgument } from '../errors.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowWireNs, wireNs } from '../container/time.js';
-import { checkId, checkName, notTheOtherKind } from './ids.js';
+import { checkHostname, checkId, checkName, checkPortMappings, notTheOtherKind } from './ids.js';
 
 export function matchLabels(labels: Record<string, string>, selector: Record<string, string>): boolean {
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
@@ -51,6 +51,8 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { find(i
       checkName(md?.name ?? '', 'metadata.name', 'RunPodSandbox');
       checkName(md?.namespace ?? '', 'metadata.namespace', 'RunPodSandbox');
       checkName(md?.uid ?? '', 'metadata.uid', 'RunPodSandbox');
+      checkHostname(req.config.hostname, 'RunPodSandbox');
+      checkPortMappings(req.config.portMappings, 'RunPodSandbox');
       return { podSandboxId: await sandboxes.run(req.config, req.runtimeHandler) };
     },
     StopPodSandbox: async (req: StopPodSandboxRequest__Output) => {

@@ -222,6 +222,26 @@ describe.skipIf(!isRoot)('bad input at the CRI door', () => {
     await stillServing();
   });
 
+  it('a hostname or port mapping the kernel or CNI cannot take is INVALID_ARGUMENT before anything is made', async () => {
+    const before = (await fx.skiff.runtime.ListPodSandbox({})).items!.length;
+    const bad: Array<[Record<string, unknown>, RegExp]> = [
+      [{ hostname: 'h'.repeat(65) }, /hostname .* is not a host name/],
+      [{ hostname: 'a/b' }, /hostname .* is not a host name/],
+      [{ hostname: 'two words' }, /hostname .* is not a host name/],
+      [{ portMappings: [{ protocol: 'TCP', containerPort: 80, hostPort: 70000 }] }, /host_port 70000 is not a port/],
+      [{ portMappings: [{ protocol: 'TCP', containerPort: -1, hostPort: 0 }] }, /container_port -1 is not a port/],
+      [{ portMappings: [{ protocol: 'TCP', containerPort: 0, hostPort: 8080 }] }, /maps host port 8080 to no container port/],
+      [{ portMappings: [{ protocol: 'TCP', containerPort: 80, hostPort: 8080, hostIp: 'not-an-ip' }] }, /host_ip .* is not an IP address/],
+    ];
+    for (const [extra, message] of bad) {
+      const err = await codeOf(fx.skiff.runtime.RunPodSandbox({ config: { ...podConfig(), ...extra } }));
+      expect(err.code, JSON.stringify(extra)).toBe(grpc.status.INVALID_ARGUMENT);
+      expect(err.details).toMatch(message);
+    }
+    expect((await fx.skiff.runtime.ListPodSandbox({})).items!.length).toBe(before);
+    await stillServing();
+  });
+
   it('the same RunPodSandbox twice at once: exactly one succeeds, the other is ALREADY_EXISTS', async () => {
     for (let round = 0; round < 5; round++) {
       const config = podConfig();
