@@ -26,20 +26,9 @@ import { TestNetns } from '../helpers/netns.js';
 import { Pusher } from '../helpers/oci.js';
 import { mountsUnder, processesMentioning } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
+import { prng } from '../helpers/prng.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** mulberry32: small, seedable, good enough to pick moments. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface ProcInfo {
   pid: number;
