@@ -4,6 +4,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import { expect } from 'vitest';
 
 /** The daemon's resident set, in bytes (VmRSS). */
 export function rssBytes(pid: number): number {
@@ -87,4 +88,23 @@ export function fdFlags(pid: number, target: RegExp): string[] {
     if (m) out.push(m[1]!);
   }
   return out;
+}
+
+/** What the daemon logs when its crash guard fires (src/daemon.ts): no hostile input may reach it. */
+export const GUARD = 'crash guard';
+
+/**
+ * The end of a hostile-input suite: close the test's clients, tear the pod
+ * fixture down, and fail if the crash guard ever fired or anything leaked.
+ */
+export async function cleanupUnguarded(
+  f: { skiff: { log: string }; cleanup(): Promise<{ mounts: string[]; processes: string[] }> } | undefined,
+  clients: Array<{ close(): void }> = [],
+): Promise<void> {
+  for (const c of clients) c.close();
+  const log = f?.skiff.log ?? '';
+  const leaks = await f?.cleanup();
+  expect(log).not.toContain(GUARD);
+  expect(leaks?.mounts ?? []).toEqual([]);
+  expect(leaks?.processes ?? []).toEqual([]);
 }

@@ -14,13 +14,12 @@ import { codeOf, grpc, repoRoot } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
-import { fdCount, rssBytes } from '../helpers/streaming-probe.js';
+import { cleanupUnguarded, fdCount, GUARD, rssBytes } from '../helpers/streaming-probe.js';
 import { loadCri } from '../../src/server/proto.js';
 import { dataFrame, FLAG_FIN } from '../../src/streaming/spdy.js';
 import { SpdyTestClient } from '../helpers/spdy-client.js';
 
 const MiB = 1024 * 1024;
-const GUARD = 'crash guard';
 
 describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients', () => {
   let f: PodFixture;
@@ -41,14 +40,7 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
     streamPort = Number(new URL(url).port);
   });
 
-  afterAll(async () => {
-    for (const c of clients) c.close();
-    const log = f?.skiff.log ?? '';
-    const leaks = await f?.cleanup();
-    expect(log).not.toContain(GUARD);
-    expect(leaks?.mounts ?? []).toEqual([]);
-    expect(leaks?.processes ?? []).toEqual([]);
-  });
+  afterAll(() => cleanupUnguarded(f, clients));
 
   async function stillServing(): Promise<void> {
     expect(f.skiff.child.exitCode).toBeNull();

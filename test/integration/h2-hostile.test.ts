@@ -4,28 +4,13 @@
  * client loses its connection; every other client keeps getting answers.
  */
 import { spawnSync } from 'node:child_process';
-import { createRequire } from 'node:module';
 import net from 'node:net';
 import fs from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { prng } from '../helpers/prng.js';
-
-const require = createRequire(import.meta.url);
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-const hpack = require('hpack.js') as any;
-
-const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
-
-function frame(type: number, flags: number, stream: number, payload: Buffer): Buffer {
-  const h = Buffer.alloc(9);
-  h.writeUIntBE(payload.length, 0, 3);
-  h[3] = type;
-  h[4] = flags;
-  h.writeUInt32BE(stream >>> 0, 5);
-  return Buffer.concat([h, payload]);
-}
+import { frame, hpack, PREFACE } from '../helpers/h2-frames.js';
 
 function encoder() {
   const c = hpack.compressor.create({ table: { maxSize: 4096 } });

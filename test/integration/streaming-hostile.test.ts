@@ -14,12 +14,11 @@ import { isRoot } from '../helpers/env.js';
 import { processesMentioning, startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
 import { SpdyTestClient, type ClientStream } from '../helpers/spdy-client.js';
-import { childrenOf, closeWaitSockets, fdCount, fdFlags, nofile, rssBytes, setNofile } from '../helpers/streaming-probe.js';
+import { childrenOf, cleanupUnguarded, closeWaitSockets, fdCount, fdFlags, GUARD, nofile, rssBytes, setNofile } from '../helpers/streaming-probe.js';
 import { RawWsClient } from '../helpers/ws-raw.js';
 
 const MiB = 1024 * 1024;
 const dataFrameFor = (id: number, data: Buffer) => dataFrame(id, 0, data);
-const GUARD = 'crash guard';
 const hasCrictl = spawnSync('sh', ['-c', 'command -v crictl']).status === 0;
 
 describe.skipIf(!isRoot)('streaming against hostile clients', () => {
@@ -52,14 +51,7 @@ describe.skipIf(!isRoot)('streaming against hostile clients', () => {
     hostPort = await f.ns.exposePort(streamPort, f.dirs.base);
   });
 
-  afterAll(async () => {
-    for (const c of clients) c.close();
-    const log = f?.skiff.log ?? '';
-    const leaks = await f?.cleanup();
-    expect(log).not.toContain(GUARD);
-    expect(leaks?.mounts ?? []).toEqual([]);
-    expect(leaks?.processes ?? []).toEqual([]);
-  });
+  afterAll(() => cleanupUnguarded(f, clients));
 
   /** The daemon answers, and no input so far reached its crash guard. */
   async function stillServing(): Promise<void> {

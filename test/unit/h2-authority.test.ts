@@ -1,22 +1,7 @@
-import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
 import { AuthorityRewriter, ServerFrameWatcher } from '../../src/server/h2-authority-proxy.js';
 import { BoundedHpackDecoder, HpackError } from '../../src/server/hpack-decoder.js';
-
-const require = createRequire(import.meta.url);
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-const hpack = require('hpack.js') as any;
-
-const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
-
-function frame(type: number, flags: number, stream: number, payload: Buffer): Buffer {
-  const h = Buffer.alloc(9);
-  h.writeUIntBE(payload.length, 0, 3);
-  h[3] = type;
-  h[4] = flags;
-  h.writeUInt32BE(stream, 5);
-  return Buffer.concat([h, payload]);
-}
+import { frame, hpack, PREFACE } from '../helpers/h2-frames.js';
 
 /** Encodes like a Go client: Huffman strings and a dynamic table that carries across requests. */
 function goLikeEncoder() {
