@@ -1,0 +1,161 @@
+/**
+ * The contracts between kubelet-lite's parts. The manifest store, the
+ * CRI-config builders, the prober, the status API and the pod workers each
+ * live in their own module and meet only through these types.
+ */
+import type { ConfigMap, Container, Event, Pod, Probe, Secret } from 'kubernetes-types/core/v1.js';
+import type { ContainerConfig } from '../gen/runtime/v1/ContainerConfig.js';
+import type { PodSandboxConfig } from '../gen/runtime/v1/PodSandboxConfig.js';
+import type { CriEndpoint } from './cri-client.js';
+
+// ---------------------------------------------------------------- labels
+
+/** On every sandbox and container kubelet-lite creates, so a restarted agent can find them. */
+export const MANAGED_BY_LABEL = 'io.skiff.kubelet-lite/managed';
+/** The node name the agent ran as: two agents on one runtime leave each other's pods alone. */
+export const NODE_LABEL = 'io.skiff.kubelet-lite/node';
+// The kubelet's own labels and annotations, so crictl users see what they know.
+export const POD_NAME_LABEL = 'io.kubernetes.pod.name';
+export const POD_NAMESPACE_LABEL = 'io.kubernetes.pod.namespace';
+export const POD_UID_LABEL = 'io.kubernetes.pod.uid';
+export const CONTAINER_NAME_LABEL = 'io.kubernetes.container.name';
+export const RESTART_COUNT_ANNOTATION = 'io.kubernetes.container.restartCount';
+export const TERMINATION_MESSAGE_PATH_ANNOTATION = 'io.kubernetes.container.terminationMessagePath';
+export const TERMINATION_MESSAGE_POLICY_ANNOTATION = 'io.kubernetes.container.terminationMessagePolicy';
+export const TERMINATION_GRACE_ANNOTATION = 'io.kubernetes.pod.terminationGracePeriod';
+/** Which list a container came from: "init", "sidecar" or "app". */
+export const CONTAINER_TYPE_LABEL = 'io.skiff.kubelet-lite/container-type';
+
+// ---------------------------------------------------------------- manifests
+
+/** Where an object was read from: the file, the document's index in it and its first line (1-based). */
+export interface ObjectSource {
+  file: string;
+  document: number;
+  line: number;
+}
+
+/** A manifest (or one document of it) that could not be used, with the reason. */
+export interface ManifestProblem {
+  file: string;
+  line: number;
+  /** The object's kind/namespace/name when it got that far. */
+  object?: string;
+  reason: string;
+}
+
+/** One object from the manifest directory, of any kind, as parsed (no defaults applied). */
+export interface StoredObject {
+  apiVersion: string;
+  kind: string;
+  namespace: string;
+  name: string;
+  /** Stable for an unchanged object; changes when its content changes (as the kubelet's static pod UID). */
+  uid: string;
+  object: Record<string, unknown>;
+  source: ObjectSource;
+}
+
+export type ChangeType = 'added' | 'modified' | 'deleted';
+
+export interface ObjectChange {
+  type: ChangeType;
+  /** For 'deleted' the last version; otherwise the new one. */
+  object: StoredObject;
+}
+
+/** Every object of every kind read from the manifest directory, keyed by kind/namespace/name. */
+export interface ObjectLookup {
+  get(kind: string, namespace: string, name: string): StoredObject | undefined;
+  list(kind?: string): StoredObject[];
+  configMap(namespace: string, name: string): ConfigMap | undefined;
+  secret(namespace: string, name: string): Secret | undefined;
+}
+
+/** A Pod ready to run: validated, with the API server's defaults applied, or the reasons it is not. */
+export type PodValidation = { ok: true; pod: Pod } | { ok: false; reasons: string[] };
+
+// ---------------------------------------------------------------- CRI configs
+
+/** What the CRI-config builders and the volume manager need to know about one pod. */
+export interface PodContext {
+  /** Validated and defaulted. */
+  pod: Pod;
+  uid: string;
+  nodeName: string;
+  hostIP: string;
+  /** Known once the sandbox runs. */
+  podIP?: string;
+  clusterDomain: string;
+  /** Nameservers for ClusterFirst pods. */
+  clusterDNS: string[];
+  /** The host's resolver config, for Default pods (and ClusterFirst pods when clusterDNS is empty). */
+  hostResolvConf: string;
+  /** <root-dir>/pods/<uid>: volumes, etc-hosts, termination logs. */
+  podDir: string;
+  objects: ObjectLookup;
+}
+
+/** A container spec that cannot be turned into a CRI config (a missing ConfigMap key, a bad subPath...). */
+export class ContainerConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ContainerConfigError';
+  }
+}
+
+export interface ConfigBuilder {
+  sandboxConfig(ctx: PodContext, attempt: number): PodSandboxConfig;
+  /** `volumes` maps each pod volume's name to the host path prepared for it. */
+  containerConfig(
+    ctx: PodContext,
+    container: Container,
+    opts: { kind: 'init' | 'sidecar' | 'app'; restartCount: number; image: string; volumes: Map<string, string>; etcHosts?: string },
+  ): ContainerConfig;
+}
+
+export interface VolumeManager {
+  /** Makes every volume of the pod ready on the host; returns name → host path. Idempotent. */
+  setUp(ctx: PodContext): Promise<Map<string, string>>;
+  /** Re-renders configMap, secret, downwardAPI and projected volumes in place (atomically). */
+  refresh(ctx: PodContext): Promise<void>;
+  /** Writes the kubelet-style managed /etc/hosts for the pod (needs podIP) and returns its path. */
+  writeEtcHosts(ctx: PodContext): Promise<string>;
+  /** Unmounts and removes everything under the pod's directory. Idempotent. */
+  tearDown(uid: string): Promise<void>;
+}
+
+// ---------------------------------------------------------------- probes and hooks
+
+export type ProbeKind = 'liveness' | 'readiness' | 'startup';
+export type ProbeResult = 'success' | 'failure' | 'unknown';
+
+export interface ProbeOutcome {
+  result: ProbeResult;
+  /** What failed, as the kubelet's Unhealthy event says it ("HTTP probe failed with statuscode: 500"). */
+  message: string;
+}
+
+/** Where probes and hooks reach a container. */
+export interface ProbeTarget {
+  containerId: string;
+  podIP: string;
+  container: Container;
+}
+
+export interface ProbeRunner {
+  probe(probe: Probe, target: ProbeTarget): Promise<ProbeOutcome>;
+}
+
+// ---------------------------------------------------------------- status API
+
+/** Read-only views the status API and the CLI serve. Everything returned is a copy. */
+export interface AgentView {
+  pods(): Pod[];
+  pod(namespace: string, name: string): Pod | undefined;
+  events(): Event[];
+  problems(): ManifestProblem[];
+  /** The CRI log file of a container (the previous instance's with `previous`). */
+  logPath(namespace: string, pod: string, container: string, previous: boolean): Promise<string | undefined>;
+  cri: CriEndpoint;
+}
