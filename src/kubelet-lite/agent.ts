@@ -1,0 +1,464 @@
+/**
+ * kubelet-lite's sync loop (the kubelet's syncLoop): manifest changes, runtime
+ * events, probe results and a slow relist all end in the one place that
+ * decides which pod workers must sync. The agent owns the workers and the
+ * pods' statuses and serves them read-only to the status API.
+ */
+import type { Event, Pod, PodStatus } from 'kubernetes-types/core/v1.js';
+import os from 'node:os';
+import { errorMessage } from '../errors.js';
+import type { Logger } from '../log.js';
+import { Backoff, CONTAINER_BACKOFF } from './backoff.js';
+import { grpcCode, type CriEndpoint } from './cri-client.js';
+import { ImageManager } from './images.js';
+import {
+  MANAGED_BY_LABEL,
+  NODE_LABEL,
+  POD_UID_LABEL,
+  type ConfigBuilder,
+  type ManifestProblem,
+  type ObjectChange,
+  type ObjectLookup,
+  type PodContext,
+  type PodValidation,
+  type StoredObject,
+  type VolumeManager,
+} from './model.js';
+import { PodWorker, type EventSink, type HookRunner, type ProberPort } from './pod-worker.js';
+import { RuntimeObserver } from './runtime-state.js';
+
+/** Where manifests come from: the directory store and its watcher, behind one face. */
+export interface ManifestSource {
+  readonly objects: ObjectLookup;
+  /** Loads everything once, then reports changes until stopped. */
+  start(onChange: (changes: ObjectChange[]) => void): Promise<void>;
+  stop(): void;
+  problems(): ManifestProblem[];
+}
+
+export interface AgentOptions {
+  nodeName: string;
+  rootDir: string;
+  clusterDomain: string;
+  clusterDNS: string[];
+  hostResolvConf: string;
+  hostIP: string;
+  /** How often the runtime is relisted while its event stream works (and when it does not: 1 s). */
+  relistMs?: number;
+}
+
+export interface AgentParts {
+  cri: CriEndpoint;
+  manifests: ManifestSource;
+  validatePod(obj: StoredObject): PodValidation;
+  builder: ConfigBuilder;
+  volumes: VolumeManager;
+  prober: ProberPort;
+  hooks: HookRunner;
+  events: EventSink & { list(): Event[] };
+  qosClass(pod: Pod): string;
+  terminationLogPath(podDir: string, name: string, restartCount: number): string;
+  log: Logger;
+  now?: () => number;
+  /** Metrics hooks. */
+  onPodRunning?: (pod: Pod, latencyMs: number) => void;
+  onRestart?: (pod: Pod, container: string) => void;
+}
+
+export type WatchType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+interface PodEntry {
+  key: string;
+  uid: string;
+  worker?: PodWorker;
+  /** The pod as last reported: spec + status. */
+  view: Pod;
+}
+
+const podKey = (ns: string, name: string) => `${ns}/${name}`;
+
+/** The first non-loopback IPv4 address of this host, as the kubelet picks its node IP. */
+export function detectHostIP(): string {
+  for (const addrs of Object.values(os.networkInterfaces())) {
+    for (const a of addrs ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
+  }
+  return '127.0.0.1';
+}
+
+export class Agent {
+  private readonly workers = new Map<string, PodWorker>();
+  private readonly pods = new Map<string, PodEntry>();
+  private readonly invalid = new Map<string, Pod>();
+  private readonly watchers = new Set<(type: WatchType, pod: Pod) => void>();
+  private readonly observer: RuntimeObserver;
+  private readonly images: ImageManager;
+  private readonly backoff = new Backoff(CONTAINER_BACKOFF);
+  private readonly now: () => number;
+  private runtimeName = 'cri';
+  private events?: { cancel(): void };
+  private relistTimer: NodeJS.Timeout | undefined;
+  private reconnectTimer: NodeJS.Timeout | undefined;
+  private eventsWork = false;
+  private stopped = false;
+  private readonly lastStates = new Map<string, string>();
+  /** uids the runtime holds for this node (from its sandboxes' labels). */
+  private readonly known = new Set<string>();
+
+  constructor(
+    readonly opts: AgentOptions,
+    private readonly parts: AgentParts,
+  ) {
+    this.now = parts.now ?? Date.now;
+    this.observer = new RuntimeObserver(parts.cri);
+    this.images = new ImageManager(parts.cri, this.now);
+  }
+
+  get cri(): CriEndpoint {
+    return this.parts.cri;
+  }
+
+  async start(): Promise<void> {
+    const { cri, log } = this.parts;
+    const v = await cri.runtime.version({ version: '0.1.0' }, 10_000);
+    this.runtimeName = v.runtimeName || 'cri';
+    log.info('kubelet-lite connected to the runtime', { runtime: v.runtimeName, version: v.runtimeVersion, node: this.opts.nodeName });
+    // What this node's agent left running last time: adopted if still wanted, stopped otherwise.
+    const existing = await cri.runtime.listPodSandbox({ filter: { labelSelector: { [MANAGED_BY_LABEL]: 'true', [NODE_LABEL]: this.opts.nodeName } } });
+    for (const sb of existing.items) {
+      const uid = sb.labels[POD_UID_LABEL];
+      if (uid) this.known.add(uid);
+    }
+    this.subscribeEvents();
+    await this.parts.manifests.start((changes) => this.onChanges(changes));
+    this.onChanges([]);
+    for (const uid of this.known) {
+      if (!this.workers.has(uid)) {
+        log.info('stopping a pod no manifest wants any more', { uid });
+        this.terminateOrphan(uid);
+      }
+    }
+    this.scheduleRelist();
+  }
+
+  /** Stops the agent's loops; the pods keep running for the next agent to adopt. */
+  stop(): void {
+    this.stopped = true;
+    this.parts.manifests.stop();
+    this.events?.cancel();
+    if (this.relistTimer) clearTimeout(this.relistTimer);
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    for (const w of this.workers.values()) w.halt();
+  }
+
+  // ------------------------------------------------------------ manifests
+
+  private onChanges(changes: ObjectChange[]): void {
+    if (this.stopped) return;
+    const touchedConfig = new Set<string>();
+    for (const ch of changes) {
+      const o = ch.object;
+      if ((o.kind === 'ConfigMap' || o.kind === 'Secret') && o.apiVersion === 'v1') touchedConfig.add(`${o.kind}/${o.namespace}/${o.name}`);
+    }
+    this.reconcilePods();
+    if (touchedConfig.size) {
+      for (const e of this.pods.values()) {
+        if (e.worker && referencesAny(e.view, touchedConfig)) e.worker.update(this.context(e.view, e.uid), { refreshVolumes: true });
+      }
+    }
+  }
+
+  /** Makes the set of pod workers match the Pods in the manifest directory. */
+  private reconcilePods(): void {
+    const wanted = new Map<string, { obj: StoredObject; v: PodValidation }>();
+    for (const obj of this.parts.manifests.objects.list('Pod')) {
+      if (obj.apiVersion !== 'v1') continue;
+      wanted.set(podKey(obj.namespace, obj.name), { obj, v: this.parts.validatePod(obj) });
+    }
+    // Invalid pods are shown with the reason, never run.
+    const invalidNow = new Set<string>();
+    for (const [key, { obj, v }] of wanted) {
+      if (v.ok) continue;
+      invalidNow.add(key);
+      const pod = invalidPod(obj, v.reasons, this.now());
+      const had = this.invalid.has(key);
+      this.invalid.set(key, pod);
+      this.notify(had ? 'MODIFIED' : 'ADDED', pod);
+    }
+    for (const [key, pod] of this.invalid) {
+      if (!invalidNow.has(key)) {
+        this.invalid.delete(key);
+        if (!this.pods.has(key)) this.notify('DELETED', pod);
+      }
+    }
+    for (const [key, e] of this.pods) {
+      const w = wanted.get(key);
+      if (w?.v.ok && w.obj.uid === e.uid) continue;
+      // Deleted, invalid now, or edited (a new uid): stop the old one first.
+      this.retire(e);
+    }
+    for (const [key, { obj, v }] of wanted) {
+      if (!v.ok) continue;
+      const cur = this.pods.get(key);
+      if (cur && cur.uid === obj.uid) continue;
+      const pod = v.pod;
+      pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name };
+      const entry: PodEntry = { key, uid: obj.uid, view: { ...pod, status: { phase: 'Pending' } } };
+      const previous = cur?.worker;
+      this.pods.set(key, entry);
+      const launch = () => {
+        if (this.stopped || this.pods.get(key) !== entry) return;
+        const worker = this.newWorker(obj.uid, this.context(pod, obj.uid));
+        entry.worker = worker;
+        worker.schedule(0);
+      };
+      if (previous && !previous.isTerminated) void previous.settled().then(launch);
+      else launch();
+      this.notify(cur ? 'MODIFIED' : 'ADDED', entry.view);
+    }
+  }
+
+  private retire(e: PodEntry): void {
+    const w = e.worker;
+    if (w) {
+      w.update(undefined);
+      void w.settled().then(() => {
+        if (w.isTerminated) this.workers.delete(e.uid);
+      });
+    }
+    if (this.pods.get(e.key) === e) {
+      // Keep the pod visible (terminating) until its worker is done.
+      void (w ? w.settled() : Promise.resolve()).then(() => {
+        if (this.pods.get(e.key) === e) {
+          this.pods.delete(e.key);
+          this.notify('DELETED', e.view);
+        }
+      });
+    }
+  }
+
+  private terminateOrphan(uid: string): void {
+    const w = this.newWorker(uid, undefined);
+    w.update(undefined);
+    void w.settled().then(() => this.workers.delete(uid));
+  }
+
+  private context(pod: Pod, uid: string): PodContext {
+    return {
+      pod,
+      uid,
+      nodeName: this.opts.nodeName,
+      hostIP: this.opts.hostIP,
+      clusterDomain: this.opts.clusterDomain,
+      clusterDNS: this.opts.clusterDNS,
+      hostResolvConf: this.opts.hostResolvConf,
+      podDir: `${this.opts.rootDir}/pods/${uid}`,
+      objects: this.parts.manifests.objects,
+    };
+  }
+
+  private newWorker(uid: string, ctx: PodContext | undefined): PodWorker {
+    const p = this.parts;
+    const w = new PodWorker(uid, {
+      cri: p.cri,
+      observer: this.observer,
+      builder: p.builder,
+      volumes: p.volumes,
+      prober: p.prober,
+      hooks: p.hooks,
+      images: this.images,
+      backoff: this.backoff,
+      events: p.events,
+      log: p.log,
+      runtimeName: () => this.runtimeName,
+      qosClass: p.qosClass,
+      terminationLogPath: p.terminationLogPath,
+      now: this.now,
+      onStatus: (id, pod, status) => this.onStatus(id, pod, status),
+      onStarted: (pod, c, restart) => {
+        if (restart) p.onRestart?.(pod, c);
+      },
+      onPodRunning: p.onPodRunning,
+    }, ctx);
+    this.workers.set(uid, w);
+    return w;
+  }
+
+  private onStatus(uid: string, pod: Pod, status: PodStatus): void {
+    const key = podKey(pod.metadata?.namespace ?? 'default', pod.metadata?.name ?? '');
+    const e = this.pods.get(key);
+    if (!e || e.uid !== uid) return;
+    const before = JSON.stringify(e.view.status);
+    e.view = { ...e.view, status };
+    if (JSON.stringify(status) !== before) this.notify('MODIFIED', e.view);
+  }
+
+  /** A probe result changed: the pod's worker looks again. */
+  probeChanged(uid: string): void {
+    this.workers.get(uid)?.schedule(0);
+  }
+
+  // ------------------------------------------------------------ runtime events
+
+  private subscribeEvents(): void {
+    if (this.stopped) return;
+    const started = this.now();
+    this.events = this.parts.cri.containerEvents(
+      (ev) => {
+        this.eventsWork = true;
+        const uid = ev.podSandboxStatus?.labels?.[POD_UID_LABEL] ?? ev.containersStatuses.find((c) => c.id === ev.containerId)?.labels?.[POD_UID_LABEL];
+        if (uid) this.workers.get(uid)?.schedule(0);
+        else this.relistSoon();
+      },
+      (err) => {
+        if (this.stopped) return;
+        const unimplemented = grpcCode(err) === 12;
+        if (unimplemented) {
+          this.parts.log.info('the runtime has no container event stream; relisting every second instead');
+          this.eventsWork = false;
+          return;
+        }
+        this.eventsWork = false;
+        this.parts.log.warn('runtime event stream ended; reconnecting', { err: err ? errorMessage(err) : 'closed' });
+        const wait = this.now() - started > 10_000 ? 200 : 2_000;
+        this.reconnectTimer = setTimeout(() => {
+          this.relistSoon();
+          this.subscribeEvents();
+        }, wait);
+        this.reconnectTimer.unref();
+      },
+    );
+    // An open stream that has sent nothing yet still counts as working.
+    this.eventsWork = true;
+  }
+
+  private relistSoon(): void {
+    if (this.relistTimer) clearTimeout(this.relistTimer);
+    this.relistTimer = setTimeout(() => void this.relist(), 50);
+    this.relistTimer.unref();
+  }
+
+  private scheduleRelist(): void {
+    if (this.stopped) return;
+    const every = this.eventsWork ? (this.opts.relistMs ?? 10_000) : 1_000;
+    this.relistTimer = setTimeout(() => void this.relist(), every);
+    this.relistTimer.unref();
+  }
+
+  /** The safety net under the event stream: any container whose state changed wakes its pod. */
+  private async relist(): Promise<void> {
+    try {
+      const r = await this.parts.cri.runtime.listContainers({ filter: { labelSelector: { [MANAGED_BY_LABEL]: 'true', [NODE_LABEL]: this.opts.nodeName } } }, 30_000);
+      const seen = new Set<string>();
+      for (const c of r.containers) {
+        seen.add(c.id);
+        if (this.lastStates.get(c.id) !== c.state) {
+          this.lastStates.set(c.id, c.state);
+          this.workers.get(c.labels[POD_UID_LABEL] ?? '')?.schedule(0);
+        }
+      }
+      for (const id of this.lastStates.keys()) if (!seen.has(id)) this.lastStates.delete(id);
+    } catch (err) {
+      this.parts.log.warn('relist failed', { err: errorMessage(err) });
+    }
+    this.scheduleRelist();
+  }
+
+  // ------------------------------------------------------------ views
+
+  private notify(type: WatchType, pod: Pod): void {
+    if (!this.watchers.size) return;
+    const copy = structuredClone(pod);
+    for (const w of this.watchers) w(type, copy);
+  }
+
+  watchPods(listener: (type: WatchType, pod: Pod) => void): () => void {
+    this.watchers.add(listener);
+    return () => this.watchers.delete(listener);
+  }
+
+  listPods(): Pod[] {
+    const out: Pod[] = [];
+    for (const e of this.pods.values()) out.push(structuredClone(e.view));
+    for (const [key, p] of this.invalid) if (!this.pods.has(key)) out.push(structuredClone(p));
+    out.sort((a, b) => `${a.metadata?.namespace}/${a.metadata?.name}`.localeCompare(`${b.metadata?.namespace}/${b.metadata?.name}`));
+    return out;
+  }
+
+  getPod(namespace: string, name: string): Pod | undefined {
+    const key = podKey(namespace, name);
+    const e = this.pods.get(key);
+    if (e) return structuredClone(e.view);
+    const inv = this.invalid.get(key);
+    return inv ? structuredClone(inv) : undefined;
+  }
+
+  problems(): ManifestProblem[] {
+    return this.parts.manifests.problems();
+  }
+
+  listEvents(): Event[] {
+    return this.parts.events.list();
+  }
+
+  /** The CRI log file of a pod's container (its previous instance with `previous`). */
+  async logPath(namespace: string, name: string, container: string, previous: boolean): Promise<string | undefined> {
+    const e = this.pods.get(podKey(namespace, name));
+    if (!e) return undefined;
+    const observed = await this.observer.observe(e.uid);
+    const instances = observed.containers.filter((c) => c.name === container);
+    const c = previous ? instances.find((x, i) => i > 0 && x.state === 'exited') ?? undefined : instances[0];
+    return c?.logPath || undefined;
+  }
+
+  /** Counts for the metrics: running pods and containers by state. */
+  counts(): { pods: number; containers: Record<string, number> } {
+    let pods = 0;
+    const containers: Record<string, number> = { running: 0, waiting: 0, terminated: 0 };
+    for (const e of this.pods.values()) {
+      if (e.view.status?.phase === 'Running') pods++;
+      for (const s of [...(e.view.status?.initContainerStatuses ?? []), ...(e.view.status?.containerStatuses ?? [])]) {
+        if (s.state?.running) containers.running!++;
+        else if (s.state?.terminated) containers.terminated!++;
+        else containers.waiting!++;
+      }
+    }
+    return { pods, containers };
+  }
+
+  /** Waits until every worker is idle (tests and shutdown). */
+  async settled(): Promise<void> {
+    await Promise.all([...this.workers.values()].map((w) => w.settled()));
+  }
+}
+
+/** Does the pod use any of these ConfigMaps/Secrets ("Kind/ns/name") in volumes or env? */
+function referencesAny(pod: Pod, refs: Set<string>): boolean {
+  const ns = pod.metadata?.namespace ?? 'default';
+  const has = (kind: string, name?: string) => !!name && refs.has(`${kind}/${ns}/${name}`);
+  for (const v of pod.spec?.volumes ?? []) {
+    if (has('ConfigMap', v.configMap?.name) || has('Secret', v.secret?.secretName)) return true;
+    for (const s of v.projected?.sources ?? []) if (has('ConfigMap', s.configMap?.name) || has('Secret', s.secret?.name)) return true;
+  }
+  for (const c of [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])]) {
+    for (const e of c.env ?? []) if (has('ConfigMap', e.valueFrom?.configMapKeyRef?.name) || has('Secret', e.valueFrom?.secretKeyRef?.name)) return true;
+    for (const e of c.envFrom ?? []) if (has('ConfigMap', e.configMapRef?.name) || has('Secret', e.secretRef?.name)) return true;
+  }
+  return false;
+}
+
+/** How a Pod that did not validate is shown: never run, with its file, line and reasons. */
+function invalidPod(obj: StoredObject, reasons: string[], now: number): Pod {
+  const meta = (obj.object.metadata ?? {}) as Pod['metadata'];
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { ...(typeof meta === 'object' ? meta : {}), name: obj.name, namespace: obj.namespace, uid: obj.uid },
+    spec: { containers: [] },
+    status: {
+      phase: 'Failed',
+      reason: 'InvalidManifest',
+      message: `${obj.source.file}:${obj.source.line}: ${reasons.join('; ')}`,
+      startTime: new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    },
+  };
+}

@@ -1,0 +1,526 @@
+/**
+ * One worker per pod (the kubelet's pod_workers): updates to a pod are
+ * coalesced and synced one at a time, so no two syncs of a pod race. A sync
+ * observes the runtime, asks computePodActions what to do, and does it:
+ * kill, make the sandbox, pull, create and start, then reports the status.
+ */
+import fs from 'node:fs/promises';
+import type { Container, LifecycleHandler, Pod, PodStatus } from 'kubernetes-types/core/v1.js';
+import type { PodSandboxConfig } from '../gen/runtime/v1/PodSandboxConfig.js';
+import { errorMessage } from '../errors.js';
+import type { Logger } from '../log.js';
+import { computePodActions, type KillAction, type ProbeView, type StartAction } from './actions.js';
+import type { Backoff } from './backoff.js';
+import { isNotFound, type CriEndpoint } from './cri-client.js';
+import { grpcDetails, type ImageManager } from './images.js';
+import { ContainerConfigError, type ConfigBuilder, type PodContext, type ProbeTarget, type VolumeManager } from './model.js';
+import { buildPodStatus, type Waiting } from './pod-status.js';
+import type { ObservedContainer, ObservedPod, RuntimeObserver } from './runtime-state.js';
+
+export type EventType = 'Normal' | 'Warning';
+
+/** Where the worker records Kubernetes events. */
+export interface EventSink {
+  record(pod: Pod, type: EventType, reason: string, message: string, container?: string): void;
+}
+
+/** What the worker needs from the prober manager. */
+export interface ProberPort {
+  addContainer(pod: Pod, container: Container, target: ProbeTarget, startedAt: number): void;
+  removeContainer(uid: string, name: string): void;
+  removePod(uid: string): void;
+  ready(uid: string, name: string): boolean;
+  started(uid: string, name: string): boolean;
+  /** Why a container must be killed (liveness or startup failed), or undefined. */
+  unhealthy(uid: string, name: string): string | undefined;
+  /** The container was killed for being unhealthy: forget that verdict. */
+  clearUnhealthy(uid: string, name: string): void;
+}
+
+export interface HookRunner {
+  (handler: LifecycleHandler, target: ProbeTarget, timeoutMs: number): Promise<{ ok: boolean; message: string }>;
+}
+
+export interface WorkerDeps {
+  cri: CriEndpoint;
+  observer: RuntimeObserver;
+  builder: ConfigBuilder;
+  volumes: VolumeManager;
+  prober: ProberPort;
+  hooks: HookRunner;
+  images: ImageManager;
+  backoff: Backoff;
+  events: EventSink;
+  log: Logger;
+  runtimeName: () => string;
+  qosClass: (pod: Pod) => string;
+  terminationLogPath: (podDir: string, name: string, restartCount: number) => string;
+  now: () => number;
+  /** Called after every sync with the pod's new status. */
+  onStatus: (uid: string, pod: Pod, status: PodStatus) => void;
+  /** Called when a container the worker started began running (for metrics). */
+  onStarted?: (pod: Pod, container: string, restart: boolean) => void;
+  /** Called once when every container of the pod first runs. */
+  onPodRunning?: (pod: Pod, latencyMs: number) => void;
+}
+
+/** A sync that failed is retried after this long (the kubelet retries on its next resync). */
+const RETRY_MS = 2_000;
+/** A pod with nothing to wait for is still synced this often, as the kubelet's resync. */
+const RESYNC_MS = 60_000;
+const TERMINATION_MESSAGE_MAX = 4096;
+
+export class PodWorker {
+  private desired: PodContext | undefined;
+  private sandboxConfig: PodSandboxConfig | undefined;
+  private sandboxId = '';
+  private etcHosts: string | undefined;
+  private volumePaths: Map<string, string> | undefined;
+  private readonly waiting = new Map<string, Waiting>();
+  private readonly messages = new Map<string, string>();
+  private podMessage: { reason: string; message: string } | undefined;
+  status: PodStatus | undefined;
+  private busy = false;
+  private dirty = false;
+  private timer: NodeJS.Timeout | undefined;
+  private timerAt = 0;
+  private terminated = false;
+  private halted = false;
+  private refreshVolumes = false;
+  private readonly createdAt: number;
+  private reportedRunning = false;
+  private idle: Array<() => void> = [];
+  /** The pod the worker last ran, kept for events and status after deletion. */
+  private lastPod: Pod | undefined;
+
+  constructor(
+    readonly uid: string,
+    private readonly deps: WorkerDeps,
+    ctx: PodContext | undefined,
+  ) {
+    this.desired = ctx;
+    this.lastPod = ctx?.pod;
+    this.createdAt = deps.now();
+  }
+
+  get pod(): Pod | undefined {
+    return this.lastPod;
+  }
+
+  get isTerminated(): boolean {
+    return this.terminated;
+  }
+
+  /** A new desired state: the pod (same uid, e.g. a ConfigMap it uses changed) or undefined to stop it. */
+  update(ctx: PodContext | undefined, opts: { refreshVolumes?: boolean } = {}): void {
+    this.desired = ctx;
+    if (ctx) this.lastPod = ctx.pod;
+    if (opts.refreshVolumes) this.refreshVolumes = true;
+    this.schedule(0);
+  }
+
+  /** Stops scheduling syncs (the agent is shutting down; its pods keep running). */
+  halt(): void {
+    this.halted = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Resolves once the worker has nothing left to do (used after termination). */
+  settled(): Promise<void> {
+    if (!this.busy && !this.dirty) return Promise.resolve();
+    return new Promise((resolve) => this.idle.push(resolve));
+  }
+
+  schedule(delayMs: number): void {
+    if (this.terminated || this.halted) return;
+    if (delayMs <= 0) {
+      if (this.timer) clearTimeout(this.timer);
+      this.timer = undefined;
+      this.dirty = true;
+      if (!this.busy) void this.loop();
+      return;
+    }
+    const at = this.deps.now() + delayMs;
+    if (this.timer && this.timerAt <= at) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timerAt = at;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.schedule(0);
+    }, delayMs);
+    this.timer.unref();
+  }
+
+  private async loop(): Promise<void> {
+    this.busy = true;
+    try {
+      while (this.dirty && !this.terminated) {
+        this.dirty = false;
+        let next = RESYNC_MS;
+        try {
+          next = this.desired ? await this.sync(this.desired) : (await this.terminate(), 0);
+        } catch (err) {
+          this.deps.log.warn('pod sync failed', { pod: this.name(), err: errorMessage(err) });
+          next = RETRY_MS;
+        }
+        if (next > 0) this.schedule(next);
+      }
+    } finally {
+      this.busy = false;
+      if (!this.dirty) {
+        const waiters = this.idle;
+        this.idle = [];
+        for (const w of waiters) w();
+      }
+    }
+  }
+
+  private name(): string {
+    const m = this.lastPod?.metadata;
+    return `${m?.namespace ?? ''}/${m?.name ?? this.uid}`;
+  }
+
+  private event(type: EventType, reason: string, message: string, container?: string): void {
+    if (this.lastPod) this.deps.events.record(this.lastPod, type, reason, message, container);
+  }
+
+  private probeView(): ProbeView {
+    return {
+      unhealthy: (n) => this.deps.prober.unhealthy(this.uid, n),
+      started: (n) => this.deps.prober.started(this.uid, n),
+    };
+  }
+
+  /** One sync; returns when the worker wants to look again (ms). */
+  private async sync(ctx: PodContext): Promise<number> {
+    const { cri, observer } = this.deps;
+    const pod = ctx.pod;
+    let observed = await observer.observe(this.uid);
+    await this.readTerminationMessages(ctx, observed);
+    const actions = computePodActions(pod, observed, this.probeView());
+    let changed = false;
+    let wakeAt = Infinity;
+
+    for (const k of actions.kill) {
+      await this.kill(ctx, k, pod.spec?.terminationGracePeriodSeconds ?? 30);
+      changed = true;
+    }
+    if (actions.createSandbox || actions.removeSandboxes.length) {
+      for (const id of actions.removeSandboxes) await this.removeSandbox(id);
+      changed = true;
+    }
+
+    let sandbox = observed.sandboxes[0];
+    if (actions.createSandbox) {
+      if (!(await this.makeSandbox(ctx, actions.sandboxAttempt))) return RETRY_MS * 2;
+      observed = await observer.observe(this.uid);
+      sandbox = observed.sandboxes[0];
+      changed = false;
+    }
+    if (sandbox && sandbox.id !== this.sandboxId) {
+      // Adopted (the agent restarted) or new: learn its config and write the pod's files.
+      this.sandboxId = sandbox.id;
+      this.sandboxConfig = this.deps.builder.sandboxConfig(ctx, sandbox.attempt);
+      this.etcHosts = undefined;
+    }
+    if (sandbox?.ready) {
+      ctx.podIP = sandbox.ip;
+      if (this.refreshVolumes) {
+        this.refreshVolumes = false;
+        await this.deps.volumes.refresh(ctx).catch((err) => this.event('Warning', 'FailedMount', `failed to refresh volumes: ${errorMessage(err)}`));
+      }
+    }
+
+    if (actions.terminal) {
+      if (sandbox?.ready) {
+        await this.stopSandbox(sandbox.id);
+        changed = true;
+      }
+    } else if (sandbox?.ready) {
+      if (!this.etcHosts) {
+        try {
+          this.volumePaths = await this.deps.volumes.setUp(ctx);
+          this.etcHosts = await this.deps.volumes.writeEtcHosts(ctx);
+          this.podMessage = undefined;
+        } catch (err) {
+          this.podMessage = { reason: 'FailedMount', message: errorMessage(err) };
+          this.event('Warning', 'FailedMount', `MountVolume.SetUp failed: ${errorMessage(err)}`);
+          this.report(ctx, observed);
+          return RETRY_MS * 2;
+        }
+      }
+      for (const s of actions.start) {
+        const r = await this.start(ctx, sandbox.id, s);
+        if (r === 'started') changed = true;
+        else if (typeof r === 'number') wakeAt = Math.min(wakeAt, r);
+        // Init containers run one at a time; the rest start together.
+        if (s.kind === 'init') break;
+      }
+    }
+
+    for (const id of actions.remove) {
+      await cri.runtime.removeContainer({ containerId: id }).catch((err) => {
+        if (!isNotFound(err)) this.deps.log.warn('failed to remove a dead container', { pod: this.name(), id, err: grpcDetails(err) });
+      });
+      observer.forget([id]);
+    }
+
+    if (changed) observed = await observer.observe(this.uid);
+    this.report(ctx, observed);
+    const now = this.deps.now();
+    return Number.isFinite(wakeAt) ? Math.max(50, wakeAt - now) : RESYNC_MS;
+  }
+
+  private report(ctx: PodContext, observed: ObservedPod, terminating = false): void {
+    const pod = ctx.pod;
+    const firstSandbox = observed.sandboxes[observed.sandboxes.length - 1];
+    const status = buildPodStatus({
+      pod,
+      observed,
+      waiting: this.waiting,
+      ready: (n) => this.deps.prober.ready(this.uid, n),
+      started: (n) => this.deps.prober.started(this.uid, n),
+      terminationMessage: (c) => this.messages.get(c.id),
+      runtimeName: this.deps.runtimeName(),
+      hostIP: ctx.hostIP,
+      qosClass: this.deps.qosClass(pod),
+      startTime: firstSandbox?.createdAt || this.createdAt,
+      previous: this.status,
+      podMessage: this.podMessage,
+      terminating,
+      now: this.deps.now(),
+    });
+    this.status = status;
+    if (!this.reportedRunning && status.phase === 'Running' && status.containerStatuses?.every((c) => c.state?.running)) {
+      this.reportedRunning = true;
+      this.deps.onPodRunning?.(pod, this.deps.now() - this.createdAt);
+    }
+    this.deps.onStatus(this.uid, pod, status);
+  }
+
+  private async makeSandbox(ctx: PodContext, attempt: number): Promise<boolean> {
+    try {
+      await this.deps.volumes.setUp(ctx);
+    } catch (err) {
+      this.podMessage = { reason: 'FailedMount', message: errorMessage(err) };
+      this.event('Warning', 'FailedMount', `MountVolume.SetUp failed: ${errorMessage(err)}`);
+      this.report(ctx, { sandboxes: [], containers: [] });
+      return false;
+    }
+    const config = this.deps.builder.sandboxConfig(ctx, attempt);
+    try {
+      const r = await this.deps.cri.runtime.runPodSandbox({ config, runtimeHandler: ctx.pod.spec?.runtimeClassName ?? '' });
+      this.sandboxId = r.podSandboxId;
+      this.sandboxConfig = config;
+      this.etcHosts = undefined;
+      this.podMessage = undefined;
+      if (attempt > 0) this.event('Normal', 'SandboxChanged', 'Pod sandbox changed, it will be killed and re-created.');
+      return true;
+    } catch (err) {
+      const message = `Failed to create pod sandbox: ${grpcDetails(err)}`;
+      this.podMessage = { reason: 'FailedCreatePodSandBox', message };
+      this.event('Warning', 'FailedCreatePodSandBox', message);
+      this.report(ctx, await this.deps.observer.observe(this.uid).catch(() => ({ sandboxes: [], containers: [] })));
+      return false;
+    }
+  }
+
+  private async stopSandbox(id: string): Promise<void> {
+    await this.deps.cri.runtime.stopPodSandbox({ podSandboxId: id }).catch((err) => {
+      if (!isNotFound(err)) throw err;
+    });
+  }
+
+  private async removeSandbox(id: string): Promise<void> {
+    await this.stopSandbox(id);
+    await this.deps.cri.runtime.removePodSandbox({ podSandboxId: id }).catch((err) => {
+      if (!isNotFound(err)) throw err;
+    });
+    this.deps.observer.forget([id]);
+  }
+
+  /** Starts one container; returns 'started', the time to try again, or 'skipped'. */
+  private async start(ctx: PodContext, sandboxId: string, s: StartAction): Promise<'started' | 'skipped' | number> {
+    const { cri, backoff, now } = this.deps;
+    const name = s.container.name;
+    const key = `${this.uid}/${name}`;
+    if (s.lastFinishedAt > 0) {
+      const until = backoff.blockedUntil(key, s.lastFinishedAt, now());
+      if (until !== undefined) {
+        const secs = Math.round(backoff.delay(key, now()) / 1000);
+        const message = `back-off ${secs >= 60 ? `${Math.floor(secs / 60)}m${secs % 60}s` : `${secs}s`} restarting failed container=${name} pod=${ctx.pod.metadata?.name}_${ctx.pod.metadata?.namespace}(${this.uid})`;
+        if (this.waiting.get(name)?.reason !== 'CrashLoopBackOff') this.event('Warning', 'BackOff', 'Back-off restarting failed container', name);
+        this.waiting.set(name, { reason: 'CrashLoopBackOff', message });
+        return until;
+      }
+    }
+    const sandboxConfig = this.sandboxConfig ?? this.deps.builder.sandboxConfig(ctx, 0);
+    const image = await this.deps.images.ensure(ctx.pod, s.container, sandboxConfig, (type, reason, message) => this.event(type, reason, message, name));
+    if (!image.ok) {
+      this.waiting.set(name, { reason: image.reason, message: image.message });
+      return now() + (image.reason === 'ErrImageNeverPull' ? RESYNC_MS : 5_000);
+    }
+    let config;
+    try {
+      config = this.deps.builder.containerConfig(ctx, s.container, {
+        kind: s.kind,
+        restartCount: s.restartCount,
+        image: image.imageRef || s.container.image!,
+        volumes: this.volumePaths ?? (this.volumePaths = await this.deps.volumes.setUp(ctx)),
+        etcHosts: this.etcHosts,
+        imageUser: image.user,
+      } as Parameters<ConfigBuilder['containerConfig']>[2]);
+    } catch (err) {
+      if (!(err instanceof ContainerConfigError)) throw err;
+      this.waiting.set(name, { reason: 'CreateContainerConfigError', message: err.message });
+      this.event('Warning', 'Failed', `Error: ${err.message}`, name);
+      return now() + 5_000;
+    }
+    if (s.lastFinishedAt > 0) backoff.next(key, now());
+    let id: string;
+    try {
+      id = (await cri.runtime.createContainer({ podSandboxId: sandboxId, config, sandboxConfig })).containerId;
+    } catch (err) {
+      const message = grpcDetails(err);
+      this.waiting.set(name, { reason: 'CreateContainerError', message });
+      this.event('Warning', 'Failed', `Error: ${message}`, name);
+      return now() + 5_000;
+    }
+    this.event('Normal', 'Created', `Created container ${name}`, name);
+    try {
+      await cri.runtime.startContainer({ containerId: id });
+    } catch (err) {
+      const message = grpcDetails(err);
+      this.waiting.delete(name);
+      this.event('Warning', 'Failed', `Error: ${message}`, name);
+      return now() + 1_000;
+    }
+    this.waiting.delete(name);
+    this.event('Normal', 'Started', `Started container ${name}`, name);
+    this.deps.onStarted?.(ctx.pod, name, s.restartCount > 0);
+    const target: ProbeTarget = { containerId: id, podIP: ctx.podIP ?? '', container: s.container };
+    const postStart = s.container.lifecycle?.postStart;
+    if (postStart) {
+      const r = await this.deps.hooks(postStart, target, (ctx.pod.spec?.terminationGracePeriodSeconds ?? 30) * 1000);
+      if (!r.ok) {
+        this.event('Warning', 'FailedPostStartHook', r.message, name);
+        await this.kill(ctx, { id, name, reason: `FailedPostStartHook`, remove: false }, ctx.pod.spec?.terminationGracePeriodSeconds ?? 30, false);
+        return 'started';
+      }
+    }
+    this.deps.prober.addContainer(ctx.pod, s.container, target, now());
+    return 'started';
+  }
+
+  private containerSpec(pod: Pod, name: string): Container | undefined {
+    return [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])].find((c) => c.name === name);
+  }
+
+  /** Stops a container gracefully: preStop first, then the runtime's stop with what is left of the grace period. */
+  private async kill(ctx: PodContext, k: KillAction, graceSeconds: number, runPreStop = true): Promise<void> {
+    const { cri } = this.deps;
+    const spec = this.containerSpec(ctx.pod, k.name);
+    const deadline = this.deps.now() + graceSeconds * 1000;
+    this.event('Normal', 'Killing', k.reason.startsWith('Container') ? `${k.reason}` : `Stopping container ${k.name}`, k.name);
+    const preStop = spec?.lifecycle?.preStop;
+    if (runPreStop && preStop) {
+      const target: ProbeTarget = { containerId: k.id, podIP: ctx.podIP ?? '', container: spec };
+      const r = await this.deps.hooks(preStop, target, Math.max(0, deadline - this.deps.now()));
+      if (!r.ok) this.event('Warning', 'FailedPreStopHook', r.message, k.name);
+    }
+    const left = Math.max(0, Math.ceil((deadline - this.deps.now()) / 1000));
+    this.deps.prober.removeContainer(this.uid, k.name);
+    this.deps.prober.clearUnhealthy(this.uid, k.name);
+    await cri.runtime.stopContainer({ containerId: k.id, timeout: left }, (left + 30) * 1000).catch((err) => {
+      if (!isNotFound(err)) throw err;
+    });
+    if (k.remove) {
+      await cri.runtime.removeContainer({ containerId: k.id }).catch((err) => {
+        if (!isNotFound(err)) throw err;
+      });
+      this.deps.observer.forget([k.id]);
+    }
+  }
+
+  /** Reads the termination message of containers that exited since the last sync. */
+  private async readTerminationMessages(ctx: PodContext, observed: ObservedPod): Promise<void> {
+    for (const c of observed.containers) {
+      if (c.state !== 'exited' || this.messages.has(c.id)) continue;
+      const spec = this.containerSpec(ctx.pod, c.name);
+      let msg = '';
+      try {
+        const fh = await fs.open(this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), 'r');
+        try {
+          const buf = Buffer.alloc(TERMINATION_MESSAGE_MAX);
+          const { bytesRead } = await fh.read(buf, 0, buf.length, 0);
+          msg = buf.subarray(0, bytesRead).toString('utf8');
+        } finally {
+          await fh.close();
+        }
+      } catch {
+        // no file: no message
+      }
+      if (!msg && c.exitCode !== 0 && spec?.terminationMessagePolicy === 'FallbackToLogsOnError') msg = await tailLog(c);
+      this.messages.set(c.id, msg);
+    }
+  }
+
+  /** Stops and removes everything of the pod, gracefully; the worker is done afterwards. */
+  private async terminate(): Promise<void> {
+    const { cri, observer, prober } = this.deps;
+    const observed = await observer.observe(this.uid);
+    const pod = this.lastPod;
+    const grace = pod?.spec?.terminationGracePeriodSeconds ?? 30;
+    const ctx: PodContext | undefined = pod ? ({ pod, podIP: observed.sandboxes[0]?.ip } as PodContext) : undefined;
+    const live = observed.containers.filter((c) => c.state === 'running' || c.state === 'created');
+    // App containers first, then sidecars in reverse order, as the kubelet.
+    const apps = live.filter((c) => c.kind !== 'sidecar');
+    const sidecars = live.filter((c) => c.kind === 'sidecar');
+    const killOne = (c: ObservedContainer) =>
+      ctx
+        ? this.kill(ctx, { id: c.id, name: c.name, reason: `Stopping container ${c.name}`, remove: false }, grace)
+        : cri.runtime.stopContainer({ containerId: c.id, timeout: grace }, (grace + 30) * 1000).then(() => undefined);
+    await Promise.all(apps.map(killOne));
+    for (const c of sidecars.reverse()) await killOne(c);
+    for (const c of observed.containers) {
+      await cri.runtime.removeContainer({ containerId: c.id }).catch((err) => {
+        if (!isNotFound(err)) throw err;
+      });
+    }
+    for (const sb of observed.sandboxes) await this.removeSandbox(sb.id);
+    observer.forget(observed.containers.map((c) => c.id));
+    prober.removePod(this.uid);
+    this.deps.backoff.forget(`${this.uid}/`);
+    this.deps.images.forgetPod(this.uid);
+    await this.deps.volumes.tearDown(this.uid);
+    this.terminated = true;
+    if (this.timer) clearTimeout(this.timer);
+  }
+}
+
+/** The last lines of a container's log, for FallbackToLogsOnError (the kubelet takes 80 lines, 2 KiB). */
+async function tailLog(c: ObservedContainer): Promise<string> {
+  if (!c.logPath) return '';
+  try {
+    const fh = await fs.open(c.logPath, 'r');
+    try {
+      const { size } = await fh.stat();
+      const len = Math.min(size, 64 * 1024);
+      const buf = Buffer.alloc(len);
+      await fh.read(buf, 0, len, size - len);
+      const lines = buf
+        .toString('utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => l.replace(/^\S+ (stdout|stderr) [PF] /, ''))
+        .slice(-80)
+        .join('\n');
+      return lines.slice(-2048);
+    } finally {
+      await fh.close();
+    }
+  } catch {
+    return '';
+  }
+}
