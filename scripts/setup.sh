@@ -11,6 +11,7 @@ packages=(
   docker-registry busybox-static      # the tests' local registry and image contents
   openssl                             # the tests' TLS registry certificate
   gcc libc6-dev                       # the seccomp tests build a static syscall probe
+  containerd                          # the reference runtime kubelet-lite is tested against
 )
 missing=()
 for p in "${packages[@]}"; do
