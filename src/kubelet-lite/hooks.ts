@@ -9,7 +9,7 @@ import type { LifecycleHandler } from 'kubernetes-types/core/v1.js';
 import { errorMessage } from '../errors.js';
 import type { CriEndpoint } from './cri-client.js';
 import type { ProbeTarget } from './model.js';
-import { boundedGet, EXEC_GRACE_MS, expandCommand, goDuration, KUBE_VERSION, probeURL, requestHeaders, resolvePort, runExec } from './probes.js';
+import { boundedGet, expandCommand, goDuration, KUBE_VERSION, probeURL, requestHeaders, resolvePort, runExec } from './probes.js';
 
 export interface HookOutcome {
   ok: boolean;
@@ -41,9 +41,8 @@ export async function runHook(
         message: `Exec lifecycle hook (${goList(command)}) ${where} failed - error: ${error}, message: ${JSON.stringify(output)}`,
       });
       const cmd = expandCommand(command, target.container.env);
-      // The whole hook, the runtime's answer included, fits in timeoutMs.
-      const runFor = Math.max(1, timeoutMs - Math.min(EXEC_GRACE_MS, timeoutMs / 2));
-      const r = await runExec(cri, target.containerId, cmd, runFor, timeoutMs - runFor, signal);
+      // No grace past timeoutMs: the call's deadline cancels the exec, and the runtime kills the command.
+      const r = await runExec(cri, target.containerId, cmd, timeoutMs, 0, signal);
       switch (r.kind) {
         case 'exited':
           if (r.exitCode === 0) return { ok: true, message: '' };
