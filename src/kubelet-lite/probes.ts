@@ -316,7 +316,14 @@ export async function boundedGet(url: URL, headers: http.OutgoingHttpHeaders, ti
     const first = url;
     let current = url;
     for (let hops = 0; ; hops++) {
-      const answer = await getOnce(current, headers, deadline.signal);
+      const answer = await getOnce(current, headers, deadline.signal, (loc) => {
+        try {
+          // Only a redirect the loop will follow leaves its body unread.
+          return new URL(loc, current).hostname === first.hostname;
+        } catch {
+          return true;
+        }
+      });
       const location = answer.location;
       if (!REDIRECTS.has(answer.status) || location === undefined) return answer;
       let next: URL;
@@ -339,7 +346,12 @@ export async function boundedGet(url: URL, headers: http.OutgoingHttpHeaders, ti
   }
 }
 
-function getOnce(url: URL, headers: http.OutgoingHttpHeaders, deadline: AbortSignal): Promise<HttpAnswer & { location?: string }> {
+function getOnce(
+  url: URL,
+  headers: http.OutgoingHttpHeaders,
+  deadline: AbortSignal,
+  followed: (location: string) => boolean,
+): Promise<HttpAnswer & { location?: string }> {
   const where = `Get ${JSON.stringify(url.href)}`;
   const lib = url.protocol === 'https:' ? https : http;
   return new Promise((resolve, reject) => {
@@ -379,8 +391,8 @@ function getOnce(url: URL, headers: http.OutgoingHttpHeaders, deadline: AbortSig
       phase = 'body';
       const status = res.statusCode ?? 0;
       const location = typeof res.headers.location === 'string' ? res.headers.location : undefined;
-      if (REDIRECTS.has(status) && location !== undefined) {
-        // Followed or judged by its status alone: its body is not wanted.
+      if (REDIRECTS.has(status) && location !== undefined && followed(location)) {
+        // Followed: its body is not wanted.
         settled = true;
         cleanup();
         res.destroy();
@@ -394,7 +406,7 @@ function getOnce(url: URL, headers: http.OutgoingHttpHeaders, deadline: AbortSig
         settled = true;
         cleanup();
         req.destroy();
-        resolve({ status, body: Buffer.concat(chunks).toString(), url });
+        resolve({ status, body: Buffer.concat(chunks).toString(), url, ...(location !== undefined ? { location } : {}) });
       };
       res.on('data', (d: Buffer) => {
         if (settled) return;

@@ -8,6 +8,7 @@ import * as grpc from '@grpc/grpc-js';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import http from 'node:http';
+import http2 from 'node:http2';
 import https from 'node:https';
 import net from 'node:net';
 import os from 'node:os';
@@ -16,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Container, Probe } from 'kubernetes-types/core/v1.js';
 import { loadHealth } from '../../src/kubelet-lite/health-proto.js';
 import type { ProbeTarget } from '../../src/kubelet-lite/model.js';
-import { createProbeRunner, expandCommand, KUBE_VERSION, PROBE_OUTPUT_LIMIT } from '../../src/kubelet-lite/probes.js';
+import { createProbeRunner, expandCommand, grpcProbe, KUBE_VERSION, PROBE_OUTPUT_LIMIT } from '../../src/kubelet-lite/probes.js';
 import { runHook } from '../../src/kubelet-lite/hooks.js';
 import { execDouble } from '../helpers/cri-double.js';
 
@@ -254,7 +255,7 @@ describe('httpGet probes against a real HTTP server', () => {
     expect(loop.message).toBe(`Get "http://127.0.0.1:${port}/loop": stopped after 10 redirects`);
     seen = [];
     const away = await get({ port, path: '/away' });
-    expect(away).toEqual({ result: 'success', message: 'Probe terminated redirects, Response body: ', warning: true });
+    expect(away).toEqual({ result: 'success', message: 'Probe terminated redirects, Response body: moved', warning: true });
     // localhost was never asked.
     expect(seen).toHaveLength(1);
   });
@@ -418,6 +419,71 @@ describe('grpc probes against a grpc-js health server', () => {
       expect(ms).toBeLessThan(1500);
     }
     expect(await noOpenConnections(silent)).toBe(0);
+  });
+});
+
+describe('grpc probes against hostile HTTP/2 servers', () => {
+  it('an endless answer is cut at 64 KiB, and a non-gRPC answer is a failure; the connection is closed either way', async () => {
+    const sessions = new Set<http2.ServerHttp2Session>();
+    const server = http2.createServer();
+    server.on('session', (s) => {
+      sessions.add(s);
+      s.on('close', () => sessions.delete(s));
+    });
+    server.on('stream', (stream, headers) => {
+      stream.on('error', () => undefined);
+      if (headers[':path'] !== '/grpc.health.v1.Health/Check') {
+        stream.respond({ ':status': 404 });
+        return stream.end();
+      }
+      if (headers['user-agent'] === 'html') {
+        stream.respond({ ':status': 200, 'content-type': 'text/html' });
+        return stream.end('<html>');
+      }
+      stream.respond({ ':status': 200, 'content-type': 'application/grpc' });
+      const chunk = Buffer.alloc(16 << 10, 1);
+      const pump = () => {
+        while (!stream.destroyed && stream.write(chunk));
+        if (!stream.destroyed) stream.once('drain', pump);
+      };
+      pump();
+    });
+    const port = await listen(server);
+    try {
+      const { value, ms } = await timed(grpcProbe('127.0.0.1', port, '', 'kube-probe/test', 5000));
+      expect(value.result).toBe('failure');
+      expect(value.message).toBe('error: health rpc probe failed: rpc error: code = ResourceExhausted desc = answer larger than 65536 bytes');
+      expect(ms).toBeLessThan(2000);
+      const html = await grpcProbe('127.0.0.1', port, '', 'html', 5000);
+      expect(html.result).toBe('failure');
+      expect(html.message).toContain('unexpected content-type "text/html"');
+      const end = Date.now() + 2000;
+      while (sessions.size > 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+      expect(sessions.size).toBe(0);
+    } finally {
+      for (const s of sessions) s.destroy();
+      await close(server);
+    }
+  });
+});
+
+describe('probes over IPv6 loopback', () => {
+  it('httpGet and tcpSocket reach [::1]', async (ctx) => {
+    const server = http.createServer((_req, res) => res.end('v6'));
+    const ok = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(0, '::1', () => resolve(true));
+    });
+    if (!ok) return ctx.skip();
+    const port = (server.address() as net.AddressInfo).port;
+    try {
+      const runner = createProbeRunner({ cri: execDouble(() => ({})) });
+      expect(await runner.probe({ ...defaults, httpGet: { port, path: '/' } }, target({ podIP: '::1' }))).toEqual({ result: 'success', message: 'v6' });
+      expect(await runner.probe({ ...defaults, tcpSocket: { port } }, target({ podIP: '::1' }))).toEqual({ result: 'success', message: '' });
+    } finally {
+      server.closeAllConnections();
+      await close(server);
+    }
   });
 });
 
