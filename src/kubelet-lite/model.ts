@@ -131,20 +131,27 @@ export type ProbeKind = 'liveness' | 'readiness' | 'startup';
 export type ProbeResult = 'success' | 'failure' | 'unknown';
 
 export interface ProbeOutcome {
+  /** 'unknown': the probe could not run (container gone, no such named port); the prober keeps its last result. */
   result: ProbeResult;
   /** What failed, as the kubelet's Unhealthy event says it ("HTTP probe failed with statuscode: 500"). */
   message: string;
+  /** A success the kubelet reports as a ProbeWarning event (an HTTP redirect to another host it did not follow). */
+  warning?: boolean;
 }
 
 /** Where probes and hooks reach a container. */
 export interface ProbeTarget {
   containerId: string;
+  /** The default host of httpGet/tcpSocket and the host of grpc probes. */
   podIP: string;
   container: Container;
+  /** Names the pod in hook messages, as the kubelet's `name_namespace(uid)`. */
+  pod?: { name: string; namespace: string; uid: string };
 }
 
 export interface ProbeRunner {
-  probe(probe: Probe, target: ProbeTarget): Promise<ProbeOutcome>;
+  /** Bounded by the probe's timeoutSeconds; never throws; `signal` abandons it ('unknown'). */
+  probe(probe: Probe, target: ProbeTarget, signal?: AbortSignal): Promise<ProbeOutcome>;
 }
 
 // ---------------------------------------------------------------- status API
