@@ -189,8 +189,7 @@ describe('status API', () => {
     const one = stream(`${server.url}/pods/default/web?watch=1`);
     await waitUntil('the single pod watch', () => one.lines().length === 1);
     const web = view.pod('default', 'web')!;
-    web.status = { phase: 'Succeeded' };
-    view.set(web);
+    view.set({ ...web, status: { phase: 'Succeeded' } });
     view.set(testPod('default', 'new'));
     view.delete('kube-system', 'dns');
     await waitUntil('three changes', () => w.lines().length === 5);
