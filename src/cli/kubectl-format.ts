@@ -192,23 +192,21 @@ class DescribeWriter {
     const out: string[] = [];
     let i = 0;
     while (i < this.lines.length) {
-      // A run: consecutive lines at one level, with keys.
-      let j = i;
-      let width = 0;
-      while (j < this.lines.length && this.lines[j]!.level === this.lines[i]!.level && this.lines[j]!.key !== undefined) {
-        width = Math.max(width, this.lines[j]!.key!.length + 1);
-        j++;
-      }
-      if (j === i) {
-        const l = this.lines[i]!;
+      const l = this.lines[i]!;
+      if (l.key === undefined) {
         out.push(`${'  '.repeat(l.level)}${l.value}`);
         i++;
         continue;
       }
-      for (const l of this.lines.slice(i, j)) {
-        const head = `${'  '.repeat(l.level)}${(l.key ? `${l.key}:` : '').padEnd(width + 2)}`;
-        out.push(l.value === '' ? `${'  '.repeat(l.level)}${l.key}:` : `${head}${l.value}`);
+      // A block: consecutive keyed lines at any depth share one value column.
+      let j = i;
+      let width = 0;
+      while (j < this.lines.length && this.lines[j]!.key !== undefined) {
+        const k = this.lines[j]!;
+        width = Math.max(width, 2 * k.level + (k.key ? k.key.length + 1 : 0));
+        j++;
       }
+      for (const k of this.lines.slice(i, j)) out.push(`${`${'  '.repeat(k.level)}${k.key ? `${k.key}:` : ''}`.padEnd(width + 2)}${k.value}`);
       i = j;
     }
     return out.map((l) => l.trimEnd()).join('\n') + '\n';
@@ -273,11 +271,11 @@ function describeContainers(w: DescribeWriter, title: string, specs: Container[]
     const limits = Object.entries(c.resources?.limits ?? {});
     const requests = Object.entries(c.resources?.requests ?? {});
     if (limits.length) {
-      w.field(2, 'Limits', '');
+      w.text(2, 'Limits:');
       for (const [k, v] of limits) w.field(3, k, String(v));
     }
     if (requests.length) {
-      w.field(2, 'Requests', '');
+      w.text(2, 'Requests:');
       for (const [k, v] of requests) w.field(3, k, String(v));
     }
     if (c.livenessProbe) w.field(2, 'Liveness', probeText(c.livenessProbe));
@@ -285,7 +283,7 @@ function describeContainers(w: DescribeWriter, title: string, specs: Container[]
     if (c.startupProbe) w.field(2, 'Startup', probeText(c.startupProbe));
     const env = c.env ?? [];
     if (env.length) {
-      w.field(2, 'Environment', '');
+      w.text(2, 'Environment:');
       for (const e of env) {
         let v = e.value ?? '';
         if (e.valueFrom?.configMapKeyRef) v = `<set to the key '${e.valueFrom.configMapKeyRef.key}' of config map '${e.valueFrom.configMapKeyRef.name}'>`;
@@ -296,7 +294,7 @@ function describeContainers(w: DescribeWriter, title: string, specs: Container[]
     } else w.field(2, 'Environment', '<none>');
     const mounts = c.volumeMounts ?? [];
     if (mounts.length) {
-      w.field(2, 'Mounts', '');
+      w.text(2, 'Mounts:');
       for (const m of mounts) w.text(3, `${m.mountPath} from ${m.name} (${m.readOnly ? 'ro' : 'rw'}${m.subPath ? `,path="${m.subPath}"` : ''})`);
     } else w.field(2, 'Mounts', '<none>');
   }
@@ -324,7 +322,7 @@ function describeVolume(w: DescribeWriter, v: Volume): void {
     w.field(2, 'Type', 'Projected (a volume that contains injected data from multiple sources)');
   } else if (v.downwardAPI) {
     w.field(2, 'Type', 'DownwardAPI (a volume populated by information about the pod)');
-    w.field(2, 'Items', '');
+    w.text(2, 'Items:');
     for (const i of v.downwardAPI.items ?? []) w.text(3, `${i.fieldRef?.fieldPath ?? i.resourceFieldRef?.resource ?? ''} -> ${i.path}`);
   } else {
     w.field(2, 'Type', 'Unknown');
@@ -371,7 +369,8 @@ export function describePod(pod: Pod, events: Event[], now: Date): string {
   if (st.reason) w.field(0, 'Reason', st.reason);
   if (st.message) w.field(0, 'Message', st.message);
   w.field(0, 'IP', st.podIP ?? '');
-  w.field(0, 'IPs', (st.podIPs ?? []).length ? '' : '<none>');
+  if ((st.podIPs ?? []).length) w.text(0, 'IPs:');
+  else w.field(0, 'IPs', '<none>');
   for (const ip of st.podIPs ?? []) w.field(1, 'IP', ip.ip ?? '');
   describeContainers(w, 'Init Containers', pod.spec?.initContainers ?? [], st.initContainerStatuses ?? []);
   describeContainers(w, 'Containers', pod.spec?.containers ?? [], st.containerStatuses ?? []);
