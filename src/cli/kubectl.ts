@@ -4,6 +4,7 @@
  * runtime and speaking Kubernetes' WebSocket channel protocol to the URL it
  * returns).
  */
+import http from 'node:http';
 import { parseArgs } from 'node:util';
 import type { Event, Pod } from 'kubernetes-types/core/v1.js';
 import WebSocket from 'ws';
@@ -42,38 +43,66 @@ function serverUrl(server: string, path: string): string {
   return `${server.replace(/\/+$/, '')}${path}`;
 }
 
-async function request(server: string, path: string): Promise<Response> {
-  try {
-    return await fetch(serverUrl(server, path));
-  } catch (err) {
-    throw new CliError(`cannot reach the node agent at ${server}: ${(err as { cause?: Error }).cause?.message ?? (err as Error).message}`);
-  }
+/** A response whose body streams: no overall or idle deadline, so `-w` and `-f` can wait as long as the user does. */
+interface StreamResponse {
+  ok: boolean;
+  status: number;
+  statusText: string;
+  body: http.IncomingMessage;
+}
+
+function request(server: string, path: string): Promise<StreamResponse> {
+  return new Promise((resolve, reject) => {
+    let url: URL;
+    try {
+      url = new URL(serverUrl(server, path));
+    } catch {
+      reject(new CliError(`--server must be a URL such as ${DEFAULT_SERVER}, not "${server}"`));
+      return;
+    }
+    if (url.protocol !== 'http:') {
+      reject(new CliError(`--server must be an http:// URL, not "${server}"`));
+      return;
+    }
+    const req = http.get(url, (res) => {
+      const status = res.statusCode ?? 0;
+      resolve({ ok: status >= 200 && status < 300, status, statusText: res.statusMessage ?? '', body: res });
+    });
+    req.on('error', (err) => reject(new CliError(`cannot reach the node agent at ${server}: ${err.message}`)));
+  });
+}
+
+/** A whole (small) body as text: status API answers other than streams are bounded by the server's object sizes. */
+async function text(res: StreamResponse): Promise<string> {
+  const parts: Buffer[] = [];
+  for await (const chunk of res.body as AsyncIterable<Buffer>) parts.push(chunk);
+  return Buffer.concat(parts).toString('utf8');
 }
 
 /** The error kubectl prints for a Status from the server. */
-async function serverError(res: Response): Promise<CliError> {
-  const text = await res.text();
+async function serverError(res: StreamResponse): Promise<CliError> {
+  const body = await text(res).catch(() => '');
   try {
-    const s = JSON.parse(text) as { reason?: string; message?: string };
-    return new CliError(`Error from server (${s.reason ?? res.statusText}): ${s.message ?? text}`);
+    const s = JSON.parse(body) as { reason?: string; message?: string };
+    return new CliError(`Error from server (${s.reason ?? res.statusText}): ${s.message ?? body}`);
   } catch {
-    return new CliError(`Error from server (${res.status}): ${text.trim()}`);
+    return new CliError(`Error from server (${res.status}): ${body.trim()}`);
   }
 }
 
 async function getJson<T>(server: string, path: string): Promise<T> {
   const res = await request(server, path);
   if (!res.ok) throw await serverError(res);
-  return (await res.json()) as T;
+  return JSON.parse(await text(res)) as T;
 }
 
 const enc = encodeURIComponent;
 
 /** Newline-delimited JSON from a streaming response, one parsed object at a time. */
-async function* ndjson<T>(res: Response): AsyncGenerator<T> {
+async function* ndjson<T>(res: StreamResponse): AsyncGenerator<T> {
   let buf = '';
   const decoder = new TextDecoder();
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
     buf += decoder.decode(chunk, { stream: true });
     let nl: number;
     while ((nl = buf.indexOf('\n')) >= 0) {
@@ -246,8 +275,8 @@ export async function logs(args: string[], io: Io = stdio): Promise<number> {
   }
   const res = await request(server, `/containerLogs/${enc(ns)}/${enc(podName)}/${enc(c)}${q.size ? `?${q}` : ''}`);
   if (!res.ok) throw await serverError(res);
-  const decoder = new TextDecoder();
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) io.out(decoder.decode(chunk, { stream: true }));
+  // The bytes as the container wrote them: logs need not be UTF-8.
+  for await (const chunk of res.body as AsyncIterable<Buffer>) io.out(chunk);
   return 0;
 }
 
@@ -329,7 +358,7 @@ export async function exec(argv: string[], io: Io = stdio): Promise<number> {
 export function streamExec(url: string, opts: { stdin: boolean; tty: boolean }, io: Io): Promise<number> {
   const ws = new WebSocket(url.replace(/^http/, 'ws'), EXEC_PROTOCOLS, { maxPayload: 16 * 1024 * 1024 });
   const input = process.stdin;
-  let status = '';
+  let status: string | undefined;
   let raw = false;
   const cleanups: (() => void)[] = [];
   return new Promise<number>((resolve, reject) => {
@@ -387,14 +416,15 @@ export function streamExec(url: string, opts: { stdin: boolean; tty: boolean }, 
           io.err(payload);
           break;
         case 3:
-          status += payload.toString();
+          status = (status ?? '') + payload.toString();
           break;
       }
     });
     ws.on('close', () => {
       for (const c of cleanups) c();
       if (raw) input.setRawMode(false);
-      const r = exitCodeOfStatus(status);
+      // The server always ends a session with a status; without one the connection was lost.
+      const r = status === undefined ? { code: 1, message: 'the exec session ended without an exit status (connection lost)' } : exitCodeOfStatus(status);
       if (r.message) io.err(`error: ${r.message}\n`);
       resolve(r.code);
     });

@@ -257,16 +257,22 @@ export class StatusServer {
     res.once('close', finish);
     // Subscribe before listing, both synchronously: no change can fall between the two.
     stop = this.opts.view.watchPods((type, pod) => {
-      if (done || !matches(pod)) return;
-      if (res.writableLength > limit) {
-        this.log.warn('dropping a pod watch client that is not reading', { buffered: res.writableLength });
+      // Called from the agent's own code: nothing here may throw into it.
+      try {
+        if (done || !matches(pod)) return;
+        if (res.writableLength > limit) {
+          this.log.warn('dropping a pod watch client that is not reading', { buffered: res.writableLength });
+          finish();
+          res.destroy();
+          return;
+        }
+        send(type, pod);
+      } catch (err) {
+        this.log.warn('pod watch client failed', { error: errorMessage(err) });
         finish();
         res.destroy();
-        return;
       }
-      send(type, pod);
     });
-    if (done) stop();
     for (const p of this.opts.view.pods()) if (matches(p)) send('ADDED', p);
   }
 
