@@ -8,6 +8,8 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { connectCri, type CriEndpoint } from '../../src/kubelet-lite/cri-client.js';
+import { SummaryBuilder } from '../../src/kubelet-lite/stats-summary.js';
 import { StatusServer } from '../../src/kubelet-lite/status-server.js';
 import { repoRoot } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
@@ -21,6 +23,7 @@ describe.skipIf(!isRoot)('skiff exec, logs and get against a real runtime', () =
   let f: PodFixture;
   let server: StatusServer;
   let view: FakeAgentView;
+  let cri: CriEndpoint | undefined;
   const children = new Set<ReturnType<typeof spawn>>();
 
   beforeAll(async () => {
@@ -51,7 +54,10 @@ describe.skipIf(!isRoot)('skiff exec, logs and get against a real runtime', () =
     view = new FakeAgentView();
     view.set(pod);
     view.logs.set('default/web/printer', path.join(logDirectory, 'printer.log'));
-    server = await StatusServer.listen({ address: '127.0.0.1:0', view });
+    cri = connectCri(`unix://${f.dirs.socket}`);
+    view.cri = cri;
+    const summary = new SummaryBuilder({ nodeName: 'test-node', cri, pods: () => view.pods() });
+    server = await StatusServer.listen({ address: '127.0.0.1:0', view, summary });
     // The CLI runs inside the test's network namespace (where the exec URL's 127.0.0.1 is); bridge the status API in.
     await f.ns.bridgePort(server.port, f.dirs.base);
   });
@@ -59,6 +65,7 @@ describe.skipIf(!isRoot)('skiff exec, logs and get against a real runtime', () =
   afterAll(async () => {
     for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
     await server?.close();
+    cri?.close();
     const leaks = await f?.cleanup();
     expect(leaks?.mounts ?? []).toEqual([]);
     expect(leaks?.processes ?? []).toEqual([]);
@@ -127,5 +134,21 @@ describe.skipIf(!isRoot)('skiff exec, logs and get against a real runtime', () =
     const missing = await skiff(['get', 'pod', 'ghost', ...common()]);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toBe('Error from server (NotFound): pods "ghost" not found in namespace "default"\n');
+  });
+
+  it('/stats/summary reports the node from /proc and the pod and its containers from the runtime', async () => {
+    const sum = (await (await fetch(`http://127.0.0.1:${server.port}/stats/summary`)).json()) as {
+      node: { nodeName: string; cpu: { usageCoreNanoSeconds: number; usageNanoCores: number }; memory: { workingSetBytes: number; availableBytes: number } };
+      pods: { podRef: { name: string; namespace: string; uid: string }; memory: { workingSetBytes: number }; containers: { name: string; memory: { workingSetBytes: number }; cpu: { usageCoreNanoSeconds: number } }[] }[];
+    };
+    expect(sum.node.nodeName).toBe('test-node');
+    expect(sum.node.cpu.usageCoreNanoSeconds).toBeGreaterThan(0);
+    expect(sum.node.cpu.usageNanoCores).toBeGreaterThanOrEqual(0);
+    expect(sum.node.memory.workingSetBytes).toBeGreaterThan(0);
+    expect(sum.node.memory.availableBytes).toBeGreaterThan(0);
+    expect(sum.pods).toHaveLength(1);
+    expect(sum.pods[0]!.podRef).toEqual({ name: 'web', namespace: 'default', uid: 'web-uid' });
+    expect(sum.pods[0]!.containers.map((c) => c.name).sort()).toEqual(['main', 'printer']);
+    for (const c of sum.pods[0]!.containers) expect(c.memory.workingSetBytes, c.name).toBeGreaterThan(0);
   });
 });
