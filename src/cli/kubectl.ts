@@ -338,8 +338,9 @@ export async function exec(argv: string[], io: Io = stdio): Promise<number> {
   const st = statuses.find((s) => s.name === container);
   const id = runtimeContainerId(st?.containerID);
   if (!id || !st?.state?.running) throw new CliError(`container ${container} in pod ${podName} is not running`);
-  const tty = !!values.tty && !!values.stdin;
-  if (values.tty && !values.stdin) io.err('Unable to use a TTY - input is not a terminal or the right kind of file\n');
+  // As kubectl: a terminal only when asked for with -i and stdin is one.
+  const tty = !!values.tty && !!values.stdin && !!process.stdin.isTTY;
+  if (values.tty && !tty) io.err('Unable to use a TTY - input is not a terminal or the right kind of file\n');
 
   const cri = connectCri(values['runtime-endpoint']!);
   let url: string;

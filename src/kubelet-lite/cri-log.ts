@@ -218,6 +218,8 @@ export async function streamCriLog(file: string, opts: StreamLogOptions): Promis
         // Replaced or removed: read what the old file still has, then stop.
         const now = await fsp.stat(file).catch(() => undefined);
         if (!now || now.ino !== st.ino || now.dev !== st.dev) gone = true;
+        // Truncated in place: what is there now is new output.
+        else if ((await fh.stat()).size < pos) pos = 0;
       }
     } finally {
       watcher?.close();

@@ -111,6 +111,23 @@ describe.skipIf(!isRoot)('skiff exec, logs and get against a real runtime', () =
     expect(r.code).toBe(0);
   });
 
+  it('skiff exec -it gives the command a terminal of the local size and still passes its exit code', async () => {
+    const q = (a: string) => `'${a.replace(/'/g, `'\\''`)}'`;
+    const cli = [process.execPath, bin, 'exec', '-it', 'web', '-c', 'main', ...common(), '--runtime-endpoint', `unix://${f.dirs.socket}`, '--', 'sh', '-c', 'sleep 0.5; stty size; tty; exit 5'];
+    // `script` gives the CLI a terminal of its own, sized 37x91 here.
+    const argv = f.ns.wrap(['script', '-qec', `stty cols 91 rows 37; ${cli.map(q).join(' ')}`, '/dev/null']);
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+    children.add(child);
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+    const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+    children.delete(child);
+    expect(out).toMatch(/^37 91\r?$/m);
+    expect(out).toMatch(/^\/dev\/pts\/\d+\r?$/m);
+    expect(code).toBe(5);
+  });
+
   it('skiff exec refuses a container that is not in the pod, without calling the runtime', async () => {
     const r = await skiff(['exec', 'web', '-c', 'nope', ...common(), '--runtime-endpoint', 'unix:///nonexistent.sock', '--', 'true']);
     expect(r.code).toBe(1);

@@ -276,6 +276,19 @@ describe('status API', () => {
     await waitUntil('no streams', () => server.activeStreams === 0);
   });
 
+  it('keeps following a log truncated in place, from its new start', async () => {
+    const file = path.join(dir, 'trunc.log');
+    await fs.writeFile(file, criLine('stdout', 'F', 'a long first line before truncation'));
+    view.logs.set('default/web/main', file);
+    const f = stream(`${server.url}/containerLogs/default/web/main?follow=true`);
+    await waitUntil('the first line', () => f.text === 'a long first line before truncation\n');
+    await fs.truncate(file, 0);
+    await new Promise((r) => setTimeout(r, 200));
+    await fs.appendFile(file, criLine('stdout', 'F', 'after'));
+    await waitUntil('the line after truncation', () => f.text.endsWith('truncation\nafter\n'));
+    f.req.destroy();
+  });
+
   it('stops following when the client goes away', async () => {
     const file = path.join(dir, 'follow.log');
     await fs.writeFile(file, criLine('stdout', 'F', 'x'));
