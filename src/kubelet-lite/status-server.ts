@@ -22,8 +22,11 @@ import type { Summary } from './stats-summary.js';
 export const DEFAULT_STATUS_ADDRESS = '127.0.0.1:10255';
 export const DEFAULT_MAX_CONNECTIONS = 128;
 export const DEFAULT_HEADERS_TIMEOUT_MS = 10_000;
-/** What a watch client may leave unread before it is dropped. */
-export const DEFAULT_MAX_STREAM_BUFFER = 4 * 1024 * 1024;
+/**
+ * What a watch client may leave unread (beyond the initial listing) before it
+ * is dropped: with the connection cap, at most 128 MiB for all of them.
+ */
+export const DEFAULT_MAX_STREAM_BUFFER = 1024 * 1024;
 /** How long a log client may leave the agent waiting to write before it is dropped. */
 export const DEFAULT_STALL_TIMEOUT_MS = 60_000;
 
@@ -243,7 +246,7 @@ export class StatusServer {
       res.end();
       return;
     }
-    const limit = this.opts.maxStreamBuffer ?? DEFAULT_MAX_STREAM_BUFFER;
+    let limit = this.opts.maxStreamBuffer ?? DEFAULT_MAX_STREAM_BUFFER;
     const send = (type: PodWatchType, pod: Pod) => res.write(`${JSON.stringify({ type, object: withKind(pod) })}\n`);
     let stop: (() => void) | undefined;
     let done = false;
@@ -274,6 +277,8 @@ export class StatusServer {
       }
     });
     for (const p of this.opts.view.pods()) if (matches(p)) send('ADDED', p);
+    // A big node's first listing may itself be more than the bound: the client gets time to read it.
+    limit += res.writableLength;
   }
 
   /** The kubelet's /containerLogs/<namespace>/<pod>/<container>: the container's output, from its CRI log file. */
