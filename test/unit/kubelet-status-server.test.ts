@@ -324,6 +324,22 @@ describe('status API', () => {
     expect((await fetch(`${s.url}/healthz`)).status).toBe(200);
   });
 
+  it('waits for a log client that stops reading (never buffering the file), then drops it', async () => {
+    const s = await start({ stallTimeoutMs: 500 });
+    const file = path.join(dir, 'big.log');
+    await fs.writeFile(file, criLine('stdout', 'F', 'y'.repeat(1000)).repeat(32 * 1024));
+    view.logs.set('default/web/main', file);
+    const sock = net.connect(s.port, '127.0.0.1');
+    sockets.push(sock);
+    sock.on('error', () => undefined);
+    await new Promise((r) => sock.once('connect', r));
+    sock.write('GET /containerLogs/default/web/main?follow=true HTTP/1.1\r\nHost: x\r\n\r\n');
+    sock.pause();
+    await waitUntil('the stream', () => s.activeStreams === 1);
+    await waitUntil('the stalled client to be dropped', () => s.activeStreams === 0, 10_000);
+    expect(s.connections).toBe(0);
+  });
+
   it('caps concurrent connections and closes a connection that never finishes its headers', async () => {
     const s = await start({ maxConnections: 3, headersTimeoutMs: 60_000 });
     const open = async () => {
