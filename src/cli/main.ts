@@ -2,6 +2,7 @@
 import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
 import { errorMessage } from '../errors.js';
+import { KUBECTL_HELP, runKubectl } from './kubectl.js';
 import { createLogger, isLogLevel } from '../log.js';
 import { SKIFF_VERSION } from '../version.js';
 
@@ -12,6 +13,7 @@ Usage:
   skiff version         print the version
   skiff help            show this help
 
+${KUBECTL_HELP}
 Flags for "skiff cri":
   --socket PATH            CRI socket to serve (default /run/skiff/skiff.sock)
   --root DIR               persistent state: images, snapshots, metadata (default /var/lib/skiff)
@@ -137,6 +139,11 @@ export async function main(argv: string[]): Promise<number> {
   switch (cmd) {
     case 'cri':
       return cri(rest);
+    case 'get':
+    case 'describe':
+    case 'logs':
+    case 'exec':
+      return (await runKubectl(cmd, rest))!;
     case 'version':
     case '--version':
       process.stdout.write(`skiff ${SKIFF_VERSION}\n`);

@@ -164,5 +164,13 @@ export interface AgentView {
   problems(): ManifestProblem[];
   /** The CRI log file of a container (the previous instance's with `previous`). */
   logPath(namespace: string, pod: string, container: string, previous: boolean): Promise<string | undefined>;
+  /**
+   * Calls `listener` with a copy of each pod as it is added, changes or goes,
+   * synchronously from the agent (so a caller that subscribes and then lists
+   * misses nothing). Returns the unsubscribe.
+   */
+  watchPods(listener: (type: PodWatchType, pod: Pod) => void): () => void;
   cri: CriEndpoint;
 }
+
+export type PodWatchType = 'ADDED' | 'MODIFIED' | 'DELETED';

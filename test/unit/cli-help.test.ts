@@ -3,6 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/main.js';
+import { KUBECTL_HELP } from '../../src/cli/kubectl.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -36,7 +37,8 @@ describe('skiff cri flags in --help and README', () => {
     const rowsAnywhere = lines.filter((l) => /^\| `--/.test(l));
     const readmeFlags = table.filter((l) => /^\| `--/.test(l)).map((l) => /^\| `(--[a-z-]+)`/.exec(l)![1]);
     expect(rowsAnywhere).toHaveLength(readmeFlags.length);
-    const helpFlags = [...(await help()).matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]);
+    const criSection = (await help()).split('Flags for "skiff cri":\n')[1]!.split('\n\n')[0]!;
+    const helpFlags = [...criSection.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]);
     expect(readmeFlags.sort()).toEqual(helpFlags.sort());
     expect(helpFlags).toContain('--cni-bridge');
   });
@@ -45,5 +47,49 @@ describe('skiff cri flags in --help and README', () => {
     for (const bad of ['10.88.0.0', '10.88.0.0/31', '300.1.0.0/16', 'fd00::/64']) {
       await expect(main(['cri', '--pod-cidr', bad, '--root', '/nonexistent/skiff-root'])).rejects.toThrow(/--pod-cidr must be an IPv4 CIDR/);
     }
+  });
+});
+
+describe('skiff get, describe, logs and exec in --help', () => {
+  async function capture(argv: string[]): Promise<{ code: number; out: string; err: string }> {
+    let out = '';
+    let err = '';
+    const o = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => ((out += String(chunk)), true));
+    const e = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((err += String(chunk)), true));
+    try {
+      return { code: await main(argv), out, err };
+    } finally {
+      o.mockRestore();
+      e.mockRestore();
+    }
+  }
+
+  it('lists every kubectl-like command, and each command answers --help with the same text', async () => {
+    const top = await capture(['--help']);
+    for (const cmd of ['get pods', 'describe pod', 'logs POD', 'exec POD', '--server URL', '--runtime-endpoint URL']) expect(top.out).toContain(cmd);
+    for (const cmd of ['get', 'describe', 'logs', 'exec']) {
+      const r = await capture([cmd, '--help']);
+      expect(r.code, cmd).toBe(0);
+      expect(r.out).toBe(KUBECTL_HELP);
+    }
+  });
+
+  it('every flag the help names for a command is one the command takes', async () => {
+    // An unknown flag is refused before any connection is made, so a refusal here means the help lies.
+    const unreachable = ['--server', 'http://127.0.0.1:1'];
+    const cases: [string, string[]][] = [
+      ['get', ['pods', '-n', 'x', '-A', '-o', 'wide', '-w']],
+      ['describe', ['pod', 'p', '-n', 'x']],
+      ['logs', ['p', '-c', 'c', '-f', '-p', '--tail', '5', '--timestamps', '-n', 'x']],
+      ['exec', ['p', '-c', 'c', '-i', '-t', '-n', 'x', '--runtime-endpoint', 'unix:///nonexistent.sock', '--', 'sh']],
+    ];
+    for (const [cmd, args] of cases) {
+      const r = await capture([cmd, ...args, ...unreachable]);
+      expect(r.code, cmd).toBe(1);
+      expect(r.err, cmd).toMatch(/cannot reach the node agent at http:\/\/127.0.0.1:1/);
+    }
+    const bad = await capture(['get', 'pods', '--bogus']);
+    expect(bad.code).toBe(1);
+    expect(bad.err).toMatch(/--bogus/);
   });
 });
