@@ -161,6 +161,10 @@ export class ManifestWatcher {
     if (isManifestName(name)) {
       const file = path.join(this.dir, name);
       this.schedule(file, () => this.loadFile(file));
+    } else if (name.startsWith('..')) {
+      // A ConfigMap-style atomic update (manifests symlinked through `..data`,
+      // which is swapped): the manifests' own names see no event at all.
+      this.schedule('\0rescan', () => this.doRescan());
     }
     // The directory itself moved or was removed (inotify names it by its basename).
     if (event === 'rename' && name === path.basename(this.dir)) {

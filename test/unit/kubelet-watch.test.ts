@@ -154,6 +154,21 @@ describe('ManifestWatcher (real directory, real inotify)', () => {
     await until(() => flat().includes('added Pod/d'), 'd in the replacing directory');
   });
 
+  it('sees manifests symlinked through a swapped ..data directory (a mounted ConfigMap) change', async () => {
+    await fs.mkdir(path.join(dir, '..v1'), { recursive: true });
+    await fs.writeFile(path.join(dir, '..v1', 'web.yaml'), pod('web'));
+    await fs.symlink('..v1', path.join(dir, '..data'));
+    await fs.symlink('..data/web.yaml', path.join(dir, 'web.yaml'));
+    await start();
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['web']);
+    // The AtomicWriter's swap: a new versioned dir, a temp symlink renamed over ..data.
+    await fs.mkdir(path.join(dir, '..v2'));
+    await fs.writeFile(path.join(dir, '..v2', 'web.yaml'), pod('web', 'busybox:1.37'));
+    await fs.symlink('..v2', path.join(dir, '..data_tmp'));
+    await fs.rename(path.join(dir, '..data_tmp'), path.join(dir, '..data'));
+    await until(() => flat().includes('modified Pod/web'), 'the swapped content');
+  });
+
   it('reports a FIFO dropped in the directory as a problem and keeps working', async () => {
     await start();
     execFileSync('mkfifo', [path.join(dir, 'pipe.yaml')]);
