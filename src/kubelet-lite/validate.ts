@@ -197,6 +197,11 @@ const podSchema = obj({
     priorityClassName: S,
     runtimeClassName: S,
     os: obj({ name: S }),
+    imagePullSecrets: list(obj({ name: S })),
+    hostUsers: B,
+    resources: obj({ limits: map(Q), requests: map(Q) }),
+    overhead: map(Q),
+    readinessGates: list(obj({ conditionType: S })),
   }),
 });
 const configMapSchema = obj({ metadata: metadataSchema, data: map(S), binaryData: map(S), immutable: B });
@@ -594,7 +599,7 @@ function validateEnv(c: Obj, path: FieldPath, e: Errors): void {
   });
 }
 
-function validateContainer(c: Obj, path: FieldPath, kind: 'init' | 'app', volumes: Map<string, Obj>, spec: Obj, e: Errors): void {
+function validateContainer(c: Obj, path: FieldPath, kind: 'init' | 'app', volumes: Map<string, Obj>, e: Errors): void {
   if (empty(c.name)) e.required([...path, 'name']);
   else {
     const why = dnsLabelError(c.name as string);
@@ -679,7 +684,6 @@ function validateContainer(c: Obj, path: FieldPath, kind: 'init' | 'app', volume
   if (typeof c.terminationMessagePath === 'string' && c.terminationMessagePath !== '' && !c.terminationMessagePath.startsWith('/')) {
     e.invalid([...path, 'terminationMessagePath'], c.terminationMessagePath, 'must be an absolute path');
   }
-  void spec;
 }
 
 function validateKeyItems(items: unknown, path: FieldPath, e: Errors): void {
@@ -807,17 +811,10 @@ export function podErrors(pod: Obj): FieldError[] {
         if (names.has(c.name)) e.add([...p, 'name'], `Duplicate value: ${JSON.stringify(c.name)}`);
         names.add(c.name);
       }
-      validateContainer(c, p, kind, volumes, spec, e);
+      validateContainer(c, p, kind, volumes, e);
     });
   }
   if (!Array.isArray(spec.containers) || spec.containers.length === 0) e.required(['spec', 'containers']);
-  for (const field of ['initContainers', 'containers'] as const) {
-    if (Array.isArray(spec[field])) {
-      (spec[field] as unknown[]).forEach((c, i) => {
-        if (!isObj(c)) e.add(['spec', field, i], `Invalid type: expected object, got ${typeName(c)}`);
-      });
-    }
-  }
   e.oneOf(['spec', 'restartPolicy'], spec.restartPolicy, RESTART_POLICIES);
   e.oneOf(['spec', 'dnsPolicy'], spec.dnsPolicy, DNS_POLICIES);
   if (spec.dnsPolicy === 'None' && !(isObj(spec.dnsConfig) && Array.isArray(spec.dnsConfig.nameservers) && spec.dnsConfig.nameservers.length > 0)) {
@@ -834,6 +831,7 @@ export function podErrors(pod: Obj): FieldError[] {
       if (why) e.invalid(['spec', 'dnsConfig', 'searches', i], s, why);
     });
   });
+  if (isObj(spec.resources)) validateResources(spec.resources, ['spec', 'resources'], e);
   const grace = spec.terminationGracePeriodSeconds;
   if (typeof grace === 'number' && grace < 0) e.invalid(['spec', 'terminationGracePeriodSeconds'], grace, 'must be greater than or equal to 0');
   const deadline = spec.activeDeadlineSeconds;

@@ -283,6 +283,12 @@ describe('validatePod validation (ValidatePod)', () => {
       'spec.containers[0].resources.requests: Invalid value: "1": must be less than or equal to cpu limit of 500m',
     ],
     ['a negative quantity', podWith((spec) => (c0(spec).resources = { requests: { memory: '-1Mi' } })), 'spec.containers[0].resources.requests.memory: Invalid value: "-1Mi": must be greater than or equal to 0'],
+    [
+      'pod-level requests above limits',
+      podWith((spec) => (spec.resources = { limits: { memory: '1Gi' }, requests: { memory: '2Gi' } })),
+      'spec.resources.requests: Invalid value: "2Gi": must be less than or equal to memory limit of 1Gi',
+    ],
+    ['imagePullSecrets a string', podWith((spec) => (spec.imagePullSecrets = 'regcred')), 'spec.imagePullSecrets: Invalid type: expected array, got string'],
     ['a negative grace period', podWith((spec) => (spec.terminationGracePeriodSeconds = -5)), 'spec.terminationGracePeriodSeconds: Invalid value: -5'],
     ['a bad hostname', podWith((spec) => (spec.hostname = 'Not_A_Label')), 'spec.hostname: Invalid value: "Not_A_Label"'],
     ['a host alias without a valid IP', podWith((spec) => (spec.hostAliases = [{ ip: 'banana', hostnames: ['a'] }])), 'spec.hostAliases[0].ip: Invalid value: "banana"'],
