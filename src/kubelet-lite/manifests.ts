@@ -267,10 +267,17 @@ export async function readManifestFile(file: string): Promise<ReadResult> {
         manifest: { file, objects: [], problems: [{ file, line: 1, reason: `file is ${fst.size} bytes, more than the limit of ${MAX_MANIFEST_BYTES}` }] },
       };
     }
-    // Read to EOF but never more than the cap + 1, whatever the size said (the file may grow).
-    const buf = Buffer.alloc(MAX_MANIFEST_BYTES + 1);
+    // Read to EOF but never more than the cap + 1, whatever the size said (the file may grow while read).
+    const limit = MAX_MANIFEST_BYTES + 1;
+    let buf = Buffer.alloc(Math.min(Number(fst.size) + 4096, limit));
     let len = 0;
-    while (len < buf.length) {
+    for (;;) {
+      if (len === buf.length) {
+        if (buf.length >= limit) break;
+        const bigger = Buffer.alloc(Math.min(buf.length * 2, limit));
+        buf.copy(bigger, 0, 0, len);
+        buf = bigger;
+      }
       const { bytesRead } = await handle.read(buf, len, buf.length - len, len);
       if (bytesRead === 0) break;
       len += bytesRead;

@@ -159,6 +159,16 @@ describe('parseManifest', () => {
     }
   });
 
+  it('survives absurdly deep nesting: that document is a problem, the next one loads', () => {
+    const depth = 100_000;
+    const text = `apiVersion: v1\nkind: Service\nmetadata: {name: deep}\nspec: ${'['.repeat(depth)}${']'.repeat(depth)}\n---\n${pod('after')}`;
+    const started = Date.now();
+    const m = parseManifest('deep.yaml', text);
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(m.objects.map((o) => o.name)).toEqual(['after']);
+    expect(m.problems).toHaveLength(1);
+  });
+
   it('bounds the number of documents in one file', () => {
     const one = 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n';
     const m = parseManifest('many.yaml', one.repeat(MAX_DOCUMENTS_PER_FILE + 5));
@@ -241,6 +251,20 @@ describe('readManifestFile (real files)', () => {
     await fs.symlink('/dev/zero', path.join(dir, 'zero.yaml'));
     const r = await readManifestFile(path.join(dir, 'zero.yaml'));
     expect(r).toMatchObject({ kind: 'skipped', problem: { reason: 'not a regular file' } });
+  });
+
+  it('reads a file of exactly the cap and refuses one byte more', async () => {
+    const f = path.join(dir, 'grow.yaml');
+    await fs.writeFile(f, pod('g'));
+    const r = await readManifestFile(f);
+    expect(r.kind === 'parsed' && r.manifest.objects.map((o) => o.name)).toEqual(['g']);
+    // Exactly at the cap is fine (all comments); one byte more is refused.
+    await fs.writeFile(f, Buffer.concat([Buffer.from(pod('cap')), Buffer.alloc(MAX_MANIFEST_BYTES - pod('cap').length - 1, 0x23), Buffer.from('\n')]));
+    const atCap = await readManifestFile(f);
+    expect(atCap.kind === 'parsed' && atCap.manifest.problems).toEqual([]);
+    await fs.appendFile(f, '#');
+    const over = await readManifestFile(f);
+    expect(over.kind === 'parsed' && over.manifest.problems[0]!.reason).toContain('more than the limit');
   });
 
   it('gives a stamp that changes when the file does', async () => {
