@@ -7,7 +7,7 @@
  * (its periodic safety net: inotify drops events silently on overflow).
  * All store updates run one at a time, in the order they were decided.
  */
-import { watch, type FSWatcher } from 'node:fs';
+import { watch } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { errorMessage, isErrno } from '../errors.js';
@@ -20,11 +20,24 @@ export const DEFAULT_DEBOUNCE_MS = 75;
 /** A file written without pause is still re-read at least this often. */
 const MAX_WAIT_FACTOR = 10;
 
+/** A watch on one directory: what fs.watch returns, as far as the watcher uses it. */
+export interface DirWatch {
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  close(): void;
+}
+export type WatchFn = (dir: string, onEvent: (event: string, filename: string | null) => void) => DirWatch;
+
+/** inotify through fs.watch; it never keeps the process alive on its own. */
+export const inotifyWatch: WatchFn = (dir, onEvent) =>
+  watch(dir, { persistent: false }, (event, filename) => onEvent(event, filename === null ? null : filename.toString()));
+
 export interface ManifestWatcherOptions {
   dir: string;
   store: ObjectStore;
   debounceMs?: number;
   log?: Logger;
+  /** How the directory is watched; tests wrap the real one to inject failures. */
+  watch?: WatchFn;
 }
 
 interface Pending {
@@ -37,7 +50,8 @@ export class ManifestWatcher {
   private readonly store: ObjectStore;
   private readonly debounceMs: number;
   private readonly log: Logger;
-  private watcher: FSWatcher | undefined;
+  private readonly watchFn: WatchFn;
+  private watcher: DirWatch | undefined;
   /** dev:ino of the directory being watched, to notice it being replaced. */
   private watchedId: string | undefined;
   private readonly pending = new Map<string, Pending>();
@@ -49,6 +63,7 @@ export class ManifestWatcher {
     this.store = opts.store;
     this.debounceMs = opts.debounceMs ?? DEFAULT_DEBOUNCE_MS;
     this.log = opts.log ?? silentLogger;
+    this.watchFn = opts.watch ?? inotifyWatch;
   }
 
   /** Creates the directory if needed (the agent owns it), starts watching, and loads everything in it. */
@@ -126,7 +141,15 @@ export class ManifestWatcher {
     if (this.watcher && this.watchedId === id) return;
     this.stopWatch();
     if (this.closed) return;
-    const w = watch(this.dir, { persistent: false }, (event, filename) => this.onEvent(event, filename));
+    let w: DirWatch;
+    try {
+      w = this.watchFn(this.dir, (event, filename) => this.onEvent(event, filename));
+    } catch (err) {
+      // Out of inotify watches (ENOSPC) and the like: the directory is still read, and
+      // the next rescan (the agent's periodic one) tries to watch again.
+      this.log.warn('cannot watch the manifest directory; relying on rescans', { dir: this.dir, error: errorMessage(err) });
+      return;
+    }
     w.on('error', (err) => {
       this.log.warn('manifest directory watch failed; rescanning', { dir: this.dir, error: errorMessage(err) });
       if (this.watcher === w) this.stopWatch();
@@ -150,9 +173,8 @@ export class ManifestWatcher {
     }
   }
 
-  private onEvent(event: string, filename: string | Buffer | null): void {
+  private onEvent(event: string, name: string | null): void {
     if (this.closed) return;
-    const name = filename === null ? null : filename.toString();
     if (name === null || name === '' || name.includes('/')) {
       // Without a name there is no telling what changed.
       this.schedule('\0rescan', () => this.doRescan());

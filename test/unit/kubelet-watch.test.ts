@@ -3,13 +3,14 @@
  * what the agent sees (store changes) after what a user does with files.
  */
 import { execFileSync } from 'node:child_process';
+import type { EventEmitter } from 'node:events';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ObjectChange } from '../../src/kubelet-lite/model.js';
 import { ObjectStore } from '../../src/kubelet-lite/store.js';
-import { DEFAULT_DEBOUNCE_MS, ManifestWatcher } from '../../src/kubelet-lite/watch.js';
+import { DEFAULT_DEBOUNCE_MS, inotifyWatch, ManifestWatcher, type DirWatch, type WatchFn } from '../../src/kubelet-lite/watch.js';
 
 const DEBOUNCE_MS = 50;
 
@@ -191,6 +192,46 @@ describe('ManifestWatcher (real directory, real inotify)', () => {
     await fs.rm(path.join(dir, 'a.yaml'));
     await watcher.rescan();
     expect(store.list('Pod').map((o) => o.name)).toEqual(['b']);
+  });
+
+  it('rescans and watches again after a watch error (events lost meanwhile are found)', async () => {
+    let muted = false;
+    const watches: DirWatch[] = [];
+    const wrapped: WatchFn = (d, onEvent) => {
+      const w = inotifyWatch(d, (ev, name) => muted || onEvent(ev, name));
+      watches.push(w);
+      return w;
+    };
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, watch: wrapped });
+    await watcher.start();
+    // Lose the events (as an inotify queue overflow does), then fail the watch.
+    muted = true;
+    await fs.writeFile(path.join(dir, 'lost.yaml'), pod('lost'));
+    await quiet();
+    expect(flat()).toEqual([]);
+    muted = false;
+    (watches[0] as unknown as EventEmitter).emit('error', new Error('inotify gave up'));
+    await until(() => flat().includes('added Pod/lost'), 'the rescan after the error');
+    expect(watches).toHaveLength(2);
+    await fs.writeFile(path.join(dir, 'next.yaml'), pod('next'));
+    await until(() => flat().includes('added Pod/next'), 'events through the new watch');
+  });
+
+  it('still loads the directory when it cannot be watched, and watches on a later rescan', async () => {
+    let calls = 0;
+    const flaky: WatchFn = (d, onEvent) => {
+      if (++calls === 1) throw Object.assign(new Error('ENOSPC: System limit for number of file watchers reached'), { code: 'ENOSPC' });
+      return inotifyWatch(d, onEvent);
+    };
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, watch: flaky });
+    await watcher.start();
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['a']);
+    await watcher.rescan();
+    expect(calls).toBe(2);
+    await fs.writeFile(path.join(dir, 'b.yaml'), pod('b'));
+    await until(() => flat().includes('added Pod/b'), 'b through the watch set up by the rescan');
   });
 
   it('stops when closed: nothing is applied after close()', async () => {
