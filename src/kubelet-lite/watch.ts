@@ -66,7 +66,10 @@ export class ManifestWatcher {
     this.watchFn = opts.watch ?? inotifyWatch;
   }
 
-  /** Creates the directory if needed (the agent owns it), starts watching, and loads everything in it. */
+  /**
+   * Creates the directory if needed (the agent owns it), starts watching, and
+   * loads everything in it. Rejects if the directory cannot be created or read.
+   */
   async start(): Promise<void> {
     await this.rescan();
   }
@@ -74,7 +77,8 @@ export class ManifestWatcher {
   /**
    * Re-reads the whole directory: files that appeared or changed are loaded,
    * files that went are removed, and the watch is re-established if the
-   * directory was replaced. Resolves when the store is up to date.
+   * directory was replaced. Resolves when the store is up to date; rejects
+   * (and logs) if the directory cannot be read, leaving the store as it was.
    */
   rescan(): Promise<void> {
     return this.enqueue(() => this.doRescan());
@@ -89,17 +93,18 @@ export class ManifestWatcher {
     await this.queue;
   }
 
+  /** Runs `work` after everything queued before it; its failure is logged, and rejects only the returned promise. */
   private enqueue(work: () => Promise<void>): Promise<void> {
-    const run = this.queue.then(async () => {
-      if (this.closed) return;
-      try {
-        await work();
-      } catch (err) {
-        this.log.error('manifest directory update failed', { dir: this.dir, error: errorMessage(err) });
-      }
+    const run = this.queue.then(() => (this.closed ? undefined : work()));
+    this.queue = run.catch((err) => {
+      this.log.error('manifest directory update failed', { dir: this.dir, error: errorMessage(err) });
     });
-    this.queue = run;
     return run;
+  }
+
+  /** For work nobody awaits (timers, watch errors): the queue has logged any failure. */
+  private enqueueDetached(work: () => Promise<void>): void {
+    this.enqueue(work).catch(() => undefined);
   }
 
   private async doRescan(): Promise<void> {
@@ -153,7 +158,7 @@ export class ManifestWatcher {
     w.on('error', (err) => {
       this.log.warn('manifest directory watch failed; rescanning', { dir: this.dir, error: errorMessage(err) });
       if (this.watcher === w) this.stopWatch();
-      void this.rescan();
+      this.enqueueDetached(() => this.doRescan());
     });
     this.watcher = w;
     this.watchedId = id;
@@ -217,7 +222,7 @@ export class ManifestWatcher {
     if (existing) clearTimeout(existing.timer);
     const timer = setTimeout(() => {
       this.pending.delete(key);
-      void this.enqueue(work);
+      this.enqueueDetached(work);
     }, this.debounceMs);
     timer.unref();
     this.pending.set(key, { timer, first: existing?.first ?? now });

@@ -234,6 +234,17 @@ describe('ManifestWatcher (real directory, real inotify)', () => {
     await until(() => flat().includes('added Pod/b'), 'b through the watch set up by the rescan');
   });
 
+  it('rejects start() when the directory cannot be made (a file is in the way), and works once it can', async () => {
+    await fs.writeFile(dir, 'not a directory');
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS });
+    await expect(watcher.start()).rejects.toThrow(/EEXIST|ENOTDIR/);
+    await fs.rm(dir);
+    await fs.mkdir(dir);
+    await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
+    await watcher.rescan();
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['a']);
+  });
+
   it('stops when closed: nothing is applied after close()', async () => {
     await start();
     await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
