@@ -34,6 +34,12 @@ export function formatFieldPath(p: FieldPath): string {
   return out;
 }
 
+/** A value as a reason quotes it: JSON, cut short so a hostile manifest cannot make a huge message. */
+export function show(v: unknown): string {
+  const text = JSON.stringify(v) ?? String(v);
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}
+
 export function typeName(v: unknown): string {
   if (v === null) return 'null';
   if (Array.isArray(v)) return 'array';
@@ -226,7 +232,7 @@ function checkTypes(v: unknown, schema: Schema, path: FieldPath, errs: FieldErro
   } else if (schema === 'quantity') {
     if (typeof v !== 'string' && typeof v !== 'number') wrong('quantity (string or number)');
     else if (tryParseQuantity(v) === undefined) {
-      errs.push({ path, message: `Invalid value: ${JSON.stringify(v)}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'` });
+      errs.push({ path, message: `Invalid value: ${show(v)}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'` });
     }
   } else if ('list' in schema) {
     if (!Array.isArray(v)) return wrong('array');
@@ -288,7 +294,8 @@ function defaultFieldRef(f: Obj): void {
   setDefault(f, 'apiVersion', 'v1');
 }
 function defaultContainer(c: Obj, hostNetwork: boolean): void {
-  if (typeof c.image === 'string') setDefault(c, 'imagePullPolicy', defaultPullPolicy(c.image));
+  // An image that is missing gets IfNotPresent (the API server's parser fails and finds no tag); validation reports it.
+  setDefault(c, 'imagePullPolicy', typeof c.image === 'string' && c.image !== '' ? defaultPullPolicy(c.image) : 'IfNotPresent');
   setDefault(c, 'terminationMessagePath', '/dev/termination-log');
   setDefault(c, 'terminationMessagePolicy', 'File');
   eachObj(c.ports, (p) => {
@@ -408,7 +415,7 @@ export function isBase64(s: string): boolean {
 }
 
 const enumError = (v: unknown, allowed: readonly string[]) =>
-  `Unsupported value: ${JSON.stringify(v)}: supported values: ${allowed.map((a) => JSON.stringify(a)).join(', ')}`;
+  `Unsupported value: ${show(v)}: supported values: ${allowed.map((a) => JSON.stringify(a)).join(', ')}`;
 
 // ---------------------------------------------------------------- validation
 
@@ -442,10 +449,11 @@ class Errors {
     this.add(path, 'Required value');
   }
   invalid(path: FieldPath, value: unknown, why: string): void {
-    this.add(path, `Invalid value: ${JSON.stringify(value)}: ${why}`);
+    this.add(path, `Invalid value: ${show(value)}: ${why}`);
   }
   oneOf(path: FieldPath, value: unknown, allowed: readonly string[]): void {
-    if (!allowed.includes(value as string)) this.add(path, enumError(value, allowed));
+    if (value === undefined || value === null) this.required(path);
+    else if (!allowed.includes(value as string)) this.add(path, enumError(value, allowed));
   }
 }
 
@@ -599,7 +607,7 @@ function validateEnv(c: Obj, path: FieldPath, e: Errors): void {
   });
 }
 
-function validateContainer(c: Obj, path: FieldPath, kind: 'init' | 'app', volumes: Map<string, Obj>, e: Errors): void {
+function validateContainer(c: Obj, path: FieldPath, kind: 'init' | 'app', volumes: Map<string, Obj>, hostNetwork: boolean, e: Errors): void {
   if (empty(c.name)) e.required([...path, 'name']);
   else {
     const why = dnsLabelError(c.name as string);
@@ -625,11 +633,12 @@ function validateContainer(c: Obj, path: FieldPath, kind: 'init' | 'app', volume
     else if (cp < 1 || cp > 65535) e.invalid([...p, 'containerPort'], cp, 'must be between 1 and 65535, inclusive');
     const hp = port.hostPort;
     if (typeof hp === 'number' && hp !== 0 && (hp < 1 || hp > 65535)) e.invalid([...p, 'hostPort'], hp, 'must be between 1 and 65535, inclusive');
+    if (hostNetwork && typeof hp === 'number' && hp !== cp) e.invalid([...p, 'hostPort'], hp, 'must match `containerPort` when `hostNetwork` is true');
     e.oneOf([...p, 'protocol'], port.protocol, PROTOCOLS);
     if (typeof port.name === 'string' && port.name !== '') {
       const why = portNameError(port.name);
       if (why) e.invalid([...p, 'name'], port.name, why);
-      if (portNames.has(port.name)) e.add([...p, 'name'], `Duplicate value: ${JSON.stringify(port.name)}`);
+      if (portNames.has(port.name)) e.add([...p, 'name'], `Duplicate value: ${show(port.name)}`);
       portNames.add(port.name);
     }
     if (typeof port.hostIP === 'string' && port.hostIP !== '' && !isIP(port.hostIP)) {
@@ -643,7 +652,7 @@ function validateContainer(c: Obj, path: FieldPath, kind: 'init' | 'app', volume
   eachObj(c.volumeMounts, (m) => {
     const p = [...path, 'volumeMounts', (c.volumeMounts as unknown[]).indexOf(m)];
     if (empty(m.name)) e.required([...p, 'name']);
-    else if (!volumes.has(m.name as string)) e.add([...p, 'name'], `Not found: ${JSON.stringify(m.name)}`);
+    else if (!volumes.has(m.name as string)) e.add([...p, 'name'], `Not found: ${show(m.name)}`);
     if (empty(m.mountPath)) e.required([...p, 'mountPath']);
     else {
       if (mountPaths.has(m.mountPath as string)) e.invalid([...p, 'mountPath'], m.mountPath, 'must be unique');
@@ -799,7 +808,7 @@ export function podErrors(pod: Obj): FieldError[] {
     const p = ['spec', 'volumes', (spec.volumes as unknown[]).indexOf(v)];
     validateVolume(v, p, e);
     if (typeof v.name === 'string' && v.name !== '') {
-      if (volumes.has(v.name)) e.add([...p, 'name'], `Duplicate value: ${JSON.stringify(v.name)}`);
+      if (volumes.has(v.name)) e.add([...p, 'name'], `Duplicate value: ${show(v.name)}`);
       volumes.set(v.name, v);
     }
   });
@@ -808,10 +817,10 @@ export function podErrors(pod: Obj): FieldError[] {
     eachObj(spec[field], (c) => {
       const p = ['spec', field, (spec[field] as unknown[]).indexOf(c)];
       if (typeof c.name === 'string' && c.name !== '') {
-        if (names.has(c.name)) e.add([...p, 'name'], `Duplicate value: ${JSON.stringify(c.name)}`);
+        if (names.has(c.name)) e.add([...p, 'name'], `Duplicate value: ${show(c.name)}`);
         names.add(c.name);
       }
-      validateContainer(c, p, kind, volumes, e);
+      validateContainer(c, p, kind, volumes, spec.hostNetwork === true, e);
     });
   }
   if (!Array.isArray(spec.containers) || spec.containers.length === 0) e.required(['spec', 'containers']);

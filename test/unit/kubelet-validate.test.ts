@@ -193,6 +193,13 @@ describe('validatePod validation (ValidatePod)', () => {
     ['containerPort 0', podWith((spec) => (c0(spec).ports = [{ containerPort: 0 }])), 'spec.containers[0].ports[0].containerPort: Required value'],
     ['containerPort 70000', podWith((spec) => (c0(spec).ports = [{ containerPort: 70000 }])), 'spec.containers[0].ports[0].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive'],
     ['hostPort -1', podWith((spec) => (c0(spec).ports = [{ containerPort: 80, hostPort: -1 }])), 'spec.containers[0].ports[0].hostPort: Invalid value: -1'],
+    [
+      'a host port unlike the container port on the host network',
+      podWith((spec) => ((spec.hostNetwork = true), (c0(spec).ports = [{ containerPort: 80, hostPort: 8080 }]))),
+      'spec.containers[0].ports[0].hostPort: Invalid value: 8080: must match `containerPort` when `hostNetwork` is true',
+    ],
+    ['an env resourceFieldRef without a resource', podWith((spec) => (c0(spec).env = [{ name: 'A', valueFrom: { resourceFieldRef: {} } }])), 'spec.containers[0].env[0].valueFrom.resourceFieldRef.resource: Required value'],
+    ['a huge invalid name, quoted short', podWith((_, p) => ((p.metadata as Obj).name = 'X'.repeat(100_000))), 'metadata.name: Invalid value: "XXXXXXXX'],
     ['protocol HTTP', podWith((spec) => (c0(spec).ports = [{ containerPort: 80, protocol: 'HTTP' }])), 'spec.containers[0].ports[0].protocol: Unsupported value: "HTTP": supported values: "SCTP", "TCP", "UDP"'],
     ['a bad port name', podWith((spec) => (c0(spec).ports = [{ containerPort: 80, name: 'http--x' }])), 'spec.containers[0].ports[0].name: Invalid value: "http--x"'],
     ['a duplicate port name', podWith((spec) => (c0(spec).ports = [{ containerPort: 80, name: 'http' }, { containerPort: 81, name: 'http' }])), 'spec.containers[0].ports[1].name: Duplicate value: "http"'],
@@ -296,6 +303,15 @@ describe('validatePod validation (ValidatePod)', () => {
   it.each(cases)('rejects %s', (_, s, want) => {
     const got = reasons(s);
     expect(got.some((r) => r.startsWith(want)), `reasons: ${JSON.stringify(got)}`).toBe(true);
+  });
+
+  it('reports a missing image once, without noise about the pull policy', () => {
+    expect(reasons(podWith((spec) => delete c0(spec).image))).toEqual(['spec.containers[0].image: Required value']);
+  });
+
+  it('quotes values cut short in reasons', () => {
+    const got = reasons(podWith((_, p) => ((p.metadata as Obj).name = 'X'.repeat(100_000))));
+    expect(got.join('').length).toBeLessThan(400);
   });
 
   it('accepts sidecars (init containers with restartPolicy Always) with probes and hooks', () => {
