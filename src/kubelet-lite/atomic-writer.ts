@@ -79,7 +79,7 @@ async function currentVersion(dir: string): Promise<string | undefined> {
   }
 }
 
-async function sameContent(versionDir: string, files: string[], payload: Payload): Promise<boolean> {
+async function sameContent(versionDir: string, files: string[], payload: Payload, gid: number | undefined): Promise<boolean> {
   if (files.length !== payload.size) return false;
   for (const f of files) {
     const want = payload.get(f);
@@ -87,6 +87,7 @@ async function sameContent(versionDir: string, files: string[], payload: Payload
     const full = path.join(versionDir, f);
     const st = await fs.lstat(full);
     if (!st.isFile() || (st.mode & 0o7777) !== want.mode) return false;
+    if (gid !== undefined && st.gid !== gid) return false;
     if (!(await fs.readFile(full)).equals(want.data)) return false;
   }
   return true;
@@ -101,15 +102,22 @@ export interface WriteResult {
   changed: boolean;
 }
 
+export interface WriteOptions {
+  /** The group every file and directory of the version gets (the pod's fsGroup), so non-root users can read them. */
+  gid?: number;
+  now?: () => Date;
+}
+
 /** Makes `dir` show exactly `payload`, atomically. Creates `dir` if needed. */
-export async function writeAtomic(dir: string, input: Payload, now: () => Date = () => new Date()): Promise<WriteResult> {
+export async function writeAtomic(dir: string, input: Payload, opts: WriteOptions = {}): Promise<WriteResult> {
+  const { gid, now = () => new Date() } = opts;
   const payload: Payload = new Map();
   for (const [p, f] of input) payload.set(validatePayloadPath(p), f);
   await fs.mkdir(dir, { recursive: true, mode: 0o755 });
 
   const old = await currentVersion(dir);
   const oldFiles = old ? await listFiles(path.join(dir, old)).catch(() => undefined) : undefined;
-  if (old && oldFiles && (await sameContent(path.join(dir, old), oldFiles, payload))) {
+  if (old && oldFiles && (await sameContent(path.join(dir, old), oldFiles, payload, gid))) {
     await createVisible(dir, payload);
     return { changed: false };
   }
@@ -124,6 +132,7 @@ export async function writeAtomic(dir: string, input: Payload, now: () => Date =
     await fs.writeFile(full, f.data, { mode: f.mode, flag: 'wx' });
     await fs.chmod(full, f.mode);
   }
+  if (gid !== undefined) await chownTree(versionDir, gid);
 
   const tmpLink = path.join(dir, DATA_DIR_TMP);
   await fs.rm(tmpLink, { force: true });
@@ -143,6 +152,18 @@ export async function writeAtomic(dir: string, input: Payload, now: () => Date =
     if (e.startsWith('..') && e !== DATA_DIR && e !== version && e !== DATA_DIR_TMP) await fs.rm(path.join(dir, e), { recursive: true, force: true });
   }
   return { changed: true };
+}
+
+/** Group-owns a version dir we just wrote (nothing in it is a symlink), setgid on its directories as the kubelet does. */
+async function chownTree(dir: string, gid: number): Promise<void> {
+  const st = await fs.lstat(dir);
+  await fs.lchown(dir, st.uid, gid);
+  await fs.chmod(dir, (st.mode & 0o7777) | 0o2000 | 0o110 | 0o440);
+  for (const e of await fs.readdir(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) await chownTree(p, gid);
+    else await fs.lchown(p, (await fs.lstat(p)).uid, gid);
+  }
 }
 
 async function createVisible(dir: string, payload: Payload): Promise<void> {

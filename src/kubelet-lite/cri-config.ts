@@ -221,7 +221,8 @@ export class KubeletConfigBuilder implements ConfigBuilder {
       command: (c.command ?? []).map((s) => expand(s, lookup)),
       args: (c.args ?? []).map((s) => expand(s, lookup)),
       workingDir: c.workingDir ?? '',
-      envs: [...env].map(([key, value]) => ({ key, value })),
+      // skiff's proto declares the value as bytes (the wire form of a string): a JS string there would be taken as base64.
+      envs: [...env].map(([key, value]) => ({ key, value: Buffer.from(value) })),
       mounts: this.mounts(ctx, c, opts, env),
       labels: {
         [CONTAINER_NAME_LABEL]: c.name,
@@ -357,6 +358,14 @@ export function safeSubpath(base: string, sub: string): string {
     if (!st) {
       try {
         fs.mkdirSync(next, { mode });
+        // The volume's own mode (an emptyDir's 0777), not what the umask leaves of it; through an fd opened
+        // without following links, since the container can swap the new directory for a symlink meanwhile.
+        const fd = fs.openSync(next, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
+        try {
+          fs.fchmodSync(fd, mode);
+        } finally {
+          fs.closeSync(fd);
+        }
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw new ContainerConfigError(`subPath ${sub}: ${(err as Error).message}`);
       }

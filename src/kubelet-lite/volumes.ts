@@ -179,7 +179,11 @@ export class HostVolumeManager implements VolumeManager {
     const kind = projectedKind(v);
     if (kind) {
       const dir = this.volumeDir(ctx, PLUGIN_DIRS[kind], v.name);
-      await writeAtomic(dir, this.payload(ctx, v, kind));
+      const payload = this.payload(ctx, v, kind);
+      const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
+      // With an fsGroup the files belong to that group and it may read them, as the kubelet's volume ownership does.
+      if (fsGroup !== undefined) for (const f of payload.values()) f.mode |= 0o440;
+      await writeAtomic(dir, payload, { gid: fsGroup });
       return dir;
     }
     const type = Object.keys(v).find((k) => k !== 'name') ?? 'unknown';
@@ -202,6 +206,12 @@ export class HostVolumeManager implements VolumeManager {
     }
     // Any user the containers run as may write here.
     await fs.chmod(dir, 0o777);
+    const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
+    if (fsGroup !== undefined) {
+      const st = await fs.lstat(dir);
+      await fs.lchown(dir, st.uid, fsGroup);
+      await fs.chmod(dir, 0o2777);
+    }
     return dir;
   }
 

@@ -197,10 +197,10 @@ describe('container config', () => {
       args: ['debug'],
       workingDir: '/data',
       envs: [
-        { key: 'GREETING', value: 'hello' },
-        { key: 'LEVEL', value: 'debug' },
-        { key: 'MSG', value: 'hello-debug' },
-        { key: 'POD', value: 'web' },
+        { key: 'GREETING', value: Buffer.from('hello') },
+        { key: 'LEVEL', value: Buffer.from('debug') },
+        { key: 'MSG', value: Buffer.from('hello-debug') },
+        { key: 'POD', value: Buffer.from('web') },
       ],
       mounts: [
         { containerPath: '/etc/app', hostPath: volumes.get('conf'), readonly: true, propagation: 'PROPAGATION_PRIVATE' },
@@ -457,6 +457,20 @@ describe('subPath', () => {
     expect(safeSubpath(vol, 'a/b')).toBe(path.join(fs.realpathSync(vol), 'a/b'));
     expect(fs.statSync(path.join(vol, 'a/b')).isDirectory()).toBe(true);
     expect(safeSubpath(vol, 'link/x')).toBe(path.join(fs.realpathSync(vol), 'real/x'));
+  });
+
+  it("gives new subPath directories the volume's mode, whatever the umask", () => {
+    const vol = path.join(tmp, 'vol');
+    fs.mkdirSync(vol);
+    fs.chmodSync(vol, 0o777);
+    const old = process.umask(0o022);
+    try {
+      safeSubpath(vol, 'x/y');
+    } finally {
+      process.umask(old);
+    }
+    expect(fs.statSync(path.join(vol, 'x')).mode & 0o777).toBe(0o777);
+    expect(fs.statSync(path.join(vol, 'x/y')).mode & 0o777).toBe(0o777);
   });
 
   it.each([

@@ -306,6 +306,30 @@ describe('volume manager', () => {
     await vm.tearDown('u1');
   });
 
+  it.skipIf(!isRoot)('with an fsGroup, projected files and the emptyDir belong to that group, which may read them', async () => {
+    const vm = new HostVolumeManager({ rootDir: tmp });
+    const p = pod([
+      { name: 'cfg', configMap: { name: 'cfg', defaultMode: 0o400 } },
+      { name: 'scratch', emptyDir: {} },
+    ]);
+    p.spec!.securityContext = { fsGroup: 2345 };
+    const ctx = ctxFor(tmp, p, store());
+    const paths = await vm.setUp(ctx);
+    const st = fs.statSync(path.join(paths.get('cfg')!, 'app.conf'));
+    expect(st.gid).toBe(2345);
+    expect(st.mode & 0o777).toBe(0o440);
+    const version = fs.statSync(path.join(paths.get('cfg')!, '..data'));
+    expect(version.gid).toBe(2345);
+    const scratch = fs.statSync(paths.get('scratch')!);
+    expect(scratch.gid).toBe(2345);
+    expect(scratch.mode & 0o7777).toBe(0o2777);
+    // Unchanged content and group: no new version.
+    const before = fs.readlinkSync(path.join(paths.get('cfg')!, '..data'));
+    await vm.setUp(ctx);
+    expect(fs.readlinkSync(path.join(paths.get('cfg')!, '..data'))).toBe(before);
+    await vm.tearDown('u1');
+  });
+
   it('emptyDir on disk is a world-writable directory', async () => {
     const vm = new HostVolumeManager({ rootDir: tmp });
     const ctx = ctxFor(tmp, pod([{ name: 'scratch', emptyDir: {} }]), store());
