@@ -217,7 +217,7 @@ export class KubeletConfigBuilder implements ConfigBuilder {
     if (pod.spec?.terminationGracePeriodSeconds !== undefined) annotations[TERMINATION_GRACE_ANNOTATION] = String(pod.spec.terminationGracePeriodSeconds);
     return {
       metadata: { name: c.name, attempt: opts.restartCount },
-      image: { image: opts.image },
+      image: { image: opts.image, userSpecifiedImage: c.image ?? '' },
       command: (c.command ?? []).map((s) => expand(s, lookup)),
       args: (c.args ?? []).map((s) => expand(s, lookup)),
       workingDir: c.workingDir ?? '',

@@ -195,7 +195,9 @@ export class HostVolumeManager implements VolumeManager {
     await fs.mkdir(dir, { recursive: true });
     const medium = v.emptyDir?.medium ?? '';
     if (medium === 'Memory') {
-      if (!(await mountsUnder(dir)).includes(dir)) {
+      // mountinfo shows resolved paths.
+      const real = await fs.realpath(dir);
+      if (!(await mountsUnder(real)).includes(real)) {
         const limit = v.emptyDir?.sizeLimit;
         // No limit: half the node's memory, what tmpfs gives by default, said out loud.
         const size = limit !== undefined ? quantityValue(limit) : Math.floor(this.node.memoryBytes / 2);
@@ -331,7 +333,9 @@ export class HostVolumeManager implements VolumeManager {
       await fs.unlink(dir);
       return;
     }
-    for (const mp of await mountsUnder(dir)) {
+    // mountinfo shows resolved paths: look for the pod dir as the kernel names it.
+    const real = await fs.realpath(dir);
+    for (const mp of await mountsUnder(real)) {
       try {
         umount2(mp);
       } catch (err) {
@@ -339,7 +343,7 @@ export class HostVolumeManager implements VolumeManager {
         else if (!isErrno(err, 'EINVAL') && !isErrno(err, 'ENOENT')) throw err;
       }
     }
-    const left = await mountsUnder(dir);
+    const left = await mountsUnder(real);
     // Deleting through a mount would delete what it shows: refuse instead.
     if (left.length) throw new Error(`pod ${uid}: still mounted after unmount: ${left.join(', ')}`);
     // fs.rm unlinks symlinks, never follows them.

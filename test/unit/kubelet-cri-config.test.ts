@@ -192,7 +192,7 @@ describe('container config', () => {
     expect(hash).toMatch(/^[0-9a-f]+$/);
     expect(cfg).toEqual({
       metadata: { name: 'main', attempt: 3 },
-      image: { image: 'sha256:abc' },
+      image: { image: 'sha256:abc', userSpecifiedImage: 'busybox' },
       command: ['sh', '-c', 'echo hello $(NOT) $(MISSING)'],
       args: ['debug'],
       workingDir: '/data',

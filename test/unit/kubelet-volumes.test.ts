@@ -362,6 +362,20 @@ describe('volume manager', () => {
     await vm.tearDown('u1');
   });
 
+  it.skipIf(!isRoot)('finds its tmpfs mounts when the root dir is reached through a symlink', async () => {
+    fs.mkdirSync(path.join(tmp, 'real'));
+    fs.symlinkSync('real', path.join(tmp, 'link'));
+    const root = path.join(tmp, 'link');
+    const vm = new HostVolumeManager({ rootDir: root });
+    const ctx = ctxFor(root, pod([{ name: 'mem', emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } }]), store());
+    await vm.setUp(ctx);
+    await vm.setUp(ctx);
+    expect(await mountsUnder(path.join(tmp, 'real'))).toHaveLength(1);
+    await vm.tearDown('u1');
+    expect(await mountsUnder(tmp)).toEqual([]);
+    expect(fs.existsSync(ctx.podDir)).toBe(false);
+  });
+
   it('teardown never follows a symlink out of the pod dir, and refuses a bad uid', async () => {
     const vm = new HostVolumeManager({ rootDir: path.join(tmp, 'root') });
     const outside = path.join(tmp, 'outside');
