@@ -29,6 +29,14 @@ function payload(entries: Record<string, string>, mode = 0o644): Payload {
   return new Map(Object.entries(entries).map(([k, v]) => [k, { data: Buffer.from(v), mode }]));
 }
 
+async function waitUntil(cond: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
 describe('atomic writer', () => {
   it('lays files out behind ..data and swaps the whole set on update', async () => {
     const dir = path.join(tmp, 'vol');
@@ -80,6 +88,7 @@ describe('atomic writer', () => {
       const ok = (s, n) => { const m = /^(\\d+):([^:]+):/.exec(s); if (!m || m[2] !== n || s.length !== 256 * 1024) return -1;
         const d = String(Number(m[1]) % 10); return s.slice(m[0].length).split('').every((c) => c === d) ? Number(m[1]) : -1; };
       let sets = 0, files = 0, bad = [];
+      process.stdout.write('R');
       while (!fs.existsSync(stop)) {
         // Through ..data once: the whole set is one version.
         let real;
@@ -100,18 +109,22 @@ describe('atomic writer', () => {
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     const done = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+    let last = 0;
     try {
-      for (let v = 1; v <= 40; v++) await writeAtomic(dir, version(v));
+      // Start writing once the reader reads, and overlap it for a while whatever the machine's speed.
+      await waitUntil(() => out.startsWith('R') || child.exitCode !== null);
+      const until = Date.now() + 500;
+      while (last < 40 || Date.now() < until) await writeAtomic(dir, version(++last));
     } finally {
       fs.writeFileSync(stop, '');
       await done;
     }
-    const res = JSON.parse(out) as { sets: number; files: number; nbad: number; bad: string[] };
+    const res = JSON.parse(out.slice(1)) as { sets: number; files: number; nbad: number; bad: string[] };
     expect(res.bad).toEqual([]);
     expect(res.nbad).toBe(0);
     expect(res.sets).toBeGreaterThan(0);
     expect(res.files).toBeGreaterThan(0);
-    expect(fs.readFileSync(path.join(dir, 'k1'), 'utf8')).toBe(big(40, 'k1'));
+    expect(fs.readFileSync(path.join(dir, 'k1'), 'utf8')).toBe(big(last, 'k1'));
   });
 });
 
