@@ -206,7 +206,8 @@ export class KubeletConfigBuilder implements ConfigBuilder {
     const pod = ctx.pod;
     const ns = podNamespace(pod);
     verifyRunAsNonRoot(ctx, c, opts.imageUser);
-    const { env } = resolveEnv(ctx, c, this.node);
+    const { env, warnings } = resolveEnv(ctx, c, this.node);
+    opts.warnings?.push(...warnings);
     const lookup = mapLookup(env);
     const annotations: Record<string, string> = {
       [CONTAINER_HASH_ANNOTATION]: containerHash(c),

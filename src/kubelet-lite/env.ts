@@ -160,12 +160,15 @@ export interface ResolvedEnv {
   env: Map<string, string>;
   /** envFrom keys skipped because they are not valid variable names (the kubelet reports them in an event). */
   invalidKeys: string[];
+  /** The kubelet's event message for each envFrom source with invalid keys. */
+  warnings: string[];
 }
 
 export function resolveEnv(ctx: PodContext, c: Container, node: NodeCapacity = hostCapacity()): ResolvedEnv {
   const ns = ctx.pod.metadata?.namespace || 'default';
   const env = new Map<string, string>();
   const invalidKeys: string[] = [];
+  const warnings: string[] = [];
   const configMap = (name: string, optional: boolean): ConfigMap | undefined => {
     const cm = ctx.objects.configMap(ns, name);
     if (!cm && !optional) throw new ContainerConfigError(`configmap "${name}" not found`);
@@ -189,13 +192,19 @@ export function resolveEnv(ctx: PodContext, c: Container, node: NodeCapacity = h
       if (s) data = secretData(s);
     }
     if (!data) continue;
+    const invalid: string[] = [];
     for (const k of [...data.keys()].sort()) {
       const name = prefix + k;
       if (!ENV_NAME.test(name)) {
-        invalidKeys.push(name);
+        invalid.push(name);
         continue;
       }
       env.set(name, data.get(k)!.toString());
+    }
+    if (invalid.length) {
+      invalidKeys.push(...invalid);
+      const what = from.configMapRef ? `configMap ${ns}/${from.configMapRef.name}` : `secret ${ns}/${from.secretRef?.name}`;
+      warnings.push(`Keys [${invalid.join(', ')}] from the EnvFrom ${what} were skipped since they are considered invalid environment variable names.`);
     }
   }
 
@@ -231,5 +240,5 @@ export function resolveEnv(ctx: PodContext, c: Container, node: NodeCapacity = h
     // An optional reference to something missing leaves the variable out altogether.
     if (value !== undefined) env.set(v.name, value);
   }
-  return { env, invalidKeys };
+  return { env, invalidKeys, warnings };
 }

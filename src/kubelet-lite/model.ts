@@ -120,6 +120,12 @@ export interface ContainerConfigOptions {
    * runAsNonRoot container without runAsUser is refused (it cannot be verified).
    */
   imageUser?: { uid?: number; username?: string };
+  /**
+   * Filled with what the kubelet reports as Warning events without failing
+   * the container (envFrom keys that are not valid variable names: reason
+   * InvalidEnvironmentVariableNames).
+   */
+  warnings?: string[];
 }
 
 export interface ConfigBuilder {

@@ -394,6 +394,9 @@ describe('env', () => {
       ['EMPTY', ''],
     ]);
     expect(invalidKeys).toEqual(['CFG_bad key']);
+    const warnings: string[] = [];
+    builder.containerConfig(ctx(pod), c, opts({ warnings }));
+    expect(warnings).toEqual(['Keys [CFG_bad key] from the EnvFrom configMap shop/app-config were skipped since they are considered invalid environment variable names.']);
   });
 
   it('fieldRef: names, labels, annotations, node, IPs (the host IP on the host network)', () => {
