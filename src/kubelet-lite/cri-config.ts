@@ -9,7 +9,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Container, Pod, PodSecurityContext, SeccompProfile, SecurityContext, VolumeMount } from 'kubernetes-types/core/v1.js';
+import type { Container, Pod, PodSecurityContext, SeccompProfile, SecurityContext, Service, VolumeMount } from 'kubernetes-types/core/v1.js';
 import type { ContainerConfig } from '../gen/runtime/v1/ContainerConfig.js';
 import type { LinuxContainerSecurityContext } from '../gen/runtime/v1/LinuxContainerSecurityContext.js';
 import type { Mount } from '../gen/runtime/v1/Mount.js';
@@ -20,7 +20,7 @@ import type { PortMapping } from '../gen/runtime/v1/PortMapping.js';
 import type { Protocol } from '../gen/runtime/v1/Protocol.js';
 import type { SecurityProfile } from '../gen/runtime/v1/SecurityProfile.js';
 import { podDnsConfig } from './dns.js';
-import { expand, mapLookup, resolveEnv } from './env.js';
+import { expand, mapLookup, resolveEnv, servicesFromObjects } from './env.js';
 import {
   CONTAINER_NAME_LABEL,
   CONTAINER_TYPE_LABEL,
@@ -145,6 +145,11 @@ export interface ConfigBuilderOptions {
   node?: NodeCapacity;
   /** Where Localhost seccomp profiles live (default: `<root-dir>/seccomp`, beside the pods directory). */
   seccompProfileRoot?: string;
+  /**
+   * The Services whose variables pods get (enableServiceLinks), with their
+   * cluster IPs; by default the Services in the manifest directory as written.
+   */
+  services?: (ctx: PodContext) => Service[];
 }
 
 export class KubeletConfigBuilder implements ConfigBuilder {
@@ -206,7 +211,7 @@ export class KubeletConfigBuilder implements ConfigBuilder {
     const pod = ctx.pod;
     const ns = podNamespace(pod);
     verifyRunAsNonRoot(ctx, c, opts.imageUser);
-    const { env, warnings } = resolveEnv(ctx, c, this.node);
+    const { env, warnings } = resolveEnv(ctx, c, this.node, (this.opts.services ?? servicesFromObjects)(ctx));
     opts.warnings?.push(...warnings);
     const lookup = mapLookup(env);
     const annotations: Record<string, string> = {

@@ -4,7 +4,7 @@
  * $(VAR); ConfigMap and Secret references, the downward API (fieldRef,
  * resourceFieldRef).
  */
-import type { ConfigMap, Container, Pod, Secret } from 'kubernetes-types/core/v1.js';
+import type { ConfigMap, Container, Pod, Secret, Service } from 'kubernetes-types/core/v1.js';
 import { ContainerConfigError, type PodContext } from './model.js';
 import { hostCapacity, resourceFieldValue, type NodeCapacity } from './resources.js';
 
@@ -151,6 +151,65 @@ export function resourceContainer(pod: Pod, self: Container | undefined, name: s
   return c;
 }
 
+// ---------------------------------------------------------------- service links
+
+function envName(s: string): string {
+  return s.toUpperCase().replace(/-/g, '_');
+}
+
+function hostPort(ip: string, port: number): string {
+  return ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`;
+}
+
+/** The Docker-link-style variables of one Service (FOO_SERVICE_HOST, FOO_PORT_80_TCP_ADDR...). */
+export function serviceVariables(svc: Service): Array<[string, string]> {
+  const ip = svc.spec?.clusterIP ?? '';
+  const ports = svc.spec?.ports ?? [];
+  if (!ip || ip === 'None' || !ports.length) return [];
+  const prefix = envName(svc.metadata?.name ?? '');
+  const out: Array<[string, string]> = [
+    [`${prefix}_SERVICE_HOST`, ip],
+    [`${prefix}_SERVICE_PORT`, String(ports[0].port)],
+  ];
+  for (const p of ports) if (p.name) out.push([`${prefix}_SERVICE_PORT_${envName(p.name)}`, String(p.port)]);
+  ports.forEach((p, i) => {
+    const proto = (p.protocol || 'TCP').toLowerCase();
+    const url = `${proto}://${hostPort(ip, p.port)}`;
+    if (i === 0) out.push([`${prefix}_PORT`, url]);
+    const pp = `${prefix}_PORT_${p.port}_${proto.toUpperCase()}`;
+    out.push([pp, url], [`${pp}_PROTO`, proto], [`${pp}_PORT`, String(p.port)], [`${pp}_ADDR`, ip]);
+  });
+  return out;
+}
+
+/**
+ * The service variables a pod gets: the `kubernetes` Service of the default
+ * namespace always, the Services of its own namespace unless
+ * enableServiceLinks is false. Services without a cluster IP give none.
+ */
+export function serviceEnv(pod: Pod, services: Service[]): Map<string, string> {
+  const ns = pod.metadata?.namespace || 'default';
+  const links = pod.spec?.enableServiceLinks ?? true;
+  const chosen = new Map<string, Service>();
+  for (const svc of services) {
+    const ip = svc.spec?.clusterIP;
+    if (!ip || ip === 'None') continue;
+    const name = svc.metadata?.name ?? '';
+    const svcNs = svc.metadata?.namespace || 'default';
+    if (svcNs === 'default' && name === 'kubernetes') {
+      if (!chosen.has(name)) chosen.set(name, svc);
+    } else if (svcNs === ns && links) chosen.set(name, svc);
+  }
+  const out = new Map<string, string>();
+  for (const name of [...chosen.keys()].sort()) for (const [k, v] of serviceVariables(chosen.get(name)!)) out.set(k, v);
+  return out;
+}
+
+/** The Services known from the manifest directory. */
+export function servicesFromObjects(ctx: PodContext): Service[] {
+  return ctx.objects.list('Service').map((o) => o.object as Service);
+}
+
 // ---------------------------------------------------------------- env
 
 const ENV_NAME = /^[-._a-zA-Z][-._a-zA-Z0-9]*$/;
@@ -164,9 +223,10 @@ export interface ResolvedEnv {
   warnings: string[];
 }
 
-export function resolveEnv(ctx: PodContext, c: Container, node: NodeCapacity = hostCapacity()): ResolvedEnv {
+export function resolveEnv(ctx: PodContext, c: Container, node: NodeCapacity = hostCapacity(), services: Service[] = servicesFromObjects(ctx)): ResolvedEnv {
   const ns = ctx.pod.metadata?.namespace || 'default';
-  const env = new Map<string, string>();
+  // Service variables first: the container's own envFrom and env override them, and may refer to them.
+  const env = serviceEnv(ctx.pod, services);
   const invalidKeys: string[] = [];
   const warnings: string[] = [];
   const configMap = (name: string, optional: boolean): ConfigMap | undefined => {

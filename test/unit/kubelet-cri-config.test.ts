@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { ConfigMap, Container, Pod, Secret } from 'kubernetes-types/core/v1.js';
+import type { ConfigMap, Container, Pod, Secret, Service } from 'kubernetes-types/core/v1.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeletConfigBuilder, podHostname, safeSubpath, terminationLogHostPath } from '../../src/kubelet-lite/cri-config.js';
 import { parseResolvConf, podDnsConfig } from '../../src/kubelet-lite/dns.js';
@@ -397,6 +397,52 @@ describe('env', () => {
     const warnings: string[] = [];
     builder.containerConfig(ctx(pod), c, opts({ warnings }));
     expect(warnings).toEqual(['Keys [CFG_bad key] from the EnvFrom configMap shop/app-config were skipped since they are considered invalid environment variable names.']);
+  });
+
+  it('service links: the namespace\'s Services and default/kubernetes, overridable and referable', () => {
+    const svc = (ns: string, name: string, clusterIP: string, ports: Array<{ name?: string; port: number; protocol?: string }>): Service => ({
+      metadata: { namespace: ns, name },
+      spec: { clusterIP, ports },
+    });
+    const services = [
+      svc('shop', 'redis-main', '10.96.0.20', [{ name: 'db', port: 6379 }, { name: 'metrics', port: 9121, protocol: 'UDP' }]),
+      svc('default', 'kubernetes', '10.96.0.1', [{ name: 'https', port: 443 }]),
+      svc('other', 'elsewhere', '10.96.0.30', [{ port: 80 }]),
+      svc('shop', 'headless', 'None', [{ port: 80 }]),
+    ];
+    const c: Container = { name: 'c', image: 'i', env: [{ name: 'URL', value: 'redis://$(REDIS_MAIN_SERVICE_HOST):$(REDIS_MAIN_SERVICE_PORT_DB)' }, { name: 'KUBERNETES_SERVICE_PORT', value: '8443' }] };
+    const env = resolveEnv(ctx(webPod()), c, node, services).env;
+    expect(Object.fromEntries(env)).toEqual({
+      KUBERNETES_SERVICE_HOST: '10.96.0.1',
+      KUBERNETES_SERVICE_PORT: '8443',
+      KUBERNETES_SERVICE_PORT_HTTPS: '443',
+      KUBERNETES_PORT: 'tcp://10.96.0.1:443',
+      KUBERNETES_PORT_443_TCP: 'tcp://10.96.0.1:443',
+      KUBERNETES_PORT_443_TCP_PROTO: 'tcp',
+      KUBERNETES_PORT_443_TCP_PORT: '443',
+      KUBERNETES_PORT_443_TCP_ADDR: '10.96.0.1',
+      REDIS_MAIN_SERVICE_HOST: '10.96.0.20',
+      REDIS_MAIN_SERVICE_PORT: '6379',
+      REDIS_MAIN_SERVICE_PORT_DB: '6379',
+      REDIS_MAIN_SERVICE_PORT_METRICS: '9121',
+      REDIS_MAIN_PORT: 'tcp://10.96.0.20:6379',
+      REDIS_MAIN_PORT_6379_TCP: 'tcp://10.96.0.20:6379',
+      REDIS_MAIN_PORT_6379_TCP_PROTO: 'tcp',
+      REDIS_MAIN_PORT_6379_TCP_PORT: '6379',
+      REDIS_MAIN_PORT_6379_TCP_ADDR: '10.96.0.20',
+      REDIS_MAIN_PORT_9121_UDP: 'udp://10.96.0.20:9121',
+      REDIS_MAIN_PORT_9121_UDP_PROTO: 'udp',
+      REDIS_MAIN_PORT_9121_UDP_PORT: '9121',
+      REDIS_MAIN_PORT_9121_UDP_ADDR: '10.96.0.20',
+      URL: 'redis://10.96.0.20:6379',
+    });
+    const noLinks = webPod();
+    noLinks.spec!.enableServiceLinks = false;
+    expect([...resolveEnv(ctx(noLinks), { name: 'c', image: 'i' }, node, services).env.keys()].every((k) => k.startsWith('KUBERNETES_'))).toBe(true);
+    // Through the builder, Services come from the manifest objects.
+    const withObjects = { ...objects, list: (kind?: string) => (kind === 'Service' ? services.map((o) => ({ object: o as unknown as Record<string, unknown> }) as never) : []) };
+    const cfg = new KubeletConfigBuilder({ node }).containerConfig(ctx(webPod(), { objects: withObjects }), { name: 'c', image: 'i' }, opts());
+    expect(cfg.envs!.find((e) => e.key === 'REDIS_MAIN_SERVICE_HOST')?.value).toEqual(Buffer.from('10.96.0.20'));
   });
 
   it('fieldRef: names, labels, annotations, node, IPs (the host IP on the host network)', () => {
