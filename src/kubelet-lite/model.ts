@@ -104,13 +104,37 @@ export class ContainerConfigError extends Error {
   }
 }
 
+export interface ContainerConfigOptions {
+  kind: 'init' | 'sidecar' | 'app';
+  restartCount: number;
+  /** The image reference to run (the pulled image's id or digest reference). */
+  image: string;
+  /** Each pod volume's name → the host path prepared for it (VolumeManager.setUp). */
+  volumes: Map<string, string>;
+  /** The pod's managed hosts file (VolumeManager.writeEtcHosts), mounted at /etc/hosts. */
+  etcHosts?: string;
+  /**
+   * The image's user from ImageStatus (`image.uid` / `image.username`): passed
+   * on as the user to run as when the pod sets none, and checked against
+   * runAsNonRoot. Left out, the runtime picks the image's user, and a
+   * runAsNonRoot container without runAsUser is refused (it cannot be verified).
+   */
+  imageUser?: { uid?: number; username?: string };
+  /**
+   * Filled with what the kubelet reports as Warning events without failing
+   * the container (envFrom keys that are not valid variable names: reason
+   * InvalidEnvironmentVariableNames).
+   */
+  warnings?: string[];
+}
+
 export interface ConfigBuilder {
   sandboxConfig(ctx: PodContext, attempt: number): PodSandboxConfig;
-  /** `volumes` maps each pod volume's name to the host path prepared for it. */
+  /** Throws ContainerConfigError for what the kubelet reports as CreateContainerConfigError. */
   containerConfig(
     ctx: PodContext,
     container: Container,
-    opts: { kind: 'init' | 'sidecar' | 'app'; restartCount: number; image: string; volumes: Map<string, string>; etcHosts?: string },
+    opts: ContainerConfigOptions,
   ): ContainerConfig;
 }
 
