@@ -3,6 +3,7 @@ import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
 import { errorMessage } from '../errors.js';
 import { KUBECTL_HELP, runKubectl } from './kubectl.js';
+import { KUBELET_HELP, kubelet } from './kubelet.js';
 import { createLogger, isLogLevel } from '../log.js';
 import { SKIFF_VERSION } from '../version.js';
 
@@ -10,6 +11,7 @@ const HELP = `skiff ${SKIFF_VERSION}: a small Kubernetes container runtime (CRI 
 
 Usage:
   skiff cri [flags]     serve the CRI runtime and image services on a Unix socket
+  skiff kubelet [flags] run pods from Kubernetes manifests in a directory (the node agent alone)
   skiff version         print the version
   skiff help            show this help
 
@@ -37,6 +39,7 @@ Flags for "skiff cri":
                            (e.g. 90s, 30m, 4h; default 4h, as the kubelet)
   --log-level LEVEL        debug, info, warn or error (default info)
 
+${KUBELET_HELP}
 Point crictl at it:
   crictl --runtime-endpoint unix:///run/skiff/skiff.sock --image-endpoint unix:///run/skiff/skiff.sock images
 `;
@@ -139,6 +142,8 @@ export async function main(argv: string[]): Promise<number> {
   switch (cmd) {
     case 'cri':
       return cri(rest);
+    case 'kubelet':
+      return kubelet(rest);
     case 'get':
     case 'describe':
     case 'logs':

@@ -367,6 +367,7 @@ export class PodWorker {
       return now() + (image.reason === 'ErrImageNeverPull' ? RESYNC_MS : 5_000);
     }
     let config;
+    const warnings: string[] = [];
     try {
       config = this.deps.builder.containerConfig(ctx, s.container, {
         kind: s.kind,
@@ -375,7 +376,9 @@ export class PodWorker {
         volumes: this.volumePaths ?? (this.volumePaths = await this.deps.volumes.setUp(ctx)),
         etcHosts: this.etcHosts,
         imageUser: image.user,
-      } as Parameters<ConfigBuilder['containerConfig']>[2]);
+        warnings,
+      });
+      for (const w of warnings) this.event('Warning', 'InvalidEnvironmentVariableNames', w, name);
     } catch (err) {
       if (!(err instanceof ContainerConfigError)) throw err;
       this.waiting.set(name, { reason: 'CreateContainerConfigError', message: err.message });
