@@ -62,6 +62,18 @@ export function podHostname(pod: Pod): string {
   return name.slice(0, HOSTNAME_MAX).replace(/[-.]+$/, '');
 }
 
+/** The name the pod's kernel gets: its hostname, or with setHostnameAsFQDN its FQDN (64 characters at most). */
+export function kernelHostname(pod: Pod, clusterDomain: string): string {
+  const host = podHostname(pod);
+  const domain = podDomain(pod, clusterDomain);
+  if (!pod.spec?.setHostnameAsFQDN || !domain) return host;
+  const fqdn = `${host}.${domain}`;
+  if (fqdn.length > 64) {
+    throw new ContainerConfigError(`failed to construct FQDN from pod hostname and cluster domain, FQDN ${fqdn} is too long (64 characters is the max, ${fqdn.length} characters requested)`);
+  }
+  return fqdn;
+}
+
 /** The domain part of the pod's FQDN when spec.subdomain is set: `<subdomain>.<ns>.svc.<cluster-domain>`. */
 export function podDomain(pod: Pod, clusterDomain: string): string {
   const sub = pod.spec?.subdomain;
@@ -179,7 +191,7 @@ export class KubeletConfigBuilder implements ConfigBuilder {
     return {
       metadata: { name: pod.metadata?.name ?? '', namespace: ns, uid: ctx.uid, attempt },
       // On the host's network the pod has the host's name, as the kubelet leaves it.
-      hostname: pod.spec?.hostNetwork ? '' : podHostname(pod),
+      hostname: pod.spec?.hostNetwork ? '' : kernelHostname(pod, ctx.clusterDomain),
       logDirectory: podLogDirectory(ctx.podDir),
       dnsConfig: podDnsConfig(pod, ctx),
       portMappings,

@@ -159,6 +159,14 @@ export function milliCpuToQuota(milli: number, period: number): number {
  * above any Guaranteed container (1000 - 997) and below BestEffort.
  */
 export function oomScoreAdj(pod: Pod, c: Container, node: NodeCapacity): number {
+  const own = containerOomScoreAdj(pod, c, node);
+  // A sidecar must not die before the workload it serves: no higher than the lowest app container.
+  const sidecar = (pod.spec?.initContainers ?? []).some((x) => x === c || (x.name === c.name && x.restartPolicy === 'Always'));
+  if (!sidecar || c.restartPolicy !== 'Always') return own;
+  return Math.min(own, ...(pod.spec?.containers ?? []).map((x) => containerOomScoreAdj(pod, x, node)));
+}
+
+function containerOomScoreAdj(pod: Pod, c: Container, node: NodeCapacity): number {
   if (pod.spec?.priorityClassName === 'system-node-critical') return GUARANTEED_OOM_SCORE_ADJ;
   switch (qosClass(pod)) {
     case 'Guaranteed':

@@ -127,6 +127,10 @@ export async function mountsUnder(dir: string): Promise<string[]> {
 export class HostVolumeManager implements VolumeManager {
   private readonly node: NodeCapacity;
   private readonly hostsFile: string;
+  /** One write at a time per volume directory: setUp from the worker and refresh from elsewhere may meet. */
+  private readonly writing = new Map<string, Promise<unknown>>();
+  /** Skipped projected sources already warned about, by pod uid/volume/source. */
+  private readonly warned = new Set<string>();
 
   constructor(private readonly opts: HostVolumeManagerOptions) {
     this.node = opts.node ?? hostCapacity();
@@ -183,11 +187,22 @@ export class HostVolumeManager implements VolumeManager {
       const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
       // With an fsGroup the files belong to that group and it may read them, as the kubelet's volume ownership does.
       if (fsGroup !== undefined) for (const f of payload.values()) f.mode |= 0o440;
-      await writeAtomic(dir, payload, { gid: fsGroup });
+      await this.serially(dir, () => writeAtomic(dir, payload, { gid: fsGroup }));
       return dir;
     }
     const type = Object.keys(v).find((k) => k !== 'name') ?? 'unknown';
     throw new VolumeSetupError(v.name, `volume type ${type} is not supported by kubelet-lite`);
+  }
+
+  private serially<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.writing.get(key) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const settled = next.catch(() => undefined);
+    this.writing.set(key, settled);
+    void settled.then(() => {
+      if (this.writing.get(key) === settled) this.writing.delete(key);
+    });
+    return next;
   }
 
   private async emptyDir(ctx: PodContext, v: Volume): Promise<string> {
@@ -242,7 +257,11 @@ export class HostVolumeManager implements VolumeManager {
           else {
             const what = Object.keys(s).join(',') || 'empty';
             // No API server to issue tokens or trust bundles: the rest of the volume still works.
-            this.opts.log?.warn('projected volume source skipped', { pod: ctx.pod.metadata?.name, volume: v.name, source: what });
+            const key = `${ctx.uid}/${v.name}/${what}`;
+            if (!this.warned.has(key)) {
+              this.warned.add(key);
+              this.opts.log?.warn('projected volume source skipped', { pod: ctx.pod.metadata?.name, volume: v.name, source: what });
+            }
           }
         }
         break;
@@ -348,6 +367,7 @@ export class HostVolumeManager implements VolumeManager {
     if (left.length) throw new Error(`pod ${uid}: still mounted after unmount: ${left.join(', ')}`);
     // fs.rm unlinks symlinks, never follows them.
     await fs.rm(dir, { recursive: true, force: true });
+    for (const k of this.warned) if (k.startsWith(`${uid}/`)) this.warned.delete(k);
   }
 }
 

@@ -162,6 +162,16 @@ describe('sandbox config', () => {
     expect(builder.sandboxConfig(ctx(pod), 0).hostname).toBe('');
   });
 
+  it('setHostnameAsFQDN gives the kernel the FQDN, refused beyond 64 characters', () => {
+    const pod = webPod();
+    pod.spec!.subdomain = 'web';
+    expect(builder.sandboxConfig(ctx(pod), 0).hostname).toBe('web');
+    pod.spec!.setHostnameAsFQDN = true;
+    expect(builder.sandboxConfig(ctx(pod), 0).hostname).toBe('web.web.shop.svc.cluster.local');
+    pod.spec!.hostname = 'h'.repeat(40);
+    expect(() => builder.sandboxConfig(ctx(pod), 0)).toThrow(/FQDN .* is too long \(64 characters is the max, 67 characters requested\)/);
+  });
+
   it('is privileged when any container is, and takes the pod seccomp profile', () => {
     const pod = webPod();
     pod.spec!.initContainers = [{ name: 'init', image: 'busybox', securityContext: { privileged: true } }];
@@ -590,6 +600,16 @@ describe('QoS and resources', () => {
     ['Burstable all the memory', pod([c({ memory: '8Gi' })]), 3],
   ])('oom_score_adj %s → %d', (_n, p, want) => {
     expect(oomScoreAdj(p, p.spec!.containers[0], node)).toBe(want);
+  });
+
+  it('a sidecar scores no higher than the lowest app container; a plain init container keeps its own', () => {
+    const app = c({ memory: '4Gi' });
+    const side: Container = { ...c({ memory: '1Gi' }), name: 'side', restartPolicy: 'Always' };
+    const init: Container = { ...c({ memory: '1Gi' }), name: 'init' };
+    const p = pod([app], [side, init]);
+    expect(oomScoreAdj(p, app, node)).toBe(500);
+    expect(oomScoreAdj(p, side, node)).toBe(500);
+    expect(oomScoreAdj(p, init, node)).toBe(875);
   });
 
   it('node-critical pods get the Guaranteed score', () => {

@@ -343,6 +343,22 @@ describe('volume manager', () => {
     await vm.tearDown('u1');
   });
 
+  it('concurrent refreshes of one volume queue up; the last one wins and one version remains', async () => {
+    const vm = new HostVolumeManager({ rootDir: tmp });
+    const s = store();
+    const ctx = ctxFor(tmp, pod([{ name: 'cfg', configMap: { name: 'cfg' } }]), s);
+    const dir = (await vm.setUp(ctx)).get('cfg')!;
+    const calls: Array<Promise<unknown>> = [];
+    for (let i = 0; i < 10; i++) {
+      s.configMaps[0] = { ...s.configMaps[0], data: { 'app.conf': `v=${i}` } };
+      calls.push(i % 2 ? vm.refresh(ctx) : vm.setUp(ctx));
+    }
+    await Promise.all(calls);
+    expect(fs.readFileSync(path.join(dir, 'app.conf'), 'utf8')).toBe('v=9');
+    expect(fs.readdirSync(dir).filter((f) => f.startsWith('..') && f !== '..data')).toHaveLength(1);
+    await vm.tearDown('u1');
+  });
+
   it('emptyDir on disk is a world-writable directory', async () => {
     const vm = new HostVolumeManager({ rootDir: tmp });
     const ctx = ctxFor(tmp, pod([{ name: 'scratch', emptyDir: {} }]), store());
