@@ -87,7 +87,7 @@ export function formatBytes(n: number): string {
  * line when a layer completes or every few seconds, so logs stay readable.
  */
 export class ProgressView {
-  private readonly started = Date.now();
+  private readonly started: number;
   private lastLine = 0;
   private lastLayers = -1;
   private drawn = false;
@@ -96,7 +96,9 @@ export class ProgressView {
     private readonly what: string,
     private readonly out: NodeJS.WriteStream | { write(s: string): boolean; isTTY?: boolean; columns?: number },
     private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    this.started = now();
+  }
 
   line(p: Progress__Output): string {
     const secs = Math.max((this.now() - this.started) / 1000, 0.001);
@@ -123,9 +125,12 @@ export class ProgressView {
     }
     const t = this.now();
     if (final || p.layersDone !== this.lastLayers || t - this.lastLine >= 2000) {
+      const text = `${this.what}: ${this.line(p)}\n`;
+      // The last update and the final one are often the same news.
+      if (final && p.layersDone === this.lastLayers && t - this.lastLine < 2000) return;
       this.lastLine = t;
       this.lastLayers = p.layersDone;
-      this.out.write(`${this.what}: ${this.line(p)}\n`);
+      this.out.write(text);
     }
   }
 
