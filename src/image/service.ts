@@ -129,8 +129,12 @@ interface Holder {
   release(): void;
 }
 
-/** Indexes inside indexes followed before giving up (real images use one level). */
-export const MAX_INDEX_DEPTH = 4;
+/**
+ * Indexes followed from where a pull or import starts: one, as real images
+ * have (a multi-platform index, or an archive's index.json entry naming one).
+ * An index inside that is refused rather than followed.
+ */
+export const MAX_INDEX_DEPTH = 1;
 
 /** Counts bytes and layers for whoever listens; one per shared pull or import. */
 class ProgressMeter extends EventEmitter {
@@ -457,7 +461,9 @@ export class ImageService {
         throw new SkiffError('InvalidArgument', `${name} uses Docker image manifest schema 1, which is deprecated and not supported`);
       }
       if (!INDEX_TYPES.has(manifestDesc.mediaType)) break;
-      if (depth >= MAX_INDEX_DEPTH) throw new SkiffError('InvalidArgument', `${name}: indexes nest more than ${MAX_INDEX_DEPTH} deep`);
+      if (depth >= MAX_INDEX_DEPTH) {
+        throw new SkiffError('InvalidArgument', `${name}: unsupported manifest media type "${manifestDesc.mediaType}" for ${manifestDesc.digest} inside an index (indexes nest at most ${MAX_INDEX_DEPTH} deep)`);
+      }
       const index = parseJson<{ manifests?: Descriptor[] }>(manifestDesc.body, `index ${manifestDesc.digest}`);
       const entries = Array.isArray(index.manifests) ? index.manifests : [];
       const chosen = selectPlatform(entries, this.platform);

@@ -11,7 +11,8 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { buildDemoImages, DEMO_CLIENT, DEMO_WEB } from '../../scripts/build-demo-images.js';
 import { busyboxImage } from '../helpers/busybox.js';
-import { makeDirs, repoRoot, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
+import { grpc, makeDirs, repoRoot, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
+import { loadSkiff } from '../../src/server/proto.js';
 import { isRoot } from '../helpers/env.js';
 import { TestNetns } from '../helpers/netns.js';
 import { buildImage, dockerSaveArchive, ociArchive, Pusher } from '../helpers/oci.js';
@@ -179,6 +180,34 @@ describe.skipIf(!isRoot)('image archives: skiff images import/ls/rm/pull and --i
     const notAFile = await skiffCli(dirs, 'images', 'import', '/etc');
     expect(notAFile.code).toBe(1);
     expect(notAFile.stderr).toContain('is not a regular file');
+  });
+
+  it('skiff.v1.Images/Import refuses relative paths, devices and FIFOs with INVALID_ARGUMENT, and does not block on them', async () => {
+    const fifo = path.join(dirs.base, 'fifo.tar');
+    await run('mkfifo', [fifo]);
+    const client = new (loadSkiff().skiff.v1.Images)(`unix:${dirs.socket}`, grpc.credentials.createInsecure());
+    const importOf = (p: string) =>
+      new Promise<{ code: number; details: string }>((resolve) => {
+        const call = client.Import({ path: p }, { deadline: Date.now() + 20_000 });
+        call.on('data', () => undefined);
+        call.on('error', (e: grpc.ServiceError) => resolve({ code: e.code, details: e.details }));
+        call.on('end', () => resolve({ code: 0, details: '' }));
+      });
+    try {
+      for (const [p, message] of [
+        ['relative/archive.tar', /absolute path/],
+        ['', /absolute path/],
+        ['/dev/zero', /not a regular file/],
+        [fifo, /not a regular file/],
+        [path.join(dirs.base, 'absent.tar'), /does not exist/],
+      ] as const) {
+        const r = await importOf(p);
+        expect(r.code, p).toBe(p.endsWith('absent.tar') ? grpc.status.NOT_FOUND : grpc.status.INVALID_ARGUMENT);
+        expect(r.details).toMatch(message);
+      }
+    } finally {
+      client.close();
+    }
   });
 
   it('the images-dir watcher imports an archive added later, and logs and skips a bad one', async () => {
