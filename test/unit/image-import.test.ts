@@ -124,6 +124,23 @@ describe.skipIf(!isRoot)('image archive import', () => {
     expect((await inventory(w)).tmp).toEqual([]);
   });
 
+  it('names images of a Docker 25+ save (an OCI layout with manifest.json) from its RepoTags when the index names none', async () => {
+    const img = await image('d25', { compression: 'none' });
+    const hex = (d: string) => d.slice(7);
+    const tar = await tarOf([
+      { name: 'oci-layout', data: JSON.stringify({ imageLayoutVersion: '1.0.0' }) },
+      { name: 'index.json', data: JSON.stringify({ schemaVersion: 2, manifests: [{ mediaType: img.manifest.mediaType, digest: img.manifest.digest, size: img.manifest.data.length, annotations: { 'org.opencontainers.image.ref.name': 'v3' } }] }) },
+      { name: 'manifest.json', data: JSON.stringify([{ Config: `blobs/sha256/${hex(img.config.digest)}`, RepoTags: ['registry.example:5000/team/d25:v3'], Layers: img.layers.map((l) => `blobs/sha256/${hex(l.digest)}`) }]) },
+      ...[img.manifest, img.config, ...img.layers].map((b) => ({ name: `blobs/sha256/${hex(b.digest)}`, data: b.data })),
+    ]);
+    const [got] = await w.images.importArchive(await write(tar));
+    // "v3" alone names nothing; manifest.json's RepoTags do.
+    expect(got!.repoTags).toEqual(['registry.example:5000/team/d25:v3']);
+    // The manifest is a real one: its digest names the image as a registry would serve it.
+    expect(got!.repoDigests).toEqual([`registry.example:5000/team/d25@${img.manifest.digest}`]);
+    expect(w.images.find('registry.example:5000/team/d25:v3')?.id).toBe(img.config.digest);
+  });
+
   it("picks this machine's platform from a multi-platform index", async () => {
     const amd = await image('amd', { architecture: 'amd64' });
     const arm = await image('arm', { architecture: 'arm64' });
