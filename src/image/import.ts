@@ -228,6 +228,7 @@ const DOCKER_LAYER = { none: 'application/vnd.docker.image.rootfs.diff.tar', gzi
  */
 async function readDockerSave(archive: ImageArchive, named: Map<string, string>, synthesized: Map<string, FetchedManifest>, signal?: AbortSignal): Promise<ArchiveImageEntry[]> {
   const out: ArchiveImageEntry[] = [];
+  const layerKinds = new Map<string, { kind: 'gzip' | 'zstd' | 'none'; digest?: string }>();
   for (const [i, e] of (await readDockerManifest(archive)).entries()) {
     if (signal?.aborted) throw cancelledError(signal.reason, `import of ${archive.label}`);
     const configName = member(archive, e.Config, `config of image ${i}`);
@@ -243,8 +244,15 @@ async function readDockerSave(archive: ImageArchive, named: Map<string, string>,
     const layers: Descriptor[] = [];
     for (const [j, raw] of e.Layers.entries()) {
       const name = member(archive, raw, `layer ${j} of image ${i}`);
-      const kind = await magic(archive, name);
-      const digest = kind === 'none' ? diffIds[j]! : await hashMember(archive, name);
+      // Images share layers: each file is looked at (and a compressed one hashed) once.
+      let seen = layerKinds.get(name);
+      if (!seen) {
+        const k = await magic(archive, name);
+        seen = { kind: k, digest: k === 'none' ? undefined : await hashMember(archive, name) };
+        layerKinds.set(name, seen);
+      }
+      const kind = seen.kind;
+      const digest = seen.digest ?? diffIds[j]!;
       try {
         parseDigest(digest);
       } catch (err) {
