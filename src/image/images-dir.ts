@@ -72,7 +72,13 @@ export class ImagesDir {
 
   /** Imports what is there now, then watches for more. */
   async start(): Promise<void> {
-    await fsp.mkdir(this.o.dir, { recursive: true, mode: 0o700 });
+    try {
+      await fsp.mkdir(this.o.dir, { recursive: true, mode: 0o700 });
+    } catch (err) {
+      // The runtime works without it: say why, and serve.
+      this.o.log.error('images dir: unusable, no archives will be imported', { dir: this.o.dir, error: errorMessage(err) });
+      return;
+    }
     try {
       const parsed = JSON.parse(await fsp.readFile(this.o.stateFile, 'utf8')) as State;
       if (parsed?.version === 1 && parsed.archives && typeof parsed.archives === 'object') this.state = parsed;

@@ -4,6 +4,7 @@
  * snapshots no image needs.
  */
 import { createHash } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -15,7 +16,6 @@ import type { Logger } from '../log.js';
 import type { ContentStore } from './content.js';
 import { formatPlatform, hostPlatform, selectPlatform, type Platform } from './platform.js';
 import { formatReference, isImageId, parseReference, repository, tagName, type Reference } from './reference.js';
-import { EventEmitter } from 'node:events';
 import { Limits, MediaType, type Credentials, type FetchedManifest, type RegistryClient } from './registry.js';
 import { cancelledError, isCancellation, SharedWork } from './shared-work.js';
 import { ImageArchive, type ArchiveLimits } from './archive.js';
