@@ -27,4 +27,5 @@ fi
 
 npm ci --no-audit --no-fund
 npm run build
+npx tsx scripts/build-demo-images.ts   # the demo images, from busybox-static: build/images/*.tar
 echo "setup: done. Try: npx skiff --help"

@@ -7,6 +7,20 @@ import { KUBECTL_HELP } from '../../src/cli/kubectl.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
+async function capture(argv: string[], code = 0): Promise<string> {
+  let out = '';
+  const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    out += String(chunk);
+    return true;
+  });
+  try {
+    expect(await main(argv)).toBe(code);
+  } finally {
+    spy.mockRestore();
+  }
+  return out;
+}
+
 async function help(): Promise<string> {
   let out = '';
   const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
@@ -47,6 +61,37 @@ describe('skiff cri flags in --help and README', () => {
     for (const bad of ['10.88.0.0', '10.88.0.0/31', '300.1.0.0/16', 'fd00::/64']) {
       await expect(main(['cri', '--pod-cidr', bad, '--root', '/nonexistent/skiff-root'])).rejects.toThrow(/--pod-cidr must be an IPv4 CIDR/);
     }
+  });
+
+  it('--images-dir is in --help and defaults under --root', async () => {
+    expect(await help()).toMatch(/--images-dir DIR[\s\S]*default <root>\/images/);
+  });
+});
+
+describe('skiff images help', () => {
+  it('the top-level help names the images commands', async () => {
+    const out = await capture(['help']);
+    expect(out).toContain('skiff images import FILE... | ls | rm REF... | pull REF');
+  });
+
+  it('skiff images --help lists every subcommand and the endpoint flag', async () => {
+    const out = await capture(['images', '--help']);
+    for (const sub of ['import FILE...', 'ls [-q]', 'rm REF...', 'pull REF']) expect(out).toContain(`skiff images ${sub}`);
+    expect(out).toMatch(/--runtime-endpoint URL .*default unix:\/\/\/run\/skiff\/skiff\.sock/);
+    expect(await capture(['images'])).toBe(out);
+  });
+
+  it('an unknown images subcommand exits 2 without touching a socket', async () => {
+    const err = vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    try {
+      await capture(['images', 'frobnicate', '--runtime-endpoint', 'unix:///nonexistent/skiff.sock'], 2);
+    } finally {
+      err.mockRestore();
+    }
+  });
+
+  it('refuses an endpoint that is not a unix socket', async () => {
+    await expect(main(['images', 'ls', '--runtime-endpoint', 'tcp://127.0.0.1:1'])).rejects.toThrow(/must be a unix socket/);
   });
 });
 
