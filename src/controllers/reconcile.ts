@@ -46,6 +46,44 @@ export function sanitizeState(s: unknown): ControllerState {
   return out;
 }
 
+function stringRecord(v: unknown): Record<string, string> | undefined {
+  if (!isObject(v)) return undefined;
+  return Object.fromEntries(Object.entries(v).filter(([, x]) => typeof x === 'string')) as Record<string, string>;
+}
+
+const list = (v: unknown): Record<string, unknown>[] => (Array.isArray(v) ? v.filter(isObject) : []);
+
+/**
+ * A pod as reported, reduced to the shapes the controllers read (the agent's
+ * pods are well-formed; this keeps a bad one from breaking every workload).
+ */
+export function sanitizePod(p: unknown): Pod | undefined {
+  if (!isObject(p) || !isObject(p.metadata) || typeof p.metadata.name !== 'string') return undefined;
+  const m = p.metadata;
+  const refs = list(m.ownerReferences).filter((r) => typeof r.kind === 'string' && typeof r.name === 'string');
+  const st = isObject(p.status) ? p.status : {};
+  const statuses = (v: unknown) =>
+    list(v).map((c) => ({ ...c, restartCount: typeof c.restartCount === 'number' ? c.restartCount : 0, state: isObject(c.state) ? c.state : {} }));
+  return {
+    ...p,
+    metadata: {
+      ...m,
+      namespace: typeof m.namespace === 'string' ? m.namespace : 'default',
+      labels: stringRecord(m.labels) ?? {},
+      annotations: stringRecord(m.annotations) ?? {},
+      ownerReferences: refs,
+    },
+    spec: isObject(p.spec) ? p.spec : { containers: [] },
+    status: {
+      ...st,
+      phase: typeof st.phase === 'string' ? st.phase : undefined,
+      conditions: list(st.conditions),
+      containerStatuses: statuses(st.containerStatuses),
+      initContainerStatuses: statuses(st.initContainerStatuses),
+    },
+  } as unknown as Pod;
+}
+
 function isWorkloadKind(k: unknown): k is WorkloadKind {
   return typeof k === 'string' && (WORKLOAD_KINDS as readonly string[]).includes(k);
 }
@@ -58,9 +96,7 @@ export function reconcile(input: ReconcileInput): ReconcileOutput {
   const now = input.now;
   const state = sanitizeState(input.state);
   let requeue: number | undefined;
-  const pods = (Array.isArray(input.pods) ? input.pods : []).filter(
-    (p): p is Pod => isObject(p) && isObject(p.metadata) && typeof p.metadata.name === 'string',
-  );
+  const pods = (Array.isArray(input.pods) ? input.pods : []).map(sanitizePod).filter((p): p is Pod => p !== undefined);
   const ctx: Ctx = {
     now,
     nodeName: input.nodeName,

@@ -60,7 +60,7 @@ function stringMap(f: Findings, v: unknown, path: string, keyCheck = true): Reco
   const out: Record<string, string> = {};
   for (const [k, x] of Object.entries(v)) {
     if (typeof x !== 'string') f.add(`${path}.${k}: must be a string, got ${JSON.stringify(x)}`);
-    else if (keyCheck && !LABEL_VALUE.test(x)) f.add(`${path}.${k}: ${JSON.stringify(x)} is not a valid label value`);
+    else if (keyCheck && (!LABEL_VALUE.test(x) || x.length > 63)) f.add(`${path}.${k}: ${JSON.stringify(x)} is not a valid label value (at most 63 letters, digits, '-', '_' or '.')`);
     else out[k] = x;
   }
   return out;
