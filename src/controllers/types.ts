@@ -6,6 +6,27 @@
  * current status) and a small memory they keep between calls, it returns the
  * complete set of pods that should exist and each workload's status. The agent
  * creates what is new and removes what is missing; nothing else crosses.
+ *
+ * What the agent can rely on:
+ * - A pod's identity is its namespace/name. A pod that already exists is
+ *   returned with the metadata (name, namespace, labels, annotations,
+ *   ownerReferences) and spec it came in with, never regenerated, so an
+ *   unchanged pod compares equal from call to call. New pods carry
+ *   spec.nodeName = the node and the annotation controllers.skiff.io/created.
+ * - Finished pods (phase Succeeded or Failed) of a Job stay in the desired
+ *   set, unchanged, until the Job's ttlSecondsAfterFinished passes or the Job
+ *   goes away; the agent must not restart a Succeeded/Failed pod whose
+ *   restartPolicy is Never/OnFailure. Deployments and DaemonSets drop their
+ *   failed pods and make new ones.
+ * - A pod the agent reports with metadata.deletionTimestamp is being removed:
+ *   it is never put back in the desired set, but a Recreate rollout (and a
+ *   DaemonSet update) waits until the agent no longer reports it.
+ * - Pods are matched to workloads by their controller ownerReference: kind
+ *   ReplicaSet `<deployment>-<pod-template-hash>` (with that label), DaemonSet
+ *   or Job, by name. A pod whose owner is gone is left out (removed).
+ * - A workload that does not validate gets `problems` (and a condition);
+ *   what it already runs keeps running — as when the API server refuses an
+ *   edit — and nothing new starts.
  */
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { StoredObject } from '../kubelet-lite/model.js';

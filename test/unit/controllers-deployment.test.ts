@@ -231,6 +231,41 @@ describe('Deployment: rolling update', () => {
   });
 });
 
+describe('Deployment: progress and pause', () => {
+  it('a rollout that makes no progress for progressDeadlineSeconds is reported as ProgressDeadlineExceeded', () => {
+    const sim = new Sim(21);
+    const spec = { replicas: 2, progressDeadlineSeconds: 60, strategy: { rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } } };
+    sim.workloads = [deployment('web', spec)];
+    sim.step();
+    readyAll(sim, 'web');
+    sim.step();
+    sim.workloads = [deployment('web', { ...spec, template: podTemplate({ app: 'web' }, 'web:broken') })];
+    sim.step();
+    expect(sim.last.requeueAfterMs).toBe(60_000);
+    sim.advance(59_000).step();
+    const progressing = () => (sim.status('Deployment', 'web').status.conditions as Array<Record<string, string>>).find((c) => c.type === 'Progressing');
+    expect(progressing()).toMatchObject({ status: 'True', reason: 'ReplicaSetUpdated' });
+    sim.advance(1000).step();
+    expect(progressing()).toMatchObject({ status: 'False', reason: 'ProgressDeadlineExceeded' });
+    expect(rolloutStatus(sim.status('Deployment', 'web'))).toEqual({ error: 'deployment "web" exceeded its progress deadline' });
+    // The old pods still serve.
+    expect(sim.readyCount('web')).toBe(2);
+  });
+
+  it('paused: neither a template change nor a scale takes effect until resumed', () => {
+    const sim = new Sim(22);
+    sim.workloads = [deployment('web', { replicas: 2 })];
+    sim.step();
+    const names = sim.names('web');
+    sim.workloads = [deployment('web', { replicas: 4, paused: true, template: podTemplate({ app: 'web' }, 'web:2') })];
+    sim.step();
+    expect(sim.names('web').sort()).toEqual([...names].sort());
+    sim.workloads = [deployment('web', { replicas: 4, template: podTemplate({ app: 'web' }, 'web:2') })];
+    sim.step();
+    expect(sim.names('web').length).toBeGreaterThan(2);
+  });
+});
+
 describe('Deployment: Recreate', () => {
   it('removes every old pod before creating any new one', () => {
     const sim = new Sim(11);
