@@ -34,9 +34,13 @@ export class ControllerDriver {
     this.memory = opts.state === undefined ? emptyState() : sanitizeState(opts.state);
   }
 
-  run(workloads: StoredObject[], pods: Pod[]): ReconcileOutput {
+  /**
+   * `pods` are the controller-owned pods the agent runs (with status);
+   * `reservedPodNames` ("namespace/name") are its other pods, whose names new pods must not take.
+   */
+  run(workloads: StoredObject[], pods: Pod[], reservedPodNames: string[] = []): ReconcileOutput {
     const now = (this.opts.now ?? Date.now)();
-    const out = reconcile({ workloads, pods, nodeName: this.opts.nodeName, now, state: this.memory, random: this.opts.random });
+    const out = reconcile({ workloads, pods, nodeName: this.opts.nodeName, now, state: this.memory, random: this.opts.random, reservedPodNames });
     this.memory = out.state;
     this.last = out;
     this.arm(out.requeueAfterMs);

@@ -102,7 +102,7 @@ export function reconcile(input: ReconcileInput): ReconcileOutput {
     nodeName: input.nodeName,
     random: input.random ?? Math.random,
     state,
-    taken: new Set(pods.map(podKey)),
+    taken: new Set([...pods.map(podKey), ...(Array.isArray(input.reservedPodNames) ? input.reservedPodNames.filter((n) => typeof n === 'string') : [])]),
     requeueAt(at: number) {
       if (Number.isFinite(at) && at > now && (requeue === undefined || at < requeue)) requeue = at;
     },

@@ -108,6 +108,8 @@ export interface ReconcileInput {
   state: ControllerState;
   /** [0, 1): the source of pod-name suffixes. Math.random when absent. */
   random?: () => number;
+  /** "namespace/name" of pods from elsewhere (the manifests' own Pods): never used for a new pod. */
+  reservedPodNames?: string[];
 }
 
 export interface WorkloadStatus {

@@ -40,6 +40,24 @@ describe('invalid workloads are reported, never thrown', () => {
     expect(sim.pods.size).toBe(0);
   });
 
+  it('never takes the name of a pod from elsewhere, even with a stuck random source', () => {
+    const first = reconcile({ workloads: [stored('Job', 'j', { spec: { template: podTemplate({}, 'x', 'Never') } })], pods: [], nodeName: 'n', now: T0, state: emptyState(), random: () => 0 });
+    const name = first.pods[0]!.metadata!.name!;
+    expect(name).toBe('j-bbbbb');
+    const again = reconcile({
+      workloads: [stored('Job', 'j', { spec: { parallelism: 3, completions: 3, template: podTemplate({}, 'x', 'Never') } })],
+      pods: [],
+      nodeName: 'n',
+      now: T0,
+      state: emptyState(),
+      random: () => 0,
+      reservedPodNames: ['default/j-bbbbb'],
+    });
+    const names = again.pods.map((p) => p.metadata!.name!);
+    expect(new Set(names).size).toBe(3);
+    expect(names).not.toContain('j-bbbbb');
+  });
+
   it('an edit that breaks a running Deployment leaves its pods alone', () => {
     const sim = new Sim();
     sim.workloads = [deployment('web', { replicas: 2 })];
