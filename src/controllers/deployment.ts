@@ -10,6 +10,7 @@ import type { Pod, PodTemplateSpec } from 'kubernetes-types/core/v1.js';
 import type { StoredObject } from '../kubelet-lite/model.js';
 import {
   availableAt,
+  CREATED_ANNOTATION,
   condition,
   derivedUid,
   desiredCopy,
@@ -105,7 +106,20 @@ export function reconcileDeployment(ctx: Ctx, o: StoredObject, owned: Pod[], pro
   const { maxSurge, maxUnavailable } = recreate ? { maxSurge: 0, maxUnavailable: replicas } : rollingFenceposts(d, replicas);
 
   if (spec.paused) {
-    // Paused: nothing rolls out and nothing scales until it is resumed.
+    // Paused: nothing rolls out, but a Deployment whose pods all share one template still scales (as Kubernetes
+    // scales a paused Deployment's only ReplicaSet); more pods are copies of one it has, since the template
+    // in the file may already be the next one.
+    const hashes = new Set(live.map((p) => p.metadata?.labels?.[POD_TEMPLATE_HASH_LABEL]));
+    if (hashes.size === 1) {
+      const group = isNew(live[0]!) ? newPods : oldPods;
+      if (group.length > replicas) {
+        const kept = removeFrom(group, group.length - replicas);
+        if (group === newPods) newPods = kept;
+        else oldPods = kept;
+      } else {
+        for (let i = group.length; i < replicas; i++) created.push(copyOf(ctx, group[0]!, o.namespace));
+      }
+    }
   } else if (oldPods.length === 0) {
     if (recreate && terminating.some((p) => !isNew(p))) {
       ctx.requeueAt(now + RECREATE_POLL_MS);
@@ -151,7 +165,7 @@ export function reconcileDeployment(ctx: Ctx, o: StoredObject, owned: Pod[], pro
     if (at !== undefined) ctx.requeueAt(at);
   }
 
-  const updated = newPods.length + created.length;
+  const updated = newPods.length + created.filter(isNew).length;
   const ready = observed.filter(isReady).length;
   const availableN = observed.filter(available).length;
   const total = result.length;
@@ -187,6 +201,20 @@ export function reconcileDeployment(ctx: Ctx, o: StoredObject, owned: Pod[], pro
     ctx.requeueAt(lastProgress + deadline * 1000);
   }
   return { pods: result, status: status as unknown as Record<string, unknown> };
+}
+
+/** A new pod made like `p` (same labels, owner and spec) under a new name. */
+function copyOf(ctx: Ctx, p: Pod, namespace: string): Pod {
+  const owner = p.metadata!.ownerReferences![0]!;
+  const d = desiredCopy(p);
+  return {
+    ...d,
+    metadata: {
+      ...d.metadata,
+      name: generateName(owner.name, namespace, ctx.random, ctx.taken),
+      annotations: { ...(d.metadata?.annotations ?? {}), [CREATED_ANNOTATION]: String(ctx.now) },
+    },
+  };
 }
 
 /** A condition in the Deployment/DaemonSet shape (with lastUpdateTime). */

@@ -252,17 +252,27 @@ describe('Deployment: progress and pause', () => {
     expect(sim.readyCount('web')).toBe(2);
   });
 
-  it('paused: neither a template change nor a scale takes effect until resumed', () => {
+  it('paused: a template change waits until resumed, but scaling still happens with the running template', () => {
     const sim = new Sim(22);
     sim.workloads = [deployment('web', { replicas: 2 })];
     sim.step();
     const names = sim.names('web');
-    sim.workloads = [deployment('web', { replicas: 4, paused: true, template: podTemplate({ app: 'web' }, 'web:2') })];
+    const oldHash = sim.pod(names[0]!).metadata!.labels!['pod-template-hash'];
+    sim.workloads = [deployment('web', { replicas: 2, paused: true, template: podTemplate({ app: 'web' }, 'web:2') })];
     sim.step();
     expect(sim.names('web').sort()).toEqual([...names].sort());
+    expect((sim.status('Deployment', 'web').status.conditions as Array<Record<string, string>>)[1]).toMatchObject({ reason: 'DeploymentPaused' });
+    sim.workloads = [deployment('web', { replicas: 4, paused: true, template: podTemplate({ app: 'web' }, 'web:2') })];
+    sim.step();
+    expect(sim.podsOf('web')).toHaveLength(4);
+    for (const p of sim.podsOf('web')) {
+      expect(p.spec!.containers[0]!.image).toBe('web:1');
+      expect(p.metadata!.labels!['pod-template-hash']).toBe(oldHash);
+    }
+    expect(sim.status('Deployment', 'web').status).toMatchObject({ replicas: 4, updatedReplicas: 0 });
     sim.workloads = [deployment('web', { replicas: 4, template: podTemplate({ app: 'web' }, 'web:2') })];
     sim.step();
-    expect(sim.names('web').length).toBeGreaterThan(2);
+    expect(sim.podsOf('web').some((p) => p.spec!.containers[0]!.image === 'web:2')).toBe(true);
   });
 });
 
