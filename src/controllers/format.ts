@@ -190,3 +190,116 @@ export function rolloutStatus(s: WorkloadStatus): RolloutStatus {
   if (available < updated) return wait(`${available} of ${updated} updated replicas are available`);
   return { done: true, message: `deployment "${s.name}" successfully rolled out` };
 }
+
+// ---------------------------------------------------------------- describe
+
+function selectorText(sel: unknown): string {
+  if (!sel || typeof sel !== 'object') return '<none>';
+  const s = sel as { matchLabels?: Record<string, string>; matchExpressions?: Array<{ key: string; operator: string; values?: string[] }> };
+  const parts = Object.entries(s.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`);
+  for (const e of Array.isArray(s.matchExpressions) ? s.matchExpressions : []) {
+    switch (e.operator) {
+      case 'Exists':
+        parts.push(e.key);
+        break;
+      case 'DoesNotExist':
+        parts.push(`!${e.key}`);
+        break;
+      default:
+        parts.push(`${e.key} ${e.operator === 'NotIn' ? 'notin' : 'in'} (${(e.values ?? []).join(',')})`);
+    }
+  }
+  return parts.length ? parts.join(',') : '<none>';
+}
+
+function containersText(template: unknown): string[] {
+  const t = template as { spec?: { containers?: Array<{ name?: string; image?: string }> } } | undefined;
+  const cs = Array.isArray(t?.spec?.containers) ? t!.spec!.containers! : [];
+  return ['Pod Template:', '  Containers:', ...cs.flatMap((c) => [`   ${c?.name ?? '?'}:`, `    Image:  ${c?.image ?? '<none>'}`])];
+}
+
+function conditionsText(s: WorkloadStatus): string[] {
+  const cs = conditions(s);
+  if (!cs.length) return [];
+  const rows = cs.map((c) => [c.type ?? '', c.status ?? '', c.reason ?? '']);
+  return ['Conditions:', ...renderTable(['Type', 'Status', 'Reason'], [['----', '------', '------'], ...rows]).trimEnd().split('\n').map((l) => `  ${l}`)];
+}
+
+function fields(pairs: Array<[string, string]>): string[] {
+  const w = Math.max(...pairs.map(([k]) => k.length)) + 3;
+  return pairs.map(([k, v]) => `${`${k}:`.padEnd(w)}${v}`);
+}
+
+/** `skiff describe deployment|daemonset|job|cronjob NAME`: kubectl's main fields, the conditions and any problems. */
+export function describeWorkload(s: WorkloadStatus, opts: { now: number }): string {
+  const spec = s.spec;
+  const st = s.status;
+  const head: Array<[string, string]> = [
+    ['Name', s.name],
+    ['Namespace', s.namespace],
+    ['Age', humanDuration(opts.now - s.createdAt)],
+  ];
+  let body: Array<[string, string]> = [];
+  switch (s.kind) {
+    case 'Deployment': {
+      const replicas = typeof spec.replicas === 'number' ? spec.replicas : 1;
+      const strategy = (spec.strategy ?? {}) as { type?: string; rollingUpdate?: { maxSurge?: unknown; maxUnavailable?: unknown } };
+      body = [
+        ['Selector', selectorText(spec.selector)],
+        ['Replicas', `${replicas} desired | ${num(st.updatedReplicas)} updated | ${num(st.replicas)} total | ${num(st.availableReplicas)} available | ${num(st.unavailableReplicas)} unavailable`],
+        ['StrategyType', strategy.type ?? 'RollingUpdate'],
+        ['MinReadySeconds', String(typeof spec.minReadySeconds === 'number' ? spec.minReadySeconds : 0)],
+        ...(strategy.type === 'Recreate'
+          ? []
+          : ([['RollingUpdateStrategy', `${String(strategy.rollingUpdate?.maxUnavailable ?? '25%')} max unavailable, ${String(strategy.rollingUpdate?.maxSurge ?? '25%')} max surge`]] as Array<[string, string]>)),
+      ];
+      break;
+    }
+    case 'DaemonSet':
+      body = [
+        ['Selector', selectorText(spec.selector)],
+        ['Node-Selector', nodeSelector(spec)],
+        ['Desired Number of Nodes Scheduled', String(num(st.desiredNumberScheduled))],
+        ['Current Number of Nodes Scheduled', String(num(st.currentNumberScheduled))],
+        ['Number of Nodes Scheduled with Up-to-date Pods', String(num(st.updatedNumberScheduled))],
+        ['Number of Nodes Scheduled with Available Pods', String(num(st.numberAvailable))],
+      ];
+      break;
+    case 'Job':
+      body = [
+        ...(s.ownerCronJob ? ([['Controlled By', `CronJob/${s.ownerCronJob}`]] as Array<[string, string]>) : []),
+        ['Parallelism', String(typeof spec.parallelism === 'number' ? spec.parallelism : 1)],
+        ['Completions', typeof spec.completions === 'number' ? String(spec.completions) : '<unset>'],
+        ['Backoff Limit', String(typeof spec.backoffLimit === 'number' ? spec.backoffLimit : 6)],
+        ...(typeof spec.activeDeadlineSeconds === 'number' ? ([['Active Deadline Seconds', `${spec.activeDeadlineSeconds}s`]] as Array<[string, string]>) : []),
+        ...(typeof spec.ttlSecondsAfterFinished === 'number' ? ([['TTL Seconds After Finished', String(spec.ttlSecondsAfterFinished)]] as Array<[string, string]>) : []),
+        ['Start Time', typeof st.startTime === 'string' ? st.startTime : '<none>'],
+        ...(typeof st.completionTime === 'string' ? ([['Completed At', st.completionTime]] as Array<[string, string]>) : []),
+        ['Pods Statuses', `${num(st.active)} Active (${num(st.ready)} Ready) / ${num(st.succeeded)} Succeeded / ${num(st.failed)} Failed`],
+      ];
+      break;
+    case 'CronJob': {
+      const active = Array.isArray(st.active) ? (st.active as Array<{ name?: string }>).map((a) => a.name ?? '?') : [];
+      body = [
+        ['Schedule', typeof spec.schedule === 'string' ? spec.schedule : '<invalid>'],
+        ['Concurrency Policy', typeof spec.concurrencyPolicy === 'string' ? spec.concurrencyPolicy : 'Allow'],
+        ['Suspend', spec.suspend === true ? 'True' : 'False'],
+        ['Successful Job History Limit', String(typeof spec.successfulJobsHistoryLimit === 'number' ? spec.successfulJobsHistoryLimit : 3)],
+        ['Failed Job History Limit', String(typeof spec.failedJobsHistoryLimit === 'number' ? spec.failedJobsHistoryLimit : 1)],
+        ['Starting Deadline Seconds', typeof spec.startingDeadlineSeconds === 'number' ? `${spec.startingDeadlineSeconds}s` : '<unset>'],
+        ['Last Schedule Time', typeof st.lastScheduleTime === 'string' ? st.lastScheduleTime : '<unset>'],
+        ['Active Jobs', active.length ? active.join(', ') : '<none>'],
+      ];
+      break;
+    }
+  }
+  const template = s.kind === 'CronJob' ? (spec.jobTemplate as { spec?: { template?: unknown } } | undefined)?.spec?.template : spec.template;
+  const lines = [
+    ...fields([...head, ...body]),
+    ...(s.deleted ? ['Deleted:  its ttlSecondsAfterFinished has passed'] : []),
+    ...containersText(template),
+    ...conditionsText(s),
+    ...(s.problems.length ? ['Problems:', ...s.problems.map((p) => `  ${p}`)] : []),
+  ];
+  return lines.join('\n') + '\n';
+}

@@ -112,3 +112,32 @@ describe('ControllerDriver', () => {
     expect(new ControllerDriver({ nodeName: 'n', state: 'garbage' }).state.version).toBe(1);
   });
 });
+
+describe('skiff describe', () => {
+  it('shows a Deployment with its replicas, strategy and conditions', async () => {
+    const { describeWorkload } = await import('../../src/controllers/format.js');
+    const sim = new Sim();
+    sim.workloads = [deployment('web', { replicas: 2, strategy: { rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } } })];
+    sim.step();
+    for (const n of sim.names('web')) sim.setReady(n);
+    sim.step();
+    const text = describeWorkload(sim.status('Deployment', 'web'), { now: sim.now + 60_000 });
+    expect(text).toContain('Name:                   web\n');
+    expect(text).toContain('Selector:               app=web\n');
+    expect(text).toContain('Replicas:               2 desired | 2 updated | 2 total | 2 available | 0 unavailable\n');
+    expect(text).toContain('RollingUpdateStrategy:  0 max unavailable, 1 max surge\n');
+    expect(text).toContain('    Image:  web:1\n');
+    expect(text).toMatch(/Type +Status +Reason\n +---- +------ +------\n +Available +True +MinimumReplicasAvailable\n +Progressing +True +NewReplicaSetAvailable/);
+  });
+
+  it('shows a Job\'s pod counts and an invalid object\'s problems', async () => {
+    const { describeWorkload } = await import('../../src/controllers/format.js');
+    const sim = new Sim();
+    sim.workloads = [stored('Job', 'j', { spec: { completions: 2, template: podTemplate({}, 'x', 'Never') } }), stored('CronJob', 'c', { spec: { schedule: 'nope' } })];
+    sim.step();
+    const job = describeWorkload(sim.status('Job', 'j'), { now: sim.now });
+    expect(job).toContain('Pods Statuses:  1 Active (0 Ready) / 0 Succeeded / 0 Failed\n');
+    const cj = describeWorkload(sim.status('CronJob', 'c'), { now: sim.now });
+    expect(cj).toMatch(/Problems:\n  spec.jobTemplate: required/);
+  });
+});
