@@ -11,6 +11,7 @@
 import type { JobSpec, JobStatus } from 'kubernetes-types/batch/v1.js';
 import type { Pod, PodTemplateSpec } from 'kubernetes-types/core/v1.js';
 import {
+  condition,
   desiredCopy,
   generateName,
   isReady,
@@ -76,7 +77,8 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
   const template = (spec?.template ?? {}) as PodTemplateSpec;
   const th = templateHash(template);
   let mem = state.jobs[key];
-  if (!mem || mem.templateHash !== th) {
+  // An invalid edit does not restart the Job (the API server would have refused it): keep what it was.
+  if (!mem || (mem.templateHash !== th && job.problems.length === 0)) {
     // A Job's template cannot change: a new one means a new Job under the same name, which starts over.
     mem = { uid: job.uid, templateHash: th, createdAt: mem?.createdAt ?? now };
     state.jobs[key] = mem;
@@ -91,6 +93,9 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
   const failed = failedPods.length;
 
   const conditions: NonNullable<JobStatus['conditions']> = [];
+  /** A condition whose time is remembered across calls (for ones that hold while a state lasts). */
+  const heldCondition = (type: string, reason: string, message: string) =>
+    jobCondition(type, reason, message, condition(state, `Job/${key}`, type, 'True', reason, message, now).lastTransitionTime);
   const jobCondition = (type: string, reason: string, message: string, at: number) => ({
     type,
     status: 'True',
@@ -114,10 +119,12 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
 
   if (job.problems.length) {
     // Refused as written: nothing new starts; what was made before is left as it is.
-    conditions.push(jobCondition('Failed', 'InvalidSpec', `the Job cannot be used as written: ${job.problems.join('; ')}`, now));
+    conditions.push(heldCondition('Failed', 'InvalidSpec', `the Job cannot be used as written: ${job.problems.join('; ')}`));
     return { pods: mine.map(desiredCopy), status: statusOf(live), memory: mem, expired: false };
   }
 
+  delete state.conditions[`Job/${key}/Failed`];
+  if (!spec.suspend) delete state.conditions[`Job/${key}/Suspended`];
   const parallelism = spec.parallelism ?? 1;
   const completions = spec.completions ?? undefined;
   const backoffLimit = spec.backoffLimit ?? 6;
@@ -128,7 +135,7 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
     if (spec.suspend) {
       // Suspended: running pods stop, the clock stops (startTime is cleared as the API does).
       delete mem.startTime;
-      conditions.push(jobCondition('Suspended', 'JobSuspended', 'Job suspended', now));
+      conditions.push(heldCondition('Suspended', 'JobSuspended', 'Job suspended'));
       return { pods: finishedPods.map(desiredCopy), status: statusOf([]), memory: mem, expired: false };
     }
     mem.startTime ??= now;

@@ -130,6 +130,23 @@ describe('Job', () => {
     expect(sim.status('Job', 'bad2').problems.join()).toMatch(/Always \(the default\)/);
   });
 
+  it('an invalid edit of a running Job keeps its pods and does not restart it', () => {
+    const sim = new Sim(12);
+    sim.workloads = [job('keep', { parallelism: 2, completions: 2 })];
+    sim.step();
+    const names = sim.names('keep');
+    sim.workloads = [stored('Job', 'keep', { spec: { parallelism: 2, completions: 2, template: podTemplate({ app: 'keep' }, 'task:1', 'Always') } })];
+    sim.advance(1000).step();
+    expect(sim.names('keep').sort()).toEqual([...names].sort());
+    const failedAt = conds(sim, 'keep')[0]!.lastTransitionTime;
+    sim.advance(1000).step();
+    expect(conds(sim, 'keep')[0]).toMatchObject({ type: 'Failed', reason: 'InvalidSpec', lastTransitionTime: failedAt });
+    sim.workloads = [job('keep', { parallelism: 2, completions: 2 })];
+    sim.advance(1000).step();
+    expect(sim.names('keep').sort()).toEqual([...names].sort());
+    expect(conds(sim, 'keep')).toEqual([]);
+  });
+
   it('a changed template starts the Job over under a new controller-uid', () => {
     const sim = new Sim(8);
     sim.workloads = [job('re', {})];
