@@ -17,6 +17,8 @@ import {
   isReady,
   isTerminating,
   podFromTemplate,
+  removalOrder,
+  scaledValue,
   selectorMatches,
   templateHash,
   type Ctx,
@@ -53,44 +55,58 @@ export function reconcileDaemonSet(ctx: Ctx, o: StoredObject, owned: Pod[], prob
   const fits = selectorMatches({ matchLabels: template.spec?.nodeSelector ?? {} }, nodeLabels(ctx.nodeName));
   const isNew = (p: Pod) => p.metadata?.labels?.[CONTROLLER_REVISION_HASH_LABEL] === hash;
 
+  // maxSurge on one node: the new pod starts beside the old one, which goes once the new one is available.
+  const surge = !onDelete && (scaledValue(spec.updateStrategy?.rollingUpdate?.maxSurge, 1, true, '0') ?? 0) > 0;
+  const best = (pods: Pod[]) => [...pods].sort((a, b) => Number(isReady(b)) - Number(isReady(a)) || removalOrder(b, a))[0];
+  const newest = best(live.filter(isNew));
+  const oldest = best(live.filter((p) => !isNew(p)));
   let keep: Pod[] = [];
   const created: Pod[] = [];
+  const create = () => {
+    const name = generateName(o.name, o.namespace, ctx.random, ctx.taken);
+    created.push(
+      podFromTemplate({
+        template,
+        name,
+        namespace: o.namespace,
+        labels: { [CONTROLLER_REVISION_HASH_LABEL]: hash },
+        owner: { apiVersion: 'apps/v1', kind: 'DaemonSet', name: o.name, uid: derivedUid(key) },
+        now: ctx.now,
+        nodeName: ctx.nodeName,
+      }),
+    );
+  };
   if (fits) {
-    // One pod per node: if somehow more than one, keep the most useful (an up-to-date one first).
-    const ranked = [...live].sort((a, b) => Number(isNew(b)) - Number(isNew(a)) || Number(isReady(b)) - Number(isReady(a)));
-    const current = ranked[0];
-    if (current && (isNew(current) || onDelete)) keep = [current];
-    else if (owned.some(isTerminating) || current) {
-      // Out of date (or still going away): remove first, create once the agent no longer reports it.
+    // One pod per node; any extra is removed.
+    if (newest) {
+      keep = [newest];
+      if (surge && oldest && !isAvailable(newest, minReady, ctx.now)) keep.push(oldest);
+    } else if (oldest && onDelete) {
+      keep = [oldest];
+    } else if (oldest && surge) {
+      keep = [oldest];
+      create();
+    } else if (oldest || owned.some(isTerminating)) {
+      // Out of date (or still going away): removed first, the new one starts once the agent no longer reports it.
       ctx.requeueAt(ctx.now + REPLACE_POLL_MS);
     } else {
-      const name = generateName(o.name, o.namespace, ctx.random, ctx.taken);
-      created.push(
-        podFromTemplate({
-          template,
-          name,
-          namespace: o.namespace,
-          labels: { [CONTROLLER_REVISION_HASH_LABEL]: hash },
-          owner: { apiVersion: 'apps/v1', kind: 'DaemonSet', name: o.name, uid: derivedUid(key) },
-          now: ctx.now,
-          nodeName: ctx.nodeName,
-        }),
-      );
+      create();
     }
   }
   for (const p of keep) {
     const at = availableAt(p, minReady, ctx.now);
     if (at !== undefined) ctx.requeueAt(at);
   }
+  // Counted per node, as the DaemonSet controller does: this node counts once, whatever it runs.
   const desired = fits ? 1 : 0;
-  const scheduled = keep.length + created.length;
-  const available = keep.filter((p) => isAvailable(p, minReady, ctx.now)).length;
+  const running = [...keep, ...created];
+  const available = keep.some((p) => isAvailable(p, minReady, ctx.now)) ? 1 : 0;
   const status: DaemonSetStatus = {
     desiredNumberScheduled: desired,
-    currentNumberScheduled: scheduled,
+    currentNumberScheduled: running.length ? 1 : 0,
     numberMisscheduled: 0,
-    numberReady: keep.filter(isReady).length,
-    updatedNumberScheduled: keep.filter(isNew).length + created.length,
+    numberReady: keep.some(isReady) ? 1 : 0,
+    updatedNumberScheduled: running.some(isNew) ? 1 : 0,
     numberAvailable: available,
     numberUnavailable: Math.max(0, desired - available),
   };

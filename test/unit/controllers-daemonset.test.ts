@@ -79,3 +79,25 @@ describe('DaemonSet', () => {
     expect(sim.names('here')).toHaveLength(1);
   });
 });
+
+describe('DaemonSet: maxSurge', () => {
+  it('starts the new pod beside the old one and removes the old one once the new one is available', () => {
+    const sim = new Sim(6);
+    const strategy = { updateStrategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } }, minReadySeconds: 10 };
+    sim.workloads = [ds('agent', strategy)];
+    sim.step();
+    const [old] = sim.names('agent');
+    sim.setReady(old!);
+    sim.workloads = [ds('agent', strategy, podTemplate({ app: 'agent' }, 'agent:2'))];
+    sim.step();
+    const both = sim.names('agent');
+    expect(both).toHaveLength(2);
+    const fresh = both.find((n) => n !== old)!;
+    expect(sim.status('DaemonSet', 'agent').status).toMatchObject({ currentNumberScheduled: 1, updatedNumberScheduled: 1, numberReady: 1 });
+    sim.setReady(fresh).advance(5000).step();
+    expect(sim.names('agent').sort()).toEqual([...both].sort()); // not available yet (minReadySeconds)
+    sim.advance(5000).step();
+    expect(sim.names('agent')).toEqual([fresh]);
+    expect(sim.status('DaemonSet', 'agent').status).toMatchObject({ numberAvailable: 1, updatedNumberScheduled: 1 });
+  });
+});
