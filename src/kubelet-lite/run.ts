@@ -84,6 +84,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   const manager = new ProberManager({
     runner: createProbeRunner({ cri }),
     onResult: (e) => {
+      log.debug('probe result', { uid: e.podUid, container: e.container, kind: e.kind, result: e.result, changed: e.changed, message: e.message });
       const pod = agent?.podByUid(e.podUid);
       const label = e.kind === 'liveness' ? 'Liveness' : e.kind === 'readiness' ? 'Readiness' : 'Startup';
       if (pod && e.result === 'failure') events.record(ref(pod), 'Warning', 'Unhealthy', `${label} probe failed: ${e.message}`, e.container);
