@@ -174,15 +174,33 @@ export class Agent {
       if (obj.apiVersion !== 'v1') continue;
       wanted.set(podKey(obj.namespace, obj.name), { obj, v: this.parts.validatePod(obj) });
     }
-    // Invalid pods are shown with the reason, never run.
+    // Invalid pods are shown with the reason, never run: those that did not even decode are
+    // manifest problems naming a Pod.
     const invalidNow = new Set<string>();
+    const undecodable = new Map<string, ManifestProblem[]>();
+    for (const p of this.parts.manifests.problems()) {
+      const m = /^Pod\/([^/]+)\/(.+)$/.exec(p.object ?? '');
+      if (!m || wanted.has(podKey(m[1]!, m[2]!))) continue;
+      const key = podKey(m[1]!, m[2]!);
+      undecodable.set(key, [...(undecodable.get(key) ?? []), p]);
+    }
+    for (const [key, problems] of undecodable) {
+      const [namespace, name] = [key.slice(0, key.indexOf('/')), key.slice(key.indexOf('/') + 1)];
+      const first = problems[0]!;
+      const obj: StoredObject = { apiVersion: 'v1', kind: 'Pod', namespace, name, uid: '', object: { metadata: { name, namespace } }, source: { file: first.file, line: first.line, document: 0 } };
+      invalidNow.add(key);
+      const pod = invalidPod(obj, problems.map((p) => p.reason), this.now());
+      const had = this.invalid.get(key);
+      this.invalid.set(key, pod);
+      if (JSON.stringify(had?.status?.message) !== JSON.stringify(pod.status?.message)) this.notify(had ? 'MODIFIED' : 'ADDED', pod);
+    }
     for (const [key, { obj, v }] of wanted) {
       if (v.ok) continue;
       invalidNow.add(key);
       const pod = invalidPod(obj, v.reasons, this.now());
-      const had = this.invalid.has(key);
+      const had = this.invalid.get(key);
       this.invalid.set(key, pod);
-      this.notify(had ? 'MODIFIED' : 'ADDED', pod);
+      if (JSON.stringify(had?.status?.message) !== JSON.stringify(pod.status?.message)) this.notify(had ? 'MODIFIED' : 'ADDED', pod);
     }
     for (const [key, pod] of this.invalid) {
       if (!invalidNow.has(key)) {
