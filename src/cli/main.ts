@@ -155,6 +155,7 @@ export async function main(argv: string[]): Promise<number> {
     case 'kubelet':
       return kubelet(rest);
     case 'get':
+    case 'rollout':
     case 'describe':
     case 'logs':
     case 'exec':
