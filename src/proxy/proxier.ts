@@ -1,0 +1,343 @@
+/**
+ * The service proxier: Services + ready pods → one iptables-restore per
+ * sync, as kube-proxy's iptables mode does. Changes are only noted when they
+ * arrive; a bounded-frequency runner syncs at most every minSync, fully at
+ * least every syncPeriod, and after any failure the next sync is full.
+ * A partial sync rewrites the top-level chains whole and only the chains of
+ * service ports whose rules changed.
+ */
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { errorMessage } from '../errors.js';
+import type { Logger } from '../log.js';
+import { computeEndpoints, type Endpoint } from './endpoints.js';
+import { Iptables, type CommandRunner } from './iptables.js';
+import { assemble, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
+import { Allocator, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
+import type { PodSource, ServiceSource } from './sources.js';
+
+export interface ProxyMetrics {
+  observeSync(seconds: number, full: boolean, rules: number): void;
+  restoreFailed(): void;
+}
+
+/** kube-proxy's sync metrics (same names, so its dashboards read them) on the registry given. */
+export function registerProxyMetrics(registry: Registry): ProxyMetrics {
+  const duration = new Histogram({
+    name: 'kubeproxy_sync_proxy_rules_duration_seconds',
+    help: 'SyncProxyRules latency in seconds',
+    labelNames: ['sync'],
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [registry],
+  });
+  const last = new Gauge({ name: 'kubeproxy_sync_proxy_rules_last_timestamp_seconds', help: 'The last time proxy rules were successfully synced', registers: [registry] });
+  const written = new Gauge({ name: 'kubeproxy_sync_proxy_rules_iptables_last', help: 'Number of iptables rules written by the last sync', registers: [registry] });
+  const total = new Counter({ name: 'kubeproxy_sync_proxy_rules_iptables_written_total', help: 'iptables rules written by all syncs', registers: [registry] });
+  const failures = new Counter({ name: 'kubeproxy_sync_proxy_rules_iptables_restore_failures_total', help: 'Failed iptables-restore runs', registers: [registry] });
+  return {
+    observeSync(seconds, full, rules) {
+      duration.observe({ sync: full ? 'full' : 'partial' }, seconds);
+      last.setToCurrentTime();
+      written.set(rules);
+      total.inc(rules);
+    },
+    restoreFailed() {
+      failures.inc();
+    },
+  };
+}
+
+export interface ProxierOptions {
+  services: ServiceSource;
+  pods: PodSource;
+  /** Default 10.96.0.0/12. */
+  serviceCidr?: string;
+  /** Pod network: traffic from outside it to a cluster IP is masqueraded. */
+  podCidr: string;
+  minSyncMs?: number;
+  syncPeriodMs?: number;
+  run: CommandRunner;
+  log: Logger;
+  metrics?: ProxyMetrics;
+  now?: () => number;
+}
+
+export interface SyncResult {
+  full: boolean;
+  ms: number;
+  rulesWritten: number;
+  /** Bytes of iptables-restore input. */
+  bytes: number;
+}
+
+/** What DNS needs: Services as last resolved, and the pods. */
+export interface ServiceView {
+  services(): ServiceInfo[];
+  pods(): Pod[];
+}
+
+interface Applied {
+  fingerprint: string;
+  rules: PortRules;
+  port: ServiceInfo['ports'][number];
+  endpoints: Endpoint[];
+}
+
+export class Proxier implements ServiceView {
+  private readonly allocator: Allocator;
+  private readonly ipt: Iptables;
+  private readonly minSyncMs: number;
+  private readonly syncPeriodMs: number;
+  private readonly now: () => number;
+  /** What the last successful sync programmed, per service port key. */
+  private applied = new Map<string, Applied>();
+  /** Service chains present in the kernel as far as we know. */
+  private chainsInKernel = new Set<string>();
+  private needFull = true;
+  private firstSync = true;
+  private lastServices: ServiceInfo[] = [];
+  private lastPods: Pod[] = [];
+  private lastProblems = new Map<string, string>();
+  private serial: Promise<unknown> = Promise.resolve();
+  private timer?: NodeJS.Timeout;
+  private periodic?: NodeJS.Timeout;
+  private running = false;
+  private pending = false;
+  private lastStart = -Infinity;
+  private stopped = true;
+  private unsubscribe: Array<() => void> = [];
+  /** Resolvers of waitForSync() calls. */
+  private waiters: Array<() => void> = [];
+
+  constructor(private readonly opts: ProxierOptions) {
+    this.allocator = new Allocator(opts.serviceCidr ?? '10.96.0.0/12');
+    if (!parseCidr(opts.podCidr)) throw new Error(`pod CIDR "${opts.podCidr}" is not an IPv4 CIDR`);
+    this.ipt = new Iptables(opts.run);
+    this.minSyncMs = opts.minSyncMs ?? 1000;
+    this.syncPeriodMs = opts.syncPeriodMs ?? 30_000;
+    this.now = opts.now ?? (() => performance.now());
+  }
+
+  /** Starts watching the sources and syncing (the first sync runs at once). */
+  start(): void {
+    this.stopped = false;
+    const kick = () => this.kick();
+    this.unsubscribe.push(this.opts.services.onChange(kick), this.opts.pods.onChange(kick));
+    this.periodic = setInterval(() => {
+      this.needFull = true;
+      this.kick();
+    }, this.syncPeriodMs);
+    this.periodic.unref();
+    this.kick();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    clearInterval(this.periodic);
+    for (const u of this.unsubscribe) u();
+    this.unsubscribe = [];
+    await this.serial.catch(() => {});
+  }
+
+  services(): ServiceInfo[] {
+    return this.lastServices;
+  }
+
+  pods(): Pod[] {
+    return this.lastPods;
+  }
+
+  problems(): ServiceProblem[] {
+    return [...this.lastProblems].map(([service, reason]) => ({ service, reason }));
+  }
+
+  /** Resolves after the next sync that starts from now on completes (successfully or not). */
+  waitForSync(): Promise<void> {
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** Runs one sync now, after any in progress; `full` forces a full one. */
+  syncNow(full = false): Promise<SyncResult> {
+    if (full) this.needFull = true;
+    return this.enqueue();
+  }
+
+  private enqueue(): Promise<SyncResult> {
+    const p = this.serial.then(() => this.sync());
+    this.serial = p.catch(() => {});
+    return p;
+  }
+
+  private kick(): void {
+    this.pending = true;
+    if (this.stopped || this.running || this.timer) return;
+    const wait = Math.max(0, this.lastStart + this.minSyncMs - this.now());
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.loop();
+    }, wait);
+    this.timer.unref();
+  }
+
+  private async loop(): Promise<void> {
+    if (this.stopped) return;
+    this.running = true;
+    this.pending = false;
+    try {
+      await this.enqueue();
+    } catch (err) {
+      this.opts.log.error('proxy sync failed; the next sync is full', { error: errorMessage(err) });
+      this.pending = true;
+    } finally {
+      this.running = false;
+      if (this.pending) this.kick();
+    }
+  }
+
+  private async sync(): Promise<SyncResult> {
+    const waiters = this.waiters;
+    this.waiters = [];
+    this.lastStart = this.now();
+    const t0 = performance.now();
+    const full = this.needFull;
+    try {
+      const r = await this.syncOnce(full);
+      return { ...r, ms: performance.now() - t0 };
+    } catch (err) {
+      this.needFull = true;
+      this.opts.metrics?.restoreFailed();
+      throw err;
+    } finally {
+      for (const w of waiters) w();
+    }
+  }
+
+  private async syncOnce(full: boolean): Promise<Omit<SyncResult, 'ms'>> {
+    const t0 = performance.now();
+    const { services, problems } = this.allocator.resolve(this.opts.services.list());
+    this.reportProblems(problems);
+    const pods = this.opts.pods.list();
+    this.lastServices = services;
+    this.lastPods = pods;
+    const endpoints = computeEndpoints(services, pods);
+
+    const next = new Map<string, Applied>();
+    const changed = new Set<string>();
+    const ports: PortRules[] = [];
+    for (const svc of services) {
+      for (const sp of svc.ports) {
+        const eps = endpoints.get(sp.key) ?? [];
+        const fingerprint = JSON.stringify([sp, eps.map((e) => [e.ip, e.port, e.local])]);
+        const old = this.applied.get(sp.key);
+        let rules: PortRules;
+        if (old && old.fingerprint === fingerprint) {
+          rules = old.rules;
+        } else {
+          rules = renderPort(sp, eps, { podCidr: this.opts.podCidr });
+          changed.add(sp.key);
+        }
+        next.set(sp.key, { fingerprint, rules, port: sp, endpoints: eps });
+        ports.push(rules);
+      }
+    }
+
+    if (this.firstSync) {
+      // Chains left by an earlier run: known only from the kernel.
+      for (const c of await this.ipt.chains('nat')) if (SERVICE_CHAIN_RE.test(c)) this.chainsInKernel.add(c);
+    }
+    const active = new Set<string>();
+    for (const pr of ports) for (const c of pr.chains) active.add(c);
+    const stale = [...this.chainsInKernel].filter((c) => !active.has(c)).sort();
+    const ruleset = assemble({ ports, changed: full ? undefined : changed, stale });
+
+    const removed = [...this.applied.keys()].some((k) => !next.has(k));
+    if (!full && changed.size === 0 && stale.length === 0 && !removed && !this.firstSync) {
+      // Nothing of ours changed: the top-level chains are already right.
+      return { full, rulesWritten: 0, bytes: 0 };
+    }
+    await this.ipt.restore(ruleset.text);
+    if (full || this.firstSync) await this.ipt.ensureJumps();
+
+    const previous = this.applied;
+    this.applied = next;
+    this.chainsInKernel = active;
+    this.firstSync = false;
+    this.needFull = false;
+    this.opts.metrics?.observeSync((performance.now() - t0) / 1000, full, ruleset.rulesWritten);
+    this.opts.log.debug('proxy rules synced', { full, services: services.length, changed: changed.size, stale: stale.length, rules: ruleset.rulesWritten, ms: Math.round(performance.now() - t0) });
+    await this.clearStaleUdp(previous, next);
+    return { full, rulesWritten: ruleset.rulesWritten, bytes: ruleset.text.length };
+  }
+
+  /**
+   * UDP has no connections: conntrack keeps sending a client's datagrams to
+   * the endpoint it first picked, even after that endpoint is gone, or to
+   * nowhere if the first ones arrived while there was none. Drop those entries.
+   */
+  private async clearStaleUdp(previous: Map<string, Applied>, next: Map<string, Applied>): Promise<void> {
+    const jobs: Array<{ clusterIP?: string; nodePort?: number; endpointIP?: string }> = [];
+    for (const [key, old] of previous) {
+      if (old.port.protocol !== 'UDP' || !old.port.clusterIP) continue;
+      const now = next.get(key);
+      const nowIPs = new Set((now?.endpoints ?? []).map((e) => `${e.ip}:${e.port}`));
+      for (const ep of old.endpoints) {
+        if (nowIPs.has(`${ep.ip}:${ep.port}`)) continue;
+        jobs.push({ clusterIP: old.port.clusterIP, endpointIP: ep.ip });
+        if (old.port.nodePort) jobs.push({ nodePort: old.port.nodePort, endpointIP: ep.ip });
+      }
+    }
+    for (const [key, now] of next) {
+      if (now.port.protocol !== 'UDP' || !now.port.clusterIP || now.endpoints.length === 0) continue;
+      const old = previous.get(key);
+      if (!old || old.endpoints.length === 0) {
+        jobs.push({ clusterIP: now.port.clusterIP });
+        if (now.port.nodePort) jobs.push({ nodePort: now.port.nodePort });
+      }
+    }
+    for (const job of jobs) {
+      try {
+        await this.ipt.clearUdp(job);
+      } catch (err) {
+        this.opts.log.warn('could not clear stale UDP conntrack entries', { ...job, error: errorMessage(err) });
+      }
+    }
+  }
+
+  private reportProblems(problems: ServiceProblem[]): void {
+    const now = new Map(problems.map((p) => [p.service, p.reason]));
+    for (const [svc, reason] of now) {
+      if (this.lastProblems.get(svc) !== reason) this.opts.log.warn('service not programmed', { service: svc, reason });
+    }
+    this.lastProblems = now;
+  }
+
+  /** Removes every jump, chain and rule this proxy makes, and nothing else. */
+  async cleanup(): Promise<void> {
+    await this.serial.catch(() => {});
+    await cleanupRules(this.opts.run);
+    this.applied.clear();
+    this.chainsInKernel.clear();
+    this.firstSync = true;
+    this.needFull = true;
+  }
+}
+
+/** `skiff proxy --cleanup`: the jumps out of the built-in chains first, then our chains. */
+export async function cleanupRules(run: CommandRunner): Promise<void> {
+  const ipt = new Iptables(run);
+  await ipt.removeJumps();
+  const filter = new Set(await ipt.chains('filter'));
+  const nat = await ipt.chains('nat');
+  const natSet = new Set(nat);
+  const lines: string[] = ['*filter'];
+  const filterGone = FILTER_CHAINS.filter((c) => filter.has(c));
+  for (const c of filterGone) lines.push(`:${c} - [0:0]`);
+  for (const c of filterGone) lines.push(`-X ${c}`);
+  lines.push('COMMIT', '*nat');
+  const natGone = [...NAT_CHAINS.filter((c) => natSet.has(c)), ...nat.filter((c) => SERVICE_CHAIN_RE.test(c))];
+  for (const c of natGone) lines.push(`:${c} - [0:0]`);
+  for (const c of natGone) lines.push(`-X ${c}`);
+  lines.push('COMMIT', '');
+  await ipt.restore(lines.join('\n'));
+}

@@ -1,0 +1,259 @@
+/**
+ * Service rules rendered as iptables-restore text, in kube-proxy's iptables
+ * layout so that anyone who has debugged kube-proxy can read them. Pure: the
+ * proxier decides what changed and applies the text once.
+ */
+import { createHash } from 'node:crypto';
+import type { Endpoint } from './endpoints.js';
+import type { ServicePortInfo } from './service.js';
+
+export const MASQ_MARK = '0x4000';
+
+// Top-level chains (the names kube-proxy uses).
+export const KUBE_SERVICES = 'KUBE-SERVICES';
+export const KUBE_EXTERNAL_SERVICES = 'KUBE-EXTERNAL-SERVICES';
+export const KUBE_FORWARD = 'KUBE-FORWARD';
+export const KUBE_NODEPORTS = 'KUBE-NODEPORTS';
+export const KUBE_POSTROUTING = 'KUBE-POSTROUTING';
+export const KUBE_MARK_MASQ = 'KUBE-MARK-MASQ';
+
+export const FILTER_CHAINS = [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD] as const;
+export const NAT_CHAINS = [KUBE_SERVICES, KUBE_NODEPORTS, KUBE_POSTROUTING, KUBE_MARK_MASQ] as const;
+
+/** A per-service chain this proxy (or kube-proxy) makes; anything else in a table is left alone. */
+export const SERVICE_CHAIN_RE = /^KUBE-(SVC|SVL|EXT|FW|SEP)-[A-Z2-7]{16}$/;
+
+/** A rule in a built-in chain that sends traffic into ours: table, chain, rule arguments. */
+export interface Jump {
+  table: 'filter' | 'nat';
+  chain: string;
+  args: string[];
+}
+
+const NEW = ['-m', 'conntrack', '--ctstate', 'NEW'];
+export const JUMPS: Jump[] = [
+  { table: 'filter', chain: 'INPUT', args: [...NEW, '-m', 'comment', '--comment', 'kubernetes externally-visible service portals', '-j', KUBE_EXTERNAL_SERVICES] },
+  { table: 'filter', chain: 'FORWARD', args: [...NEW, '-m', 'comment', '--comment', 'kubernetes externally-visible service portals', '-j', KUBE_EXTERNAL_SERVICES] },
+  { table: 'filter', chain: 'FORWARD', args: [...NEW, '-m', 'comment', '--comment', 'kubernetes service portals', '-j', KUBE_SERVICES] },
+  { table: 'filter', chain: 'FORWARD', args: ['-m', 'comment', '--comment', 'kubernetes forwarding rules', '-j', KUBE_FORWARD] },
+  { table: 'filter', chain: 'OUTPUT', args: [...NEW, '-m', 'comment', '--comment', 'kubernetes service portals', '-j', KUBE_SERVICES] },
+  { table: 'nat', chain: 'PREROUTING', args: ['-m', 'comment', '--comment', 'kubernetes service portals', '-j', KUBE_SERVICES] },
+  { table: 'nat', chain: 'OUTPUT', args: ['-m', 'comment', '--comment', 'kubernetes service portals', '-j', KUBE_SERVICES] },
+  { table: 'nat', chain: 'POSTROUTING', args: ['-m', 'comment', '--comment', 'kubernetes postrouting rules', '-j', KUBE_POSTROUTING] },
+];
+
+/** 16 characters of base32(sha256(s)), as kube-proxy names its chains (iptables allows 28). */
+export function chainHash(s: string): string {
+  return base32(createHash('sha256').update(s).digest()).slice(0, 16);
+}
+
+const B32 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
+function base32(buf: Buffer): string {
+  let out = '';
+  let bits = 0;
+  let value = 0;
+  for (const byte of buf) {
+    value = (value << 8) | byte;
+    bits += 8;
+    while (bits >= 5) {
+      out += B32[(value >>> (bits - 5)) & 31];
+      bits -= 5;
+    }
+    value &= (1 << bits) - 1;
+  }
+  if (bits > 0) out += B32[(value << (5 - bits)) & 31];
+  return out;
+}
+
+const proto = (sp: ServicePortInfo) => sp.protocol.toLowerCase();
+export const svcChain = (sp: ServicePortInfo) => `KUBE-SVC-${chainHash(sp.key + proto(sp))}`;
+export const svlChain = (sp: ServicePortInfo) => `KUBE-SVL-${chainHash(sp.key + proto(sp))}`;
+export const extChain = (sp: ServicePortInfo) => `KUBE-EXT-${chainHash(sp.key + proto(sp))}`;
+export const sepChain = (sp: ServicePortInfo, ep: Endpoint) => `KUBE-SEP-${chainHash(sp.key + proto(sp) + `${ep.ip}:${ep.port}`)}`;
+
+export interface RenderOptions {
+  /** Traffic from outside this CIDR to a cluster IP is masqueraded (kube-proxy's local detector). */
+  podCidr: string;
+}
+
+/** Everything one service port contributes to the ruleset. */
+export interface PortRules {
+  key: string;
+  /** nat KUBE-SERVICES rules. */
+  natServices: string[];
+  /** nat KUBE-NODEPORTS rules. */
+  natNodePorts: string[];
+  /** filter rules (KUBE-SERVICES / KUBE-EXTERNAL-SERVICES): REJECT or DROP. */
+  filter: string[];
+  /** The port's own nat chains, in order, and their rules. */
+  chains: string[];
+  chainRules: string[];
+}
+
+const q = (s: string) => `"${s}"`;
+
+/** The rules of one service port given its ready endpoints. All of this node's endpoints are local. */
+export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: RenderOptions): PortRules {
+  const out: PortRules = { key: sp.key, natServices: [], natNodePorts: [], filter: [], chains: [], chainRules: [] };
+  if (!sp.clusterIP) return out; // headless: DNS only
+  const p = proto(sp);
+  const name = sp.key;
+  const match = `-m ${p} -p ${p}`;
+  const clusterEps = endpoints;
+  const localEps = endpoints.filter((e) => e.local);
+  const hasEndpoints = clusterEps.length > 0;
+  const externallyAccessible = sp.nodePort !== undefined;
+  const externalLocal = externallyAccessible && sp.externalLocal;
+  const usesCluster = hasEndpoints && (!sp.internalLocal || externallyAccessible);
+  const usesLocal = localEps.length > 0 && (sp.internalLocal || externalLocal);
+  const svc = svcChain(sp);
+  const svl = svlChain(sp);
+  const ext = extChain(sp);
+  const internalChain = sp.internalLocal ? svl : svc;
+  const hasInternal = hasEndpoints && (!sp.internalLocal || localEps.length > 0);
+  const externalPolicyChain = externalLocal ? svl : svc;
+  const hasExternal = hasEndpoints && (!externalLocal || localEps.length > 0);
+  const dst = `-d ${sp.clusterIP} --dport ${sp.port}`;
+
+  let internalTarget = '';
+  let internalComment = '';
+  let externalTarget = '';
+  let externalComment = '';
+  if (!hasEndpoints) {
+    internalTarget = externalTarget = 'REJECT';
+    internalComment = externalComment = q(`${name} has no endpoints`);
+  } else {
+    if (!hasInternal) {
+      internalTarget = 'DROP';
+      internalComment = q(`${name} has no local endpoints`);
+    }
+    if (!hasExternal) {
+      externalTarget = 'DROP';
+      externalComment = q(`${name} has no local endpoints`);
+    }
+  }
+
+  if (hasInternal) {
+    out.natServices.push(`-A KUBE-SERVICES -m comment --comment ${q(`${name} cluster IP`)} ${match} ${dst} -j ${internalChain}`);
+  } else {
+    out.filter.push(`-A KUBE-SERVICES -m comment --comment ${internalComment} ${match} ${dst} -j ${internalTarget}`);
+  }
+  if (sp.nodePort !== undefined) {
+    if (hasEndpoints) out.natNodePorts.push(`-A KUBE-NODEPORTS -m comment --comment ${name} ${match} --dport ${sp.nodePort} -j ${ext}`);
+    if (!hasExternal) {
+      out.filter.push(`-A KUBE-EXTERNAL-SERVICES -m comment --comment ${externalComment} -m addrtype --dst-type LOCAL ${match} --dport ${sp.nodePort} -j ${externalTarget}`);
+    }
+  }
+
+  // Chains are declared in the order: SVC, SVL, EXT, then SEPs; rules follow the same order.
+  const declare = (c: string) => out.chains.push(c);
+  const rules = out.chainRules;
+  if (usesCluster) declare(svc);
+  if (usesLocal) declare(svl);
+  if (hasEndpoints && externallyAccessible) declare(ext);
+
+  if (hasInternal) {
+    // Traffic to the cluster IP from outside the pod network (the node itself, other hosts) is masqueraded.
+    rules.push(`-A ${internalChain} -m comment --comment ${q(`${name} cluster IP`)} ${match} ${dst} ! -s ${opts.podCidr} -j KUBE-MARK-MASQ`);
+  }
+  if (hasEndpoints && externallyAccessible) {
+    if (!externalLocal) {
+      rules.push(`-A ${ext} -m comment --comment ${q(`masquerade traffic for ${name} external destinations`)} -j KUBE-MARK-MASQ`);
+    } else {
+      rules.push(`-A ${ext} -m comment --comment ${q(`pod traffic for ${name} external destinations`)} -s ${opts.podCidr} -j ${svc}`);
+      rules.push(`-A ${ext} -m comment --comment ${q(`masquerade LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ`);
+      rules.push(`-A ${ext} -m comment --comment ${q(`route LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${svc}`);
+    }
+    if (hasExternal) rules.push(`-A ${ext} -j ${externalPolicyChain}`);
+  }
+  if (usesCluster) writeBalancing(rules, sp, svc, clusterEps);
+  if (usesLocal) writeBalancing(rules, sp, svl, localEps);
+
+  // One chain per endpoint reachable from here: cluster endpoints are a superset of local ones.
+  const reachable = usesCluster ? clusterEps : usesLocal ? localEps : [];
+  for (const ep of reachable) {
+    const sep = sepChain(sp, ep);
+    declare(sep);
+    // A pod reaching itself through the Service (hairpin) must be masqueraded, or it would answer itself.
+    rules.push(`-A ${sep} -m comment --comment ${name} -s ${ep.ip} -j KUBE-MARK-MASQ`);
+    const recent = sp.affinitySeconds !== undefined ? ` -m recent --name ${sep} --mask 255.255.255.255 --rsource --set` : '';
+    rules.push(`-A ${sep} -m comment --comment ${name}${recent} ${match} -j DNAT --to-destination ${ep.ip}:${ep.port}`);
+  }
+  return out;
+}
+
+function writeBalancing(rules: string[], sp: ServicePortInfo, chain: string, eps: Endpoint[]): void {
+  const name = sp.key;
+  if (sp.affinitySeconds !== undefined) {
+    for (const ep of eps) {
+      const sep = sepChain(sp, ep);
+      rules.push(
+        `-A ${chain} -m comment --comment ${q(`${name} -> ${ep.ip}:${ep.port}`)} -m recent --name ${sep} --mask 255.255.255.255 --rsource --rcheck --seconds ${sp.affinitySeconds} --reap -j ${sep}`,
+      );
+    }
+  }
+  const n = eps.length;
+  eps.forEach((ep, i) => {
+    const sep = sepChain(sp, ep);
+    const stat = i < n - 1 ? ` -m statistic --mode random --probability ${(1 / (n - i)).toFixed(10)}` : '';
+    rules.push(`-A ${chain} -m comment --comment ${q(`${name} -> ${ep.ip}:${ep.port}`)}${stat} -j ${sep}`);
+  });
+}
+
+export interface AssembleInput {
+  /** Every service port's rules, sorted by key. */
+  ports: PortRules[];
+  /** Which ports' own chains to (re)write; undefined = all (a full sync). */
+  changed?: Set<string>;
+  /** Service chains that exist but are no longer wanted: flushed and deleted. */
+  stale: string[];
+}
+
+export interface Ruleset {
+  text: string;
+  /** Lines that are rules (not headers, chain declarations or COMMIT). */
+  rulesWritten: number;
+}
+
+/**
+ * One iptables-restore input for `--noflush`. The top-level chains are always
+ * declared (which flushes them) and written whole; a port's own chains only
+ * when it changed (or in a full sync). Declaring a chain in a restore flushes
+ * it, so a changed chain is replaced, never appended to.
+ */
+export function assemble(input: AssembleInput): Ruleset {
+  const filter: string[] = ['*filter'];
+  for (const c of FILTER_CHAINS) filter.push(`:${c} - [0:0]`);
+  const filterRules: string[] = [];
+  for (const pr of input.ports) filterRules.push(...pr.filter);
+  filterRules.push(
+    `-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP`,
+    `-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark ${MASQ_MARK}/${MASQ_MARK} -j ACCEPT`,
+    `-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
+  );
+
+  const natChains: string[] = [];
+  for (const c of NAT_CHAINS) natChains.push(`:${c} - [0:0]`);
+  const natRules: string[] = [
+    `-A KUBE-POSTROUTING -m mark ! --mark ${MASQ_MARK}/${MASQ_MARK} -j RETURN`,
+    `-A KUBE-POSTROUTING -j MARK --xor-mark ${MASQ_MARK}`,
+    `-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`,
+    `-A KUBE-MARK-MASQ -j MARK --or-mark ${MASQ_MARK}`,
+  ];
+  for (const pr of input.ports) for (const r of pr.natServices) natRules.push(r);
+  natRules.push(
+    `-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL ! -d 127.0.0.0/8 -j KUBE-NODEPORTS`,
+  );
+  for (const pr of input.ports) for (const r of pr.natNodePorts) natRules.push(r);
+  for (const pr of input.ports) {
+    if (input.changed && !input.changed.has(pr.key)) continue;
+    for (const c of pr.chains) natChains.push(`:${c} - [0:0]`);
+    for (const r of pr.chainRules) natRules.push(r);
+  }
+  for (const c of input.stale) {
+    natChains.push(`:${c} - [0:0]`);
+    natRules.push(`-X ${c}`);
+  }
+  const text = [...filter, ...filterRules, 'COMMIT', '*nat', ...natChains, ...natRules, 'COMMIT', ''].join('\n');
+  return { text, rulesWritten: filterRules.length + natRules.length - input.stale.length };
+}
