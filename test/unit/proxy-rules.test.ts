@@ -1,0 +1,222 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import type { Endpoint } from '../../src/proxy/endpoints.js';
+import type { CommandRunner } from '../../src/proxy/iptables.js';
+import { Proxier } from '../../src/proxy/proxier.js';
+import { assemble, chainHash, renderPort, sepChain, svcChain } from '../../src/proxy/rules.js';
+import type { ServicePortInfo } from '../../src/proxy/service.js';
+import { MemoryPodSource, MemoryServiceSource } from '../../src/proxy/sources.js';
+import { silentLogger } from '../../src/log.js';
+import { pod, serviceObject } from '../helpers/proxy-fixtures.js';
+
+const goldenDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'golden/proxy');
+
+/** Compares with test/unit/golden/proxy/<name>.txt; UPDATE_GOLDEN=1 rewrites the file (then review the diff). */
+function golden(name: string, text: string): void {
+  const file = path.join(goldenDir, `${name}.txt`);
+  if (process.env.UPDATE_GOLDEN === '1') fs.writeFileSync(file, text);
+  expect(text).toBe(fs.readFileSync(file, 'utf8'));
+}
+
+const opts = { podCidr: '10.88.0.0/16' };
+
+function port(over: Partial<ServicePortInfo> = {}): ServicePortInfo {
+  return {
+    key: 'ns1/web:http',
+    namespace: 'ns1',
+    name: 'web',
+    portName: 'http',
+    protocol: 'TCP',
+    port: 80,
+    targetPort: 8080,
+    clusterIP: '10.96.0.10',
+    externalLocal: false,
+    internalLocal: false,
+    ...over,
+  };
+}
+
+const eps = (...ips: string[]): Endpoint[] => ips.map((ip, i) => ({ ip, port: 8080, pod: `ns1/p${i}`, local: true }));
+const render = (sp: ServicePortInfo, e: Endpoint[]) => assemble({ ports: [renderPort(sp, e, opts)], stale: [] }).text;
+
+describe('chain names', () => {
+  it('are kube-proxy\'s: 16 characters of base32(sha256(port name + protocol))', () => {
+    // The "kubernetes" Service's chain on every kube-proxy cluster.
+    expect(chainHash('default/kubernetes:https' + 'tcp')).toBe('NPX46M4PTMTKRN6Y');
+    expect(svcChain(port({ key: 'default/kubernetes:https' }))).toBe('KUBE-SVC-NPX46M4PTMTKRN6Y');
+    const a = sepChain(port(), eps('10.88.0.2')[0]!);
+    const b = sepChain(port(), eps('10.88.0.3')[0]!);
+    expect(a).toMatch(/^KUBE-SEP-[A-Z2-7]{16}$/);
+    expect(a).not.toBe(b);
+    expect(svcChain(port({ protocol: 'UDP' }))).not.toBe(svcChain(port()));
+  });
+});
+
+describe('rendered rules (golden)', () => {
+  it('a ClusterIP Service with one endpoint', () => {
+    golden('one-endpoint', render(port(), eps('10.88.0.2')));
+  });
+
+  it('a Service without endpoints REJECTs in the filter table and has no nat chains', () => {
+    const text = render(port({ nodePort: 30080 }), []);
+    golden('no-endpoints', text);
+    expect(text).toContain('-A KUBE-SERVICES -m comment --comment "ns1/web:http has no endpoints" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j REJECT');
+    expect(text).toContain('-A KUBE-EXTERNAL-SERVICES -m comment --comment "ns1/web:http has no endpoints" -m addrtype --dst-type LOCAL -m tcp -p tcp --dport 30080 -j REJECT');
+    expect(text).not.toMatch(/KUBE-SVC-|KUBE-SEP-|KUBE-EXT-/);
+  });
+
+  it('several endpoints are balanced with probabilities 1/(n-i)', () => {
+    const text = render(port(), eps('10.88.0.2', '10.88.0.3', '10.88.0.4', '10.88.0.5'));
+    golden('four-endpoints', text);
+    const probs = [...text.matchAll(/--probability (\S+)/g)].map((m) => m[1]);
+    expect(probs).toEqual(['0.2500000000', '0.3333333333', '0.5000000000']);
+    expect(text.match(/-j KUBE-SEP-/g)).toHaveLength(4);
+  });
+
+  it('ClientIP affinity checks and sets a recent list per endpoint', () => {
+    const text = render(port({ affinitySeconds: 10800 }), eps('10.88.0.2', '10.88.0.3'));
+    golden('affinity', text);
+    expect(text.match(/--rcheck --seconds 10800 --reap/g)).toHaveLength(2);
+    expect(text.match(/--rsource --set/g)).toHaveLength(2);
+  });
+
+  it('NodePort: KUBE-NODEPORTS jumps to the EXT chain, which masquerades', () => {
+    const text = render(port({ nodePort: 30080, protocol: 'UDP', key: 'ns1/dns:dns' }), eps('10.88.0.2', '10.88.0.3'));
+    golden('nodeport-udp', text);
+    expect(text).toMatch(/-A KUBE-NODEPORTS -m comment --comment ns1\/dns:dns -m udp -p udp --dport 30080 -j KUBE-EXT-/);
+  });
+
+  it('externalTrafficPolicy and internalTrafficPolicy Local use the SVL chain', () => {
+    const text = render(port({ nodePort: 30081, externalLocal: true, internalLocal: true }), eps('10.88.0.2'));
+    golden('local-policies', text);
+    expect(text).toMatch(/-A KUBE-SERVICES .* -j KUBE-SVL-/);
+    expect(text).toMatch(/-A KUBE-EXT-\S+ -j KUBE-SVL-/);
+    expect(text).toMatch(/pod traffic for ns1\/web:http external destinations" -s 10.88.0.0\/16 -j KUBE-SVC-/);
+  });
+
+  it('a headless Service makes no rules', () => {
+    const pr = renderPort(port({ clusterIP: undefined }), eps('10.88.0.2'), opts);
+    expect(pr.natServices).toEqual([]);
+    expect(pr.chains).toEqual([]);
+    expect(pr.filter).toEqual([]);
+  });
+
+  it('a partial sync writes the top-level chains whole and only the changed ports\' own chains; stale chains are deleted', () => {
+    const a = renderPort(port(), eps('10.88.0.2'), opts);
+    const b = renderPort(port({ key: 'ns1/api:http', name: 'api', clusterIP: '10.96.0.11' }), eps('10.88.0.7'), opts);
+    const text = assemble({ ports: [a, b], changed: new Set(['ns1/api:http']), stale: ['KUBE-SEP-AAAAAAAAAAAAAAAA'] }).text;
+    golden('partial', text);
+    for (const c of a.chains) expect(text).not.toContain(`:${c} `);
+    for (const c of b.chains) expect(text).toContain(`:${c} - [0:0]`);
+    expect(text).toContain('"ns1/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j KUBE-SVC-');
+    expect(text).toContain(':KUBE-SEP-AAAAAAAAAAAAAAAA - [0:0]\n');
+    expect(text).toContain('-X KUBE-SEP-AAAAAAAAAAAAAAAA\n');
+  });
+});
+
+/** A fake iptables that records every command and returns a configured iptables-save. */
+function recorder(save = '') {
+  const calls: Array<{ argv: string[]; input?: string }> = [];
+  let fail = false;
+  const run: CommandRunner = async (argv, input) => {
+    calls.push({ argv, input });
+    if (argv[0] === 'iptables-save') return { code: 0, stdout: argv.includes('nat') ? save : '', stderr: '' };
+    if (argv[0] === 'iptables-restore' && fail) return { code: 2, stdout: '', stderr: 'iptables-restore: line 3 failed' };
+    if (argv[0] === 'iptables' && argv.includes('-C')) return { code: 1, stdout: '', stderr: '' };
+    return { code: 0, stdout: '', stderr: '' };
+  };
+  return {
+    run,
+    calls,
+    restores: () => calls.filter((c) => c.argv[0] === 'iptables-restore').map((c) => c.input!),
+    setFail: (f: boolean) => (fail = f),
+  };
+}
+
+function setup(save = '') {
+  const services = new MemoryServiceSource();
+  const pods = new MemoryPodSource();
+  const rec = recorder(save);
+  const proxier = new Proxier({ services, pods, podCidr: '10.88.0.0/16', run: rec.run, log: silentLogger });
+  return { services, pods, rec, proxier };
+}
+
+const web = serviceObject('ns1', 'web', { clusterIP: '10.96.0.10', selector: { app: 'web' }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] });
+const api = serviceObject('ns1', 'api', { clusterIP: '10.96.0.11', selector: { app: 'api' }, ports: [{ name: 'dns', port: 53, protocol: 'UDP' }] });
+
+describe('Proxier syncs', () => {
+  it('the first sync is full, deletes chains a previous run left and puts the jumps in; later ones are partial', async () => {
+    const { services, pods, rec, proxier } = setup(':KUBE-SEP-LEFTOVERLEFTOVER - [0:0]\n:KUBE-SVC-LEFTOVERLEFTOVER - [0:0]\n:OTHER - [0:0]\n');
+    services.set(web);
+    services.set(api);
+    pods.set(pod('w1', { ns: 'ns1', ip: '10.88.0.2' }));
+    pods.set(pod('a1', { ns: 'ns1', ip: '10.88.0.7', labels: { app: 'api' } }));
+    const first = await proxier.syncNow();
+    expect(first.full).toBe(true);
+    const [t1] = rec.restores();
+    expect(t1).toContain('-X KUBE-SEP-LEFTOVERLEFTOVER');
+    expect(t1).toContain('-X KUBE-SVC-LEFTOVERLEFTOVER');
+    expect(t1).not.toContain('OTHER');
+    expect(rec.calls.filter((c) => c.argv[0] === 'iptables' && c.argv.includes('-I')).length).toBe(8);
+
+    // A new endpoint for web: only web's chains are written.
+    pods.set(pod('w2', { ns: 'ns1', ip: '10.88.0.3' }));
+    const second = await proxier.syncNow();
+    expect(second.full).toBe(false);
+    const t2 = rec.restores()[1]!;
+    expect(t2).toContain(`:${svcChain(port())} - [0:0]`);
+    expect(t2).not.toMatch(/:KUBE-SVC-\S+ - \[0:0\]\n(?![\s\S]*ns1\/web)/);
+    expect(t2).not.toContain('-> 10.88.0.7');
+    expect(t2).toContain('-A KUBE-SERVICES -m comment --comment "ns1/api:dns cluster IP"');
+
+    // Nothing changed: no restore at all.
+    await proxier.syncNow();
+    expect(rec.restores()).toHaveLength(2);
+
+    // The UDP endpoint goes away: its chains are deleted, conntrack is cleared for it.
+    pods.delete(pod('a1', { ns: 'ns1' }));
+    await proxier.syncNow();
+    const t4 = rec.restores()[2]!;
+    const apiSep = sepChain(port({ key: 'ns1/api:dns', protocol: 'UDP', port: 53, targetPort: 53, clusterIP: '10.96.0.11' }), { ip: '10.88.0.7', port: 53, pod: 'ns1/a1', local: true });
+    expect(t4).toContain(`-X ${apiSep}`);
+    expect(t4).toContain('"ns1/api:dns has no endpoints"');
+    const ct = rec.calls.filter((c) => c.argv[0] === 'conntrack').map((c) => c.argv.join(' '));
+    expect(ct).toContain('conntrack -D -p udp --orig-dst 10.96.0.11 --dst-nat 10.88.0.7');
+  });
+
+  it('a failed restore is retried as a full sync', async () => {
+    const { services, pods, rec, proxier } = setup();
+    services.set(web);
+    pods.set(pod('w1', { ns: 'ns1', ip: '10.88.0.2' }));
+    await proxier.syncNow();
+    rec.setFail(true);
+    pods.set(pod('w2', { ns: 'ns1', ip: '10.88.0.3' }));
+    await expect(proxier.syncNow()).rejects.toThrow(/iptables-restore failed.*line 3/);
+    rec.setFail(false);
+    const r = await proxier.syncNow();
+    expect(r.full).toBe(true);
+  });
+
+  it('a bad Service is reported against itself and the others are still programmed', async () => {
+    const { services, pods, rec, proxier } = setup();
+    services.set(web);
+    pods.set(pod('w1', { ns: 'ns1', ip: '10.88.0.2' }));
+    await proxier.syncNow();
+    // Sorts before web, but web already holds the address.
+    services.set(serviceObject('ns1', 'thief', { clusterIP: '10.96.0.10', ports: [{ port: 80 }] }));
+    services.set(serviceObject('ns1', 'outside', { clusterIP: '192.168.0.1', ports: [{ port: 80 }] }));
+    services.set(serviceObject('ns1', 'np', { type: 'NodePort', ports: [{ port: 80, nodePort: 80 }] }));
+    services.set(serviceObject('ns1', 'nomatch', { selector: { app: 'nothing' }, ports: [{ port: 80 }] }));
+    await proxier.syncNow();
+    const text = rec.restores()[1]!;
+    expect(text).toContain('"ns1/web:http cluster IP"');
+    expect(text).toContain('"ns1/nomatch has no endpoints"');
+    expect(proxier.problems()).toEqual([
+      { service: 'ns1/np', reason: 'port 80: nodePort 80 is not in 30000-32767' },
+      { service: 'ns1/outside', reason: 'clusterIP 192.168.0.1 is not in the service CIDR 10.96.0.0/12' },
+      { service: 'ns1/thief', reason: 'clusterIP 10.96.0.10 is already taken by ns1/web' },
+    ]);
+  });
+});
