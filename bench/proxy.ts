@@ -40,6 +40,7 @@ function recordingRunner(inner: CommandRunner): { run: CommandRunner; last: () =
 
 function restoreFloor(text: string): number {
   const ns = new TestNetns().create();
+  live.add(ns);
   try {
     const t0 = performance.now();
     const r = spawnSync('nsenter', [`--net=${ns.path}`, 'iptables-restore', '-w', '5', '--noflush'], { input: text });
@@ -48,15 +49,29 @@ function restoreFloor(text: string): number {
     return ms;
   } finally {
     spawnSync('ip', ['netns', 'del', ns.name]);
+    live.delete(ns);
   }
 }
 
 const fmt = (ms: number) => `${ms.toFixed(0).padStart(6)} ms`;
 
+const live = new Set<TestNetns>();
+/** An interrupted run must not leave its namespaces behind. */
+function deleteOnSignal(): void {
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(sig, () => {
+      for (const ns of live) spawnSync('ip', ['netns', 'del', ns.name]);
+      process.exit(130);
+    });
+  }
+}
+
 export async function benchProxy(sizes = [1000, 5000, 10000]): Promise<void> {
+  deleteOnSignal();
   process.stdout.write('proxy: full sync (render + iptables-restore) vs the floor (iptables-restore of the same text, empty netns)\n');
   for (const n of sizes) {
     const ns = new TestNetns().create();
+    live.add(ns);
     try {
       const { services, pods } = fixtures(n);
       const rec = recordingRunner(processRunner(['nsenter', `--net=${ns.path}`]));
@@ -81,6 +96,7 @@ export async function benchProxy(sizes = [1000, 5000, 10000]): Promise<void> {
       await proxier.stop();
     } finally {
       await ns.destroy();
+      live.delete(ns);
     }
   }
 }

@@ -50,11 +50,38 @@ export function resolveTargetPort(sp: ServicePortInfo, pod: Pod): number | undef
   return undefined;
 }
 
+/** Pods by namespace and label, so selecting is not Services × pods (10,000 × 30,000 at scale). */
+export class PodIndex {
+  private readonly byLabel = new Map<string, Pod[]>();
+  constructor(pods: Pod[]) {
+    for (const pod of pods) {
+      const ns = pod.metadata?.namespace ?? 'default';
+      for (const [k, v] of Object.entries(pod.metadata?.labels ?? {})) {
+        const key = `${ns}\0${k}\0${v}`;
+        let list = this.byLabel.get(key);
+        if (!list) this.byLabel.set(key, (list = []));
+        list.push(pod);
+      }
+    }
+  }
+
+  /** Pods in `namespace` carrying at least the rarest label of the selector: a superset of the matches. */
+  candidates(namespace: string, selector: Record<string, string>): Pod[] {
+    let best: Pod[] | undefined;
+    for (const [k, v] of Object.entries(selector)) {
+      const list = this.byLabel.get(`${namespace}\0${k}\0${v}`) ?? [];
+      if (!best || list.length < best.length) best = list;
+    }
+    return best ?? [];
+  }
+}
+
 /** The pods selected by a Service that may serve it (ready, or any when it publishes not-ready addresses), in a stable order. */
-export function selectedPods(svc: ServiceInfo, pods: Pod[]): Pod[] {
+export function selectedPods(svc: ServiceInfo, pods: Pod[] | PodIndex): Pod[] {
   if (!svc.selector) return [];
   const out: Pod[] = [];
-  for (const pod of pods) {
+  const candidates = pods instanceof PodIndex ? pods.candidates(svc.namespace, svc.selector) : pods;
+  for (const pod of candidates) {
     if ((pod.metadata?.namespace ?? 'default') !== svc.namespace) continue;
     if (!selectorMatches(svc.selector, pod.metadata?.labels)) continue;
     if (!podServes(pod) || !podAddress(pod)) continue;
@@ -67,8 +94,9 @@ export function selectedPods(svc: ServiceInfo, pods: Pod[]): Pod[] {
 /** Endpoints per service port key (`ns/name:port`), sorted by address. */
 export function computeEndpoints(services: ServiceInfo[], pods: Pod[]): Map<string, Endpoint[]> {
   const out = new Map<string, Endpoint[]>();
+  const index = new PodIndex(pods);
   for (const svc of services) {
-    const selected = selectedPods(svc, pods);
+    const selected = selectedPods(svc, index);
     for (const sp of svc.ports) {
       const eps: Endpoint[] = [];
       const seen = new Set<string>();

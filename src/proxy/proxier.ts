@@ -12,7 +12,7 @@ import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { computeEndpoints, type Endpoint } from './endpoints.js';
 import { Iptables, type CommandRunner } from './iptables.js';
-import { assemble, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
+import { assemble, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
 import { Allocator, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
 import type { PodSource, ServiceSource } from './sources.js';
 
@@ -336,7 +336,7 @@ export async function cleanupRules(run: CommandRunner): Promise<void> {
   for (const c of filterGone) lines.push(`-X ${c}`);
   lines.push('COMMIT', '*nat');
   const natGone = [...NAT_CHAINS.filter((c) => natSet.has(c)), ...nat.filter((c) => SERVICE_CHAIN_RE.test(c))];
-  for (const c of natGone) lines.push(`:${c} - [0:0]`);
+  lines.push(...declarationOrder(natGone.map((c) => `:${c} - [0:0]`)));
   for (const c of natGone) lines.push(`-X ${c}`);
   lines.push('COMMIT', '');
   await ipt.restore(lines.join('\n'));

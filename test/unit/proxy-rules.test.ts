@@ -96,6 +96,13 @@ describe('rendered rules (golden)', () => {
     expect(text).toMatch(/pod traffic for ns1\/web:http external destinations" -s 10.88.0.0\/16 -j KUBE-SVC-/);
   });
 
+  it('declares chains in descending name order (iptables-nft inserts into its sorted chain cache from the front)', () => {
+    const many = Array.from({ length: 50 }, (_, i) => renderPort(port({ key: `ns1/s${i}:http`, clusterIP: `10.96.1.${i + 1}` }), eps('10.88.0.2', '10.88.0.3'), opts));
+    const decls = assemble({ ports: many, stale: [] }).text.split('*nat')[1]!.split('\n').filter((l) => l.startsWith(':'));
+    expect(decls.length).toBe(4 + 50 * 3);
+    expect(decls).toEqual([...decls].sort().reverse());
+  });
+
   it('a headless Service makes no rules', () => {
     const pr = renderPort(port({ clusterIP: undefined }), eps('10.88.0.2'), opts);
     expect(pr.natServices).toEqual([]);
