@@ -20,6 +20,7 @@ import { buildImage, Pusher, tarOf } from '../test/helpers/oci.js';
 import { startRegistry } from '../test/helpers/registry.js';
 import { busyboxImage } from '../test/helpers/busybox.js';
 import { TestNetns } from '../test/helpers/netns.js';
+import { benchKubelet, reportKubelet, type KubeletResults } from './kubelet.js';
 import { benchProxy } from './proxy.js';
 import { benchPods, pidsMatching, report, type PodResults } from './pods.js';
 
@@ -160,6 +161,39 @@ async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>)
   process.stdout.write(report(results));
 }
 
+async function benchKubeletAll(registry: Awaited<ReturnType<typeof startRegistry>>): Promise<void> {
+  await new Pusher(registry.url).image('bench/busybox', 'v1', await busyboxImage());
+  const image = `${registry.host}/bench/busybox:v1`;
+  const dirs = await makeDirs();
+  const ns = new TestNetns().create();
+  await ns.bridgePort(Number(registry.host.split(':')[1]), dirs.base);
+  await fsp.mkdir(path.join(dirs.base, 'net.d'));
+  const skiff = new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d'), '--log-level', 'info'], (a) => ns.wrap(a));
+  const results: Array<[string, KubeletResults]> = [];
+  try {
+    await skiff.start();
+    await skiff.images.PullImage({ image: { image } });
+    process.stdout.write('kubelet-lite over skiff…\n');
+    results.push(['skiff', await benchKubelet({ name: 'skiff', endpoint: `unix://${dirs.socket}`, image, base: dirs.base, ns })]);
+  } finally {
+    if (skiff.child) await skiff.stop();
+    await ns.destroy();
+  }
+  const containerdUp = await fsp.stat(CONTAINERD_SOCKET).then((s) => s.isSocket(), () => false);
+  if (containerdUp) {
+    process.stdout.write('kubelet-lite over containerd (shared/conformance/containerd.sh)…\n');
+    try {
+      results.push(['containerd 1.6', await benchKubelet({ name: 'containerd', endpoint: `unix://${CONTAINERD_SOCKET}`, image, base: dirs.base })]);
+    } catch (err) {
+      process.stdout.write(`containerd run failed, reporting skiff alone: ${err instanceof Error ? err.message : String(err)}\n`);
+    }
+  } else {
+    process.stdout.write(`containerd is not running (${CONTAINERD_SOCKET}); start it with shared/conformance/containerd.sh to compare\n`);
+  }
+  await fsp.rm(dirs.base, { recursive: true, force: true });
+  process.stdout.write(reportKubelet(results));
+}
+
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('the benchmark runs skiff cri, which needs root');
   if (process.argv[2] === 'proxy') return benchProxy();
@@ -168,6 +202,7 @@ async function main(): Promise<void> {
     const which = process.argv[2] ?? 'all';
     if (which === 'all' || which === 'pull') await benchPull(registry);
     if (which === 'all' || which === 'pods') await benchPodsAll(registry);
+    if (which === 'all' || which === 'kubelet') await benchKubeletAll(registry);
   } finally {
     await registry.stop();
   }

@@ -11,6 +11,7 @@ packages=(
   docker-registry busybox-static      # the tests' local registry and image contents
   openssl                             # the tests' TLS registry certificate
   gcc libc6-dev                       # the seccomp tests build a static syscall probe
+  containerd                          # the reference runtime kubelet-lite is tested against
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -26,4 +27,5 @@ fi
 
 npm ci --no-audit --no-fund
 npm run build
+npx tsx scripts/build-demo-images.ts   # the demo images, from busybox-static: build/images/*.tar
 echo "setup: done. Try: npx skiff --help"

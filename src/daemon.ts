@@ -18,6 +18,8 @@ import { listImages } from './server/image-list.js';
 import { pullImage } from './server/image-pull.js';
 import { removeImage } from './server/image-remove.js';
 import { imageStatus } from './server/image-status.js';
+import { skiffImagesHandlers } from './server/skiff-images.js';
+import { ImagesDir } from './image/images-dir.js';
 import { status, type Readiness } from './server/runtime-status.js';
 import { NO_FEATURES, probeFeatures, type HandlerFeatures } from './container/runtime-features.js';
 import { version } from './server/runtime-version.js';
@@ -52,6 +54,8 @@ export interface DaemonOptions {
   imagePullProgressTimeoutMs?: number;
   /** A streaming session with no traffic either way for this long is closed (default 4 h). */
   streamIdleTimeoutMs?: number;
+  /** Image archives imported at start and when added; '' or undefined: none. */
+  imagesDir?: string;
 }
 
 export interface Daemon {
@@ -111,7 +115,10 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   await snapshots.init();
   // Read at every pull: a directory or hosts.toml added later takes effect without a restart.
   const registry = new RegistryClient({ configRoot: opts.registryConfig, logger: log, progressTimeoutMs: opts.imagePullProgressTimeoutMs });
-  const images = new ImageService({ db, content, snapshots, registry, log, pinned: opts.pinnedImages });
+  // Decompressed copies of archives being imported live here (unlinked at once; a crash leaves none).
+  const importTmpDir = path.join(opts.root, 'import-tmp');
+  await fsp.rm(importTmpDir, { recursive: true, force: true });
+  const images = new ImageService({ db, content, snapshots, registry, log, pinned: opts.pinnedImages, importTmpDir });
   await images.gc();
 
   const runner = run;
@@ -224,6 +231,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     },
     log,
     { GetContainerEvents: events.handler },
+    skiffImagesHandlers(images, log),
   );
   await bindUnix(server, privateSocket);
   await fsp.chmod(privateSocket, 0o600);
@@ -237,7 +245,13 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     process.umask(oldMask);
   }
   await fsp.chmod(opts.socket, 0o660);
-  log.info('skiff cri serving', { socket: opts.socket, root: opts.root, state: opts.state, registryConfig: opts.registryConfig, streaming: streaming.url });
+  // Imported before the daemon says it serves: a node started with its images there finds them at once.
+  let imagesDir: ImagesDir | undefined;
+  if (opts.imagesDir) {
+    imagesDir = new ImagesDir({ dir: opts.imagesDir, stateFile: path.join(opts.root, 'images-dir.json'), importArchive: (f, o) => images.importArchive(f, o), log });
+    await imagesDir.start();
+  }
+  log.info('skiff cri serving', { socket: opts.socket, root: opts.root, state: opts.state, registryConfig: opts.registryConfig, imagesDir: opts.imagesDir, streaming: streaming.url });
 
   let closing: Promise<void> | undefined;
   return {
@@ -246,6 +260,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
       (closing ??= (async () => {
         proxy.server.close();
         events.close();
+        await imagesDir?.close();
         // In-flight RPCs finish; a call still running after the grace period is cut off.
         const grace = setTimeout(() => server.forceShutdown(), 30_000);
         await new Promise<void>((r) => server.tryShutdown(() => r()));

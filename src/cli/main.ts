@@ -1,7 +1,11 @@
 /** The `skiff` command line. */
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
 import { errorMessage } from '../errors.js';
+import { KUBECTL_HELP, runKubectl } from './kubectl.js';
+import { KUBELET_HELP, kubelet } from './kubelet.js';
+import { imagesCommand } from './images.js';
 import { createLogger, isLogLevel } from '../log.js';
 import { SKIFF_VERSION } from '../version.js';
 
@@ -9,9 +13,14 @@ const HELP = `skiff ${SKIFF_VERSION}: a small Kubernetes container runtime (CRI 
 
 Usage:
   skiff cri [flags]     serve the CRI runtime and image services on a Unix socket
+  skiff kubelet [flags] run pods from Kubernetes manifests in a directory (the node agent alone)
+  skiff images import FILE... | ls | rm REF... | pull REF
+                        the running daemon's images: load OCI or docker save archives, list,
+                        remove, pull with progress (skiff images --help)
   skiff version         print the version
   skiff help            show this help
 
+${KUBECTL_HELP}
 Flags for "skiff cri":
   --socket PATH            CRI socket to serve (default /run/skiff/skiff.sock)
   --root DIR               persistent state: images, snapshots, metadata (default /var/lib/skiff)
@@ -33,8 +42,12 @@ Flags for "skiff cri":
                            (default 5m; 0 never)
   --stream-idle-timeout D  close a streaming session with no traffic either way for D
                            (e.g. 90s, 30m, 4h; default 4h, as the kubelet)
+  --images-dir DIR         image archives (.tar, .tar.gz, .tar.zst: OCI layout or docker save) imported
+                           at start and whenever one is added (default <root>/images, so
+                           /var/lib/skiff/images; "" for none)
   --log-level LEVEL        debug, info, warn or error (default info)
 
+${KUBELET_HELP}
 Point crictl at it:
   crictl --runtime-endpoint unix:///run/skiff/skiff.sock --image-endpoint unix:///run/skiff/skiff.sock images
 `;
@@ -58,6 +71,7 @@ async function cri(args: string[]): Promise<number> {
       'stream-port': { type: 'string', default: '0' },
       'image-pull-progress-timeout': { type: 'string', default: '5m' },
       'stream-idle-timeout': { type: 'string', default: '4h' },
+      'images-dir': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -97,6 +111,7 @@ async function cri(args: string[]): Promise<number> {
       streamPort: Number(values['stream-port']),
       imagePullProgressTimeoutMs: progressTimeout,
       streamIdleTimeoutMs,
+      imagesDir: values['images-dir'] ?? path.join(values.root!, 'images'),
     },
     log,
   );
@@ -137,6 +152,15 @@ export async function main(argv: string[]): Promise<number> {
   switch (cmd) {
     case 'cri':
       return cri(rest);
+    case 'kubelet':
+      return kubelet(rest);
+    case 'get':
+    case 'describe':
+    case 'logs':
+    case 'exec':
+      return (await runKubectl(cmd, rest))!;
+    case 'images':
+      return imagesCommand(rest);
     case 'version':
     case '--version':
       process.stdout.write(`skiff ${SKIFF_VERSION}\n`);

@@ -4,9 +4,11 @@
  * snapshots no image needs.
  */
 import { createHash } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import fsp from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
-import { PassThrough, Readable } from 'node:stream';
+import { PassThrough, Readable, Transform } from 'node:stream';
 import pLimit from 'p-limit';
 import type { Db } from '../db.js';
 import { SkiffError, errorMessage, isErrno, isNoSpace, noSpaceAt, wrap } from '../errors.js';
@@ -14,8 +16,10 @@ import type { Logger } from '../log.js';
 import type { ContentStore } from './content.js';
 import { formatPlatform, hostPlatform, selectPlatform, type Platform } from './platform.js';
 import { formatReference, isImageId, parseReference, repository, tagName, type Reference } from './reference.js';
-import { Limits, MediaType, type Credentials, type RegistryClient, type RegistrySession } from './registry.js';
-import { isCancellation, SharedWork } from './shared-work.js';
+import { Limits, MediaType, type Credentials, type FetchedManifest, type RegistryClient } from './registry.js';
+import { cancelledError, isCancellation, SharedWork } from './shared-work.js';
+import { ImageArchive, type ArchiveLimits } from './archive.js';
+import { readImageArchive } from './import.js';
 import { findInLowers, type Snapshot, type Snapshotter } from './snapshot.js';
 import { applyLayer } from './unpack.js';
 
@@ -79,6 +83,105 @@ export interface ImageServiceDeps {
   pinned?: string[];
   downloadConcurrency?: number;
   unpackConcurrency?: number;
+  /** Where a compressed archive is decompressed for import (default: the system's temporary directory). */
+  importTmpDir?: string;
+}
+
+/** Where a pull or import reads manifests and blobs from: a registry session, or an archive. */
+export interface BlobSource {
+  /** The manifest or index named by a tag or digest, its digest verified. */
+  manifest(tagOrDigest: string): Promise<FetchedManifest>;
+  /** Exactly `desc.size` bytes; the store verifies the digest. */
+  blob(desc: { digest: string; size: number }): Promise<Readable>;
+  /** The work this source serves was abandoned. */
+  readonly aborted: boolean;
+}
+
+/** How far a pull or import has come. */
+export interface PullProgress {
+  bytesDone: number;
+  bytesTotal: number;
+  layersDone: number;
+  layersTotal: number;
+}
+
+/** An image that an import recorded. */
+export interface ImportedImage {
+  id: string;
+  repoTags: string[];
+  repoDigests: string[];
+  size: number;
+}
+
+type ImageName = [string, 'tag' | 'digest'];
+
+interface PreparedImage {
+  id: string;
+  manifestDigest: string;
+  config: ImageConfig;
+  size: number;
+  chainIds: string[];
+  blobs: string[];
+}
+
+interface Holder {
+  hold(...keys: string[]): void;
+  release(): void;
+}
+
+/**
+ * Indexes followed from where a pull or import starts: one, as real images
+ * have (a multi-platform index, or an archive's index.json entry naming one).
+ * An index inside that is refused rather than followed.
+ */
+export const MAX_INDEX_DEPTH = 1;
+
+/** Counts bytes and layers for whoever listens; one per shared pull or import. */
+class ProgressMeter extends EventEmitter {
+  private bytesDone = 0;
+  private bytesTotal = 0;
+  private layersDone = 0;
+  private layersTotal = 0;
+  addTotal(bytes: number, layers: number): void {
+    this.bytesTotal += bytes;
+    this.layersTotal += layers;
+    this.emit('progress');
+  }
+  addBytes(n: number): void {
+    this.bytesDone += n;
+    this.emit('progress');
+  }
+  layerDone(): void {
+    this.layersDone++;
+    this.emit('progress');
+  }
+  snapshot(): PullProgress {
+    return { bytesDone: this.bytesDone, bytesTotal: this.bytesTotal, layersDone: this.layersDone, layersTotal: this.layersTotal };
+  }
+}
+
+/** `source` with every blob byte it delivers counted into `progress`. */
+function countingSource(source: BlobSource, progress: ProgressMeter): BlobSource {
+  return {
+    manifest: (ref) => source.manifest(ref),
+    blob: async (desc) => {
+      const body = await source.blob(desc);
+      const counter = new Transform({
+        highWaterMark: 1 << 20,
+        transform(chunk: Buffer, _enc, cb) {
+          progress.addBytes(chunk.length);
+          cb(null, chunk);
+        },
+      });
+      body.on('error', (e) => counter.destroy(e));
+      counter.on('close', () => body.destroy());
+      counter.on('error', () => {});
+      return body.pipe(counter);
+    },
+    get aborted() {
+      return source.aborted;
+    },
+  };
 }
 
 /** Tells garbage collection which snapshots containers stand on (their top chain ids). */
@@ -123,7 +226,7 @@ export function countJsonValues(buf: Buffer): number {
   return n;
 }
 
-function parseJson<T>(buf: Buffer, what: string): T {
+export function parseJson<T>(buf: Buffer, what: string): T {
   const values = countJsonValues(buf);
   if (values > MAX_JSON_VALUES) throw new SkiffError('InvalidArgument', `${what} holds about ${values} JSON values, more than the ${MAX_JSON_VALUES} skiff accepts`);
   try {
@@ -193,7 +296,7 @@ export function normalizeConfig(raw: unknown): ImageConfig {
 class NeedsLowerLayers extends Error {}
 
 export class ImageService {
-  private readonly pulls = new Map<string, SharedWork<string>>();
+  private readonly pulls = new Map<string, { work: SharedWork<string>; progress: ProgressMeter }>();
   private readonly unpacks = new Map<string, Promise<Snapshot>>();
   /** Blobs and snapshots an unfinished pull is using: garbage collection leaves them. */
   private readonly leases = new Map<string, number>();
@@ -213,22 +316,29 @@ export class ImageService {
   /**
    * Pulls `image`; concurrent pulls of the same reference share one. Returns
    * the image id. Aborting `signal` drops this caller; the downloads stop
-   * when every caller sharing them has gone.
+   * when every caller sharing them has gone. `onProgress` hears the shared
+   * pull's byte and layer counts as they change.
    */
-  pull(image: string, creds: Credentials = {}, signal?: AbortSignal): Promise<string> {
+  pull(image: string, creds: Credentials = {}, signal?: AbortSignal, onProgress?: (p: PullProgress) => void): Promise<string> {
     const ref = parseReference(image);
     const key = formatReference(ref);
     let shared = this.pulls.get(key);
     if (!shared) {
+      const progress = new ProgressMeter();
       const forget = () => {
-        if (this.pulls.get(key) === s) this.pulls.delete(key);
+        if (this.pulls.get(key)?.work === s) this.pulls.delete(key);
       };
-      const s: SharedWork<string> = new SharedWork((sig) => this.doPull(ref, creds, sig), `pull of "${key}"`, forget);
+      const s: SharedWork<string> = new SharedWork((sig) => this.doPull(ref, creds, sig, progress), `pull of "${key}"`, forget);
       s.result.then(forget, forget);
-      this.pulls.set(key, s);
-      shared = s;
+      shared = { work: s, progress };
+      this.pulls.set(key, shared);
     }
-    return shared.join(signal);
+    if (!onProgress) return shared.work.join(signal);
+    const meter = shared.progress;
+    const listener = () => onProgress(meter.snapshot());
+    meter.on('progress', listener);
+    listener();
+    return shared.work.join(signal).finally(() => meter.off('progress', listener));
   }
 
   private lease(keys: string[]): () => void {
@@ -242,119 +352,204 @@ export class ImageService {
     };
   }
 
-  private async doPull(ref: Reference, creds: Credentials, signal?: AbortSignal): Promise<string> {
+  /** Holds blobs and snapshots against garbage collection until released (once). */
+  private holder(): Holder {
+    const releases: Array<() => void> = [];
+    return {
+      hold: (...keys: string[]) => {
+        releases.push(this.lease(keys));
+      },
+      release: () => {
+        for (const r of releases.splice(0)) r();
+      },
+    };
+  }
+
+  private async doPull(ref: Reference, creds: Credentials, signal: AbortSignal | undefined, progress: ProgressMeter): Promise<string> {
     const started = Date.now();
     const name = formatReference(ref);
     const session = await this.d.registry.session(ref, creds, signal);
-    const held: string[] = [];
-    let release = () => {};
-    const hold = (...keys: string[]) => {
-      held.push(...keys);
-      const r = this.lease(keys);
-      const prev = release;
-      release = () => {
-        prev();
-        r();
-      };
-    };
+    const holder = this.holder();
     try {
       const top = await session.manifest(ref.digest ?? ref.tag!);
-      hold(top.digest);
-      const blobs = [top.digest];
-      await this.d.content.ingest({ digest: top.digest, size: top.body.length }, bufferStream(top.body));
-      let manifestDesc = { digest: top.digest, mediaType: top.mediaType, body: top.body };
-      if (top.mediaType === MediaType.DockerSchema1) {
-        throw new SkiffError('InvalidArgument', `${name} uses Docker image manifest schema 1, which is deprecated and not supported`);
-      }
-      if (INDEX_TYPES.has(top.mediaType)) {
-        const index = parseJson<{ manifests?: Descriptor[] }>(top.body, `index ${top.digest}`);
-        const chosen = selectPlatform(index.manifests ?? [], this.platform);
-        if (!chosen) {
-          const have = (index.manifests ?? []).map((m) => (m.platform ? formatPlatform(m.platform as Platform) : '?')).join(', ');
-          throw new SkiffError('NotFound', `${name} has no image for platform ${formatPlatform(this.platform)} (it has: ${have || 'none'})`);
-        }
-        const m = await session.manifest(chosen.digest);
-        hold(m.digest);
-        blobs.push(m.digest);
-        await this.d.content.ingest({ digest: m.digest, size: m.body.length }, bufferStream(m.body));
-        manifestDesc = m;
-      }
-      if (!MANIFEST_TYPES.has(manifestDesc.mediaType)) {
-        throw new SkiffError('InvalidArgument', `${name}: unsupported manifest media type "${manifestDesc.mediaType}"`);
-      }
-      const manifest = parseJson<{ config?: Descriptor; layers?: Descriptor[] }>(manifestDesc.body, `manifest ${manifestDesc.digest}`);
-      if (!manifest.config?.digest || !Array.isArray(manifest.layers)) {
-        throw new SkiffError('InvalidArgument', `manifest ${manifestDesc.digest} has no config or layers`);
-      }
-      if (manifest.layers.length > Limits.layers) {
-        throw new SkiffError('InvalidArgument', `manifest ${manifestDesc.digest} has ${manifest.layers.length} layers, more than the ${Limits.layers} skiff accepts`);
-      }
-      if (!(manifest.config.size <= Limits.config)) {
-        throw new SkiffError('InvalidArgument', `image config ${manifest.config.digest} is ${manifest.config.size} bytes, more than the ${Limits.config} skiff accepts`);
-      }
-      hold(manifest.config.digest);
-      blobs.push(manifest.config.digest);
-      await this.fetchBlob(session, manifest.config);
-      const raw = parseJson<{ rootfs?: { diff_ids?: unknown } }>(await this.d.content.readBytes(manifest.config.digest), `image config ${manifest.config.digest}`);
-      if (raw?.rootfs?.diff_ids !== undefined && !strings(raw.rootfs.diff_ids)) {
-        throw new SkiffError('InvalidArgument', `image config ${manifest.config.digest}: rootfs.diff_ids is not a list of strings`);
-      }
-      const config = normalizeConfig(raw);
-      checkConfigSizes(config, `image config ${manifest.config.digest}`);
-      const diffIds = config.rootfs?.diff_ids ?? [];
-      if (diffIds.length !== manifest.layers.length) {
-        throw new SkiffError('InvalidArgument', `image ${name}: ${manifest.layers.length} layers but ${diffIds.length} diff ids in its config`);
-      }
-      const chain = chainIds(diffIds);
-      hold(...chain, ...manifest.layers.map((l) => l.digest));
-      blobs.push(...manifest.layers.map((l) => l.digest));
-
-      const committed: Array<Promise<Snapshot>> = [];
-      manifest.layers.forEach((layer, i) => {
-        committed.push(this.layer(session, layer, diffIds[i]!, chain[i]!, i > 0 ? chain[i - 1] : undefined, committed[i - 1]));
-      });
-      // Wait for all, so that a failure leaves no unpack running when we clean up.
-      const results = await Promise.allSettled(committed);
-      const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-      if (failed) throw failed.reason;
-
-      // As containerd counts it: every blob of the image, index and manifest included.
-      const size =
-        top.body.length +
-        (manifestDesc.digest !== top.digest ? manifestDesc.body.length : 0) +
-        manifest.config.size +
-        manifest.layers.reduce((a, l) => a + l.size, 0);
-      const id = manifest.config.digest;
-      const names: Array<[string, 'tag' | 'digest']> = [[`${repository(ref)}@${top.digest}`, 'digest']];
+      const image = await this.prepare(session, top, name, holder, progress);
+      const names: ImageName[] = [[`${repository(ref)}@${top.digest}`, 'digest']];
       const tag = tagName(ref);
       if (tag) names.push([tag, 'tag']);
-      this.d.db.transaction(() => {
-        this.d.db
-          .prepare(
-            `INSERT INTO images (id, manifest_digest, config, image_user, size, chain_ids, blobs, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT(id) DO UPDATE SET manifest_digest = excluded.manifest_digest, size = excluded.size,
-               chain_ids = excluded.chain_ids, blobs = (SELECT json_group_array(DISTINCT value) FROM
-               (SELECT value FROM json_each(images.blobs) UNION SELECT value FROM json_each(excluded.blobs)))`,
-          )
-          .run(id, manifestDesc.digest, JSON.stringify(config), config.config?.User ?? '', size, JSON.stringify(chain), JSON.stringify(blobs), Date.now());
-        const put = this.d.db.prepare('INSERT OR REPLACE INTO image_names (name, image_id, kind) VALUES (?, ?, ?)');
-        for (const [n, kind] of names) put.run(n, id, kind);
-      })();
-      this.d.log.info('image pulled', { image: name, id, layers: manifest.layers.length, bytes: size, ms: Date.now() - started });
-      return id;
+      this.record([{ image, names }]);
+      this.d.log.info('image pulled', { image: name, id: image.id, layers: image.chainIds.length, bytes: image.size, ms: Date.now() - started });
+      return image.id;
     } catch (err) {
-      release();
-      release = () => {};
+      holder.release();
       await this.gc().catch((e) => this.d.log.warn('cleanup after failed pull failed', { error: errorMessage(e) }));
       // SQLite's disk-full names no file: the record being written is in the database.
       const e = isErrno(err, 'SQLITE_FULL') ? noSpaceAt(err, `the image record in ${this.d.db.name}`) : err;
       throw e instanceof SkiffError ? wrapPull(name, e) : wrap(e, `failed to pull image "${name}"`, 'Internal');
     } finally {
-      release();
+      holder.release();
     }
   }
 
-  private async fetchBlob(session: RegistrySession, desc: Descriptor): Promise<void> {
+  /**
+   * Imports every image of an OCI image layout or `docker save` archive
+   * (optionally gzip or zstd compressed), verifying each blob's digest and
+   * unpacking each layer as a pull does. All or nothing: when any part of
+   * the archive is refused, no image is recorded and the blobs and
+   * snapshots it brought are collected.
+   */
+  async importArchive(file: string, opts: { signal?: AbortSignal; onProgress?: (p: PullProgress) => void; limits?: ArchiveLimits } = {}): Promise<ImportedImage[]> {
+    const started = Date.now();
+    const tmpDir = this.d.importTmpDir ?? os.tmpdir();
+    const holder = this.holder();
+    const progress = new ProgressMeter();
+    const listener = () => opts.onProgress?.(progress.snapshot());
+    if (opts.onProgress) progress.on('progress', listener);
+    let archive: ImageArchive | undefined;
+    try {
+      archive = await ImageArchive.open(file, tmpDir, opts.limits);
+      const contents = await readImageArchive(archive, opts.signal, this.platform);
+      const prepared: Array<{ image: PreparedImage; names: ImageName[] }> = [];
+      for (const entry of contents.images) {
+        if (opts.signal?.aborted) throw cancelledError(opts.signal.reason, `import of ${file}`);
+        const label = entry.refs[0] ? formatReference(entry.refs[0]) : `image ${entry.top.digest} of ${file}`;
+        const top = await contents.source.manifest(entry.top.digest);
+        const image = await this.prepare(contents.source, top, label, holder, progress);
+        const names: ImageName[] = [];
+        for (const ref of [...entry.refs, ...(contents.tagsByConfig.get(image.id) ?? [])]) {
+          const tag = tagName(ref);
+          if (tag) names.push([tag, 'tag']);
+          if (ref.digest) names.push([`${repository(ref)}@${ref.digest}`, 'digest']);
+          else if (entry.digestKnown) names.push([`${repository(ref)}@${top.digest}`, 'digest']);
+        }
+        prepared.push({ image, names });
+      }
+      this.record(prepared);
+      const out = prepared.map((p) => ({
+        id: p.image.id,
+        repoTags: [...new Set(p.names.filter(([, k]) => k === 'tag').map(([n]) => n))].sort(),
+        repoDigests: [...new Set(p.names.filter(([, k]) => k === 'digest').map(([n]) => n))].sort(),
+        size: p.image.size,
+      }));
+      this.d.log.info('archive imported', { archive: file, images: out.map((i) => ({ id: i.id, tags: i.repoTags })), ms: Date.now() - started });
+      return out;
+    } catch (err) {
+      holder.release();
+      await this.gc().catch((e) => this.d.log.warn('cleanup after failed import failed', { error: errorMessage(e) }));
+      const e = isErrno(err, 'SQLITE_FULL') ? noSpaceAt(err, `the image record in ${this.d.db.name}`) : err;
+      throw e instanceof SkiffError ? new SkiffError(e.kind, `failed to import ${file}: ${e.message}`, { cause: e }) : wrap(e, `failed to import ${file}`, 'Internal');
+    } finally {
+      holder.release();
+      progress.off('progress', listener);
+      await archive?.close();
+    }
+  }
+
+  /**
+   * Resolves `top` (an index is followed to this machine's platform), then
+   * fetches and verifies the config and every layer and unpacks the layers
+   * into snapshots. Records nothing: the caller does, once everything it
+   * wants is in place. What it stores stays held by `holder`.
+   */
+  private async prepare(source: BlobSource, top: FetchedManifest, name: string, holder: Holder, progress?: ProgressMeter): Promise<PreparedImage> {
+    if (progress) source = countingSource(source, progress);
+    holder.hold(top.digest);
+    const blobs = [top.digest];
+    await this.d.content.ingest({ digest: top.digest, size: top.body.length }, bufferStream(top.body));
+    let manifestDesc: FetchedManifest = top;
+    for (let depth = 0; ; depth++) {
+      if (manifestDesc.mediaType === MediaType.DockerSchema1) {
+        throw new SkiffError('InvalidArgument', `${name} uses Docker image manifest schema 1, which is deprecated and not supported`);
+      }
+      if (!INDEX_TYPES.has(manifestDesc.mediaType)) break;
+      if (depth >= MAX_INDEX_DEPTH) {
+        throw new SkiffError('InvalidArgument', `${name}: unsupported manifest media type "${manifestDesc.mediaType}" for ${manifestDesc.digest} inside an index (indexes nest at most ${MAX_INDEX_DEPTH} deep)`);
+      }
+      const index = parseJson<{ manifests?: Descriptor[] }>(manifestDesc.body, `index ${manifestDesc.digest}`);
+      const entries = Array.isArray(index.manifests) ? index.manifests : [];
+      const chosen = selectPlatform(entries, this.platform);
+      if (!chosen) {
+        const have = entries.map((m) => (m.platform ? formatPlatform(m.platform as Platform) : '?')).join(', ');
+        throw new SkiffError('NotFound', `${name} has no image for platform ${formatPlatform(this.platform)} (it has: ${have || 'none'})`);
+      }
+      const m = await source.manifest(chosen.digest);
+      holder.hold(m.digest);
+      blobs.push(m.digest);
+      await this.d.content.ingest({ digest: m.digest, size: m.body.length }, bufferStream(m.body));
+      manifestDesc = m;
+    }
+    if (!MANIFEST_TYPES.has(manifestDesc.mediaType)) {
+      throw new SkiffError('InvalidArgument', `${name}: unsupported manifest media type "${manifestDesc.mediaType}"`);
+    }
+    const manifest = parseJson<{ config?: Descriptor; layers?: Descriptor[] }>(manifestDesc.body, `manifest ${manifestDesc.digest}`);
+    if (!manifest.config?.digest || !Array.isArray(manifest.layers)) {
+      throw new SkiffError('InvalidArgument', `manifest ${manifestDesc.digest} has no config or layers`);
+    }
+    if (manifest.layers.length > Limits.layers) {
+      throw new SkiffError('InvalidArgument', `manifest ${manifestDesc.digest} has ${manifest.layers.length} layers, more than the ${Limits.layers} skiff accepts`);
+    }
+    if (!(manifest.config.size <= Limits.config)) {
+      throw new SkiffError('InvalidArgument', `image config ${manifest.config.digest} is ${manifest.config.size} bytes, more than the ${Limits.config} skiff accepts`);
+    }
+    if (progress) {
+      let bytes = 0;
+      for (const d of [manifest.config, ...manifest.layers]) if (!(await this.d.content.has(d.digest))) bytes += d.size;
+      progress.addTotal(bytes, manifest.layers.length);
+    }
+    holder.hold(manifest.config.digest);
+    blobs.push(manifest.config.digest);
+    await this.fetchBlob(source, manifest.config);
+    const raw = parseJson<{ rootfs?: { diff_ids?: unknown } }>(await this.d.content.readBytes(manifest.config.digest), `image config ${manifest.config.digest}`);
+    if (raw?.rootfs?.diff_ids !== undefined && !strings(raw.rootfs.diff_ids)) {
+      throw new SkiffError('InvalidArgument', `image config ${manifest.config.digest}: rootfs.diff_ids is not a list of strings`);
+    }
+    const config = normalizeConfig(raw);
+    checkConfigSizes(config, `image config ${manifest.config.digest}`);
+    const diffIds = config.rootfs?.diff_ids ?? [];
+    if (diffIds.length !== manifest.layers.length) {
+      throw new SkiffError('InvalidArgument', `image ${name}: ${manifest.layers.length} layers but ${diffIds.length} diff ids in its config`);
+    }
+    const chain = chainIds(diffIds);
+    holder.hold(...chain, ...manifest.layers.map((l) => l.digest));
+    blobs.push(...manifest.layers.map((l) => l.digest));
+
+    const committed: Array<Promise<Snapshot>> = [];
+    manifest.layers.forEach((layer, i) => {
+      const done = this.layer(source, layer, diffIds[i]!, chain[i]!, i > 0 ? chain[i - 1] : undefined, committed[i - 1]);
+      if (progress) done.then(() => progress.layerDone(), () => {});
+      committed.push(done);
+    });
+    // Wait for all, so that a failure leaves no unpack running when we clean up.
+    const results = await Promise.allSettled(committed);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
+
+    // As containerd counts it: every blob of the image, index and manifest included.
+    const size =
+      top.body.length +
+      (manifestDesc.digest !== top.digest ? manifestDesc.body.length : 0) +
+      manifest.config.size +
+      manifest.layers.reduce((a, l) => a + l.size, 0);
+    return { id: manifest.config.digest, manifestDigest: manifestDesc.digest, config, size, chainIds: chain, blobs };
+  }
+
+  /** Records images and their names in one transaction: all of them, or none. */
+  private record(images: Array<{ image: PreparedImage; names: ImageName[] }>): void {
+    this.d.db.transaction(() => {
+      const upsert = this.d.db.prepare(
+        `INSERT INTO images (id, manifest_digest, config, image_user, size, chain_ids, blobs, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT(id) DO UPDATE SET manifest_digest = excluded.manifest_digest, size = excluded.size,
+           chain_ids = excluded.chain_ids, blobs = (SELECT json_group_array(DISTINCT value) FROM
+           (SELECT value FROM json_each(images.blobs) UNION SELECT value FROM json_each(excluded.blobs)))`,
+      );
+      const put = this.d.db.prepare('INSERT OR REPLACE INTO image_names (name, image_id, kind) VALUES (?, ?, ?)');
+      for (const { image: p, names } of images) {
+        upsert.run(p.id, p.manifestDigest, JSON.stringify(p.config), p.config.config?.User ?? '', p.size, JSON.stringify(p.chainIds), JSON.stringify(p.blobs), Date.now());
+        for (const [n, kind] of names) put.run(n, p.id, kind);
+      }
+    })();
+  }
+
+  private async fetchBlob(session: BlobSource, desc: Descriptor): Promise<void> {
     try {
       await this.fetchBlobOnce(session, desc);
     } catch (err) {
@@ -364,7 +559,7 @@ export class ImageService {
     }
   }
 
-  private async fetchBlobOnce(session: RegistrySession, desc: Descriptor): Promise<void> {
+  private async fetchBlobOnce(session: BlobSource, desc: Descriptor): Promise<void> {
     if (await this.d.content.has(desc.digest)) return;
     await this.downloads(async () => {
       if (await this.d.content.has(desc.digest)) return;
@@ -378,7 +573,7 @@ export class ImageService {
   }
 
   private layer(
-    session: RegistrySession,
+    session: BlobSource,
     layer: Descriptor,
     diffId: string,
     chainId: string,
@@ -415,7 +610,7 @@ export class ImageService {
    * unpacked, and the snapshot is committed only if both succeed.
    */
   private async unpackLayer(
-    session: RegistrySession,
+    session: BlobSource,
     layer: Descriptor,
     diffId: string,
     chainId: string,

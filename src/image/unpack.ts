@@ -20,7 +20,7 @@ import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
 // tar-stream does not export its header codec; load the very module its extractor uses.
-const tarHeaders = require(path.join(path.dirname(require.resolve('tar-stream')), 'headers.js')) as {
+export const tarHeaders = require(path.join(path.dirname(require.resolve('tar-stream')), 'headers.js')) as {
   decodePax: (buf: Buffer) => Record<string, string>;
   decode: (buf: Buffer, filenameEncoding: string, allowUnknownFormat: boolean) => unknown;
 };

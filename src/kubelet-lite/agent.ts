@@ -384,6 +384,11 @@ export class Agent {
     return out;
   }
 
+  /** The pod a worker runs (no copy: for the agent's own parts). */
+  podByUid(uid: string): Pod | undefined {
+    return this.workers.get(uid)?.pod;
+  }
+
   getPod(namespace: string, name: string): Pod | undefined {
     const key = podKey(namespace, name);
     const e = this.pods.get(key);

@@ -104,13 +104,37 @@ export class ContainerConfigError extends Error {
   }
 }
 
+export interface ContainerConfigOptions {
+  kind: 'init' | 'sidecar' | 'app';
+  restartCount: number;
+  /** The image reference to run (the pulled image's id or digest reference). */
+  image: string;
+  /** Each pod volume's name → the host path prepared for it (VolumeManager.setUp). */
+  volumes: Map<string, string>;
+  /** The pod's managed hosts file (VolumeManager.writeEtcHosts), mounted at /etc/hosts. */
+  etcHosts?: string;
+  /**
+   * The image's user from ImageStatus (`image.uid` / `image.username`): passed
+   * on as the user to run as when the pod sets none, and checked against
+   * runAsNonRoot. Left out, the runtime picks the image's user, and a
+   * runAsNonRoot container without runAsUser is refused (it cannot be verified).
+   */
+  imageUser?: { uid?: number; username?: string };
+  /**
+   * Filled with what the kubelet reports as Warning events without failing
+   * the container (envFrom keys that are not valid variable names: reason
+   * InvalidEnvironmentVariableNames).
+   */
+  warnings?: string[];
+}
+
 export interface ConfigBuilder {
   sandboxConfig(ctx: PodContext, attempt: number): PodSandboxConfig;
-  /** `volumes` maps each pod volume's name to the host path prepared for it. */
+  /** Throws ContainerConfigError for what the kubelet reports as CreateContainerConfigError. */
   containerConfig(
     ctx: PodContext,
     container: Container,
-    opts: { kind: 'init' | 'sidecar' | 'app'; restartCount: number; image: string; volumes: Map<string, string>; etcHosts?: string },
+    opts: ContainerConfigOptions,
   ): ContainerConfig;
 }
 
@@ -131,20 +155,27 @@ export type ProbeKind = 'liveness' | 'readiness' | 'startup';
 export type ProbeResult = 'success' | 'failure' | 'unknown';
 
 export interface ProbeOutcome {
+  /** 'unknown': the probe could not run (container gone, no such named port); the prober keeps its last result. */
   result: ProbeResult;
   /** What failed, as the kubelet's Unhealthy event says it ("HTTP probe failed with statuscode: 500"). */
   message: string;
+  /** A success the kubelet reports as a ProbeWarning event (an HTTP redirect to another host it did not follow). */
+  warning?: boolean;
 }
 
 /** Where probes and hooks reach a container. */
 export interface ProbeTarget {
   containerId: string;
+  /** The default host of httpGet/tcpSocket and the host of grpc probes. */
   podIP: string;
   container: Container;
+  /** Names the pod in hook messages, as the kubelet's `name_namespace(uid)`. */
+  pod?: { name: string; namespace: string; uid: string };
 }
 
 export interface ProbeRunner {
-  probe(probe: Probe, target: ProbeTarget): Promise<ProbeOutcome>;
+  /** Bounded by the probe's timeoutSeconds; never throws; `signal` abandons it ('unknown'). */
+  probe(probe: Probe, target: ProbeTarget, signal?: AbortSignal): Promise<ProbeOutcome>;
 }
 
 // ---------------------------------------------------------------- status API
@@ -157,5 +188,13 @@ export interface AgentView {
   problems(): ManifestProblem[];
   /** The CRI log file of a container (the previous instance's with `previous`). */
   logPath(namespace: string, pod: string, container: string, previous: boolean): Promise<string | undefined>;
+  /**
+   * Calls `listener` with a copy of each pod as it is added, changes or goes,
+   * synchronously from the agent (so a caller that subscribes and then lists
+   * misses nothing). Returns the unsubscribe.
+   */
+  watchPods(listener: (type: PodWatchType, pod: Pod) => void): () => void;
   cri: CriEndpoint;
 }
+
+export type PodWatchType = 'ADDED' | 'MODIFIED' | 'DELETED';

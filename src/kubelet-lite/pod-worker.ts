@@ -194,7 +194,7 @@ export class PodWorker {
 
   /** One sync; returns when the worker wants to look again (ms). */
   private async sync(ctx: PodContext): Promise<number> {
-    const { cri, observer } = this.deps;
+    const { cri, observer, now } = this.deps;
     const pod = ctx.pod;
     let observed = await observer.observe(this.uid);
     await this.readTerminationMessages(ctx, observed);
@@ -226,6 +226,12 @@ export class PodWorker {
     }
     if (sandbox?.ready) {
       ctx.podIP = sandbox.ip;
+      // Containers found running (an adopted pod, or started by a sync that failed half-way) are probed too.
+      for (const c of observed.containers) {
+        if (c.state !== 'running' || c.sandboxId !== sandbox.id) continue;
+        const spec = this.containerSpec(pod, c.name);
+        if (spec) this.deps.prober.addContainer(pod, spec, { containerId: c.id, podIP: sandbox.ip, container: spec }, c.startedAt || now());
+      }
       if (this.refreshVolumes) {
         this.refreshVolumes = false;
         await this.deps.volumes.refresh(ctx).catch((err) => this.event('Warning', 'FailedMount', `failed to refresh volumes: ${errorMessage(err)}`));
@@ -268,8 +274,7 @@ export class PodWorker {
 
     if (changed) observed = await observer.observe(this.uid);
     this.report(ctx, observed);
-    const now = this.deps.now();
-    return Number.isFinite(wakeAt) ? Math.max(50, wakeAt - now) : RESYNC_MS;
+    return Number.isFinite(wakeAt) ? Math.max(50, wakeAt - now()) : RESYNC_MS;
   }
 
   private report(ctx: PodContext, observed: ObservedPod, terminating = false): void {
@@ -362,6 +367,7 @@ export class PodWorker {
       return now() + (image.reason === 'ErrImageNeverPull' ? RESYNC_MS : 5_000);
     }
     let config;
+    const warnings: string[] = [];
     try {
       config = this.deps.builder.containerConfig(ctx, s.container, {
         kind: s.kind,
@@ -370,7 +376,9 @@ export class PodWorker {
         volumes: this.volumePaths ?? (this.volumePaths = await this.deps.volumes.setUp(ctx)),
         etcHosts: this.etcHosts,
         imageUser: image.user,
-      } as Parameters<ConfigBuilder['containerConfig']>[2]);
+        warnings,
+      });
+      for (const w of warnings) this.event('Warning', 'InvalidEnvironmentVariableNames', w, name);
     } catch (err) {
       if (!(err instanceof ContainerConfigError)) throw err;
       this.waiting.set(name, { reason: 'CreateContainerConfigError', message: err.message });

@@ -1,5 +1,5 @@
 /**
- * Builds the gRPC server for both CRI services. Every method in the proto is
+ * Builds the gRPC server for both CRI services and skiff.v1.Images. Every method in the proto is
  * registered: the ones skiff implements get their handler, the others answer
  * UNIMPLEMENTED with a message, so no client ever hangs on a missing method.
  */
@@ -7,7 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import { SkiffError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { answerTracker, toServiceError, unary, unimplemented, type UnaryHandler } from './boundary.js';
-import { loadCri } from './proto.js';
+import { loadCri, loadSkiff } from './proto.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Handlers = Record<string, UnaryHandler<any, any>>;
@@ -42,7 +42,7 @@ function register(server: grpc.Server, service: grpc.ServiceDefinition, serviceN
   server.addService(service, impl);
 }
 
-export function createGrpcServer(runtime: Handlers, image: Handlers, log: Logger, streams: StreamHandlers = {}): grpc.Server {
+export function createGrpcServer(runtime: Handlers, image: Handlers, log: Logger, streams: StreamHandlers = {}, skiffImages: StreamHandlers = {}): grpc.Server {
   const cri = loadCri();
   const server = new grpc.Server({
     'grpc.max_receive_message_length': 16 << 20,
@@ -52,6 +52,8 @@ export function createGrpcServer(runtime: Handlers, image: Handlers, log: Logger
   });
   register(server, cri.runtime.v1.RuntimeService.service, 'runtime.v1.RuntimeService', runtime, streams, log);
   register(server, cri.runtime.v1.ImageService.service, 'runtime.v1.ImageService', image, {}, log);
+  // On the same root-only socket: whoever may call CRI may call these.
+  register(server, loadSkiff().skiff.v1.Images.service, 'skiff.v1.Images', {}, skiffImages, log);
   return server;
 }
 

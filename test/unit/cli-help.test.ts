@@ -3,8 +3,23 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/main.js';
+import { KUBECTL_HELP } from '../../src/cli/kubectl.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+async function capture(argv: string[], code = 0): Promise<string> {
+  let out = '';
+  const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    out += String(chunk);
+    return true;
+  });
+  try {
+    expect(await main(argv)).toBe(code);
+  } finally {
+    spy.mockRestore();
+  }
+  return out;
+}
 
 async function help(): Promise<string> {
   let out = '';
@@ -36,7 +51,8 @@ describe('skiff cri flags in --help and README', () => {
     const rowsAnywhere = lines.filter((l) => /^\| `--/.test(l));
     const readmeFlags = table.filter((l) => /^\| `--/.test(l)).map((l) => /^\| `(--[a-z-]+)`/.exec(l)![1]);
     expect(rowsAnywhere).toHaveLength(readmeFlags.length);
-    const helpFlags = [...(await help()).matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]);
+    const criSection = (await help()).split('Flags for "skiff cri":\n')[1]!.split('\n\n')[0]!;
+    const helpFlags = [...criSection.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]);
     expect(readmeFlags.sort()).toEqual(helpFlags.sort());
     expect(helpFlags).toContain('--cni-bridge');
   });
@@ -45,5 +61,80 @@ describe('skiff cri flags in --help and README', () => {
     for (const bad of ['10.88.0.0', '10.88.0.0/31', '300.1.0.0/16', 'fd00::/64']) {
       await expect(main(['cri', '--pod-cidr', bad, '--root', '/nonexistent/skiff-root'])).rejects.toThrow(/--pod-cidr must be an IPv4 CIDR/);
     }
+  });
+
+  it('--images-dir is in --help and defaults under --root', async () => {
+    expect(await help()).toMatch(/--images-dir DIR[\s\S]*default <root>\/images/);
+  });
+});
+
+describe('skiff images help', () => {
+  it('the top-level help names the images commands', async () => {
+    const out = await capture(['help']);
+    expect(out).toContain('skiff images import FILE... | ls | rm REF... | pull REF');
+  });
+
+  it('skiff images --help lists every subcommand and the endpoint flag', async () => {
+    const out = await capture(['images', '--help']);
+    for (const sub of ['import FILE...', 'ls [-q]', 'rm REF...', 'pull REF']) expect(out).toContain(`skiff images ${sub}`);
+    expect(out).toMatch(/--runtime-endpoint URL .*default unix:\/\/\/run\/skiff\/skiff\.sock/);
+    expect(await capture(['images'])).toBe(out);
+  });
+
+  it('an unknown images subcommand exits 2 without touching a socket', async () => {
+    const err = vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    try {
+      await capture(['images', 'frobnicate', '--runtime-endpoint', 'unix:///nonexistent/skiff.sock'], 2);
+    } finally {
+      err.mockRestore();
+    }
+  });
+
+  it('refuses an endpoint that is not a unix socket', async () => {
+    await expect(main(['images', 'ls', '--runtime-endpoint', 'tcp://127.0.0.1:1'])).rejects.toThrow(/must be a unix socket/);
+  });
+});
+
+describe('skiff get, describe, logs and exec in --help', () => {
+  async function capture(argv: string[]): Promise<{ code: number; out: string; err: string }> {
+    let out = '';
+    let err = '';
+    const o = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => ((out += String(chunk)), true));
+    const e = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => ((err += String(chunk)), true));
+    try {
+      return { code: await main(argv), out, err };
+    } finally {
+      o.mockRestore();
+      e.mockRestore();
+    }
+  }
+
+  it('lists every kubectl-like command, and each command answers --help with the same text', async () => {
+    const top = await capture(['--help']);
+    for (const cmd of ['get pods', 'describe pod', 'logs POD', 'exec POD', '--server URL', '--runtime-endpoint URL']) expect(top.out).toContain(cmd);
+    for (const cmd of ['get', 'describe', 'logs', 'exec']) {
+      const r = await capture([cmd, '--help']);
+      expect(r.code, cmd).toBe(0);
+      expect(r.out).toBe(KUBECTL_HELP);
+    }
+  });
+
+  it('every flag the help names for a command is one the command takes', async () => {
+    // An unknown flag is refused before any connection is made, so a refusal here means the help lies.
+    const unreachable = ['--server', 'http://127.0.0.1:1'];
+    const cases: [string, string[]][] = [
+      ['get', ['pods', '-n', 'x', '-A', '-o', 'wide', '-w']],
+      ['describe', ['pod', 'p', '-n', 'x']],
+      ['logs', ['p', '-c', 'c', '-f', '-p', '--tail', '5', '--timestamps', '-n', 'x']],
+      ['exec', ['p', '-c', 'c', '-i', '-t', '-n', 'x', '--runtime-endpoint', 'unix:///nonexistent.sock', '--', 'sh']],
+    ];
+    for (const [cmd, args] of cases) {
+      const r = await capture([cmd, ...args, ...unreachable]);
+      expect(r.code, cmd).toBe(1);
+      expect(r.err, cmd).toMatch(/cannot reach the node agent at http:\/\/127.0.0.1:1/);
+    }
+    const bad = await capture(['get', 'pods', '--bogus']);
+    expect(bad.code).toBe(1);
+    expect(bad.err).toMatch(/--bogus/);
   });
 });

@@ -1,0 +1,231 @@
+/**
+ * Reading CRI log files (`<RFC3339Nano time> <stdout|stderr> <P|F> <text>`,
+ * one per line, as conmon writes them) the way `kubectl logs` shows them:
+ * partial (P) lines joined with what follows, the last N lines found by
+ * reading backwards from the end, and following a file as it grows until it
+ * is replaced or removed.
+ */
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+
+export interface CriLogLine {
+  time: string;
+  stream: 'stdout' | 'stderr';
+  /** False for a P (partial) line: its text continues in the next one. */
+  full: boolean;
+  text: Buffer;
+}
+
+/** Parses one raw line (without its newline); undefined when it is not in the CRI format. */
+export function parseCriLogLine(raw: Buffer): CriLogLine | undefined {
+  const s1 = raw.indexOf(0x20);
+  if (s1 <= 0) return undefined;
+  const s2 = raw.indexOf(0x20, s1 + 1);
+  if (s2 < 0) return undefined;
+  const stream = raw.subarray(s1 + 1, s2).toString('latin1');
+  if (stream !== 'stdout' && stream !== 'stderr') return undefined;
+  // The tag is "P" or "F" (possibly with more tags after ':'); older writers had none.
+  const s3 = raw.indexOf(0x20, s2 + 1);
+  const tag = s3 < 0 ? raw.subarray(s2 + 1).toString('latin1') : raw.subarray(s2 + 1, s3).toString('latin1');
+  const first = tag.split(':')[0];
+  if (first === 'P' || first === 'F') {
+    return { time: raw.subarray(0, s1).toString('latin1'), stream, full: first === 'F', text: s3 < 0 ? Buffer.alloc(0) : raw.subarray(s3 + 1) };
+  }
+  return { time: raw.subarray(0, s1).toString('latin1'), stream, full: true, text: raw.subarray(s2 + 1) };
+}
+
+/** Raw lines longer than this without a newline are cut (conmon splits long output into P lines far shorter). */
+export const MAX_RAW_LINE = 1024 * 1024;
+
+/**
+ * Turns a CRI log byte stream into what the container wrote: feed() takes any
+ * chunking of the file and returns the output for the complete raw lines.
+ */
+export class CriLogDecoder {
+  private pending: Buffer[] = [];
+  private pendingLength = 0;
+  /** Inside a logical line (after a P): no timestamp prefix for its continuation. */
+  private midLine = false;
+
+  constructor(private readonly opts: { timestamps?: boolean } = {}) {}
+
+  feed(chunk: Buffer): Buffer {
+    const out: Buffer[] = [];
+    let start = 0;
+    for (;;) {
+      const nl = chunk.indexOf(0x0a, start);
+      if (nl < 0) break;
+      let raw = chunk.subarray(start, nl);
+      if (this.pendingLength) {
+        raw = Buffer.concat([...this.pending, raw]);
+        this.pending = [];
+        this.pendingLength = 0;
+      }
+      this.line(raw, out);
+      start = nl + 1;
+    }
+    if (start < chunk.length) {
+      const rest = chunk.subarray(start);
+      this.pending.push(Buffer.from(rest));
+      this.pendingLength += rest.length;
+      if (this.pendingLength > MAX_RAW_LINE) {
+        const raw = Buffer.concat(this.pending);
+        this.pending = [];
+        this.pendingLength = 0;
+        this.line(raw, out);
+      }
+    }
+    return Buffer.concat(out);
+  }
+
+  private line(raw: Buffer, out: Buffer[]): void {
+    if (raw.length === 0) return;
+    const l = parseCriLogLine(raw);
+    if (!l) {
+      // Not ours to judge: show it as it is.
+      out.push(raw, Buffer.from('\n'));
+      this.midLine = false;
+      return;
+    }
+    if (this.opts.timestamps && !this.midLine) out.push(Buffer.from(`${l.time} `));
+    out.push(l.text);
+    if (l.full) out.push(Buffer.from('\n'));
+    this.midLine = !l.full;
+  }
+}
+
+const TAIL_CHUNK = 64 * 1024;
+
+/**
+ * The offset in the file where its last `lines` logical lines start, found
+ * by reading backwards in chunks: a huge file costs only what its tail is.
+ * A logical line ends at an F line (or at a line not in the CRI format).
+ */
+export async function tailOffset(fh: fsp.FileHandle, size: number, lines: number): Promise<number> {
+  if (lines <= 0) return size;
+  let pos = size;
+  // Complete logical lines seen so far from the end (the file's last, unterminated one does not count).
+  let count = 0;
+  // Bytes of a raw line cut by the chunk boundary, carried to the next (earlier) chunk.
+  let carry = Buffer.alloc(0);
+  // Until the file's last newline is found: anything after it is a line still being written, never counted.
+  let seekingLast = true;
+  while (pos > 0) {
+    const len = Math.min(TAIL_CHUNK, pos);
+    pos -= len;
+    const buf = Buffer.alloc(len);
+    await readFully(fh, buf, pos);
+    const data = carry.length ? Buffer.concat([buf, carry]) : buf;
+    // Invariant in the loop: data[end - 1] is a newline, or end is 0.
+    let end = data.length;
+    if (seekingLast) {
+      const nl = data.lastIndexOf(0x0a);
+      if (nl < 0) continue;
+      seekingLast = false;
+      end = nl + 1;
+    }
+    carry = Buffer.alloc(0);
+    while (end > 0) {
+      const nl = end >= 2 ? data.lastIndexOf(0x0a, end - 2) : -1;
+      if (nl < 0 && pos > 0) {
+        // The line starts in an earlier chunk.
+        carry = data.subarray(0, end);
+        break;
+      }
+      const raw = data.subarray(nl + 1, end - 1);
+      const parsed = parseCriLogLine(raw);
+      if (raw.length && (!parsed || parsed.full)) {
+        count++;
+        if (count > lines) return pos + end;
+      }
+      end = nl + 1;
+    }
+    // A monster line without newlines: count it as one line without holding it whole, and
+    // if it is wanted, start inside it.
+    if (carry.length > MAX_RAW_LINE) return ++count > lines ? pos + carry.length : pos;
+  }
+  return 0;
+}
+
+async function readFully(fh: fsp.FileHandle, buf: Buffer, position: number): Promise<void> {
+  let off = 0;
+  while (off < buf.length) {
+    const { bytesRead } = await fh.read(buf, off, buf.length - off, position + off);
+    if (bytesRead === 0) break;
+    off += bytesRead;
+  }
+}
+
+export interface StreamLogOptions {
+  /** Only the last N logical lines (all when undefined). */
+  tailLines?: number;
+  follow?: boolean;
+  timestamps?: boolean;
+  /** Stops the stream (the client went away). */
+  signal: AbortSignal;
+  /** Writes output; resolves when the reader can take more. */
+  write(chunk: Buffer): Promise<void>;
+  /** How often a followed file is checked for growth and replacement when no change notice comes. */
+  pollMs?: number;
+}
+
+const READ_CHUNK = 64 * 1024;
+
+/**
+ * Streams a CRI log file's content. With `follow`, keeps going as the file
+ * grows and ends once the file at `file` is removed or replaced by another
+ * (after sending what the old one still held), or when the signal aborts.
+ */
+export async function streamCriLog(file: string, opts: StreamLogOptions): Promise<void> {
+  const fh = await fsp.open(file, 'r');
+  try {
+    const st = await fh.stat();
+    let pos = opts.tailLines === undefined ? 0 : await tailOffset(fh, st.size, opts.tailLines);
+    const decoder = new CriLogDecoder({ timestamps: opts.timestamps });
+    const buf = Buffer.alloc(READ_CHUNK);
+    let watcher: fs.FSWatcher | undefined;
+    let wake: (() => void) | undefined;
+    const onChange = () => wake?.();
+    if (opts.follow) {
+      try {
+        watcher = fs.watch(file, { persistent: false }, onChange);
+        watcher.on('error', () => undefined);
+      } catch {
+        // Polling alone will do.
+      }
+    }
+    opts.signal.addEventListener('abort', onChange);
+    try {
+      let gone = false;
+      while (!opts.signal.aborted) {
+        const { bytesRead } = await fh.read(buf, 0, buf.length, pos);
+        if (bytesRead > 0) {
+          pos += bytesRead;
+          const out = decoder.feed(buf.subarray(0, bytesRead));
+          if (out.length) await opts.write(out);
+          continue;
+        }
+        if (!opts.follow || gone) break;
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, opts.pollMs ?? 250);
+          t.unref();
+          wake = () => {
+            clearTimeout(t);
+            resolve();
+          };
+        });
+        wake = undefined;
+        // Replaced or removed: read what the old file still has, then stop.
+        const now = await fsp.stat(file).catch(() => undefined);
+        if (!now || now.ino !== st.ino || now.dev !== st.dev) gone = true;
+        // Truncated in place: what is there now is new output.
+        else if ((await fh.stat()).size < pos) pos = 0;
+      }
+    } finally {
+      watcher?.close();
+      opts.signal.removeEventListener('abort', onChange);
+    }
+  } finally {
+    await fh.close();
+  }
+}

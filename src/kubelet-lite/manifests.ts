@@ -1,0 +1,297 @@
+/**
+ * Reading the manifest directory: which files count, how they are read
+ * without trusting them, and how each YAML/JSON document becomes an object
+ * or a ManifestProblem with the line it came from. Nothing here throws on
+ * bad input: a bad document is a problem, and the other documents of the
+ * same file still load.
+ */
+import { constants as fsConstants } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Composer, isCollection, isNode, LineCounter, Parser, type Document, type Tags } from 'yaml';
+import { errorMessage, isErrno } from '../errors.js';
+import type { ManifestProblem, ObjectSource } from './model.js';
+import { formatFieldPath, typeName, validateManifestObject, type FieldError, type FieldPath } from './validate.js';
+
+/** A manifest larger than this is refused (the kubelet reads whole files; we bound them). */
+export const MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
+/** At most this many documents are read from one file; the rest are reported once. */
+export const MAX_DOCUMENTS_PER_FILE = 1000;
+/** yaml's guard against billion-laughs: aliases may expand to at most this many nodes. */
+export const MAX_ALIAS_COUNT = 100;
+
+/** One object of a manifest, before the store gives it a uid. */
+export interface ParsedObject {
+  apiVersion: string;
+  kind: string;
+  namespace: string;
+  name: string;
+  object: Record<string, unknown>;
+  source: ObjectSource;
+}
+
+/** What one file gave: its objects in document order and its problems. */
+export interface ParsedManifest {
+  file: string;
+  objects: ParsedObject[];
+  problems: ManifestProblem[];
+}
+
+/** The files the kubelet reads from a static pod directory: by extension, dotfiles never. */
+export function isManifestName(name: string): boolean {
+  if (name.startsWith('.') || name.includes('/')) return false;
+  const ext = path.extname(name).toLowerCase();
+  return ext === '.yaml' || ext === '.yml' || ext === '.json';
+}
+
+// YAML 1.1 is what the API machinery's YAML decoder speaks (`0644` is octal,
+// `yes` a boolean); its tags that make non-JSON values are dropped, so a
+// date stays a string and no Set, Map or byte array enters the store.
+const NON_JSON_TAGS = new Set([
+  'tag:yaml.org,2002:timestamp',
+  'tag:yaml.org,2002:binary',
+  'tag:yaml.org,2002:set',
+  'tag:yaml.org,2002:omap',
+  'tag:yaml.org,2002:pairs',
+]);
+function jsonTags(tags: Tags): Tags {
+  return tags.filter((t) => !NON_JSON_TAGS.has(typeof t === 'string' ? `tag:yaml.org,2002:${t}` : t.tag));
+}
+
+/**
+ * Parses one manifest's text. `file` names it in sources and problems.
+ * Every document with apiVersion, kind and metadata.name is kept; v1 Pods,
+ * ConfigMaps and Secrets are also validated, and an invalid one is a
+ * problem pointing at the offending field's line.
+ */
+export function parseManifest(file: string, data: string | Uint8Array): ParsedManifest {
+  const result: ParsedManifest = { file, objects: [], problems: [] };
+  const problem = (line: number, reason: string, object?: string) =>
+    result.problems.push(object === undefined ? { file, line, reason } : { file, line, object, reason });
+
+  let text: string;
+  if (typeof data === 'string') {
+    text = data;
+  } else {
+    if (data.byteLength > MAX_MANIFEST_BYTES) {
+      problem(1, `file is ${data.byteLength} bytes, more than the limit of ${MAX_MANIFEST_BYTES}`);
+      return result;
+    }
+    try {
+      text = new TextDecoder('utf-8', { fatal: true }).decode(data);
+    } catch {
+      problem(1, 'not UTF-8 text');
+      return result;
+    }
+  }
+  if (text.length > MAX_MANIFEST_BYTES) {
+    problem(1, `file is more than the limit of ${MAX_MANIFEST_BYTES} bytes`);
+    return result;
+  }
+  if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+  // YAML forbids most C0 controls anyway; a NUL is the mark of a binary file.
+  const nul = text.indexOf('\0');
+  if (nul >= 0) {
+    problem(lineAt(text, nul), 'binary data (a NUL byte) in a manifest');
+    return result;
+  }
+
+  const lines = new LineCounter();
+  const parser = new Parser(lines.addNewLine);
+  const composer = new Composer({ version: '1.1', customTags: jsonTags, uniqueKeys: true, strict: false });
+  let index = 0;
+  try {
+    for (const doc of composer.compose(parser.parse(text))) {
+      if (index >= MAX_DOCUMENTS_PER_FILE) {
+        problem(lines.linePos(docStart(doc)).line, `more than ${MAX_DOCUMENTS_PER_FILE} documents in one file; the rest are ignored`);
+        break;
+      }
+      loadDocument(doc, index++, lines, result);
+    }
+  } catch (err) {
+    // The parser is not expected to throw; if it does, the file is one problem, never a crash.
+    problem(1, `cannot parse: ${errorMessage(err)}`);
+  }
+  return result;
+}
+
+function docStart(doc: Document.Parsed): number {
+  const contents = doc.contents;
+  if (isNode(contents) && contents.range) return contents.range[0];
+  return doc.range[0];
+}
+
+function loadDocument(doc: Document.Parsed, index: number, lines: LineCounter, out: ParsedManifest): void {
+  const file = out.file;
+  const startLine = lines.linePos(docStart(doc)).line;
+  if (doc.errors.length > 0) {
+    const err = doc.errors[0]!;
+    const line = lines.linePos(err.pos[0]).line;
+    const where = line === startLine ? '' : ` (in the document starting at line ${startLine})`;
+    out.problems.push({ file, line, reason: `invalid YAML: ${firstLine(err.message)}${where}` });
+    return;
+  }
+  if (doc.contents === null) return; // an empty document: skipped silently, as kubectl does
+
+  let value: unknown;
+  try {
+    value = doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT });
+  } catch (err) {
+    out.problems.push({ file, line: startLine, reason: `cannot load document: ${errorMessage(err)}` });
+    return;
+  }
+  if (value === null || value === undefined) return;
+
+  const lineOf = (p: FieldPath) => nodeLine(doc, p, lines) ?? startLine;
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    out.problems.push({ file, line: startLine, reason: `a manifest must be an object, not ${typeName(value)}` });
+    return;
+  }
+  const obj = value as Record<string, unknown>;
+  const header = objectHeader(obj);
+  if ('error' in header) {
+    out.problems.push({ file, line: lineOf(header.error.path), reason: formatError(header.error) });
+    return;
+  }
+  const { apiVersion, kind, namespace, name } = header;
+  const id = `${kind}/${namespace}/${name}`;
+  const errors = validateManifestObject(obj);
+  if (errors.length > 0) {
+    out.problems.push({ file, line: lineOf(errors[0]!.path), object: id, reason: errors.map(formatError).join('; ') });
+    return;
+  }
+  out.objects.push({ apiVersion, kind, namespace, name, object: obj, source: { file, document: index, line: startLine } });
+}
+
+/** apiVersion, kind and metadata.name/namespace of any object, or the first thing wrong with them. */
+export function objectHeader(
+  obj: Record<string, unknown>,
+): { apiVersion: string; kind: string; namespace: string; name: string } | { error: FieldError } {
+  const str = (v: unknown) => typeof v === 'string' && v !== '';
+  if (!str(obj.apiVersion)) return { error: { path: ['apiVersion'], message: 'Required value' } };
+  if (!str(obj.kind)) return { error: { path: ['kind'], message: 'Required value' } };
+  const meta = obj.metadata;
+  if (meta === undefined || meta === null) return { error: { path: ['metadata', 'name'], message: 'Required value' } };
+  if (typeof meta !== 'object' || Array.isArray(meta)) {
+    return { error: { path: ['metadata'], message: `Invalid type: expected object, got ${typeName(meta)}` } };
+  }
+  const m = meta as Record<string, unknown>;
+  if (m.name === undefined || m.name === null || m.name === '') return { error: { path: ['metadata', 'name'], message: 'Required value' } };
+  if (typeof m.name !== 'string') return { error: { path: ['metadata', 'name'], message: `Invalid type: expected string, got ${typeName(m.name)}` } };
+  let namespace = 'default';
+  if (m.namespace !== undefined && m.namespace !== null && m.namespace !== '') {
+    if (typeof m.namespace !== 'string') {
+      return { error: { path: ['metadata', 'namespace'], message: `Invalid type: expected string, got ${typeName(m.namespace)}` } };
+    }
+    namespace = m.namespace;
+  }
+  return { apiVersion: obj.apiVersion as string, kind: obj.kind as string, namespace, name: m.name };
+}
+
+function formatError(e: FieldError): string {
+  return `${formatFieldPath(e.path)}: ${e.message}`;
+}
+
+/** The line of the deepest node on `p` that exists in the document (a missing field points at its parent). */
+function nodeLine(doc: Document.Parsed, p: FieldPath, lines: LineCounter): number | undefined {
+  for (let n = p.length; n >= 0; n--) {
+    let node: unknown;
+    try {
+      node = n === 0 ? doc.contents : doc.getIn(p.slice(0, n), true);
+    } catch {
+      continue;
+    }
+    if (isNode(node) && node.range) {
+      // A collection's range starts at its first entry, which is the right line for "this field".
+      return lines.linePos(node.range[0]).line;
+    }
+    if (n === 0 || isCollection(node)) break;
+  }
+  return undefined;
+}
+
+function lineAt(text: string, offset: number): number {
+  let line = 1;
+  for (let i = text.indexOf('\n'); i >= 0 && i < offset; i = text.indexOf('\n', i + 1)) line++;
+  return line;
+}
+
+function firstLine(s: string): string {
+  const i = s.indexOf('\n');
+  return i < 0 ? s : s.slice(0, i);
+}
+
+
+// ---------------------------------------------------------------- reading files
+
+export type ReadResult =
+  | { kind: 'parsed'; manifest: ParsedManifest; stamp: string }
+  /** The file is not there (any more): whatever it defined goes. */
+  | { kind: 'gone' }
+  /** Not a manifest the agent reads (a FIFO, a device, a directory): reported, never opened for a blocking read. */
+  | { kind: 'skipped'; problem?: ManifestProblem };
+
+/**
+ * Reads one manifest file without trusting it: symlinks are followed only to
+ * regular files, the open never blocks (O_NONBLOCK, then fstat to be sure it
+ * is still a regular file), and at most MAX_MANIFEST_BYTES+1 bytes are read.
+ * `stamp` identifies the version read (inode, size, times) so a rescan can
+ * skip unchanged files.
+ */
+export async function readManifestFile(file: string): Promise<ReadResult> {
+  let st;
+  try {
+    st = await fs.stat(file);
+  } catch (err) {
+    if (isErrno(err, 'ENOENT') || isErrno(err, 'ENOTDIR') || isErrno(err, 'ELOOP')) return { kind: 'gone' };
+    return { kind: 'skipped', problem: { file, line: 1, reason: `cannot read: ${errorMessage(err)}` } };
+  }
+  if (st.isDirectory()) return { kind: 'skipped' }; // subdirectories are ignored, as the kubelet does
+  if (!st.isFile()) return { kind: 'skipped', problem: { file, line: 1, reason: 'not a regular file' } };
+
+  let handle;
+  try {
+    handle = await fs.open(file, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK | fsConstants.O_NOCTTY);
+  } catch (err) {
+    if (isErrno(err, 'ENOENT')) return { kind: 'gone' };
+    return { kind: 'skipped', problem: { file, line: 1, reason: `cannot open: ${errorMessage(err)}` } };
+  }
+  try {
+    const fst = await handle.stat({ bigint: true });
+    if (!fst.isFile()) return { kind: 'skipped', problem: { file, line: 1, reason: 'not a regular file' } };
+    const stamp = `${fst.dev}:${fst.ino}:${fst.size}:${fst.mtimeNs}:${fst.ctimeNs}`;
+    if (fst.size > BigInt(MAX_MANIFEST_BYTES)) {
+      return {
+        kind: 'parsed',
+        stamp,
+        manifest: { file, objects: [], problems: [{ file, line: 1, reason: `file is ${fst.size} bytes, more than the limit of ${MAX_MANIFEST_BYTES}` }] },
+      };
+    }
+    // Read to EOF but never more than the cap + 1, whatever the size said (the file may grow while read).
+    const limit = MAX_MANIFEST_BYTES + 1;
+    let buf = Buffer.alloc(Math.min(Number(fst.size) + 4096, limit));
+    let len = 0;
+    for (;;) {
+      if (len === buf.length) {
+        if (buf.length >= limit) break;
+        const bigger = Buffer.alloc(Math.min(buf.length * 2, limit));
+        buf.copy(bigger, 0, 0, len);
+        buf = bigger;
+      }
+      const { bytesRead } = await handle.read(buf, len, buf.length - len, len);
+      if (bytesRead === 0) break;
+      len += bytesRead;
+    }
+    return { kind: 'parsed', stamp, manifest: parseManifest(file, buf.subarray(0, len)) };
+  } catch (err) {
+    return { kind: 'skipped', problem: { file, line: 1, reason: `cannot read: ${errorMessage(err)}` } };
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+/** The manifest files directly in `dir`, sorted by name (the order that decides duplicates). */
+export async function listManifestFiles(dir: string): Promise<string[]> {
+  const names = await fs.readdir(dir);
+  return names.filter(isManifestName).sort().map((n) => path.join(dir, n));
+}

@@ -1,0 +1,179 @@
+/**
+ * `skiff kubelet`: kubelet-lite wired together — the manifest directory, the
+ * agent over a CRI endpoint, the prober, and the read-only status API.
+ * `skiff node` starts the same thing inside the runtime's process.
+ */
+import fs from 'node:fs/promises';
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { Logger } from '../log.js';
+import { Agent, detectHostIP, type ManifestSource } from './agent.js';
+import { connectCri, type CriEndpoint } from './cri-client.js';
+import { terminationLogHostPath, KubeletConfigBuilder } from './cri-config.js';
+import { EventRecorder } from './events.js';
+import { ImageGc } from './image-gc.js';
+import { runHook } from './hooks.js';
+import { AgentMetrics } from './metrics.js';
+import type { AgentView, ObjectChange } from './model.js';
+import type { ProberPort } from './pod-worker.js';
+import { ProberManager } from './prober.js';
+import { createProbeRunner } from './probes.js';
+import { qosClass } from './resources.js';
+import { SummaryBuilder } from './stats-summary.js';
+import { StatusServer } from './status-server.js';
+import { ObjectStore } from './store.js';
+import { validatePod } from './validate.js';
+import { HostVolumeManager } from './volumes.js';
+import { ManifestWatcher } from './watch.js';
+
+export interface KubeletOptions {
+  manifests: string;
+  runtimeEndpoint: string;
+  statusAddress: string;
+  rootDir: string;
+  nodeName: string;
+  clusterDomain: string;
+  /** Empty: the host's nameservers. */
+  clusterDNS: string[];
+  nodeIP?: string;
+  imageGc?: { highThresholdPercent: number; lowThresholdPercent: number };
+  /** Safety-net rescan of the manifest directory (the watcher is the main path). */
+  rescanMs?: number;
+  log: Logger;
+}
+
+export interface RunningKubelet {
+  agent: Agent;
+  status: StatusServer;
+  /** Stops the agent's loops and the status API; pods keep running. */
+  stop(): Promise<void>;
+}
+
+/** The nameservers in a resolv.conf. */
+export function nameservers(resolvConf: string): string[] {
+  return resolvConf
+    .split('\n')
+    .map((l) => /^\s*nameserver\s+(\S+)/.exec(l)?.[1])
+    .filter((x): x is string => !!x);
+}
+
+export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = connectCri(opts.runtimeEndpoint)): Promise<RunningKubelet> {
+  const log = opts.log;
+  await fs.mkdir(opts.rootDir, { recursive: true, mode: 0o700 });
+  const hostResolvConf = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
+  const store = new ObjectStore({ nodeName: opts.nodeName, log });
+  const watcher = new ManifestWatcher({ dir: opts.manifests, store, log });
+  let rescan: NodeJS.Timeout | undefined;
+  const manifests: ManifestSource = {
+    objects: store,
+    problems: () => store.problems(),
+    async start(onChange: (changes: ObjectChange[]) => void) {
+      store.subscribe(onChange);
+      await watcher.start();
+      rescan = setInterval(() => void watcher.rescan(), opts.rescanMs ?? 60_000);
+      rescan.unref();
+    },
+    stop() {
+      if (rescan) clearInterval(rescan);
+      void watcher.close();
+    },
+  };
+  const events = new EventRecorder({ node: opts.nodeName });
+  const metrics = new AgentMetrics();
+  const unhealthy = new Map<string, string>();
+  let agent: Agent | undefined;
+  const manager = new ProberManager({
+    runner: createProbeRunner({ cri }),
+    onResult: (e) => {
+      const pod = agent?.podByUid(e.podUid);
+      const label = e.kind === 'liveness' ? 'Liveness' : e.kind === 'readiness' ? 'Readiness' : 'Startup';
+      if (pod && e.result === 'failure') events.record(ref(pod), 'Warning', 'Unhealthy', `${label} probe failed: ${e.message}`, e.container);
+      if (pod && e.warning) events.record(ref(pod), 'Warning', 'ProbeWarning', `${label} probe warning: ${e.message}`, e.container);
+      // The prober reports liveness and startup failures once they reach their threshold: the worker kills the container.
+      if ((e.kind === 'liveness' || e.kind === 'startup') && e.result === 'failure') {
+        unhealthy.set(`${e.podUid}/${e.container}`, `Container ${e.container} failed ${e.kind} probe, will be restarted`);
+      }
+      agent?.probeChanged(e.podUid);
+    },
+    log: (m) => log.warn(m),
+  });
+  const prober: ProberPort = {
+    addContainer: (pod, container, target, startedAt) =>
+      manager.addContainer({ podUid: pod.metadata!.uid!, target: { ...target, pod: { name: pod.metadata!.name!, namespace: pod.metadata!.namespace!, uid: pod.metadata!.uid! } }, startedAt }),
+    removeContainer: (uid, name) => manager.removeContainer(uid, name),
+    removePod: (uid) => {
+      manager.removePod(uid);
+      for (const k of unhealthy.keys()) if (k.startsWith(`${uid}/`)) unhealthy.delete(k);
+    },
+    ready: (uid, name) => manager.ready(uid, name),
+    started: (uid, name) => manager.started(uid, name),
+    unhealthy: (uid, name) => unhealthy.get(`${uid}/${name}`),
+    clearUnhealthy: (uid, name) => void unhealthy.delete(`${uid}/${name}`),
+  };
+  agent = new Agent(
+    {
+      nodeName: opts.nodeName,
+      rootDir: opts.rootDir,
+      clusterDomain: opts.clusterDomain,
+      clusterDNS: opts.clusterDNS.length ? opts.clusterDNS : nameservers(hostResolvConf),
+      hostResolvConf,
+      hostIP: opts.nodeIP ?? detectHostIP(),
+    },
+    {
+      cri,
+      manifests,
+      validatePod,
+      builder: new KubeletConfigBuilder(),
+      volumes: new HostVolumeManager({ rootDir: opts.rootDir, log }),
+      prober,
+      hooks: (handler, target, timeoutMs) => runHook(handler, target, cri, timeoutMs),
+      events: { record: (pod, type, reason, message, container) => events.record(ref(pod), type, reason, message, container), list: () => events.list() },
+      qosClass,
+      terminationLogPath: terminationLogHostPath,
+      log,
+      onPodRunning: (_pod, ms) => metrics.observePodStart(ms / 1000),
+      onRestart: (pod, c) => metrics.incRestart(pod.metadata?.namespace ?? '', pod.metadata?.name ?? '', c),
+    },
+  );
+  const view: AgentView = {
+    pods: () => agent!.listPods(),
+    pod: (ns, name) => agent!.getPod(ns, name),
+    events: () => events.list(),
+    problems: () => agent!.problems(),
+    logPath: (ns, pod, c, previous) => agent!.logPath(ns, pod, c, previous),
+    watchPods: (l) => agent!.watchPods(l),
+    cri,
+  };
+  const gauges = setInterval(() => {
+    const c = agent!.counts();
+    metrics.setRunning(c.pods, { running: c.containers.running, exited: c.containers.terminated, created: c.containers.waiting });
+    metrics.setManifestProblems(store.problems().length);
+  }, 5_000);
+  gauges.unref();
+  await agent.start();
+  const gc = new ImageGc(cri, { ...(opts.imageGc ?? { highThresholdPercent: 85, lowThresholdPercent: 80 }), log });
+  const stopGc = gc.start();
+  const status = await StatusServer.listen({
+    address: opts.statusAddress,
+    view,
+    metrics,
+    summary: new SummaryBuilder({ nodeName: opts.nodeName, cri, pods: () => agent!.listPods() }),
+    log,
+  });
+  log.info('kubelet-lite serving', { status: opts.statusAddress, manifests: opts.manifests, node: opts.nodeName });
+  return {
+    agent,
+    status,
+    async stop() {
+      clearInterval(gauges);
+      stopGc();
+      agent!.stop();
+      manager.stopAll();
+      await status.close();
+      cri.close();
+    },
+  };
+}
+
+function ref(pod: Pod): { namespace: string; name: string; uid: string } {
+  return { namespace: pod.metadata?.namespace ?? 'default', name: pod.metadata?.name ?? '', uid: pod.metadata?.uid ?? '' };
+}

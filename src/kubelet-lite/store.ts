@@ -1,0 +1,193 @@
+/**
+ * Every object read from the manifest directory, by file. The view the agent
+ * sees (one object per kind/namespace/name) is recomputed from all files
+ * after each file changes and diffed against the last view, so a change is
+ * reported once whichever file caused it, and a duplicate takes over when
+ * the file that won is deleted. Everything handed out is a copy.
+ */
+import { createHash } from 'node:crypto';
+import type { ConfigMap, Secret } from 'kubernetes-types/core/v1.js';
+import { errorMessage } from '../errors.js';
+import { silentLogger, type Logger } from '../log.js';
+import type { ManifestProblem, ObjectChange, ObjectLookup, StoredObject } from './model.js';
+import type { ParsedObject } from './manifests.js';
+import { normalizeSecret } from './validate.js';
+
+export type ChangeListener = (changes: ObjectChange[]) => void;
+
+/** What one file contributes; a file that could not be read has only problems. */
+export interface FileContent {
+  objects: ParsedObject[];
+  problems: ManifestProblem[];
+}
+
+export function objectKey(kind: string, namespace: string, name: string): string {
+  return `${kind}/${namespace}/${name}`;
+}
+
+/** JSON with sorted keys: the same object written differently (key order, YAML vs JSON) hashes the same. */
+function canonicalJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
+  if (v !== null && typeof v === 'object') {
+    const entries = Object.keys(v)
+      .sort()
+      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson((v as Record<string, unknown>)[k])}`);
+    return `{${entries.join(',')}}`;
+  }
+  return JSON.stringify(v) ?? 'null';
+}
+
+/**
+ * A UUID-shaped hash of the node, the object's identity and its content.
+ * As for the kubelet's static pods, a uid in the manifest is ignored: an
+ * edited pod gets a new uid and is replaced.
+ */
+export function objectUid(nodeName: string, kind: string, namespace: string, name: string, object: Record<string, unknown>): string {
+  let content = object;
+  const meta = object.metadata;
+  if (meta && typeof meta === 'object' && !Array.isArray(meta) && 'uid' in meta) {
+    const { uid: _ignored, ...rest } = meta as Record<string, unknown>;
+    content = { ...object, metadata: rest };
+  }
+  const h = createHash('sha256').update(`${nodeName}\0${kind}\0${namespace}\0${name}\0${canonicalJson(content)}`).digest('hex');
+  // Version nibble 8 (RFC 9562 custom) and the RFC variant bits, so it parses as a UUID anywhere.
+  const variant = ((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16);
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${variant}${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}
+
+export interface ObjectStoreOptions {
+  nodeName: string;
+  log?: Logger;
+}
+
+export class ObjectStore implements ObjectLookup {
+  private readonly nodeName: string;
+  private readonly log: Logger;
+  private readonly files = new Map<string, { objects: StoredObject[]; problems: ManifestProblem[] }>();
+  private view = new Map<string, StoredObject>();
+  private duplicateProblems: ManifestProblem[] = [];
+  private readonly listeners = new Set<ChangeListener>();
+
+  constructor(opts: ObjectStoreOptions) {
+    this.nodeName = opts.nodeName;
+    this.log = opts.log ?? silentLogger;
+  }
+
+  /** Sets what `file` defines now; returns (and tells listeners) what changed in the view. */
+  replaceFile(file: string, content: FileContent): ObjectChange[] {
+    const objects = content.objects.map((o) => ({
+      apiVersion: o.apiVersion,
+      kind: o.kind,
+      namespace: o.namespace,
+      name: o.name,
+      uid: objectUid(this.nodeName, o.kind, o.namespace, o.name, o.object),
+      object: structuredClone(o.object),
+      source: { ...o.source },
+    }));
+    this.files.set(file, { objects, problems: content.problems.map((p) => ({ ...p })) });
+    return this.recompute();
+  }
+
+  /** Forgets `file` (deleted or renamed away); an object it won may pass to a duplicate in another file. */
+  removeFile(file: string): ObjectChange[] {
+    if (!this.files.delete(file)) return [];
+    return this.recompute();
+  }
+
+  /** The files the store has content for, sorted. */
+  fileNames(): string[] {
+    return [...this.files.keys()].sort(compareNames);
+  }
+
+  get(kind: string, namespace: string, name: string): StoredObject | undefined {
+    const o = this.view.get(objectKey(kind, namespace, name));
+    return o && structuredClone(o);
+  }
+
+  list(kind?: string): StoredObject[] {
+    const out: StoredObject[] = [];
+    for (const o of this.view.values()) if (kind === undefined || o.kind === kind) out.push(structuredClone(o));
+    return out;
+  }
+
+  configMap(namespace: string, name: string): ConfigMap | undefined {
+    const o = this.view.get(objectKey('ConfigMap', namespace, name));
+    if (!o || o.apiVersion !== 'v1') return undefined;
+    const cm = structuredClone(o.object) as ConfigMap & Record<string, unknown>;
+    cm.metadata = { ...(cm.metadata ?? {}), namespace: o.namespace, uid: o.uid };
+    if (cm.data === undefined || cm.data === null) cm.data = {};
+    return cm;
+  }
+
+  /** The Secret as the API would return it: `data` base64, `stringData` merged into it, type Opaque by default. */
+  secret(namespace: string, name: string): Secret | undefined {
+    const o = this.view.get(objectKey('Secret', namespace, name));
+    if (!o || o.apiVersion !== 'v1') return undefined;
+    return normalizeSecret(o);
+  }
+
+  /** Every current problem: unreadable files and documents, and duplicates, by file and line. */
+  problems(): ManifestProblem[] {
+    const all: ManifestProblem[] = [];
+    for (const f of this.files.values()) for (const p of f.problems) all.push({ ...p });
+    for (const p of this.duplicateProblems) all.push({ ...p });
+    return all.sort((a, b) => compareNames(a.file, b.file) || a.line - b.line);
+  }
+
+  /** `listener` is called with the changes of each file event that changed the view; returns an unsubscribe. */
+  subscribe(listener: ChangeListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private recompute(): ObjectChange[] {
+    const next = new Map<string, StoredObject>();
+    const duplicates: ManifestProblem[] = [];
+    for (const file of this.fileNames()) {
+      for (const o of this.files.get(file)!.objects) {
+        const key = objectKey(o.kind, o.namespace, o.name);
+        const winner = next.get(key);
+        if (winner) {
+          duplicates.push({
+            file,
+            line: o.source.line,
+            object: key,
+            reason: `duplicate of ${key} in file ${winner.source.file} (line ${winner.source.line}); ignored`,
+          });
+        } else {
+          next.set(key, o);
+        }
+      }
+    }
+    const changes: ObjectChange[] = [];
+    for (const [key, old] of this.view) {
+      if (!next.has(key)) changes.push({ type: 'deleted', object: structuredClone(old) });
+    }
+    for (const [key, o] of next) {
+      const old = this.view.get(key);
+      if (!old) changes.push({ type: 'added', object: structuredClone(o) });
+      else if (old.uid !== o.uid || old.apiVersion !== o.apiVersion) changes.push({ type: 'modified', object: structuredClone(o) });
+    }
+    this.view = next;
+    this.duplicateProblems = duplicates;
+    if (changes.length > 0) this.emit(changes);
+    return changes;
+  }
+
+  private emit(changes: ObjectChange[]): void {
+    for (const l of [...this.listeners]) {
+      try {
+        l(structuredClone(changes));
+      } catch (err) {
+        // One listener's bug must not hide the change from the others or corrupt the store.
+        this.log.error('manifest change listener failed', { error: errorMessage(err) });
+      }
+    }
+  }
+}
+
+/** Byte order, as the kubelet's sorted directory listing (not the locale's). */
+function compareNames(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}

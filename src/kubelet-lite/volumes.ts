@@ -1,0 +1,411 @@
+/**
+ * The pod's volumes on the host, as the kubelet's volume plugins lay them out
+ * under <pod-dir>/volumes/<plugin>/<name>: emptyDir (a directory or a tmpfs),
+ * hostPath (the host path itself, after its type check), and the projected
+ * kinds (configMap, secret, downwardAPI, projected) written with the atomic
+ * writer so that refresh() updates them in place. Also the pod's managed
+ * /etc/hosts, and teardown.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type {
+  ConfigMapProjection,
+  DownwardAPIVolumeFile,
+  KeyToPath,
+  Pod,
+  SecretProjection,
+  Volume,
+} from 'kubernetes-types/core/v1.js';
+import { errorMessage, isErrno } from '../errors.js';
+import type { Logger } from '../log.js';
+import { MNT_DETACH, mount as libcMount, umount2 } from '../sys/libc.js';
+import { writeAtomic, type Payload } from './atomic-writer.js';
+import { podDomain, podHostname } from './cri-config.js';
+import { configMapData, podFieldValue, resourceContainer, secretData } from './env.js';
+import type { PodContext, VolumeManager } from './model.js';
+import { hostCapacity, quantityValue, resourceFieldValue, type NodeCapacity } from './resources.js';
+
+/** A volume that could not be set up; the worker reports it as FailedMount. */
+export class VolumeSetupError extends Error {
+  constructor(
+    readonly volume: string,
+    reason: string,
+  ) {
+    super(`MountVolume.SetUp failed for volume "${volume}" : ${reason}`);
+    this.name = 'VolumeSetupError';
+  }
+}
+
+export const PLUGIN_DIRS = {
+  emptyDir: 'kubernetes.io~empty-dir',
+  configMap: 'kubernetes.io~configmap',
+  secret: 'kubernetes.io~secret',
+  downwardAPI: 'kubernetes.io~downward-api',
+  projected: 'kubernetes.io~projected',
+} as const;
+
+const DEFAULT_MODE = 0o644;
+const ETC_HOSTS = 'etc-hosts';
+
+export interface HostVolumeManagerOptions {
+  /** The agent's root: pods live in <rootDir>/pods/<uid>. */
+  rootDir: string;
+  /** The host's hosts file, the base of a host-network pod's /etc/hosts. */
+  hostsFile?: string;
+  node?: NodeCapacity;
+  log?: Logger;
+}
+
+type ProjectedKind = 'configMap' | 'secret' | 'downwardAPI' | 'projected';
+
+function projectedKind(v: Volume): ProjectedKind | undefined {
+  if (v.configMap) return 'configMap';
+  if (v.secret) return 'secret';
+  if (v.downwardAPI) return 'downwardAPI';
+  if (v.projected) return 'projected';
+  return undefined;
+}
+
+function checkName(kind: string, name: string): void {
+  if (!name || name === '.' || name === '..' || name.includes('/') || name.includes('\0')) throw new Error(`invalid ${kind} "${name}"`);
+}
+
+// ---------------------------------------------------------------- /etc/hosts
+
+const MANAGED_HEADER = '# Kubernetes-managed hosts file.\n';
+const HOST_NETWORK_HEADER = '# Kubernetes-managed hosts file (host network).\n';
+
+function aliasLines(pod: Pod): string {
+  const aliases = pod.spec?.hostAliases ?? [];
+  if (!aliases.length) return '';
+  let s = '\n# Entries added by HostAliases.\n';
+  for (const a of aliases) s += `${a.ip}\t${(a.hostnames ?? []).join('\t')}\n`;
+  return s;
+}
+
+/** The kubelet's managed hosts file for a pod on its own network. */
+export function managedHostsContent(pod: Pod, podIPs: string[], clusterDomain: string): string {
+  const hostname = podHostname(pod);
+  const domain = podDomain(pod, clusterDomain);
+  let s = MANAGED_HEADER;
+  s += '127.0.0.1\tlocalhost\n';
+  s += '::1\tlocalhost ip6-localhost ip6-loopback\n';
+  s += 'fe00::0\tip6-localnet\n';
+  s += 'fe00::0\tip6-mcastprefix\n';
+  s += 'fe00::1\tip6-allnodes\n';
+  s += 'fe00::2\tip6-allrouters\n';
+  for (const ip of podIPs) s += domain ? `${ip}\t${hostname}.${domain}\t${hostname}\n` : `${ip}\t${hostname}\n`;
+  return s + aliasLines(pod);
+}
+
+/** A host-network pod's hosts file: the host's, with the pod's aliases after it. */
+export function hostNetworkHostsContent(pod: Pod, hostFile: string): string {
+  return HOST_NETWORK_HEADER + hostFile + (hostFile && !hostFile.endsWith('\n') ? '\n' : '') + aliasLines(pod);
+}
+
+// ---------------------------------------------------------------- mounts
+
+function unescapeMountinfo(s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
+}
+
+/** Mount points at or under `dir`, deepest first. */
+export async function mountsUnder(dir: string): Promise<string[]> {
+  const text = await fs.readFile('/proc/self/mountinfo', 'utf8');
+  const out: string[] = [];
+  for (const line of text.split('\n')) {
+    const mp = line.split(' ')[4];
+    if (!mp) continue;
+    const p = unescapeMountinfo(mp);
+    if (p === dir || p.startsWith(dir + '/')) out.push(p);
+  }
+  return out.sort((a, b) => b.length - a.length);
+}
+
+// ---------------------------------------------------------------- the manager
+
+export class HostVolumeManager implements VolumeManager {
+  private readonly node: NodeCapacity;
+  private readonly hostsFile: string;
+  /** One write at a time per volume directory: setUp from the worker and refresh from elsewhere may meet. */
+  private readonly writing = new Map<string, Promise<unknown>>();
+  /** Skipped projected sources already warned about, by pod uid/volume/source. */
+  private readonly warned = new Set<string>();
+
+  constructor(private readonly opts: HostVolumeManagerOptions) {
+    this.node = opts.node ?? hostCapacity();
+    this.hostsFile = opts.hostsFile ?? '/etc/hosts';
+  }
+
+  podDir(uid: string): string {
+    checkName('pod uid', uid);
+    return path.join(this.opts.rootDir, 'pods', uid);
+  }
+
+  async setUp(ctx: PodContext): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    for (const v of ctx.pod.spec?.volumes ?? []) {
+      try {
+        out.set(v.name, await this.setUpOne(ctx, v));
+      } catch (err) {
+        if (err instanceof VolumeSetupError) throw err;
+        throw new VolumeSetupError(v.name, errorMessage(err));
+      }
+    }
+    return out;
+  }
+
+  async refresh(ctx: PodContext): Promise<void> {
+    let first: unknown;
+    for (const v of ctx.pod.spec?.volumes ?? []) {
+      if (!projectedKind(v)) continue;
+      try {
+        await this.setUpOne(ctx, v);
+      } catch (err) {
+        // Keep the others current; the volume that failed keeps its last good contents.
+        first ??= err instanceof VolumeSetupError ? err : new VolumeSetupError(v.name, errorMessage(err));
+      }
+    }
+    if (first) throw first;
+  }
+
+  private volumeDir(ctx: PodContext, plugin: string, name: string): string {
+    checkName('volume name', name);
+    return path.join(ctx.podDir, 'volumes', plugin, name);
+  }
+
+  private async setUpOne(ctx: PodContext, v: Volume): Promise<string> {
+    if (v.emptyDir) return this.emptyDir(ctx, v);
+    if (v.hostPath) {
+      await checkHostPath(v.hostPath.path, v.hostPath.type ?? '');
+      return v.hostPath.path;
+    }
+    const kind = projectedKind(v);
+    if (kind) {
+      const dir = this.volumeDir(ctx, PLUGIN_DIRS[kind], v.name);
+      const payload = this.payload(ctx, v, kind);
+      const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
+      // With an fsGroup the files belong to that group and it may read them, as the kubelet's volume ownership does.
+      if (fsGroup !== undefined) for (const f of payload.values()) f.mode |= 0o440;
+      await this.serially(dir, () => writeAtomic(dir, payload, { gid: fsGroup }));
+      return dir;
+    }
+    const type = Object.keys(v).find((k) => k !== 'name') ?? 'unknown';
+    throw new VolumeSetupError(v.name, `volume type ${type} is not supported by kubelet-lite`);
+  }
+
+  private serially<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.writing.get(key) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const settled = next.catch(() => undefined);
+    this.writing.set(key, settled);
+    void settled.then(() => {
+      if (this.writing.get(key) === settled) this.writing.delete(key);
+    });
+    return next;
+  }
+
+  private async emptyDir(ctx: PodContext, v: Volume): Promise<string> {
+    const dir = this.volumeDir(ctx, PLUGIN_DIRS.emptyDir, v.name);
+    await fs.mkdir(dir, { recursive: true });
+    const medium = v.emptyDir?.medium ?? '';
+    if (medium === 'Memory') {
+      // mountinfo shows resolved paths.
+      const real = await fs.realpath(dir);
+      if (!(await mountsUnder(real)).includes(real)) {
+        const limit = v.emptyDir?.sizeLimit;
+        // No limit: half the node's memory, what tmpfs gives by default, said out loud.
+        const size = limit !== undefined ? quantityValue(limit) : Math.floor(this.node.memoryBytes / 2);
+        libcMount('tmpfs', dir, 'tmpfs', 0, `size=${size},mode=0777`);
+      }
+    } else if (medium !== '') {
+      throw new VolumeSetupError(v.name, `emptyDir medium ${medium} is not supported`);
+    }
+    // Any user the containers run as may write here.
+    await fs.chmod(dir, 0o777);
+    const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
+    if (fsGroup !== undefined) {
+      const st = await fs.lstat(dir);
+      await fs.lchown(dir, st.uid, fsGroup);
+      await fs.chmod(dir, 0o2777);
+    }
+    return dir;
+  }
+
+  private payload(ctx: PodContext, v: Volume, kind: ProjectedKind): Payload {
+    const payload: Payload = new Map();
+    switch (kind) {
+      case 'configMap': {
+        const src = v.configMap!;
+        this.projectConfigMap(ctx, payload, src, src.defaultMode ?? DEFAULT_MODE);
+        break;
+      }
+      case 'secret': {
+        const src = v.secret!;
+        this.projectSecret(ctx, payload, { name: src.secretName, items: src.items, optional: src.optional }, src.defaultMode ?? DEFAULT_MODE);
+        break;
+      }
+      case 'downwardAPI':
+        this.projectDownward(ctx, payload, v.downwardAPI!.items ?? [], v.downwardAPI!.defaultMode ?? DEFAULT_MODE);
+        break;
+      case 'projected': {
+        const mode = v.projected!.defaultMode ?? DEFAULT_MODE;
+        for (const s of v.projected!.sources ?? []) {
+          if (s.configMap) this.projectConfigMap(ctx, payload, s.configMap, mode);
+          else if (s.secret) this.projectSecret(ctx, payload, s.secret, mode);
+          else if (s.downwardAPI) this.projectDownward(ctx, payload, s.downwardAPI.items ?? [], mode);
+          else {
+            const what = Object.keys(s).join(',') || 'empty';
+            // No API server to issue tokens or trust bundles: the rest of the volume still works.
+            const key = `${ctx.uid}/${v.name}/${what}`;
+            if (!this.warned.has(key)) {
+              this.warned.add(key);
+              this.opts.log?.warn('projected volume source skipped', { pod: ctx.pod.metadata?.name, volume: v.name, source: what });
+            }
+          }
+        }
+        break;
+      }
+    }
+    return payload;
+  }
+
+  private project(payload: Payload, what: string, data: Map<string, Buffer>, items: KeyToPath[] | undefined, optional: boolean, mode: number): void {
+    if (!items?.length) {
+      for (const [k, d] of data) payload.set(k, { data: d, mode });
+      return;
+    }
+    for (const it of items) {
+      const d = data.get(it.key);
+      if (!d) {
+        if (optional) continue;
+        throw new Error(what === 'configmap' ? `configmap references non-existent config key: ${it.key}` : `secret references non-existent secret key: ${it.key}`);
+      }
+      payload.set(it.path, { data: d, mode: it.mode ?? mode });
+    }
+  }
+
+  private projectConfigMap(ctx: PodContext, payload: Payload, src: ConfigMapProjection, mode: number): void {
+    const ns = ctx.pod.metadata?.namespace || 'default';
+    const cm = ctx.objects.configMap(ns, src.name ?? '');
+    if (!cm) {
+      if (src.optional) return;
+      throw new Error(`configmap "${src.name}" not found`);
+    }
+    this.project(payload, 'configmap', configMapData(cm), src.items, src.optional ?? false, mode);
+  }
+
+  private projectSecret(ctx: PodContext, payload: Payload, src: SecretProjection & { name?: string }, mode: number): void {
+    const ns = ctx.pod.metadata?.namespace || 'default';
+    const s = ctx.objects.secret(ns, src.name ?? '');
+    if (!s) {
+      if (src.optional) return;
+      throw new Error(`secret "${src.name}" not found`);
+    }
+    this.project(payload, 'secret', secretData(s), src.items, src.optional ?? false, mode);
+  }
+
+  private projectDownward(ctx: PodContext, payload: Payload, items: DownwardAPIVolumeFile[], mode: number): void {
+    for (const it of items) {
+      let value: string;
+      if (it.fieldRef) value = podFieldValue(ctx, it.fieldRef.fieldPath);
+      else if (it.resourceFieldRef) {
+        const c = resourceContainer(ctx.pod, undefined, it.resourceFieldRef.containerName);
+        value = resourceFieldValue(c, it.resourceFieldRef.resource, it.resourceFieldRef.divisor, this.node);
+      } else continue;
+      payload.set(it.path, { data: Buffer.from(value), mode: it.mode ?? mode });
+    }
+  }
+
+  async writeEtcHosts(ctx: PodContext): Promise<string> {
+    const pod = ctx.pod;
+    let content: string;
+    if (pod.spec?.hostNetwork) {
+      content = hostNetworkHostsContent(pod, await fs.readFile(this.hostsFile, 'utf8').catch(() => ''));
+    } else {
+      if (!ctx.podIP) throw new Error(`pod ${pod.metadata?.name}: no pod IP yet for its hosts file`);
+      content = managedHostsContent(pod, [ctx.podIP], ctx.clusterDomain);
+    }
+    await fs.mkdir(ctx.podDir, { recursive: true, mode: 0o750 });
+    const file = path.join(ctx.podDir, ETC_HOSTS);
+    const current = await fs.readFile(file, 'utf8').catch(() => undefined);
+    // Rewritten in place, never replaced: running containers have this inode bind-mounted.
+    if (current !== content) {
+      const fh = await fs.open(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW, 0o644);
+      try {
+        await fh.writeFile(content);
+      } finally {
+        await fh.close();
+      }
+    }
+    return file;
+  }
+
+  async tearDown(uid: string): Promise<void> {
+    const dir = this.podDir(uid);
+    const st = await fs.lstat(dir).catch((err) => {
+      if (isErrno(err, 'ENOENT')) return undefined;
+      throw err;
+    });
+    if (!st) return;
+    if (!st.isDirectory()) {
+      await fs.unlink(dir);
+      return;
+    }
+    // mountinfo shows resolved paths: look for the pod dir as the kernel names it.
+    const real = await fs.realpath(dir);
+    for (const mp of await mountsUnder(real)) {
+      try {
+        umount2(mp);
+      } catch (err) {
+        if (isErrno(err, 'EBUSY')) umount2(mp, MNT_DETACH);
+        else if (!isErrno(err, 'EINVAL') && !isErrno(err, 'ENOENT')) throw err;
+      }
+    }
+    const left = await mountsUnder(real);
+    // Deleting through a mount would delete what it shows: refuse instead.
+    if (left.length) throw new Error(`pod ${uid}: still mounted after unmount: ${left.join(', ')}`);
+    // fs.rm unlinks symlinks, never follows them.
+    await fs.rm(dir, { recursive: true, force: true });
+    for (const k of this.warned) if (k.startsWith(`${uid}/`)) this.warned.delete(k);
+  }
+}
+
+// ---------------------------------------------------------------- hostPath
+
+/** The hostPath plugin's type checks; the *OrCreate types create what is missing. */
+export async function checkHostPath(p: string, type: string): Promise<void> {
+  const stat = () => fs.stat(p).catch((err) => (isErrno(err, 'ENOENT') || isErrno(err, 'ENOTDIR') ? undefined : Promise.reject(err)));
+  const st = await stat();
+  const fail = (what: string) => new Error(`hostPath type check failed: ${p} is not ${what}`);
+  switch (type) {
+    case '':
+      return;
+    case 'DirectoryOrCreate':
+      if (!st) await fs.mkdir(p, { recursive: true, mode: 0o755 });
+      else if (!st.isDirectory()) throw fail('a directory');
+      return;
+    case 'Directory':
+      if (!st?.isDirectory()) throw fail('a directory');
+      return;
+    case 'FileOrCreate':
+      // The parent must exist, as for the kubelet; O_CREAT without O_TRUNC never clobbers what a race put there.
+      if (!st) await (await fs.open(p, fs.constants.O_WRONLY | fs.constants.O_CREAT, 0o644)).close();
+      else if (!st.isFile()) throw fail('a file');
+      return;
+    case 'File':
+      if (!st?.isFile()) throw fail('a file');
+      return;
+    case 'Socket':
+      if (!st?.isSocket()) throw fail('a socket file');
+      return;
+    case 'CharDevice':
+      if (!st?.isCharacterDevice()) throw fail('a character device');
+      return;
+    case 'BlockDevice':
+      if (!st?.isBlockDevice()) throw fail('a block device');
+      return;
+    default:
+      throw new Error(`${type} is an invalid volume type`);
+  }
+}

@@ -1,0 +1,230 @@
+/**
+ * Keeps the ObjectStore in step with the manifest directory: inotify (via
+ * fs.watch) for changes as they happen, a short per-file debounce so an
+ * editor's write-temp-and-rename or a writer's pieces give one reload, and a
+ * full rescan when the watch cannot be trusted (an error, an event without a
+ * file name, the directory removed or replaced) and whenever the agent asks
+ * (its periodic safety net: inotify drops events silently on overflow).
+ * All store updates run one at a time, in the order they were decided.
+ */
+import { watch } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { errorMessage, isErrno } from '../errors.js';
+import { silentLogger, type Logger } from '../log.js';
+import { isManifestName, listManifestFiles, readManifestFile } from './manifests.js';
+import type { ObjectStore } from './store.js';
+
+/** How long a file must be quiet before it is re-read. */
+export const DEFAULT_DEBOUNCE_MS = 75;
+/** A file written without pause is still re-read at least this often. */
+const MAX_WAIT_FACTOR = 10;
+
+/** A watch on one directory: what fs.watch returns, as far as the watcher uses it. */
+export interface DirWatch {
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  close(): void;
+}
+export type WatchFn = (dir: string, onEvent: (event: string, filename: string | null) => void) => DirWatch;
+
+/** inotify through fs.watch; it never keeps the process alive on its own. */
+export const inotifyWatch: WatchFn = (dir, onEvent) =>
+  watch(dir, { persistent: false }, (event, filename) => onEvent(event, filename === null ? null : filename.toString()));
+
+export interface ManifestWatcherOptions {
+  dir: string;
+  store: ObjectStore;
+  debounceMs?: number;
+  log?: Logger;
+  /** How the directory is watched; tests wrap the real one to inject failures. */
+  watch?: WatchFn;
+}
+
+interface Pending {
+  timer: NodeJS.Timeout;
+  first: number;
+}
+
+export class ManifestWatcher {
+  readonly dir: string;
+  private readonly store: ObjectStore;
+  private readonly debounceMs: number;
+  private readonly log: Logger;
+  private readonly watchFn: WatchFn;
+  private watcher: DirWatch | undefined;
+  /** dev:ino of the directory being watched, to notice it being replaced. */
+  private watchedId: string | undefined;
+  private readonly pending = new Map<string, Pending>();
+  private queue: Promise<void> = Promise.resolve();
+  private closed = false;
+
+  constructor(opts: ManifestWatcherOptions) {
+    this.dir = path.resolve(opts.dir);
+    this.store = opts.store;
+    this.debounceMs = opts.debounceMs ?? DEFAULT_DEBOUNCE_MS;
+    this.log = opts.log ?? silentLogger;
+    this.watchFn = opts.watch ?? inotifyWatch;
+  }
+
+  /**
+   * Creates the directory if needed (the agent owns it), starts watching, and
+   * loads everything in it. Rejects if the directory cannot be created or read.
+   */
+  async start(): Promise<void> {
+    await this.rescan();
+  }
+
+  /**
+   * Re-reads the whole directory: files that appeared or changed are loaded,
+   * files that went are removed, and the watch is re-established if the
+   * directory was replaced. Resolves when the store is up to date; rejects
+   * (and logs) if the directory cannot be read, leaving the store as it was.
+   */
+  rescan(): Promise<void> {
+    return this.enqueue(() => this.doRescan());
+  }
+
+  /** Stops watching; pending reloads are dropped. Resolves when nothing of the watcher's runs any more. */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const p of this.pending.values()) clearTimeout(p.timer);
+    this.pending.clear();
+    this.stopWatch();
+    await this.queue;
+  }
+
+  /** Runs `work` after everything queued before it; its failure is logged, and rejects only the returned promise. */
+  private enqueue(work: () => Promise<void>): Promise<void> {
+    const run = this.queue.then(() => (this.closed ? undefined : work()));
+    this.queue = run.catch((err) => {
+      this.log.error('manifest directory update failed', { dir: this.dir, error: errorMessage(err) });
+    });
+    return run;
+  }
+
+  /** For work nobody awaits (timers, watch errors): the queue has logged any failure. */
+  private enqueueDetached(work: () => Promise<void>): void {
+    this.enqueue(work).catch(() => undefined);
+  }
+
+  private async doRescan(): Promise<void> {
+    await this.ensureWatch();
+    let files: string[];
+    try {
+      files = await listManifestFiles(this.dir);
+    } catch (err) {
+      if (!isErrno(err, 'ENOENT')) throw err;
+      files = [];
+    }
+    const present = new Set(files);
+    for (const f of this.store.fileNames()) if (!present.has(f)) this.store.removeFile(f);
+    for (const f of files) await this.loadFile(f);
+  }
+
+  private async loadFile(file: string): Promise<void> {
+    const r = await readManifestFile(file);
+    if (this.closed) return;
+    switch (r.kind) {
+      case 'gone':
+        this.store.removeFile(file);
+        break;
+      case 'skipped':
+        if (r.problem) this.store.replaceFile(file, { objects: [], problems: [r.problem] });
+        else this.store.removeFile(file);
+        break;
+      case 'parsed':
+        this.store.replaceFile(file, r.manifest);
+        break;
+    }
+  }
+
+  /** Makes sure the directory exists and the watch is on the directory that is there now. */
+  private async ensureWatch(): Promise<void> {
+    await fs.mkdir(this.dir, { recursive: true, mode: 0o755 });
+    const st = await fs.stat(this.dir);
+    const id = `${st.dev}:${st.ino}`;
+    if (this.watcher && this.watchedId === id) return;
+    this.stopWatch();
+    if (this.closed) return;
+    let w: DirWatch;
+    try {
+      w = this.watchFn(this.dir, (event, filename) => this.onEvent(event, filename));
+    } catch (err) {
+      // Out of inotify watches (ENOSPC) and the like: the directory is still read, and
+      // the next rescan (the agent's periodic one) tries to watch again.
+      this.log.warn('cannot watch the manifest directory; relying on rescans', { dir: this.dir, error: errorMessage(err) });
+      return;
+    }
+    w.on('error', (err) => {
+      this.log.warn('manifest directory watch failed; rescanning', { dir: this.dir, error: errorMessage(err) });
+      if (this.watcher === w) this.stopWatch();
+      this.enqueueDetached(() => this.doRescan());
+    });
+    this.watcher = w;
+    this.watchedId = id;
+    this.log.debug('watching manifest directory', { dir: this.dir });
+  }
+
+  private stopWatch(): void {
+    const w = this.watcher;
+    this.watcher = undefined;
+    this.watchedId = undefined;
+    if (w) {
+      try {
+        w.close();
+      } catch {
+        // Already closed by the error that brought us here.
+      }
+    }
+  }
+
+  private onEvent(event: string, name: string | null): void {
+    if (this.closed) return;
+    if (name === null || name === '' || name.includes('/')) {
+      // Without a name there is no telling what changed.
+      this.schedule('\0rescan', () => this.doRescan());
+      return;
+    }
+    if (isManifestName(name)) {
+      const file = path.join(this.dir, name);
+      this.schedule(file, () => this.loadFile(file));
+    } else if (name.startsWith('..')) {
+      // A ConfigMap-style atomic update (manifests symlinked through `..data`,
+      // which is swapped): the manifests' own names see no event at all.
+      this.schedule('\0rescan', () => this.doRescan());
+    }
+    // The directory itself moved or was removed (inotify names it by its basename).
+    if (event === 'rename' && name === path.basename(this.dir)) {
+      this.schedule('\0dir', () => this.checkDir());
+    }
+  }
+
+  private async checkDir(): Promise<void> {
+    let id: string | undefined;
+    try {
+      const st = await fs.stat(this.dir);
+      id = `${st.dev}:${st.ino}`;
+    } catch (err) {
+      if (!isErrno(err, 'ENOENT')) throw err;
+    }
+    if (id === undefined || id !== this.watchedId) {
+      this.log.info('manifest directory was removed or replaced; rescanning', { dir: this.dir });
+      this.stopWatch();
+      await this.doRescan();
+    }
+  }
+
+  /** Runs `work` (queued) once `key` has been quiet for the debounce time, or at the latest after the max wait. */
+  private schedule(key: string, work: () => Promise<void>): void {
+    const now = Date.now();
+    const existing = this.pending.get(key);
+    if (existing && now - existing.first >= this.debounceMs * MAX_WAIT_FACTOR) return; // it fires soon anyway
+    if (existing) clearTimeout(existing.timer);
+    const timer = setTimeout(() => {
+      this.pending.delete(key);
+      this.enqueueDetached(work);
+    }, this.debounceMs);
+    timer.unref();
+    this.pending.set(key, { timer, first: existing?.first ?? now });
+  }
+}

@@ -1,0 +1,191 @@
+import { describe, expect, it } from 'vitest';
+import { podTemplate, Sim, stored } from '../helpers/controllers-sim.js';
+
+function job(name: string, spec: Record<string, unknown>, restartPolicy = 'Never') {
+  return stored('Job', name, { spec: { template: podTemplate({ app: name }, 'task:1', restartPolicy), ...spec } });
+}
+
+function conds(sim: Sim, name: string): Array<Record<string, string>> {
+  return (sim.status('Job', name).status.conditions ?? []) as Array<Record<string, string>>;
+}
+
+describe('Job', () => {
+  it('runs completions pods, parallelism at a time, and completes', () => {
+    const sim = new Sim();
+    sim.workloads = [job('calc', { completions: 3, parallelism: 2 })];
+    sim.step();
+    const first = sim.names('calc');
+    expect(first).toHaveLength(2);
+    for (const n of first) expect(n).toMatch(/^calc-[bcdfghjklmnpqrstvwxz2456789]{5}$/);
+    const p = sim.pod(first[0]!);
+    expect(p.metadata!.labels).toMatchObject({ app: 'calc', 'job-name': 'calc', 'batch.kubernetes.io/job-name': 'calc' });
+    expect(p.metadata!.labels!['controller-uid']).toBe(p.metadata!.labels!['batch.kubernetes.io/controller-uid']);
+    expect(p.metadata!.ownerReferences![0]).toMatchObject({ kind: 'Job', name: 'calc', controller: true });
+    expect(p.spec!.restartPolicy).toBe('Never');
+    expect(sim.status('Job', 'calc').status).toMatchObject({ active: 2, succeeded: 0, failed: 0, startTime: '2026-01-01T00:00:00Z' });
+
+    sim.setReady(first[1]!);
+    sim.advance(5000).finish(first[0]!, 'Succeeded').step();
+    expect(sim.names('calc')).toHaveLength(3); // the Succeeded pod stays, one new starts
+    expect(sim.names('calc')).toContain(first[0]);
+    expect(sim.status('Job', 'calc').status).toMatchObject({ active: 2, succeeded: 1, ready: 1 });
+
+    for (const n of sim.names('calc')) if (sim.pod(n).status?.phase !== 'Succeeded') sim.finish(n, 'Succeeded');
+    sim.advance(5000).step();
+    expect(sim.status('Job', 'calc').status).toMatchObject({ active: 0, succeeded: 3, failed: 0, completionTime: '2026-01-01T00:00:10Z' });
+    expect(conds(sim, 'calc')).toEqual([expect.objectContaining({ type: 'Complete', status: 'True' })]);
+    // Finished pods stay in the desired set, unchanged, and nothing new starts.
+    for (let i = 0; i < 3; i++) sim.advance(60_000).step();
+    expect(sim.names('calc')).toHaveLength(3);
+    expect(sim.last.pods.every((p) => p.metadata!.name!.startsWith('calc-'))).toBe(true);
+  });
+
+  it('Never: replaces failed pods after the back-off, and fails with BackoffLimitExceeded past backoffLimit', () => {
+    const sim = new Sim(2);
+    sim.workloads = [job('flaky', { backoffLimit: 1 })];
+    sim.step();
+    const [a] = sim.names('flaky');
+    sim.finish(a!, 'Failed').step();
+    expect(sim.names('flaky')).toEqual([a]); // back-off: 10 s before the next
+    expect(sim.last.requeueAfterMs).toBe(10_000);
+    sim.advance(10_000).step();
+    const b = sim.names('flaky').find((n) => n !== a)!;
+    expect(b).toBeDefined();
+    expect(sim.status('Job', 'flaky').status).toMatchObject({ active: 1, failed: 1 });
+    sim.finish(b, 'Failed').step();
+    expect(sim.status('Job', 'flaky').status).toMatchObject({ active: 0, failed: 2 });
+    expect(conds(sim, 'flaky')).toEqual([expect.objectContaining({ type: 'Failed', reason: 'BackoffLimitExceeded' })]);
+    sim.advance(600_000).step();
+    expect(sim.names('flaky').sort()).toEqual([a, b].sort());
+  });
+
+  it('OnFailure: container restarts count against backoffLimit and the running pod is removed', () => {
+    const sim = new Sim(3);
+    sim.workloads = [job('retry', { backoffLimit: 2 }, 'OnFailure')];
+    sim.step();
+    const [a] = sim.names('retry');
+    sim.restart(a!, 1).step();
+    expect(sim.names('retry')).toEqual([a]);
+    expect(conds(sim, 'retry')).toEqual([]);
+    sim.restart(a!, 1).step();
+    expect(conds(sim, 'retry')).toEqual([expect.objectContaining({ type: 'Failed', reason: 'BackoffLimitExceeded' })]);
+    expect(sim.names('retry')).toEqual([]);
+  });
+
+  it('activeDeadlineSeconds: fails with DeadlineExceeded and removes running pods', () => {
+    const sim = new Sim(4);
+    sim.workloads = [job('slow', { activeDeadlineSeconds: 30, parallelism: 2, completions: 2 })];
+    sim.step();
+    expect(sim.last.requeueAfterMs).toBe(30_000);
+    sim.advance(29_000).step();
+    expect(sim.names('slow')).toHaveLength(2);
+    sim.advance(1000).step();
+    expect(sim.names('slow')).toEqual([]);
+    expect(conds(sim, 'slow')).toEqual([expect.objectContaining({ type: 'Failed', reason: 'DeadlineExceeded', message: 'Job was active longer than specified deadline' })]);
+    expect(sim.status('Job', 'slow').status.completionTime).toBeUndefined();
+  });
+
+  it('ttlSecondsAfterFinished: the pods go after the ttl and the Job is reported deleted', () => {
+    const sim = new Sim(5);
+    sim.workloads = [job('once', { ttlSecondsAfterFinished: 100 })];
+    sim.step();
+    const [a] = sim.names('once');
+    sim.advance(1000).finish(a!, 'Succeeded').step();
+    expect(sim.last.requeueAfterMs).toBe(100_000);
+    sim.advance(99_000).step();
+    expect(sim.names('once')).toEqual([a]);
+    expect(sim.status('Job', 'once').deleted).toBeUndefined();
+    sim.advance(1000).step();
+    expect(sim.names('once')).toEqual([]);
+    const s = sim.status('Job', 'once');
+    expect(s.deleted).toBe(true);
+    expect(s.status).toMatchObject({ succeeded: 1, conditions: [expect.objectContaining({ type: 'Complete' })] });
+    sim.advance(1000).step();
+    expect(sim.names('once')).toEqual([]);
+    expect(sim.status('Job', 'once').deleted).toBe(true);
+  });
+
+  it('work-queue mode (no completions): no new pods once one succeeds; complete when all ended', () => {
+    const sim = new Sim(6);
+    sim.workloads = [job('queue', { parallelism: 3 })];
+    sim.step();
+    const names = sim.names('queue');
+    expect(names).toHaveLength(3);
+    sim.finish(names[0]!, 'Succeeded').step();
+    expect(sim.names('queue')).toHaveLength(3);
+    expect(conds(sim, 'queue')).toEqual([]);
+    sim.finish(names[1]!, 'Succeeded').finish(names[2]!, 'Succeeded').step();
+    expect(conds(sim, 'queue')).toEqual([expect.objectContaining({ type: 'Complete' })]);
+  });
+
+  it('refuses restartPolicy Always with a Failed condition and no pods', () => {
+    const sim = new Sim(7);
+    sim.workloads = [job('bad', {}, 'Always')];
+    sim.step();
+    expect(sim.names('bad')).toEqual([]);
+    expect(conds(sim, 'bad')).toEqual([expect.objectContaining({ type: 'Failed', reason: 'InvalidSpec', message: expect.stringMatching(/restartPolicy OnFailure or Never/) })]);
+    const noPolicy = stored('Job', 'bad2', { spec: { template: podTemplate({}) } });
+    sim.workloads = [noPolicy];
+    sim.step();
+    expect(sim.status('Job', 'bad2').problems.join()).toMatch(/Always \(the default\)/);
+  });
+
+  it('an invalid edit of a running Job keeps its pods and does not restart it', () => {
+    const sim = new Sim(12);
+    sim.workloads = [job('keep', { parallelism: 2, completions: 2 })];
+    sim.step();
+    const names = sim.names('keep');
+    sim.workloads = [stored('Job', 'keep', { spec: { parallelism: 2, completions: 2, template: podTemplate({ app: 'keep' }, 'task:1', 'Always') } })];
+    sim.advance(1000).step();
+    expect(sim.names('keep').sort()).toEqual([...names].sort());
+    const failedAt = conds(sim, 'keep')[0]!.lastTransitionTime;
+    sim.advance(1000).step();
+    expect(conds(sim, 'keep')[0]).toMatchObject({ type: 'Failed', reason: 'InvalidSpec', lastTransitionTime: failedAt });
+    sim.workloads = [job('keep', { parallelism: 2, completions: 2 })];
+    sim.advance(1000).step();
+    expect(sim.names('keep').sort()).toEqual([...names].sort());
+    expect(conds(sim, 'keep')).toEqual([]);
+  });
+
+  it('a changed template starts the Job over under a new controller-uid', () => {
+    const sim = new Sim(8);
+    sim.workloads = [job('re', {})];
+    sim.step();
+    const [a] = sim.names('re');
+    sim.finish(a!, 'Succeeded').step();
+    expect(conds(sim, 're')[0]).toMatchObject({ type: 'Complete' });
+    sim.workloads = [stored('Job', 're', { spec: { template: podTemplate({ app: 're' }, 'task:2', 'Never') } })];
+    sim.step();
+    const now = sim.names('re');
+    expect(now).toHaveLength(1);
+    expect(now[0]).not.toBe(a);
+    expect(sim.status('Job', 're').status).toMatchObject({ active: 1, succeeded: 0 });
+  });
+
+  it('suspend removes running pods and clears startTime; resuming starts again', () => {
+    const sim = new Sim(9);
+    sim.workloads = [job('sus', { parallelism: 2, completions: 4 })];
+    sim.step();
+    expect(sim.names('sus')).toHaveLength(2);
+    sim.workloads = [job('sus', { parallelism: 2, completions: 4, suspend: true })];
+    sim.step();
+    expect(sim.names('sus')).toEqual([]);
+    expect(sim.status('Job', 'sus').status.startTime).toBeUndefined();
+    expect(conds(sim, 'sus')).toEqual([expect.objectContaining({ type: 'Suspended' })]);
+    sim.workloads = [job('sus', { parallelism: 2, completions: 4 })];
+    sim.advance(5000).step();
+    expect(sim.names('sus')).toHaveLength(2);
+    expect(sim.status('Job', 'sus').status.startTime).toBe('2026-01-01T00:00:05Z');
+  });
+
+  it('pods of a Job that is gone are removed', () => {
+    const sim = new Sim(10);
+    sim.workloads = [job('gone', {})];
+    sim.step();
+    expect(sim.names('gone')).toHaveLength(1);
+    sim.workloads = [];
+    sim.step();
+    expect(sim.names('gone')).toEqual([]);
+    expect(sim.state.jobs).toEqual({});
+  });
+});

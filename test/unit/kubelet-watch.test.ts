@@ -1,0 +1,286 @@
+/**
+ * The manifest watcher against a real temporary directory and real inotify:
+ * what the agent sees (store changes) after what a user does with files.
+ */
+import { execFileSync } from 'node:child_process';
+import type { EventEmitter } from 'node:events';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { ObjectChange } from '../../src/kubelet-lite/model.js';
+import { ObjectStore } from '../../src/kubelet-lite/store.js';
+import { DEFAULT_DEBOUNCE_MS, inotifyWatch, ManifestWatcher, type DirWatch, type WatchFn } from '../../src/kubelet-lite/watch.js';
+
+const DEBOUNCE_MS = 50;
+
+const pod = (name: string, image = 'busybox:1.36') =>
+  `apiVersion: v1\nkind: Pod\nmetadata:\n  name: ${name}\nspec:\n  containers:\n  - name: main\n    image: ${image}\n`;
+
+interface Seen {
+  at: number;
+  changes: string[];
+}
+
+describe('ManifestWatcher (real directory, real inotify)', () => {
+  let root: string;
+  let dir: string;
+  let store: ObjectStore;
+  let watcher: ManifestWatcher | undefined;
+  let seen: Seen[];
+
+  beforeEach(async () => {
+    root = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-watch-'));
+    dir = path.join(root, 'manifests');
+    store = new ObjectStore({ nodeName: 'node' });
+    seen = [];
+    store.subscribe((c: ObjectChange[]) => seen.push({ at: performance.now(), changes: c.map((x) => `${x.type} ${x.object.kind}/${x.object.name}`) }));
+  });
+  afterEach(async () => {
+    await watcher?.close();
+    watcher = undefined;
+    await fs.rm(root, { recursive: true, force: true });
+  });
+
+  async function start(): Promise<ManifestWatcher> {
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS });
+    await watcher.start();
+    return watcher;
+  }
+
+  /** Polls until `cond` holds; fails with what was seen if it never does. */
+  async function until(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!cond()) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; seen: ${JSON.stringify(seen.map((s) => s.changes))}`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
+  const flat = () => seen.flatMap((s) => s.changes);
+  /** Long enough for any straggling event to have been debounced and applied. */
+  const quiet = () => new Promise((r) => setTimeout(r, DEBOUNCE_MS * 6));
+
+  it('creates a missing directory at start, then loads a new file, an edit, and a delete', async () => {
+    await start();
+    expect((await fs.stat(dir)).isDirectory()).toBe(true);
+    await fs.writeFile(path.join(dir, 'web.yaml'), pod('web'));
+    await until(() => flat().includes('added Pod/web'), 'added');
+    const uid1 = store.get('Pod', 'default', 'web')!.uid;
+
+    await fs.writeFile(path.join(dir, 'web.yaml'), pod('web', 'busybox:1.37'));
+    await until(() => flat().includes('modified Pod/web'), 'modified');
+    expect(store.get('Pod', 'default', 'web')!.uid).not.toBe(uid1);
+
+    await fs.rm(path.join(dir, 'web.yaml'));
+    await until(() => flat().includes('deleted Pod/web'), 'deleted');
+    await quiet();
+    expect(flat()).toEqual(['added Pod/web', 'modified Pod/web', 'deleted Pod/web']);
+  });
+
+  it('loads what is already there at start, dotfiles and subdirectories aside', async () => {
+    await fs.mkdir(path.join(dir, 'sub'), { recursive: true });
+    await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
+    await fs.writeFile(path.join(dir, '.b.yaml'), pod('b'));
+    await fs.writeFile(path.join(dir, 'sub', 'c.yaml'), pod('c'));
+    await start();
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['a']);
+  });
+
+  it('sees an editor save (write a temp file, rename it over) as one modification', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'web.yaml'), pod('web'));
+    await start();
+    seen.length = 0;
+    const tmp = path.join(dir, '.web.yaml.swp');
+    await fs.writeFile(tmp, pod('web', 'busybox:1.37'));
+    await fs.rename(tmp, path.join(dir, 'web.yaml'));
+    await until(() => flat().length > 0, 'the save');
+    await quiet();
+    expect(flat()).toEqual(['modified Pod/web']);
+  });
+
+  it('removes a file renamed away and loads one renamed in', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'web.yaml'), pod('web'));
+    await fs.writeFile(path.join(root, 'db.yaml'), pod('db'));
+    await start();
+    seen.length = 0;
+    await fs.rename(path.join(dir, 'web.yaml'), path.join(dir, 'web.yaml.disabled'));
+    await fs.rename(path.join(root, 'db.yaml'), path.join(dir, 'db.yaml'));
+    await until(() => flat().includes('deleted Pod/web') && flat().includes('added Pod/db'), 'rename away and in');
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['db']);
+  });
+
+  it('coalesces a file written in pieces into one change with the whole content', async () => {
+    await start();
+    // Every prefix is a valid ConfigMap with different data: without coalescing, each piece would be a change.
+    const f = path.join(dir, 'cm.yaml');
+    const handle = await fs.open(f, 'w');
+    try {
+      await handle.write('apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata:\n');
+      for (let i = 0; i < 10; i++) {
+        await handle.write(`  k${i}: v${i}\n`);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    } finally {
+      await handle.close();
+    }
+    await until(() => flat().length > 0, 'the file');
+    await quiet();
+    expect(flat()).toEqual(['added ConfigMap/cm']);
+    expect(Object.keys(store.configMap('default', 'cm')!.data!)).toHaveLength(10);
+  });
+
+  it('loads all of 200 files dropped in at once, each once', async () => {
+    await start();
+    const t0 = performance.now();
+    await Promise.all(Array.from({ length: 200 }, (_, i) => fs.writeFile(path.join(dir, `p${i}.yaml`), pod(`p${i}`))));
+    await until(() => store.list('Pod').length === 200, 'all 200 pods');
+    const took = performance.now() - t0;
+    await quiet();
+    expect(flat().filter((c) => c.startsWith('added'))).toHaveLength(200);
+    expect(flat()).toHaveLength(200);
+    console.log(`200 manifests written at once were all in the store after ${took.toFixed(0)} ms`);
+  });
+
+  it('follows the directory being removed and created again, and being replaced by another', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
+    await start();
+    await fs.rm(dir, { recursive: true });
+    await until(() => flat().includes('deleted Pod/a'), 'a deleted with the directory');
+    // The agent owns the directory: it comes back, and a file written there is seen.
+    await until(() => store.fileNames().length === 0, 'store empty');
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'b.yaml'), pod('b'));
+    await until(() => flat().includes('added Pod/b'), 'b in the new directory');
+
+    // Replaced wholesale: the old one moved aside, a prepared one moved in.
+    const next = path.join(root, 'next');
+    await fs.mkdir(next);
+    await fs.writeFile(path.join(next, 'c.yaml'), pod('c'));
+    await fs.rename(dir, path.join(root, 'old'));
+    await fs.rename(next, dir);
+    await until(() => flat().includes('deleted Pod/b') && flat().includes('added Pod/c'), 'the replaced directory');
+    // And the watch is on the new directory now.
+    await fs.writeFile(path.join(dir, 'd.yaml'), pod('d'));
+    await until(() => flat().includes('added Pod/d'), 'd in the replacing directory');
+  });
+
+  it('sees manifests symlinked through a swapped ..data directory (a mounted ConfigMap) change', async () => {
+    await fs.mkdir(path.join(dir, '..v1'), { recursive: true });
+    await fs.writeFile(path.join(dir, '..v1', 'web.yaml'), pod('web'));
+    await fs.symlink('..v1', path.join(dir, '..data'));
+    await fs.symlink('..data/web.yaml', path.join(dir, 'web.yaml'));
+    await start();
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['web']);
+    // The AtomicWriter's swap: a new versioned dir, a temp symlink renamed over ..data.
+    await fs.mkdir(path.join(dir, '..v2'));
+    await fs.writeFile(path.join(dir, '..v2', 'web.yaml'), pod('web', 'busybox:1.37'));
+    await fs.symlink('..v2', path.join(dir, '..data_tmp'));
+    await fs.rename(path.join(dir, '..data_tmp'), path.join(dir, '..data'));
+    await until(() => flat().includes('modified Pod/web'), 'the swapped content');
+  });
+
+  it('reports a FIFO dropped in the directory as a problem and keeps working', async () => {
+    await start();
+    execFileSync('mkfifo', [path.join(dir, 'pipe.yaml')]);
+    await until(() => store.problems().some((p) => p.file.endsWith('pipe.yaml')), 'the FIFO problem');
+    await fs.writeFile(path.join(dir, 'web.yaml'), pod('web'));
+    await until(() => flat().includes('added Pod/web'), 'a pod after the FIFO');
+    await watcher!.rescan();
+    expect(store.problems()).toMatchObject([{ reason: 'not a regular file' }]);
+  });
+
+  it('rescan() brings the store up to date on its own (the safety net)', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS });
+    // Not started: no watch, so only a rescan can see these.
+    await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
+    await fs.writeFile(path.join(dir, 'b.yaml'), `${pod('b')}---\nnot: [valid\n`);
+    await watcher.rescan();
+    expect(store.list('Pod').map((o) => o.name).sort()).toEqual(['a', 'b']);
+    expect(store.problems()).toHaveLength(1);
+    await fs.rm(path.join(dir, 'a.yaml'));
+    await watcher.rescan();
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['b']);
+  });
+
+  it('rescans and watches again after a watch error (events lost meanwhile are found)', async () => {
+    let muted = false;
+    const watches: DirWatch[] = [];
+    const wrapped: WatchFn = (d, onEvent) => {
+      const w = inotifyWatch(d, (ev, name) => muted || onEvent(ev, name));
+      watches.push(w);
+      return w;
+    };
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, watch: wrapped });
+    await watcher.start();
+    // Lose the events (as an inotify queue overflow does), then fail the watch.
+    muted = true;
+    await fs.writeFile(path.join(dir, 'lost.yaml'), pod('lost'));
+    await quiet();
+    expect(flat()).toEqual([]);
+    muted = false;
+    (watches[0] as unknown as EventEmitter).emit('error', new Error('inotify gave up'));
+    await until(() => flat().includes('added Pod/lost'), 'the rescan after the error');
+    expect(watches).toHaveLength(2);
+    await fs.writeFile(path.join(dir, 'next.yaml'), pod('next'));
+    await until(() => flat().includes('added Pod/next'), 'events through the new watch');
+  });
+
+  it('still loads the directory when it cannot be watched, and watches on a later rescan', async () => {
+    let calls = 0;
+    const flaky: WatchFn = (d, onEvent) => {
+      if (++calls === 1) throw Object.assign(new Error('ENOSPC: System limit for number of file watchers reached'), { code: 'ENOSPC' });
+      return inotifyWatch(d, onEvent);
+    };
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, watch: flaky });
+    await watcher.start();
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['a']);
+    await watcher.rescan();
+    expect(calls).toBe(2);
+    await fs.writeFile(path.join(dir, 'b.yaml'), pod('b'));
+    await until(() => flat().includes('added Pod/b'), 'b through the watch set up by the rescan');
+  });
+
+  it('rejects start() when the directory cannot be made (a file is in the way), and works once it can', async () => {
+    await fs.writeFile(dir, 'not a directory');
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS });
+    await expect(watcher.start()).rejects.toThrow(/EEXIST|ENOTDIR/);
+    await fs.rm(dir);
+    await fs.mkdir(dir);
+    await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
+    await watcher.rescan();
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['a']);
+  });
+
+  it('stops when closed: nothing is applied after close()', async () => {
+    await start();
+    await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
+    await watcher!.close();
+    await new Promise((r) => setTimeout(r, DEBOUNCE_MS * 4));
+    expect(flat()).toEqual([]);
+  });
+
+  it('measures the latency from a write to the change callback (default debounce)', async () => {
+    watcher = new ManifestWatcher({ dir, store });
+    await watcher.start();
+    const latencies: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      const before = seen.length;
+      const t0 = performance.now();
+      await fs.writeFile(path.join(dir, `p${i}.yaml`), pod(`p${i}`));
+      await until(() => seen.length > before, `p${i}`);
+      latencies.push(seen[before]!.at - t0);
+    }
+    latencies.sort((a, b) => a - b);
+    const median = latencies[latencies.length >> 1]!;
+    const max = latencies[latencies.length - 1]!;
+    console.log(`manifest watch latency over 20 writes (debounce ${DEFAULT_DEBOUNCE_MS} ms): min ${latencies[0]!.toFixed(1)} ms, median ${median.toFixed(1)} ms, max ${max.toFixed(1)} ms`);
+    expect(latencies[0]).toBeGreaterThanOrEqual(DEFAULT_DEBOUNCE_MS - 1);
+    expect(median).toBeLessThan(DEFAULT_DEBOUNCE_MS + 250);
+  });
+});
