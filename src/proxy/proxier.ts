@@ -11,7 +11,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { computeEndpoints, type Endpoint } from './endpoints.js';
-import { Iptables, type CommandRunner } from './iptables.js';
+import { Iptables, jumpInsertLine, type CommandRunner } from './iptables.js';
 import { assemble, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
 import { Allocator, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
 import type { PodSource, ServiceSource } from './sources.js';
@@ -249,7 +249,13 @@ export class Proxier implements ServiceView {
     const active = new Set<string>();
     for (const pr of ports) for (const c of pr.chains) active.add(c);
     const stale = [...this.chainsInKernel].filter((c) => !active.has(c)).sort();
-    const ruleset = assemble({ ports, changed: full ? undefined : changed, stale });
+    // Jumps from the built-in chains: checked on full syncs (someone may have flushed them), added in the same restore.
+    let extra: { filter: string[]; nat: string[] } | undefined;
+    if (full || this.firstSync) {
+      const missing = await this.ipt.missingJumps();
+      extra = { filter: missing.filter((j) => j.table === 'filter').map(jumpInsertLine), nat: missing.filter((j) => j.table === 'nat').map(jumpInsertLine) };
+    }
+    const ruleset = assemble({ ports, changed: full ? undefined : changed, stale, extra });
 
     const removed = [...this.applied.keys()].some((k) => !next.has(k));
     if (!full && changed.size === 0 && stale.length === 0 && !removed && !this.firstSync) {
@@ -257,7 +263,6 @@ export class Proxier implements ServiceView {
       return { full, rulesWritten: 0, bytes: 0 };
     }
     await this.ipt.restore(ruleset.text);
-    if (full || this.firstSync) await this.ipt.ensureJumps();
 
     const previous = this.applied;
     this.applied = next;

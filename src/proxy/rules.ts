@@ -219,6 +219,8 @@ export interface AssembleInput {
   changed?: Set<string>;
   /** Service chains that exist but are no longer wanted: flushed and deleted. */
   stale: string[];
+  /** Rules to add to built-in chains (the jumps into ours that are missing), per table. */
+  extra?: { filter: string[]; nat: string[] };
 }
 
 export interface Ruleset {
@@ -266,6 +268,8 @@ export function assemble(input: AssembleInput): Ruleset {
     natChains.push(`:${c} - [0:0]`);
     natRules.push(`-X ${c}`);
   }
-  const text = [...filter, ...filterRules, 'COMMIT', '*nat', ...declarationOrder(natChains), ...natRules, 'COMMIT', ''].join('\n');
-  return { text, rulesWritten: filterRules.length + natRules.length - input.stale.length };
+  const extraFilter = input.extra?.filter ?? [];
+  const extraNat = input.extra?.nat ?? [];
+  const text = [...filter, ...filterRules, ...extraFilter, 'COMMIT', '*nat', ...declarationOrder(natChains), ...natRules, ...extraNat, 'COMMIT', ''].join('\n');
+  return { text, rulesWritten: filterRules.length + natRules.length + extraFilter.length + extraNat.length - input.stale.length };
 }
