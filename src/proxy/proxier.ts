@@ -255,7 +255,8 @@ export class Proxier implements ServiceView {
       const missing = await this.ipt.missingJumps();
       extra = { filter: missing.filter((j) => j.table === 'filter').map(jumpInsertLine), nat: missing.filter((j) => j.table === 'nat').map(jumpInsertLine) };
     }
-    const ruleset = assemble({ ports, changed: full ? undefined : changed, stale, extra });
+    const previousRules = full || this.firstSync ? undefined : new Map([...this.applied].map(([k, a]) => [k, a.rules]));
+    const ruleset = assemble({ ports, previous: previousRules, changed, stale, extra });
 
     const removed = [...this.applied.keys()].some((k) => !next.has(k));
     if (!full && changed.size === 0 && stale.length === 0 && !removed && !this.firstSync) {

@@ -110,16 +110,27 @@ describe('rendered rules (golden)', () => {
     expect(pr.filter).toEqual([]);
   });
 
-  it('a partial sync writes the top-level chains whole and only the changed ports\' own chains; stale chains are deleted', () => {
+  it('a partial sync edits the top-level chains rule by rule and writes only the changed ports\' own chains; stale chains are deleted', () => {
     const a = renderPort(port(), eps('10.88.0.2'), opts);
-    const b = renderPort(port({ key: 'ns1/api:http', name: 'api', clusterIP: '10.96.0.11' }), eps('10.88.0.7'), opts);
-    const text = assemble({ ports: [a, b], changed: new Set(['ns1/api:http']), stale: ['KUBE-SEP-AAAAAAAAAAAAAAAA'] }).text;
+    const b = renderPort(port({ key: 'ns1/api:http', name: 'api', clusterIP: '10.96.0.11', nodePort: 30090 }), eps('10.88.0.7'), opts);
+    const gone = renderPort(port({ key: 'ns1/old:http', name: 'old', clusterIP: '10.96.0.12' }), eps('10.88.0.9'), opts);
+    const empty = renderPort(port({ key: 'ns1/empty:http', name: 'empty', clusterIP: '10.96.0.13' }), [], opts);
+    const previous = new Map([a, gone, empty].map((p) => [p.key, p]));
+    const emptyNow = renderPort(port({ key: 'ns1/empty:http', name: 'empty', clusterIP: '10.96.0.13' }), eps('10.88.0.4'), opts);
+    const text = assemble({ ports: [b, emptyNow, a], previous, changed: new Set([b.key, emptyNow.key]), stale: [...gone.chains] }).text;
     golden('partial', text);
-    for (const c of a.chains) expect(text).not.toContain(`:${c} `);
+    // Top-level chains are not declared (that would flush them).
+    expect(text).not.toMatch(/^:KUBE-(SERVICES|NODEPORTS|POSTROUTING|MARK-MASQ|EXTERNAL-SERVICES|FORWARD) /m);
+    // The unchanged port is not mentioned at all.
+    expect(text).not.toContain('ns1/web:http');
     for (const c of b.chains) expect(text).toContain(`:${c} - [0:0]`);
-    expect(text).toContain('"ns1/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j KUBE-SVC-');
-    expect(text).toContain(':KUBE-SEP-AAAAAAAAAAAAAAAA - [0:0]\n');
-    expect(text).toContain('-X KUBE-SEP-AAAAAAAAAAAAAAAA\n');
+    expect(text).toContain('-I KUBE-SERVICES 1 -m comment --comment "ns1/api:http cluster IP" -m tcp -p tcp -d 10.96.0.11 --dport 80 -j KUBE-SVC-');
+    expect(text).toContain('-A KUBE-NODEPORTS -m comment --comment ns1/api:http -m tcp -p tcp --dport 30090 -j KUBE-EXT-');
+    expect(text).toContain('-D KUBE-SERVICES -m comment --comment "ns1/old:http cluster IP" -m tcp -p tcp -d 10.96.0.12 --dport 80 -j KUBE-SVC-');
+    expect(text).toContain('-D KUBE-SERVICES -m comment --comment "ns1/empty:http has no endpoints" -m tcp -p tcp -d 10.96.0.13 --dport 80 -j REJECT');
+    // Deletions come before the chains they referenced are removed.
+    const lines = text.split('\n');
+    for (const c of gone.chains) expect(lines.indexOf(`-X ${c}`)).toBeGreaterThan(lines.findIndex((l) => l.startsWith('-D KUBE-SERVICES') && l.includes('ns1/old')));
   });
 });
 
@@ -179,7 +190,8 @@ describe('Proxier syncs', () => {
     expect(t2).toContain(`:${svcChain(port())} - [0:0]`);
     expect(t2).not.toMatch(/:KUBE-SVC-\S+ - \[0:0\]\n(?![\s\S]*ns1\/web)/);
     expect(t2).not.toContain('-> 10.88.0.7');
-    expect(t2).toContain('-A KUBE-SERVICES -m comment --comment "ns1/api:dns cluster IP"');
+    // web's cluster IP rule did not change: the dispatch chain is left alone.
+    expect(t2).not.toContain('KUBE-SERVICES');
 
     // Nothing changed: no restore at all.
     await proxier.syncNow();
@@ -191,7 +203,8 @@ describe('Proxier syncs', () => {
     const t4 = rec.restores()[2]!;
     const apiSep = sepChain(port({ key: 'ns1/api:dns', protocol: 'UDP', port: 53, targetPort: 53, clusterIP: '10.96.0.11' }), { ip: '10.88.0.7', port: 53, pod: 'ns1/a1', local: true });
     expect(t4).toContain(`-X ${apiSep}`);
-    expect(t4).toContain('"ns1/api:dns has no endpoints"');
+    expect(t4).toContain('-A KUBE-SERVICES -m comment --comment "ns1/api:dns has no endpoints"');
+    expect(t4).toContain('-D KUBE-SERVICES -m comment --comment "ns1/api:dns cluster IP"');
     const ct = rec.calls.filter((c) => c.argv[0] === 'conntrack').map((c) => c.argv.join(' '));
     expect(ct).toContain('conntrack -D -p udp --orig-dst 10.96.0.11 --dst-nat 10.88.0.7');
   });
@@ -221,7 +234,7 @@ describe('Proxier syncs', () => {
     services.set(serviceObject('ns1', 'nomatch', { selector: { app: 'nothing' }, ports: [{ port: 80 }] }));
     await proxier.syncNow();
     const text = rec.restores()[1]!;
-    expect(text).toContain('"ns1/web:http cluster IP"');
+    expect(text).not.toContain('ns1/web'); // untouched by its neighbours' problems
     expect(text).toContain('"ns1/nomatch has no endpoints"');
     expect(proxier.problems()).toEqual([
       { service: 'ns1/np', reason: 'port 80: nodePort 80 is not in 30000-32767' },
