@@ -92,9 +92,9 @@ export function selectedPods(svc: ServiceInfo, pods: Pod[] | PodIndex): Pod[] {
 }
 
 /** Endpoints per service port key (`ns/name:port`), sorted by address. */
-export function computeEndpoints(services: ServiceInfo[], pods: Pod[]): Map<string, Endpoint[]> {
+export function computeEndpoints(services: ServiceInfo[], pods: Pod[] | PodIndex): Map<string, Endpoint[]> {
   const out = new Map<string, Endpoint[]>();
-  const index = new PodIndex(pods);
+  const index = pods instanceof PodIndex || services.length === 1 ? pods : new PodIndex(pods);
   for (const svc of services) {
     const selected = selectedPods(svc, index);
     for (const sp of svc.ports) {

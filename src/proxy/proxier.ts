@@ -10,7 +10,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
-import { computeEndpoints, type Endpoint } from './endpoints.js';
+import { computeEndpoints, PodIndex, selectorMatches, type Endpoint } from './endpoints.js';
 import { Iptables, jumpInsertLine, type CommandRunner } from './iptables.js';
 import { assemble, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
 import { Allocator, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
@@ -77,6 +77,8 @@ export interface ServiceView {
 }
 
 interface Applied {
+  /** The Service object this came from (parsed Services are cached by content, so identity means unchanged). */
+  service: ServiceInfo;
   fingerprint: string;
   rules: PortRules;
   port: ServiceInfo['ports'][number];
@@ -106,6 +108,11 @@ export class Proxier implements ServiceView {
   private lastStart = -Infinity;
   private stopped = true;
   private unsubscribe: Array<() => void> = [];
+  private readonly unsubscribeTracking: Array<() => void>;
+  private servicesDirty = true;
+  private problemsNow: ServiceProblem[] = [];
+  /** The pod objects the last sync saw: pod sources replace a pod's object when it changes. */
+  private podsSeen = new Set<Pod>();
   /** Resolvers of waitForSync() calls. */
   private waiters: Array<() => void> = [];
 
@@ -116,6 +123,8 @@ export class Proxier implements ServiceView {
     this.minSyncMs = opts.minSyncMs ?? 1000;
     this.syncPeriodMs = opts.syncPeriodMs ?? 30_000;
     this.now = opts.now ?? (() => performance.now());
+    // Change tracking (kube-proxy's change trackers): what changed decides how much of a sync is recomputed.
+    this.unsubscribeTracking = [opts.services.onChange(() => (this.servicesDirty = true))];
   }
 
   /** Starts watching the sources and syncing (the first sync runs at once). */
@@ -136,6 +145,7 @@ export class Proxier implements ServiceView {
     clearTimeout(this.timer);
     clearInterval(this.periodic);
     for (const u of this.unsubscribe) u();
+    for (const u of this.unsubscribeTracking) u();
     this.unsubscribe = [];
     await this.serial.catch(() => {});
   }
@@ -215,17 +225,37 @@ export class Proxier implements ServiceView {
 
   private async syncOnce(full: boolean): Promise<Omit<SyncResult, 'ms'>> {
     const t0 = performance.now();
-    const { services, problems } = this.allocator.resolve(this.opts.services.list());
-    this.reportProblems(problems);
+    let services = this.lastServices;
+    if (full || this.servicesDirty || this.firstSync) {
+      this.servicesDirty = false;
+      const r = this.allocator.resolve(this.opts.services.list());
+      services = r.services;
+      this.problemsNow = r.problems;
+    }
+    this.reportProblems(this.problemsNow);
     const pods = this.opts.pods.list();
+    // Which Services can the pod changes since the last sync touch? (all of them in a full sync)
+    const touched = this.touchedByPods(pods, services, full || this.firstSync);
     this.lastServices = services;
     this.lastPods = pods;
-    const endpoints = computeEndpoints(services, pods);
 
     const next = new Map<string, Applied>();
     const changed = new Set<string>();
     const ports: PortRules[] = [];
+    let index: PodIndex | undefined;
     for (const svc of services) {
+      const first = this.applied.get(svc.ports[0]?.key ?? '');
+      if (touched && first && first.service === svc && !touched.has(`${svc.namespace}/${svc.name}`)) {
+        // Neither the Service nor any pod it could select changed: keep what was applied.
+        for (const sp of svc.ports) {
+          const a = this.applied.get(sp.key)!;
+          next.set(sp.key, a);
+          ports.push(a.rules);
+        }
+        continue;
+      }
+      index ??= touched && touched.size < 64 ? undefined : new PodIndex(pods);
+      const endpoints = computeEndpoints([svc], index ?? pods);
       for (const sp of svc.ports) {
         const eps = endpoints.get(sp.key) ?? [];
         const fingerprint = JSON.stringify([sp, eps.map((e) => [e.ip, e.port, e.local])]);
@@ -237,7 +267,7 @@ export class Proxier implements ServiceView {
           rules = renderPort(sp, eps, { podCidr: this.opts.podCidr });
           changed.add(sp.key);
         }
-        next.set(sp.key, { fingerprint, rules, port: sp, endpoints: eps });
+        next.set(sp.key, { service: svc, fingerprint, rules, port: sp, endpoints: eps });
         ports.push(rules);
       }
     }
@@ -246,9 +276,27 @@ export class Proxier implements ServiceView {
       // Chains left by an earlier run: known only from the kernel.
       for (const c of await this.ipt.chains('nat')) if (SERVICE_CHAIN_RE.test(c)) this.chainsInKernel.add(c);
     }
-    const active = new Set<string>();
-    for (const pr of ports) for (const c of pr.chains) active.add(c);
-    const stale = [...this.chainsInKernel].filter((c) => !active.has(c)).sort();
+    const isFull = full || this.firstSync;
+    const removedKeys = [...this.applied.keys()].filter((k) => !next.has(k));
+    // Stale chains: in a full sync, every service chain we know of that is not wanted; in a
+    // partial one, the chains of changed or removed ports that their new rules no longer have
+    // (a chain name hashes its port's name, so no other port can want it).
+    let stale: string[];
+    let active: Set<string> | undefined;
+    if (isFull) {
+      active = new Set<string>();
+      for (const pr of ports) for (const c of pr.chains) active.add(c);
+      stale = [...this.chainsInKernel].filter((c) => !active!.has(c)).sort();
+    } else {
+      const gone = new Set<string>();
+      for (const key of [...changed, ...removedKeys]) {
+        const old = this.applied.get(key);
+        if (!old) continue;
+        const now = new Set(next.get(key)?.rules.chains ?? []);
+        for (const c of old.rules.chains) if (!now.has(c)) gone.add(c);
+      }
+      stale = [...gone].sort();
+    }
     // Jumps from the built-in chains: checked on full syncs (someone may have flushed them), added in the same restore.
     let extra: { filter: string[]; nat: string[] } | undefined;
     if (full || this.firstSync) {
@@ -258,8 +306,7 @@ export class Proxier implements ServiceView {
     const previousRules = full || this.firstSync ? undefined : new Map([...this.applied].map(([k, a]) => [k, a.rules]));
     const ruleset = assemble({ ports, previous: previousRules, changed, stale, extra });
 
-    const removed = [...this.applied.keys()].some((k) => !next.has(k));
-    if (!full && changed.size === 0 && stale.length === 0 && !removed && !this.firstSync) {
+    if (!isFull && changed.size === 0 && stale.length === 0 && removedKeys.length === 0) {
       // Nothing of ours changed: the top-level chains are already right.
       return { full, rulesWritten: 0, bytes: 0 };
     }
@@ -267,7 +314,12 @@ export class Proxier implements ServiceView {
 
     const previous = this.applied;
     this.applied = next;
-    this.chainsInKernel = active;
+    if (active) {
+      this.chainsInKernel = active;
+    } else {
+      for (const c of stale) this.chainsInKernel.delete(c);
+      for (const key of changed) for (const c of next.get(key)?.rules.chains ?? []) this.chainsInKernel.add(c);
+    }
     this.firstSync = false;
     this.needFull = false;
     this.opts.metrics?.observeSync((performance.now() - t0) / 1000, full, ruleset.rulesWritten);
@@ -308,6 +360,34 @@ export class Proxier implements ServiceView {
         this.opts.log.warn('could not clear stale UDP conntrack entries', { ...job, error: errorMessage(err) });
       }
     }
+  }
+
+  /**
+   * Services that pods added, removed or changed since the last sync may
+   * select (by their labels before or after), as namespace/name. Pod sources
+   * replace a pod's object when it changes, so identity tells.
+   */
+  private touchedByPods(pods: Pod[], services: ServiceInfo[], all: boolean): Set<string> | undefined {
+    const now = new Set(pods);
+    const changedPods: Pod[] = [];
+    if (!all) {
+      for (const p of pods) if (!this.podsSeen.has(p)) changedPods.push(p);
+      for (const p of this.podsSeen) if (!now.has(p)) changedPods.push(p);
+    }
+    this.podsSeen = now;
+    if (all) return undefined;
+    const touched = new Set<string>();
+    if (changedPods.length === 0) return touched;
+    for (const svc of services) {
+      if (!svc.selector) continue;
+      for (const p of changedPods) {
+        if ((p.metadata?.namespace ?? 'default') === svc.namespace && selectorMatches(svc.selector, p.metadata?.labels)) {
+          touched.add(`${svc.namespace}/${svc.name}`);
+          break;
+        }
+      }
+    }
+    return touched;
   }
 
   private reportProblems(problems: ServiceProblem[]): void {

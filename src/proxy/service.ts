@@ -197,6 +197,7 @@ export class Allocator {
   private readonly ipOwners = new Map<string, string>(); // ip -> service key
   private readonly nodePorts = new Map<string, number>(); // port key/protocol -> nodePort
   private readonly nodePortOwners = new Map<string, string>(); // nodePort/protocol -> port key
+  private parsed = new Map<string, Parsed | string>();
   readonly cidr: Cidr;
 
   constructor(serviceCidr: string) {
@@ -213,24 +214,35 @@ export class Allocator {
   resolve(objects: StoredObject[]): { services: ServiceInfo[]; problems: ServiceProblem[] } {
     const problems: ServiceProblem[] = [];
     const parsed: Parsed[] = [];
+    const cache = new Map<string, Parsed | string>();
     for (const obj of objects) {
       if (obj.kind !== 'Service') continue;
-      const r = parseService(obj);
+      // An object's uid changes with its content: unchanged Services are not parsed again.
+      const ck = `${obj.namespace}/${obj.name}\0${obj.uid}`;
+      const r = this.parsed.get(ck) ?? parseService(obj);
+      cache.set(ck, r);
       if (typeof r === 'string') problems.push({ service: `${obj.namespace}/${obj.name}`, reason: r });
       else parsed.push(r);
     }
+    this.parsed = cache;
     const live = new Set(parsed.map((p) => `${p.info.namespace}/${p.info.name}`));
     this.release(live, parsed);
-    const holders = (p: Parsed) => (this.ips.has(`${p.info.namespace}/${p.info.name}`) ? 0 : 1);
-    parsed.sort((a, b) => holders(a) - holders(b) || (a.wantIP ? 0 : 1) - (b.wantIP ? 0 : 1) || keyOf(a).localeCompare(keyOf(b)));
+    // Holders first, then those asking for a specific address, then by name.
+    const order = parsed.map((p) => {
+      const key = keyOf(p);
+      return { p, key: `${this.ips.has(key) ? 0 : 1}${p.wantIP ? 0 : 1}${key}` };
+    });
+    order.sort((a, b) => byteCompare(a.key, b.key));
+    parsed.length = 0;
+    for (const o of order) parsed.push(o.p);
     const services: ServiceInfo[] = [];
     for (const p of parsed) {
       const problem = this.allocate(p);
       if (problem) problems.push({ service: keyOf(p), reason: problem });
       else services.push(p.info);
     }
-    services.sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`));
-    problems.sort((a, b) => a.service.localeCompare(b.service));
+    services.sort((a, b) => byteCompare(a.namespace, b.namespace) || byteCompare(a.name, b.name));
+    problems.sort((a, b) => byteCompare(a.service, b.service));
     return { services, problems };
   }
 
@@ -345,5 +357,8 @@ export class Allocator {
     return undefined;
   }
 }
+
+/** Plain code-unit order: localeCompare costs tens of milliseconds over 10,000 names. */
+export const byteCompare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
 const keyOf = (p: Parsed) => `${p.info.namespace}/${p.info.name}`;
