@@ -81,15 +81,26 @@ export async function benchProxy(sizes = [1000, 5000, 10000]): Promise<void> {
       const floor = restoreFloor(rec.last());
       process.stdout.write(`  ${String(n).padStart(6)} services: full sync ${fmt(full.ms)}  floor ${fmt(floor)}  ratio ${(full.ms / floor).toFixed(2)}  (${lines} lines)\n`);
       if (n === sizes[sizes.length - 1]) {
-        services.set(serviceObject('bench', 'added', { selector: { app: 'added' }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
-        for (let j = 0; j < 3; j++) pods.set(pod(`added-${j}`, { ns: 'bench', labels: { app: 'added' }, ip: `10.127.0.${j + 1}` }));
-        const add = await proxier.syncNow();
-        pods.delete({ metadata: { namespace: 'bench', name: 'p-7-1' } } as Pod);
-        const del = await proxier.syncNow();
+        // Partial syncs, five of each: add a Service (3 endpoints), then remove one endpoint of an old one.
+        const adds: number[] = [];
+        const dels: number[] = [];
+        let rules = [0, 0];
+        for (let r = 0; r < 5; r++) {
+          services.set(serviceObject('bench', `added-${r}`, { selector: { app: `added-${r}` }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
+          for (let j = 0; j < 3; j++) pods.set(pod(`added-${r}-${j}`, { ns: 'bench', labels: { app: `added-${r}` }, ip: `10.127.${r}.${j + 1}` }));
+          const add = await proxier.syncNow();
+          pods.delete({ metadata: { namespace: 'bench', name: `p-${7 + r}-1` } } as Pod);
+          const del = await proxier.syncNow();
+          if (add.full || del.full) throw new Error('a partial sync was full');
+          adds.push(add.ms);
+          dels.push(del.ms);
+          rules = [add.rulesWritten, del.rulesWritten];
+        }
         const again = await proxier.syncNow(true);
         const rss = process.memoryUsage().rss / 2 ** 20;
-        process.stdout.write(`  at ${n}: one Service added ${fmt(add.ms)} (partial: ${!add.full}, ${add.rulesWritten} rules)\n`);
-        process.stdout.write(`  at ${n}: one endpoint removed ${fmt(del.ms)} (partial: ${!del.full}, ${del.rulesWritten} rules)\n`);
+        const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+        process.stdout.write(`  at ${n}: one Service added: median ${fmt(med(adds))}, min ${fmt(Math.min(...adds))} (${rules[0]} rules)\n`);
+        process.stdout.write(`  at ${n}: one endpoint removed: median ${fmt(med(dels))}, min ${fmt(Math.min(...dels))} (${rules[1]} rules)\n`);
         process.stdout.write(`  at ${n}: full resync over existing rules ${fmt(again.ms)}\n`);
         process.stdout.write(`  RSS with ${n} services: ${rss.toFixed(0)} MiB\n`);
       }

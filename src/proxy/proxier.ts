@@ -158,6 +158,11 @@ export class Proxier implements ServiceView {
     return this.lastPods;
   }
 
+  /** What the last successful sync programmed, per service port key (for debugging and tests). */
+  programmed(): Map<string, PortRules> {
+    return new Map([...this.applied].map(([k, a]) => [k, a.rules]));
+  }
+
   problems(): ServiceProblem[] {
     return [...this.lastProblems].map(([service, reason]) => ({ service, reason }));
   }
@@ -243,6 +248,7 @@ export class Proxier implements ServiceView {
     const changed = new Set<string>();
     const ports: PortRules[] = [];
     let index: PodIndex | undefined;
+    let recomputed = 0;
     for (const svc of services) {
       const first = this.applied.get(svc.ports[0]?.key ?? '');
       if (touched && first && first.service === svc && !touched.has(`${svc.namespace}/${svc.name}`)) {
@@ -254,7 +260,8 @@ export class Proxier implements ServiceView {
         }
         continue;
       }
-      index ??= touched && touched.size < 64 ? undefined : new PodIndex(pods);
+      // A few Services scan the pod list; more than that pay for an index once.
+      if (!index && (!touched || ++recomputed > 16)) index = new PodIndex(pods);
       const endpoints = computeEndpoints([svc], index ?? pods);
       for (const sp of svc.ports) {
         const eps = endpoints.get(sp.key) ?? [];

@@ -10,6 +10,7 @@ import type { ServicePortInfo } from '../../src/proxy/service.js';
 import { MemoryPodSource, MemoryServiceSource } from '../../src/proxy/sources.js';
 import { silentLogger } from '../../src/log.js';
 import { pod, serviceObject } from '../helpers/proxy-fixtures.js';
+import { prng } from '../helpers/prng.js';
 
 const goldenDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'golden/proxy');
 
@@ -241,5 +242,49 @@ describe('Proxier syncs', () => {
       { service: 'ns1/outside', reason: 'clusterIP 192.168.0.1 is not in the service CIDR 10.96.0.0/12' },
       { service: 'ns1/thief', reason: 'clusterIP 10.96.0.10 is already taken by ns1/web' },
     ]);
+  });
+});
+
+describe('incremental syncs', () => {
+  it('after any sequence of Service and pod changes, partial syncs leave what a fresh full sync computes', async () => {
+    const rand = prng(20261130);
+    const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)]!;
+    const { services, pods, proxier } = setup();
+    const apps = ['a', 'b', 'c', 'd'];
+    const names = Array.from({ length: 12 }, (_, i) => `p${i}`);
+    const objects = new Map<string, ReturnType<typeof serviceObject>>();
+    const norm = (m: Map<string, unknown>) => JSON.stringify([...m].sort(([a], [b]) => (a < b ? -1 : 1)));
+    let programmedSome = false;
+    for (let step = 0; step < 300; step++) {
+      const r = rand();
+      if (r < 0.25) {
+        const app = pick(apps);
+        const o = serviceObject('ns1', `svc-${app}`, {
+          selector: { app },
+          type: rand() < 0.3 ? 'NodePort' : 'ClusterIP',
+          sessionAffinity: rand() < 0.2 ? 'ClientIP' : 'None',
+          ports: [{ name: 'http', port: 80, targetPort: rand() < 0.5 ? 'web' : 8080, protocol: rand() < 0.3 ? 'UDP' : 'TCP' }],
+        });
+        services.set(o);
+        objects.set(o.name, o);
+      } else if (r < 0.3) {
+        services.delete('ns1', `svc-${pick(apps)}`);
+      } else if (r < 0.8) {
+        const name = pick(names);
+        pods.set(pod(name, { ns: pick(['ns1', 'ns1', 'ns2']), labels: { app: pick(apps) }, ip: `10.88.0.${names.indexOf(name) + 2}`, ready: rand() < 0.8, ports: [{ name: 'web', containerPort: 9000 }] }));
+      } else {
+        pods.delete(pod(pick(names), { ns: 'ns1' }));
+      }
+      if (rand() < 0.5) {
+        await proxier.syncNow();
+        const fresh = setup();
+        for (const o of services.list()) fresh.services.set(o);
+        for (const p of pods.list()) fresh.pods.set(p);
+        await fresh.proxier.syncNow();
+        expect(norm(proxier.programmed()), `step ${step}`).toBe(norm(fresh.proxier.programmed()));
+        programmedSome ||= proxier.programmed().size > 0;
+      }
+    }
+    expect(programmedSome).toBe(true);
   });
 });
