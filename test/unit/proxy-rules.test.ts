@@ -288,3 +288,48 @@ describe('incremental syncs', () => {
     expect(programmedSome).toBe(true);
   });
 });
+
+describe('the sync runner', () => {
+  it('syncs on change at most every minSync, fully every syncPeriod, and retries a failed restore as a full sync', async () => {
+    const services = new MemoryServiceSource();
+    const pods = new MemoryPodSource();
+    const rec = recorder();
+    const proxier = new Proxier({ services, pods, podCidr: '10.88.0.0/16', run: rec.run, log: silentLogger, minSyncMs: 300, syncPeriodMs: 1500 });
+    services.set(web);
+    proxier.start();
+    try {
+      await waitUntil(() => rec.restores().length === 1);
+      const t0 = Date.now();
+      // A burst of changes right after a sync: one more sync, no sooner than minSync after the last.
+      for (let i = 0; i < 10; i++) pods.set(pod(`w${i}`, { ns: 'ns1', ip: `10.88.0.${i + 2}` }));
+      await waitUntil(() => rec.restores().length === 2);
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(200);
+      await new Promise((r) => setTimeout(r, 400));
+      expect(rec.restores()).toHaveLength(2);
+      expect(rec.restores()[1]).not.toContain(':KUBE-SERVICES - [0:0]'); // partial
+
+      // A failing restore is logged and retried, and the retry is a full sync.
+      rec.setFail(true);
+      pods.delete(pod('w0', { ns: 'ns1' }));
+      await waitUntil(() => rec.restores().length === 3);
+      rec.setFail(false);
+      await waitUntil(() => rec.restores().length === 4);
+      expect(rec.restores()[3]).toContain(':KUBE-SERVICES - [0:0]');
+
+      // Nothing changes: the periodic full sync still comes.
+      const n = rec.restores().length;
+      await waitUntil(() => rec.restores().length > n, 3000);
+      expect(rec.restores()[n]).toContain(':KUBE-SERVICES - [0:0]');
+    } finally {
+      await proxier.stop();
+    }
+  });
+});
+
+async function waitUntil(cond: () => boolean, ms = 3000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
