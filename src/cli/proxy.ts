@@ -12,7 +12,7 @@ import { DnsServer, parseResolvConf } from '../proxy/dns.js';
 import { processRunner } from '../proxy/iptables.js';
 import { cleanupRules, Proxier, registerProxyMetrics } from '../proxy/proxier.js';
 import { intToIp, parseCidr } from '../proxy/service.js';
-import { HttpPodSource, type ServiceSource } from '../proxy/sources.js';
+import { HttpPodSource, storeServiceSource, type ServiceSource } from '../proxy/sources.js';
 import { parseDuration } from './main.js';
 
 export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables rules in kube-proxy's layout, and service DNS):
@@ -39,12 +39,7 @@ function manifestServices(dir: string, log: Logger): { source: ServiceSource; st
   const watcher = new ManifestWatcher({ dir, store, log });
   let rescan: NodeJS.Timeout | undefined;
   return {
-    source: {
-      list: () => store.list('Service'),
-      onChange: (listener) => store.subscribe((changes) => {
-        if (changes.some((c) => c.object.kind === 'Service')) listener();
-      }),
-    },
+    source: storeServiceSource(store),
     async start() {
       await watcher.start();
       rescan = setInterval(() => void watcher.rescan(), 60_000);

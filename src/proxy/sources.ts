@@ -211,6 +211,23 @@ export class HttpPodSource extends PodCache {
   }
 }
 
+/** What the proxy needs of kubelet-lite's ObjectStore (src/kubelet-lite/store.ts). */
+export interface ObjectStoreLike {
+  list(kind?: string): StoredObject[];
+  subscribe(listener: (changes: Array<{ object: StoredObject }>) => void): () => void;
+}
+
+/** Services from kubelet-lite's manifest store: standalone, or shared with the agent in `skiff node`. */
+export function storeServiceSource(store: ObjectStoreLike): ServiceSource {
+  return {
+    list: () => store.list('Service'),
+    onChange: (listener) =>
+      store.subscribe((changes) => {
+        if (changes.some((c) => c.object.kind === 'Service')) listener();
+      }),
+  };
+}
+
 /** Services held in memory: for tests, and for callers that feed objects themselves. */
 export class MemoryServiceSource implements ServiceSource {
   private readonly items = new Map<string, StoredObject>();
