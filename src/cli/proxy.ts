@@ -23,7 +23,8 @@ export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables rules i
   --pod-cidr CIDR          the pod network; traffic to a cluster IP from outside it is
                            masqueraded (default 10.88.0.0/16)
   --min-sync-period D      at most one sync per D, e.g. 1s, 500ms (default 1s)
-  --sync-period D          a full sync at least every D (default 30s)
+  --sync-period D          a full sync every D, or rarer if full syncs take over a fifth
+                           of it (default 30s)
   --dns-address IP         where service DNS listens, UDP and TCP (default the pod network's
                            gateway, the first address of --pod-cidr; "" for no DNS)
   --dns-port PORT          its port (default 53)
