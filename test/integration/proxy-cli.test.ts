@@ -28,6 +28,7 @@ r.resolve4(process.env.NAME).then((a) => process.stdout.write(JSON.stringify(a))
 
 describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
   const ns = new TestNetns();
+  const client = new TestNetns();
   let dir = '';
   let proxy: ChildProcess | undefined;
   let kubelet: http.Server;
@@ -50,6 +51,16 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
   beforeAll(async () => {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-proxy-cli-'));
     ns.create();
+    client.create();
+    // The pod network: a bridge whose address (the first of --pod-cidr) is where DNS listens by default.
+    const ip = (...a: string[]) => spawnSync('ip', a, { encoding: 'utf8' });
+    ip('-n', ns.name, 'link', 'add', 'br0', 'type', 'bridge');
+    ip('-n', ns.name, 'addr', 'add', '10.244.0.1/24', 'dev', 'br0');
+    ip('-n', ns.name, 'link', 'set', 'br0', 'up');
+    ip('-n', ns.name, 'link', 'add', 'vc0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', client.name);
+    ip('-n', ns.name, 'link', 'set', 'vc0', 'master', 'br0', 'up');
+    ip('-n', client.name, 'addr', 'add', '10.244.0.13/24', 'dev', 'eth0');
+    ip('-n', client.name, 'link', 'set', 'eth0', 'up');
     before = save();
     kubelet = http.createServer((req, res) => {
       if (req.url !== '/pods?watch=true') return void res.writeHead(404).end();
@@ -63,7 +74,8 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
     await fs.mkdir(path.join(dir, 'manifests'));
     await fs.writeFile(
       path.join(dir, 'manifests', 'web.yaml'),
-      'apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: demo}\nspec:\n  clusterIP: 10.96.0.20\n  selector: {app: web}\n  ports: [{name: http, port: 80, targetPort: 8080}]\n',
+      'apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: demo}\nspec:\n  clusterIP: 10.96.0.20\n  selector: {app: web}\n  ports: [{name: http, port: 80, targetPort: 8080}]\n' +
+        '---\napiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: demo}\nspec:\n  clusterIP: None\n  selector: {app: web}\n  ports: [{name: pg, port: 5432}]\n',
     );
     dnsPort = 10053;
     proxy = spawn(
@@ -81,8 +93,6 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
         '10.244.0.0/24',
         '--min-sync-period',
         '100ms',
-        '--dns-address',
-        '127.0.0.1',
         '--dns-port',
         String(dnsPort),
         '--metrics-address',
@@ -103,21 +113,30 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
       kubelet?.closeAllConnections();
       kubelet ? kubelet.close(() => r()) : r();
     });
+    await client.destroy();
     await ns.destroy();
     await fs.rm(dir, { recursive: true, force: true });
   });
 
-  it('programs a Service from the manifest directory with the pods from the watch, and answers its name', async () => {
+  it('programs a Service from the manifest directory with the pods from the watch, and a pod resolves its name', async () => {
     await waitFor('the Service\'s rules', async () => inNs(['iptables-save', '-t', 'nat']).stdout.includes('--to-destination 10.244.0.11:8080'), 20_000).catch((err) => {
       throw new Error(`${err}\n${logs}`);
     });
     const nat = inNs(['iptables-save', '-t', 'nat']).stdout;
     expect(nat).toContain('-A KUBE-SERVICES -d 10.96.0.20/32 -p tcp -m comment --comment "demo/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-');
-    const r = spawnSync('nsenter', [`--net=${ns.path}`, process.execPath, '-e', RESOLVE], {
-      encoding: 'utf8',
-      env: { ...process.env, SERVER: `127.0.0.1:${dnsPort}`, NAME: 'web.demo.svc.cluster.local' },
+    // From a pod, at the pod network's gateway (the default --dns-address); headless too.
+    const resolve = (name: string) =>
+      JSON.parse(
+        spawnSync('nsenter', [`--net=${client.path}`, process.execPath, '-e', RESOLVE], {
+          encoding: 'utf8',
+          env: { ...process.env, SERVER: `10.244.0.1:${dnsPort}`, NAME: name },
+        }).stdout,
+      ) as unknown;
+    await waitFor('service DNS', async () => JSON.stringify(resolve('web.demo.svc.cluster.local')) === '["10.96.0.20"]', 20_000).catch((err) => {
+      throw new Error(`${err}\n${logs}`);
     });
-    expect(JSON.parse(r.stdout)).toEqual(['10.96.0.20']);
+    expect(resolve('db.demo.svc.cluster.local')).toEqual(['10.244.0.11']);
+    expect(resolve('nope.demo.svc.cluster.local')).toBe('ENOTFOUND');
   });
 
   it('follows the watch and the directory: an unready pod and a removed manifest take the rules away', async () => {
