@@ -12,7 +12,7 @@ import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { computeEndpoints, PodIndex, selectorMatches, type Endpoint } from './endpoints.js';
 import { Iptables, jumpInsertLine, type CommandRunner } from './iptables.js';
-import { assemble, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
+import { assemble, assembleFullSplit, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
 import { Allocator, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
 import type { PodSource, ServiceSource } from './sources.js';
 
@@ -56,6 +56,8 @@ export interface ProxierOptions {
   podCidr: string;
   minSyncMs?: number;
   syncPeriodMs?: number;
+  /** Full syncs of more service ports than this are applied in several restores (see assembleFullSplit). Default 500. */
+  portsPerRestore?: number;
   run: CommandRunner;
   log: Logger;
   metrics?: ProxyMetrics;
@@ -68,6 +70,8 @@ export interface SyncResult {
   rulesWritten: number;
   /** Bytes of iptables-restore input. */
   bytes: number;
+  /** iptables-restore runs: one, except for full syncs of many service ports. */
+  restores?: number;
 }
 
 /** What DNS needs: Services as last resolved, and the pods. */
@@ -90,6 +94,7 @@ export class Proxier implements ServiceView {
   private readonly ipt: Iptables;
   private readonly minSyncMs: number;
   private readonly syncPeriodMs: number;
+  private readonly portsPerRestore: number;
   private readonly now: () => number;
   /** What the last successful sync programmed, per service port key. */
   private applied = new Map<string, Applied>();
@@ -124,6 +129,7 @@ export class Proxier implements ServiceView {
     this.ipt = new Iptables(opts.run);
     this.minSyncMs = opts.minSyncMs ?? 1000;
     this.syncPeriodMs = opts.syncPeriodMs ?? 30_000;
+    this.portsPerRestore = opts.portsPerRestore ?? 500;
     this.now = opts.now ?? (() => performance.now());
     // Change tracking (kube-proxy's change trackers): what changed decides how much of a sync is recomputed.
     this.unsubscribeTracking = [opts.services.onChange(() => (this.servicesDirty = true))];
@@ -316,13 +322,22 @@ export class Proxier implements ServiceView {
       extra = { filter: missing.filter((j) => j.table === 'filter').map(jumpInsertLine), nat: missing.filter((j) => j.table === 'nat').map(jumpInsertLine) };
     }
     const previousRules = full || this.firstSync ? undefined : new Map([...this.applied].map(([k, a]) => [k, a.rules]));
-    const ruleset = assemble({ ports, previous: previousRules, changed, stale, extra });
+    const restores = previousRules
+      ? [assemble({ ports, previous: previousRules, changed, stale, extra })]
+      : assembleFullSplit({ ports, stale, extra }, this.portsPerRestore);
 
     if (!isFull && changed.size === 0 && stale.length === 0 && removedKeys.length === 0) {
       // Nothing of ours changed: the top-level chains are already right.
       return { full, rulesWritten: 0, bytes: 0 };
     }
-    await this.ipt.restore(ruleset.text);
+    try {
+      for (const r of restores) await this.ipt.restore(r.text);
+    } catch (err) {
+      // A split full sync may have stopped half-way: learn the chains from the kernel again.
+      if (restores.length > 1) this.firstSync = true;
+      throw err;
+    }
+    const ruleset = { rulesWritten: restores.reduce((n, r) => n + r.rulesWritten, 0), bytes: restores.reduce((n, r) => n + r.text.length, 0) };
 
     const previous = this.applied;
     this.applied = next;
@@ -341,7 +356,7 @@ export class Proxier implements ServiceView {
     this.opts.metrics?.observeSync((performance.now() - t0) / 1000, full, ruleset.rulesWritten);
     this.opts.log.debug('proxy rules synced', { full, services: services.length, changed: changed.size, stale: stale.length, rules: ruleset.rulesWritten, ms: Math.round(performance.now() - t0) });
     await this.clearStaleUdp(previous, next);
-    return { full, rulesWritten: ruleset.rulesWritten, bytes: ruleset.text.length };
+    return { full, rulesWritten: ruleset.rulesWritten, bytes: ruleset.bytes, restores: restores.length };
   }
 
   /**

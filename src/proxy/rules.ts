@@ -251,7 +251,45 @@ export function assemble(input: AssembleInput): Ruleset {
   return input.previous ? assemblePartial(input, input.previous) : assembleFull(input);
 }
 
-function assembleFull(input: AssembleInput): Ruleset {
+function marking(): string[] {
+  return [
+    `-A KUBE-POSTROUTING -m mark ! --mark ${MASQ_MARK}/${MASQ_MARK} -j RETURN`,
+    `-A KUBE-POSTROUTING -j MARK --xor-mark ${MASQ_MARK}`,
+    `-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`,
+    `-A KUBE-MARK-MASQ -j MARK --or-mark ${MASQ_MARK}`,
+  ];
+}
+
+/**
+ * A full sync as several restores when there are many service ports.
+ * iptables-nft 1.8.9 finds a chain by walking its name-sorted chain cache
+ * from the front, so each rule costs as much as the number of chains in the
+ * cache that sort before its own: a 10,000-Service full restore (40,000
+ * chains) spends ~50 s in that walk. The cache holds only the chains a
+ * restore names, so writing the ports' own chains `portsPerRestore` at a time
+ * and then the top-level chains whole keeps every walk short. Each restore is
+ * atomic and each leaves a working ruleset: the marking chains come first,
+ * then complete per-port chains (new ones unreferenced until the last
+ * restore, existing ones replaced whole), and last the dispatch chains and
+ * the deletion of stale chains.
+ */
+export function assembleFullSplit(input: Omit<AssembleInput, 'previous' | 'changed'>, portsPerRestore: number): Ruleset[] {
+  if (input.ports.length <= portsPerRestore) return [assembleFull(input)];
+  const out: Ruleset[] = [];
+  const mark = marking();
+  out.push({ text: ['*nat', ':KUBE-MARK-MASQ - [0:0]', ':KUBE-POSTROUTING - [0:0]', ...mark, 'COMMIT', ''].join('\n'), rulesWritten: mark.length });
+  for (let i = 0; i < input.ports.length; i += portsPerRestore) {
+    const slice = input.ports.slice(i, i + portsPerRestore);
+    const decl = declarationOrder(slice.flatMap((p) => p.chains.map((c) => `:${c} - [0:0]`)));
+    const rules = slice.flatMap((p) => p.chainRules);
+    if (decl.length === 0) continue;
+    out.push({ text: ['*nat', ...decl, ...rules, 'COMMIT', ''].join('\n'), rulesWritten: rules.length });
+  }
+  out.push(assembleFull(input, false));
+  return out;
+}
+
+function assembleFull(input: AssembleInput, ownChains = true): Ruleset {
   const filter: string[] = ['*filter'];
   for (const c of FILTER_CHAINS) filter.push(`:${c} - [0:0]`);
   const filterRules: string[] = [];
@@ -264,18 +302,15 @@ function assembleFull(input: AssembleInput): Ruleset {
 
   const natChains: string[] = [];
   for (const c of NAT_CHAINS) natChains.push(`:${c} - [0:0]`);
-  const natRules: string[] = [
-    `-A KUBE-POSTROUTING -m mark ! --mark ${MASQ_MARK}/${MASQ_MARK} -j RETURN`,
-    `-A KUBE-POSTROUTING -j MARK --xor-mark ${MASQ_MARK}`,
-    `-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`,
-    `-A KUBE-MARK-MASQ -j MARK --or-mark ${MASQ_MARK}`,
-  ];
+  const natRules: string[] = marking();
   for (const pr of input.ports) for (const r of pr.natServices) natRules.push(r);
   natRules.push(NODEPORTS_JUMP);
   for (const pr of input.ports) for (const r of pr.natNodePorts) natRules.push(r);
-  for (const pr of input.ports) {
-    for (const c of pr.chains) natChains.push(`:${c} - [0:0]`);
-    for (const r of pr.chainRules) natRules.push(r);
+  if (ownChains) {
+    for (const pr of input.ports) {
+      for (const c of pr.chains) natChains.push(`:${c} - [0:0]`);
+      for (const r of pr.chainRules) natRules.push(r);
+    }
   }
   return finish(filter, filterRules, natChains, natRules, input);
 }

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import type { Endpoint } from '../../src/proxy/endpoints.js';
 import type { CommandRunner } from '../../src/proxy/iptables.js';
 import { Proxier } from '../../src/proxy/proxier.js';
-import { assemble, chainHash, renderPort, sepChain, svcChain } from '../../src/proxy/rules.js';
+import { assemble, assembleFullSplit, chainHash, renderPort, sepChain, svcChain } from '../../src/proxy/rules.js';
 import type { ServicePortInfo } from '../../src/proxy/service.js';
 import { MemoryPodSource, MemoryServiceSource } from '../../src/proxy/sources.js';
 import { silentLogger } from '../../src/log.js';
@@ -102,6 +102,22 @@ describe('rendered rules (golden)', () => {
     const decls = assemble({ ports: many, stale: [] }).text.split('*nat')[1]!.split('\n').filter((l) => l.startsWith(':'));
     expect(decls.length).toBe(4 + 50 * 3);
     expect(decls).toEqual([...decls].sort().reverse());
+  });
+
+  it('a full sync of many ports splits into restores that together write what one restore would', () => {
+    const ports = Array.from({ length: 5 }, (_, i) => renderPort(port({ key: `ns1/s${i}:http`, clusterIP: `10.96.1.${i + 1}` }), i === 3 ? [] : eps('10.88.0.2'), opts));
+    const one = assemble({ ports, stale: ['KUBE-SEP-AAAAAAAAAAAAAAAA'] }).text;
+    const split = assembleFullSplit({ ports, stale: ['KUBE-SEP-AAAAAAAAAAAAAAAA'] }, 2);
+    expect(split).toHaveLength(1 + 3 + 1);
+    expect(assembleFullSplit({ ports, stale: [] }, 5)).toHaveLength(1);
+    // The marking chains first (per-port chains jump to KUBE-MARK-MASQ), the dispatch and the deletions last.
+    expect(split[0]!.text).toContain('-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000');
+    expect(split[4]!.text).toContain(':KUBE-SERVICES - [0:0]');
+    expect(split[4]!.text).toContain('-X KUBE-SEP-AAAAAAAAAAAAAAAA');
+    for (const r of split.slice(1, 4)) expect(r.text).not.toMatch(/KUBE-SERVICES|KUBE-NODEPORTS|-X /);
+    const lines = (t: string) => t.split('\n').filter((l) => l && l !== 'COMMIT' && !l.startsWith('*'));
+    const union = new Set(split.flatMap((r) => lines(r.text)));
+    expect([...union].sort()).toEqual([...new Set(lines(one))].sort());
   });
 
   it('a headless Service makes no rules', () => {
