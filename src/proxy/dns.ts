@@ -87,6 +87,35 @@ interface Found {
   srv: Array<{ port: number; target: string; ips: string[] }>;
 }
 
+/** Per-snapshot lookups, so a query costs a map lookup, not a walk over 10,000 Services or 30,000 pods. */
+const serviceMaps = new WeakMap<ServiceInfo[], { byName: Map<string, ServiceInfo>; namespaces: Set<string> }>();
+const podIndexes = new WeakMap<Pod[], { index: PodIndex; byIP: Map<string, Pod[]> }>();
+
+function servicesOf(view: DnsView) {
+  const list = view.services();
+  let m = serviceMaps.get(list);
+  if (!m) {
+    m = { byName: new Map(list.map((s) => [`${s.namespace}/${s.name}`, s])), namespaces: new Set(list.map((s) => s.namespace)) };
+    serviceMaps.set(list, m);
+  }
+  return m;
+}
+
+function podsOf(view: DnsView) {
+  const list = view.pods();
+  let m = podIndexes.get(list);
+  if (!m) {
+    const byIP = new Map<string, Pod[]>();
+    for (const p of list) {
+      const ip = podAddress(p);
+      if (ip) byIP.set(ip, [...(byIP.get(ip) ?? []), p]);
+    }
+    m = { index: new PodIndex(list), byIP };
+    podIndexes.set(list, m);
+  }
+  return m;
+}
+
 function lookup(labels: string[], view: DnsView, zone: string): Found | undefined {
   // Structure-only names (the zone, "svc", "<ns>.svc", "pod") exist, with no records.
   if (labels.length === 0 || (labels.length === 1 && (labels[0] === 'svc' || labels[0] === 'pod'))) return { a: [], srv: [] };
@@ -94,22 +123,22 @@ function lookup(labels: string[], view: DnsView, zone: string): Found | undefine
   if (kind === 'pod' && labels.length === 3) {
     const [ipDashed, ns] = labels as [string, string];
     const ip = ipDashed.replace(/-/g, '.');
-    const exists = view.pods().some((p) => (p.metadata?.namespace ?? 'default') === ns && podAddress(p) === ip && !p.spec?.hostNetwork);
+    const exists = (podsOf(view).byIP.get(ip) ?? []).some((p) => (p.metadata?.namespace ?? 'default') === ns && !p.spec?.hostNetwork);
     return exists ? { a: [ip], srv: [] } : undefined;
   }
   if (kind !== 'svc') return undefined;
   if (labels.length === 2) {
     const ns = labels[0];
-    return view.services().some((s) => s.namespace === ns) ? { a: [], srv: [] } : undefined;
+    return servicesOf(view).namespaces.has(ns!) ? { a: [], srv: [] } : undefined;
   }
   const svcLabelIndex = labels.length - 3;
   if (svcLabelIndex < 0) return undefined;
   const svcName = labels[svcLabelIndex]!;
   const ns = labels[svcLabelIndex + 1]!;
-  const svc = view.services().find((s) => s.namespace === ns && s.name === svcName);
+  const svc = servicesOf(view).byName.get(`${ns}/${svcName}`);
   if (!svc) return undefined;
   const svcFqdn = `${svcName}.${ns}.svc.${zone}`;
-  const serving = svc.headless ? selectedPods(svc, new PodIndex(view.pods())) : [];
+  const serving = svc.headless ? selectedPods(svc, podsOf(view).index) : [];
   const podIPs = serving.map((p) => podAddress(p)!).filter(Boolean);
   const prefix = labels.slice(0, svcLabelIndex);
   if (prefix.length === 0) {
