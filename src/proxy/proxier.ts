@@ -56,8 +56,9 @@ export interface ProxierOptions {
   podCidr: string;
   minSyncMs?: number;
   syncPeriodMs?: number;
-  /** Full syncs of more service ports than this are applied in several restores (see assembleFullSplit). Default 500. */
+  /** Full syncs of more than `splitAbove` service ports (default 2000) are applied in several restores of `portsPerRestore` ports (default 500; see assembleFullSplit). */
   portsPerRestore?: number;
+  splitAbove?: number;
   run: CommandRunner;
   log: Logger;
   metrics?: ProxyMetrics;
@@ -95,6 +96,7 @@ export class Proxier implements ServiceView {
   private readonly minSyncMs: number;
   private readonly syncPeriodMs: number;
   private readonly portsPerRestore: number;
+  private readonly splitAbove: number;
   private readonly now: () => number;
   /** What the last successful sync programmed, per service port key. */
   private applied = new Map<string, Applied>();
@@ -130,6 +132,7 @@ export class Proxier implements ServiceView {
     this.minSyncMs = opts.minSyncMs ?? 1000;
     this.syncPeriodMs = opts.syncPeriodMs ?? 30_000;
     this.portsPerRestore = opts.portsPerRestore ?? 500;
+    this.splitAbove = opts.splitAbove ?? Math.max(2000, this.portsPerRestore);
     this.now = opts.now ?? (() => performance.now());
     // Change tracking (kube-proxy's change trackers): what changed decides how much of a sync is recomputed.
     this.unsubscribeTracking = [opts.services.onChange(() => (this.servicesDirty = true))];
@@ -324,7 +327,7 @@ export class Proxier implements ServiceView {
     const previousRules = full || this.firstSync ? undefined : new Map([...this.applied].map(([k, a]) => [k, a.rules]));
     const restores = previousRules
       ? [assemble({ ports, previous: previousRules, changed, stale, extra })]
-      : assembleFullSplit({ ports, stale, extra }, this.portsPerRestore);
+      : assembleFullSplit({ ports, stale, extra }, this.portsPerRestore, this.splitAbove);
 
     if (!isFull && changed.size === 0 && stale.length === 0 && removedKeys.length === 0) {
       // Nothing of ours changed: the top-level chains are already right.

@@ -266,15 +266,16 @@ function marking(): string[] {
  * from the front, so each rule costs as much as the number of chains in the
  * cache that sort before its own: a 10,000-Service full restore (40,000
  * chains) spends ~50 s in that walk. The cache holds only the chains a
- * restore names, so writing the ports' own chains `portsPerRestore` at a time
+ * restore names, so above `splitAbove` ports, writing the ports' own chains `portsPerRestore` at a time
  * and then the top-level chains whole keeps every walk short. Each restore is
  * atomic and each leaves a working ruleset: the marking chains come first,
  * then complete per-port chains (new ones unreferenced until the last
  * restore, existing ones replaced whole), and last the dispatch chains and
  * the deletion of stale chains.
  */
-export function assembleFullSplit(input: Omit<AssembleInput, 'previous' | 'changed'>, portsPerRestore: number): Ruleset[] {
-  if (input.ports.length <= portsPerRestore) return [assembleFull(input)];
+export function assembleFullSplit(input: Omit<AssembleInput, 'previous' | 'changed'>, portsPerRestore: number, splitAbove = portsPerRestore): Ruleset[] {
+  // Below a few thousand ports the walk costs less than the extra iptables-restore runs.
+  if (input.ports.length <= splitAbove) return [assembleFull(input)];
   const out: Ruleset[] = [];
   const mark = marking();
   out.push({ text: ['*nat', ':KUBE-MARK-MASQ - [0:0]', ':KUBE-POSTROUTING - [0:0]', ...mark, 'COMMIT', ''].join('\n'), rulesWritten: mark.length });

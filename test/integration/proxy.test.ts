@@ -147,6 +147,7 @@ describe.skipIf(!isRoot || !haveTools)('service proxy with real iptables', () =>
       podCidr: '10.244.0.0/24',
       // Full syncs split into several restores, as at scale.
       portsPerRestore: 2,
+      splitAbove: 2,
       run: processRunner(['nsenter', `--net=${node.path}`]),
       log: silentLogger,
     });
