@@ -72,12 +72,16 @@ export class Iptables {
    * whole nat table costs seconds at 10,000 Services.
    */
   async missingJumps(jumps: Jump[] = JUMPS): Promise<Jump[]> {
-    const lines: string[] = (await this.save('filter')).split('\n');
-    for (const chain of new Set(jumps.filter((j) => j.table === 'nat').map((j) => j.chain))) {
-      const r = await this.run(['iptables', '-w', '5', '-t', 'nat', '-S', chain]);
-      if (r.code !== 0) throw new SkiffError('Internal', `iptables -t nat -S ${chain} failed: ${firstLines(r.stderr)}`);
-      lines.push(...r.stdout.split('\n'));
-    }
+    const natChains = [...new Set(jumps.filter((j) => j.table === 'nat').map((j) => j.chain))];
+    const [filter, ...nat] = await Promise.all([
+      this.save('filter'),
+      ...natChains.map(async (chain) => {
+        const r = await this.run(['iptables', '-w', '5', '-t', 'nat', '-S', chain]);
+        if (r.code !== 0) throw new SkiffError('Internal', `iptables -t nat -S ${chain} failed: ${firstLines(r.stderr)}`);
+        return r.stdout;
+      }),
+    ]);
+    const lines = [filter, ...nat].join('\n').split('\n');
     return jumps.filter((j) => !lines.some((l) => jumpMatches(l, j)));
   }
 

@@ -293,10 +293,13 @@ export class Proxier implements ServiceView {
       }
     }
 
-    if (this.firstSync) {
-      // Chains left by an earlier run: known only from the kernel.
-      for (const c of await this.ipt.chains('nat')) if (SERVICE_CHAIN_RE.test(c)) this.chainsInKernel.add(c);
-    }
+    // Chains left by an earlier run are known only from the kernel; the jumps from the built-in chains are
+    // checked on full syncs (someone may have flushed them) and added in the same restore.
+    const [kernelChains, missing] = await Promise.all([
+      this.firstSync ? this.ipt.chains('nat') : Promise.resolve([]),
+      full || this.firstSync ? this.ipt.missingJumps() : Promise.resolve(undefined),
+    ]);
+    for (const c of kernelChains) if (SERVICE_CHAIN_RE.test(c)) this.chainsInKernel.add(c);
     const isFull = full || this.firstSync;
     const removedKeys = [...this.applied.keys()].filter((k) => !next.has(k));
     // Stale chains: in a full sync, every service chain we know of that is not wanted; in a
@@ -318,12 +321,10 @@ export class Proxier implements ServiceView {
       }
       stale = [...gone].sort();
     }
-    // Jumps from the built-in chains: checked on full syncs (someone may have flushed them), added in the same restore.
-    let extra: { filter: string[]; nat: string[] } | undefined;
-    if (full || this.firstSync) {
-      const missing = await this.ipt.missingJumps();
-      extra = { filter: missing.filter((j) => j.table === 'filter').map(jumpInsertLine), nat: missing.filter((j) => j.table === 'nat').map(jumpInsertLine) };
-    }
+    const extra = missing && {
+      filter: missing.filter((j) => j.table === 'filter').map(jumpInsertLine),
+      nat: missing.filter((j) => j.table === 'nat').map(jumpInsertLine),
+    };
     const previousRules = full || this.firstSync ? undefined : new Map([...this.applied].map(([k, a]) => [k, a.rules]));
     const restores = previousRules
       ? [assemble({ ports, previous: previousRules, changed, stale, extra })]

@@ -44,7 +44,8 @@ export const JUMPS: Jump[] = [
 
 /** 16 characters of base32(sha256(s)), as kube-proxy names its chains (iptables allows 28). */
 export function chainHash(s: string): string {
-  return base32(createHash('sha256').update(s).digest()).slice(0, 16);
+  // 16 base32 characters are exactly the first 10 bytes of the digest.
+  return base32(createHash('sha256').update(s).digest().subarray(0, 10));
 }
 
 const B32 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
@@ -106,9 +107,16 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
   const externalLocal = externallyAccessible && sp.externalLocal;
   const usesCluster = hasEndpoints && (!sp.internalLocal || externallyAccessible);
   const usesLocal = localEps.length > 0 && (sp.internalLocal || externalLocal);
-  const svc = svcChain(sp);
-  const svl = svlChain(sp);
-  const ext = extChain(sp);
+  const h = chainHash(sp.key + proto(sp));
+  const svc = `KUBE-SVC-${h}`;
+  const svl = `KUBE-SVL-${h}`;
+  const ext = `KUBE-EXT-${h}`;
+  const seps = new Map<Endpoint, string>();
+  const sepOf = (ep: Endpoint) => {
+    let c = seps.get(ep);
+    if (!c) seps.set(ep, (c = sepChain(sp, ep)));
+    return c;
+  };
   const internalChain = sp.internalLocal ? svl : svc;
   const hasInternal = hasEndpoints && (!sp.internalLocal || localEps.length > 0);
   const externalPolicyChain = externalLocal ? svl : svc;
@@ -166,13 +174,13 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
     }
     if (hasExternal) rules.push(`-A ${ext} -j ${externalPolicyChain}`);
   }
-  if (usesCluster) writeBalancing(rules, sp, svc, clusterEps);
-  if (usesLocal) writeBalancing(rules, sp, svl, localEps);
+  if (usesCluster) writeBalancing(rules, sp, svc, clusterEps, sepOf);
+  if (usesLocal) writeBalancing(rules, sp, svl, localEps, sepOf);
 
   // One chain per endpoint reachable from here: cluster endpoints are a superset of local ones.
   const reachable = usesCluster ? clusterEps : usesLocal ? localEps : [];
   for (const ep of reachable) {
-    const sep = sepChain(sp, ep);
+    const sep = sepOf(ep);
     declare(sep);
     // A pod reaching itself through the Service (hairpin) must be masqueraded, or it would answer itself.
     rules.push(`-A ${sep} -m comment --comment ${name} -s ${ep.ip} -j KUBE-MARK-MASQ`);
@@ -182,11 +190,11 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
   return out;
 }
 
-function writeBalancing(rules: string[], sp: ServicePortInfo, chain: string, eps: Endpoint[]): void {
+function writeBalancing(rules: string[], sp: ServicePortInfo, chain: string, eps: Endpoint[], sepOf: (ep: Endpoint) => string): void {
   const name = sp.key;
   if (sp.affinitySeconds !== undefined) {
     for (const ep of eps) {
-      const sep = sepChain(sp, ep);
+      const sep = sepOf(ep);
       rules.push(
         `-A ${chain} -m comment --comment ${q(`${name} -> ${ep.ip}:${ep.port}`)} -m recent --name ${sep} --mask 255.255.255.255 --rsource --rcheck --seconds ${sp.affinitySeconds} --reap -j ${sep}`,
       );
@@ -194,7 +202,7 @@ function writeBalancing(rules: string[], sp: ServicePortInfo, chain: string, eps
   }
   const n = eps.length;
   eps.forEach((ep, i) => {
-    const sep = sepChain(sp, ep);
+    const sep = sepOf(ep);
     const stat = i < n - 1 ? ` -m statistic --mode random --probability ${(1 / (n - i)).toFixed(10)}` : '';
     rules.push(`-A ${chain} -m comment --comment ${q(`${name} -> ${ep.ip}:${ep.port}`)}${stat} -j ${sep}`);
   });
