@@ -11,6 +11,8 @@ import WebSocket from 'ws';
 import YAML from 'yaml';
 import { connectCri } from '../kubelet-lite/cri-client.js';
 import { describePod, formatTable, podCells, podHeader, podRow, type GetOptions } from './kubectl-format.js';
+import { describeWorkload, formatCronJobs, formatDaemonSets, formatDeployments, formatJobs, rolloutStatus } from '../controllers/format.js';
+import type { WorkloadKind, WorkloadStatus } from '../controllers/types.js';
 
 export const DEFAULT_SERVER = 'http://127.0.0.1:10255';
 export const DEFAULT_RUNTIME_ENDPOINT = 'unix:///run/skiff/skiff.sock';
@@ -18,8 +20,12 @@ export const DEFAULT_RUNTIME_ENDPOINT = 'unix:///run/skiff/skiff.sock';
 export const KUBECTL_HELP = `Commands that read a node agent's status API (kubectl's, for one node):
   skiff get pods [NAME] [-n NS | -A] [-o wide|yaml|json] [-w]
                         list pods as kubectl does (NAME READY STATUS RESTARTS AGE); -w follows changes
-  skiff describe pod [NAME] [-n NS]
-                        a pod's details, containers, conditions, volumes and events
+  skiff get deployments|daemonsets|jobs|cronjobs|all [NAME] [-n NS | -A] [-o yaml|json]
+                        the workloads the node's controllers run, with kubectl's columns
+  skiff rollout status deployment/NAME [-n NS] [--timeout D]
+                        wait until a Deployment's rollout has finished, printing its progress
+  skiff describe pod|deployment|daemonset|job|cronjob [NAME] [-n NS]
+                        details, conditions and (for pods) containers, volumes and events
   skiff logs POD [-c CONTAINER] [-f] [-p] [--tail N] [--timestamps] [-n NS]
                         a container's output (-p: the previous instance's)
   skiff exec POD [-c CONTAINER] [-i] [-t] [-n NS] -- COMMAND [ARG...]
@@ -117,6 +123,58 @@ function isPodsResource(r: string | undefined): boolean {
   return r === 'pods' || r === 'pod' || r === 'po';
 }
 
+const WORKLOAD_RESOURCES: Record<string, WorkloadKind> = {
+  deployments: 'Deployment',
+  deployment: 'Deployment',
+  deploy: 'Deployment',
+  daemonsets: 'DaemonSet',
+  daemonset: 'DaemonSet',
+  ds: 'DaemonSet',
+  jobs: 'Job',
+  job: 'Job',
+  cronjobs: 'CronJob',
+  cronjob: 'CronJob',
+  cj: 'CronJob',
+};
+
+const FORMATS: Record<WorkloadKind, (items: WorkloadStatus[], opts: { now: number; allNamespaces?: boolean }) => string> = {
+  Deployment: formatDeployments,
+  DaemonSet: formatDaemonSets,
+  Job: formatJobs,
+  CronJob: formatCronJobs,
+};
+
+async function workloads(server: string, kind?: WorkloadKind): Promise<WorkloadStatus[]> {
+  return (await getJson<{ items: WorkloadStatus[] }>(server, kind ? `/workloads/${kind.toLowerCase()}` : '/workloads')).items;
+}
+
+/** `get deployments` and friends, and `get all`. */
+async function getWorkloads(kinds: WorkloadKind[], name: string | undefined, ns: string, all: boolean, output: string, server: string, io: Io, now: () => Date, withPods: boolean): Promise<number> {
+  const items = (await workloads(server)).filter((w) => kinds.includes(w.kind) && (all || w.namespace === ns) && (name === undefined || w.name === name));
+  if (name !== undefined && items.length === 0) throw new CliError(`Error from server (NotFound): ${kinds[0]!.toLowerCase()}s "${name}" not found`);
+  if (output === 'json' || output === 'yaml') {
+    const obj = { apiVersion: 'v1', kind: 'List', items: items.map((w) => ({ kind: w.kind, metadata: { name: w.name, namespace: w.namespace }, spec: w.spec, status: w.status })) };
+    io.out(output === 'json' ? `${JSON.stringify(obj, null, 4)}\n` : YAML.stringify(obj));
+    return 0;
+  }
+  const sections: string[] = [];
+  if (withPods) {
+    const pods = (await getJson<{ items: Pod[] }>(server, all ? '/pods' : `/pods/${enc(ns)}`)).items;
+    const opts: GetOptions = { allNamespaces: all, wide: false };
+    if (pods.length) sections.push(formatTable([podHeader(opts), ...pods.map((p) => podCells(podRow(p, now()), opts))]));
+  }
+  for (const kind of kinds) {
+    const mine = items.filter((w) => w.kind === kind);
+    if (mine.length || !withPods) sections.push(FORMATS[kind](mine, { now: now().getTime(), allNamespaces: all }));
+  }
+  if (!sections.length) {
+    io.err(all ? 'No resources found\n' : `No resources found in ${ns} namespace.\n`);
+    return 0;
+  }
+  io.out(sections.join('\n'));
+  return 0;
+}
+
 // ---------------------------------------------------------------- get
 
 export async function get(args: string[], io: Io = stdio, now: () => Date = () => new Date()): Promise<number> {
@@ -133,7 +191,15 @@ export async function get(args: string[], io: Io = stdio, now: () => Date = () =
     strict: true,
   });
   const [resource, name, ...extra] = positionals;
-  if (!isPodsResource(resource)) throw new CliError(`skiff get knows only pods, not "${resource ?? ''}"`);
+  if (resource !== undefined && (WORKLOAD_RESOURCES[resource] || resource === 'all')) {
+    if (extra.length) throw new CliError(`skiff get ${resource} takes at most one name`);
+    const output = values.output ?? '';
+    if (!['', 'yaml', 'json'].includes(output)) throw new CliError(`--output must be yaml or json for ${resource}, not "${output}"`);
+    const all = !!values['all-namespaces'];
+    const kinds = resource === 'all' ? (['Deployment', 'DaemonSet', 'Job', 'CronJob'] as WorkloadKind[]) : [WORKLOAD_RESOURCES[resource]!];
+    return getWorkloads(kinds, name, values.namespace!, all, output, values.server!, io, now, resource === 'all');
+  }
+  if (!isPodsResource(resource)) throw new CliError(`skiff get knows pods, deployments, daemonsets, jobs, cronjobs and all, not "${resource ?? ''}"`);
   if (extra.length) throw new CliError('skiff get pods takes at most one pod name');
   const output = values.output ?? '';
   if (!['', 'wide', 'yaml', 'json'].includes(output)) throw new CliError(`--output must be wide, yaml or json, not "${output}"`);
@@ -205,7 +271,14 @@ export async function describe(args: string[], io: Io = stdio, now: () => Date =
   let [resource, name] = positionals;
   // `describe pod/web` as kubectl takes it.
   if (resource?.includes('/') && name === undefined) [resource, name] = resource.split('/', 2) as [string, string];
-  if (!isPodsResource(resource)) throw new CliError(`skiff describe knows only pods, not "${resource ?? ''}"`);
+  if (resource !== undefined && WORKLOAD_RESOURCES[resource]) {
+    const kind = WORKLOAD_RESOURCES[resource]!;
+    const items = (await workloads(values.server!, kind)).filter((w) => w.namespace === values.namespace && (name === undefined || w.name === name));
+    if (name !== undefined && !items.length) throw new CliError(`Error from server (NotFound): ${kind.toLowerCase()}s "${name}" not found`);
+    io.out(items.map((w) => describeWorkload(w, { now: now().getTime() })).join('\n\n'));
+    return 0;
+  }
+  if (!isPodsResource(resource)) throw new CliError(`skiff describe knows pods, deployments, daemonsets, jobs and cronjobs, not "${resource ?? ''}"`);
   const ns = values.namespace!;
   const server = values.server!;
   const pods = name !== undefined ? [await getJson<Pod>(server, `/pods/${enc(ns)}/${enc(name)}`)] : (await getJson<{ items: Pod[] }>(server, `/pods/${enc(ns)}`)).items;
@@ -433,8 +506,49 @@ export function streamExec(url: string, opts: { stdin: boolean; tty: boolean }, 
 }
 
 /** Runs a kubectl-like command; undefined when `cmd` is not one of them. */
+// ---------------------------------------------------------------- rollout
+
+/** `skiff rollout status deployment/NAME`: prints each new progress message until the rollout is done. */
+export async function rollout(args: string[], io: Io = stdio, sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    options: {
+      namespace: { type: 'string', short: 'n', default: 'default' },
+      server: { type: 'string', default: DEFAULT_SERVER },
+      timeout: { type: 'string', default: '0' },
+      watch: { type: 'boolean', short: 'w', default: true },
+    },
+    allowPositionals: true,
+    strict: true,
+  });
+  let [verb, target, name] = positionals;
+  if (verb !== 'status') throw new CliError(`skiff rollout knows only "status", not "${verb ?? ''}"`);
+  if (target?.includes('/') && name === undefined) [target, name] = target.split('/', 2) as [string, string];
+  if (!target || WORKLOAD_RESOURCES[target] !== 'Deployment' || !name) throw new CliError('usage: skiff rollout status deployment/NAME');
+  const timeoutMs = parseTimeout(values.timeout!);
+  const deadline = timeoutMs > 0 ? Date.now() + timeoutMs : Infinity;
+  let last = '';
+  for (;;) {
+    const d = (await workloads(values.server!, 'Deployment')).find((w) => w.namespace === values.namespace && w.name === name);
+    if (!d) throw new CliError(`Error from server (NotFound): deployments.apps "${name}" not found`);
+    const r = rolloutStatus(d);
+    if ('error' in r) throw new CliError(r.error);
+    if (r.message !== last) io.out(`${r.message}\n`);
+    last = r.message;
+    if (r.done || !values.watch) return r.done ? 0 : 1;
+    if (Date.now() > deadline) throw new CliError('timed out waiting for the condition');
+    await sleep(250);
+  }
+}
+
+function parseTimeout(s: string): number {
+  const m = /^(\d+)(ms|s|m|h)?$/.exec(s.trim());
+  if (!m) throw new CliError(`--timeout must be a duration such as 30s or 5m, not "${s}"`);
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h'];
+}
+
 export async function runKubectl(cmd: string, args: string[]): Promise<number | undefined> {
-  const table: Record<string, (a: string[]) => Promise<number>> = { get, describe, logs, exec };
+  const table: Record<string, (a: string[]) => Promise<number>> = { get, describe, logs, exec, rollout };
   const fn = table[cmd];
   if (!fn) return undefined;
   const own = args.indexOf('--') < 0 ? args : args.slice(0, args.indexOf('--'));

@@ -161,6 +161,7 @@ export async function main(argv: string[]): Promise<number> {
     case 'proxy':
       return proxy(rest);
     case 'get':
+    case 'rollout':
     case 'describe':
     case 'logs':
     case 'exec':

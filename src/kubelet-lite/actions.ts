@@ -30,6 +30,13 @@ export interface KillAction {
   reason: string;
   /** Remove it after it stops (it is a stale instance nobody will look at again). */
   remove: boolean;
+  /** Overrides the pod's grace period (a probe's terminationGracePeriodSeconds). */
+  graceSeconds?: number;
+}
+
+/** The grace period of a kill for a failed liveness or startup probe: the probe's own, when it has one. */
+function probeGrace(c: Container): number | undefined {
+  return c.livenessProbe?.terminationGracePeriodSeconds ?? c.startupProbe?.terminationGracePeriodSeconds ?? undefined;
 }
 
 export interface PodActions {
@@ -145,7 +152,7 @@ export function computePodActions(pod: Pod, observed: ObservedPod, probes: Probe
     if (kind === 'sidecar') {
       if (c && alive(c)) {
         const why = probes.unhealthy(ic.name);
-        if (why) actions.kill.push({ id: c.id, name: ic.name, reason: why, remove: false });
+        if (why) actions.kill.push({ id: c.id, name: ic.name, reason: why, remove: false, graceSeconds: probeGrace(ic) });
         if (!appStarted && (why || !probes.started(ic.name))) {
           initialized = false;
           break;
@@ -188,7 +195,7 @@ export function computePodActions(pod: Pod, observed: ObservedPod, probes: Probe
       if (alive(c) || c.state === 'created') {
         appsDone = false;
         const why = probes.unhealthy(ac.name);
-        if (why) actions.kill.push({ id: c.id, name: ac.name, reason: why, remove: false });
+        if (why) actions.kill.push({ id: c.id, name: ac.name, reason: why, remove: false, graceSeconds: probeGrace(ac) });
         continue;
       }
       if (c.state === 'unknown') {

@@ -25,6 +25,9 @@ import {
   type VolumeManager,
 } from './model.js';
 import { PodWorker, type EventSink, type HookRunner, type ProberPort } from './pod-worker.js';
+import { objectUid } from './store.js';
+import type { ControllerDriver } from '../controllers/driver.js';
+import { WORKLOAD_KINDS, type WorkloadStatus } from '../controllers/types.js';
 import { RuntimeObserver } from './runtime-state.js';
 
 /** Where manifests come from: the directory store and its watcher, behind one face. */
@@ -60,6 +63,10 @@ export interface AgentParts {
   terminationLogPath(podDir: string, name: string, restartCount: number): string;
   log: Logger;
   now?: () => number;
+  /** The workload controllers (Deployments, DaemonSets, Jobs, CronJobs); without them only Pods run. */
+  controllers?: ControllerDriver;
+  /** Called after each controller run with its memory, to persist it. */
+  saveControllerState?: () => void;
   /** Metrics hooks. */
   onPodRunning?: (pod: Pod, latencyMs: number) => void;
   onRestart?: (pod: Pod, container: string) => void;
@@ -70,6 +77,8 @@ export type WatchType = 'ADDED' | 'MODIFIED' | 'DELETED';
 interface PodEntry {
   key: string;
   uid: string;
+  /** Made by a workload controller rather than read from a Pod manifest. */
+  controlled: boolean;
   worker?: PodWorker;
   /** The pod as last reported: spec + status. */
   view: Pod;
@@ -103,6 +112,10 @@ export class Agent {
   private readonly lastStates = new Map<string, string>();
   /** uids the runtime holds for this node (from its sandboxes' labels). */
   private readonly known = new Set<string>();
+  /** The pods the controllers want, by namespace/name. */
+  private controllerPods = new Map<string, Pod>();
+  private workloadStatuses: WorkloadStatus[] = [];
+  private controllersTimer: NodeJS.Timeout | undefined;
 
   constructor(
     readonly opts: AgentOptions,
@@ -130,6 +143,7 @@ export class Agent {
     }
     this.subscribeEvents();
     await this.parts.manifests.start((changes) => this.onChanges(changes));
+    this.runControllers();
     this.onChanges([]);
     for (const uid of this.known) {
       if (!this.workers.has(uid)) {
@@ -147,6 +161,8 @@ export class Agent {
     this.events?.cancel();
     if (this.relistTimer) clearTimeout(this.relistTimer);
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    if (this.controllersTimer) clearTimeout(this.controllersTimer);
+    this.parts.controllers?.stop();
     for (const w of this.workers.values()) w.halt();
   }
 
@@ -155,6 +171,7 @@ export class Agent {
   private onChanges(changes: ObjectChange[]): void {
     if (this.stopped) return;
     const touchedConfig = new Set<string>();
+    if (changes.some((ch) => (WORKLOAD_KINDS as readonly string[]).includes(ch.object.kind))) this.runControllers(false);
     for (const ch of changes) {
       const o = ch.object;
       if ((o.kind === 'ConfigMap' || o.kind === 'Secret') && o.apiVersion === 'v1') touchedConfig.add(`${o.kind}/${o.namespace}/${o.name}`);
@@ -169,20 +186,57 @@ export class Agent {
 
   /** Makes the set of pod workers match the Pods in the manifest directory. */
   private reconcilePods(): void {
-    const wanted = new Map<string, { obj: StoredObject; v: PodValidation }>();
+    const wanted = new Map<string, { obj: StoredObject; v: PodValidation; controlled: boolean }>();
     for (const obj of this.parts.manifests.objects.list('Pod')) {
       if (obj.apiVersion !== 'v1') continue;
-      wanted.set(podKey(obj.namespace, obj.name), { obj, v: this.parts.validatePod(obj) });
+      wanted.set(podKey(obj.namespace, obj.name), { obj, v: this.parts.validatePod(obj), controlled: false });
     }
-    // Invalid pods are shown with the reason, never run.
+    for (const [key, pod] of this.controllerPods) {
+      if (wanted.has(key)) continue;
+      const namespace = pod.metadata?.namespace ?? 'default';
+      const name = pod.metadata?.name ?? '';
+      // A controller's pod keeps its uid for its whole life: the controller hands it back as it got it.
+      const cur = this.pods.get(key);
+      const uid = cur?.controlled ? cur.uid : objectUid(this.opts.nodeName, 'Pod', namespace, name, stripRuntimeFields(pod) as unknown as Record<string, unknown>);
+      const owner = pod.metadata?.ownerReferences?.[0];
+      const obj: StoredObject = {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        namespace,
+        name,
+        uid,
+        object: stripRuntimeFields(pod) as unknown as Record<string, unknown>,
+        source: { file: owner ? `${owner.kind}/${namespace}/${owner.name}` : 'controller', line: 0, document: 0 },
+      };
+      wanted.set(key, { obj, v: this.parts.validatePod(obj), controlled: true });
+    }
+    // Invalid pods are shown with the reason, never run: those that did not even decode are
+    // manifest problems naming a Pod.
     const invalidNow = new Set<string>();
+    const undecodable = new Map<string, ManifestProblem[]>();
+    for (const p of this.parts.manifests.problems()) {
+      const m = /^Pod\/([^/]+)\/(.+)$/.exec(p.object ?? '');
+      if (!m || wanted.has(podKey(m[1]!, m[2]!))) continue;
+      const key = podKey(m[1]!, m[2]!);
+      undecodable.set(key, [...(undecodable.get(key) ?? []), p]);
+    }
+    for (const [key, problems] of undecodable) {
+      const [namespace, name] = [key.slice(0, key.indexOf('/')), key.slice(key.indexOf('/') + 1)];
+      const first = problems[0]!;
+      const obj: StoredObject = { apiVersion: 'v1', kind: 'Pod', namespace, name, uid: '', object: { metadata: { name, namespace } }, source: { file: first.file, line: first.line, document: 0 } };
+      invalidNow.add(key);
+      const pod = invalidPod(obj, problems.map((p) => p.reason), this.now());
+      const had = this.invalid.get(key);
+      this.invalid.set(key, pod);
+      if (JSON.stringify(had?.status?.message) !== JSON.stringify(pod.status?.message)) this.notify(had ? 'MODIFIED' : 'ADDED', pod);
+    }
     for (const [key, { obj, v }] of wanted) {
       if (v.ok) continue;
       invalidNow.add(key);
       const pod = invalidPod(obj, v.reasons, this.now());
-      const had = this.invalid.has(key);
+      const had = this.invalid.get(key);
       this.invalid.set(key, pod);
-      this.notify(had ? 'MODIFIED' : 'ADDED', pod);
+      if (JSON.stringify(had?.status?.message) !== JSON.stringify(pod.status?.message)) this.notify(had ? 'MODIFIED' : 'ADDED', pod);
     }
     for (const [key, pod] of this.invalid) {
       if (!invalidNow.has(key)) {
@@ -196,13 +250,13 @@ export class Agent {
       // Deleted, invalid now, or edited (a new uid): stop the old one first.
       this.retire(e);
     }
-    for (const [key, { obj, v }] of wanted) {
+    for (const [key, { obj, v, controlled }] of wanted) {
       if (!v.ok) continue;
       const cur = this.pods.get(key);
       if (cur && cur.uid === obj.uid) continue;
       const pod = v.pod;
       pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name };
-      const entry: PodEntry = { key, uid: obj.uid, view: { ...pod, status: { phase: 'Pending' } } };
+      const entry: PodEntry = { key, uid: obj.uid, controlled, view: { ...pod, status: { phase: 'Pending' } } };
       const previous = cur?.worker;
       this.pods.set(key, entry);
       const launch = () => {
@@ -218,6 +272,9 @@ export class Agent {
   }
 
   private retire(e: PodEntry): void {
+    if (e.view.metadata?.deletionTimestamp) return;
+    e.view = { ...e.view, metadata: { ...e.view.metadata, deletionTimestamp: new Date(this.now()).toISOString().replace(/\.\d{3}Z$/, 'Z') } };
+    this.notify('MODIFIED', e.view);
     const w = e.worker;
     if (w) {
       w.update(undefined);
@@ -231,6 +288,7 @@ export class Agent {
         if (this.pods.get(e.key) === e) {
           this.pods.delete(e.key);
           this.notify('DELETED', e.view);
+          if (e.controlled) this.scheduleControllers();
         }
       });
     }
@@ -289,7 +347,57 @@ export class Agent {
     if (!e || e.uid !== uid) return;
     const before = JSON.stringify(e.view.status);
     e.view = { ...e.view, status };
-    if (JSON.stringify(status) !== before) this.notify('MODIFIED', e.view);
+    if (JSON.stringify(status) !== before) {
+      this.notify('MODIFIED', e.view);
+      if (e.controlled) this.scheduleControllers();
+    }
+  }
+
+  // ------------------------------------------------------------ workload controllers
+
+  private scheduleControllers(): void {
+    if (!this.parts.controllers || this.stopped || this.controllersTimer) return;
+    this.controllersTimer = setTimeout(() => {
+      this.controllersTimer = undefined;
+      this.runControllers();
+    }, 20);
+    this.controllersTimer.unref();
+  }
+
+  /**
+   * One level-triggered pass of the controllers over every workload and the
+   * pods they made; then the pod workers follow the new desired set.
+   */
+  private runControllers(reconcile = true): void {
+    const driver = this.parts.controllers;
+    if (!driver || this.stopped) return;
+    const workloads = this.parts.manifests.objects.list().filter((o) => (WORKLOAD_KINDS as readonly string[]).includes(o.kind));
+    const owned: Pod[] = [];
+    const reserved: string[] = [];
+    for (const e of this.pods.values()) {
+      if (e.controlled) owned.push(structuredClone(e.view));
+      else reserved.push(e.key);
+    }
+    for (const key of this.invalid.keys()) reserved.push(key);
+    try {
+      const out = driver.run(workloads, owned, reserved);
+      this.controllerPods = new Map(out.pods.map((p) => [podKey(p.metadata?.namespace ?? 'default', p.metadata?.name ?? ''), p]));
+      this.workloadStatuses = out.statuses;
+      this.parts.saveControllerState?.();
+    } catch (err) {
+      this.parts.log.error('workload controllers failed; keeping the pods they wanted before', { err: errorMessage(err) });
+    }
+    if (reconcile) this.reconcilePods();
+  }
+
+  /** The workloads' statuses (Deployments, DaemonSets, Jobs, CronJobs), as their controllers last computed them. */
+  workloads(): WorkloadStatus[] {
+    return structuredClone(this.workloadStatuses.filter((w) => !w.deleted));
+  }
+
+  /** Requeue from the controller driver (minReadySeconds, schedules, deadlines). */
+  controllersDue(): void {
+    this.scheduleControllers();
   }
 
   /** A probe result changed: the pod's worker looks again. */
@@ -434,6 +542,13 @@ export class Agent {
   async settled(): Promise<void> {
     await Promise.all([...this.workers.values()].map((w) => w.settled()));
   }
+}
+
+/** A pod as a controller made it: without what the agent added (status, uid, deletion mark). */
+function stripRuntimeFields(pod: Pod): Pod {
+  const { status: _status, ...rest } = pod;
+  const { uid: _uid, deletionTimestamp: _del, ...meta } = rest.metadata ?? {};
+  return { ...rest, metadata: meta };
 }
 
 /** Does the pod use any of these ConfigMaps/Secrets ("Kind/ns/name") in volumes or env? */

@@ -194,6 +194,8 @@ export interface AgentView {
    * misses nothing). Returns the unsubscribe.
    */
   watchPods(listener: (type: PodWatchType, pod: Pod) => void): () => void;
+  /** The workloads' statuses (Deployments, DaemonSets, Jobs, CronJobs) from their controllers, when the agent runs them. */
+  workloads?(): Array<{ kind: string; namespace: string; name: string; status: Record<string, unknown>; spec: Record<string, unknown>; problems: string[]; createdAt: number }>;
   cri: CriEndpoint;
 }
 

@@ -128,7 +128,7 @@ export class PodWorker {
 
   /** Resolves once the worker has nothing left to do (used after termination). */
   settled(): Promise<void> {
-    if (!this.busy && !this.dirty) return Promise.resolve();
+    if (this.terminated || (!this.busy && !this.dirty)) return Promise.resolve();
     return new Promise((resolve) => this.idle.push(resolve));
   }
 
@@ -168,7 +168,7 @@ export class PodWorker {
       }
     } finally {
       this.busy = false;
-      if (!this.dirty) {
+      if (!this.dirty || this.terminated) {
         const waiters = this.idle;
         this.idle = [];
         for (const w of waiters) w();
@@ -203,7 +203,7 @@ export class PodWorker {
     let wakeAt = Infinity;
 
     for (const k of actions.kill) {
-      await this.kill(ctx, k, pod.spec?.terminationGracePeriodSeconds ?? 30);
+      await this.kill(ctx, k, k.graceSeconds ?? pod.spec?.terminationGracePeriodSeconds ?? 30);
       changed = true;
     }
     if (actions.createSandbox || actions.removeSandboxes.length) {
@@ -430,6 +430,7 @@ export class PodWorker {
     const { cri } = this.deps;
     const spec = this.containerSpec(ctx.pod, k.name);
     const deadline = this.deps.now() + graceSeconds * 1000;
+    this.deps.log.debug('killing container', { pod: this.name(), container: k.name, id: k.id, reason: k.reason });
     this.event('Normal', 'Killing', k.reason.startsWith('Container') ? `${k.reason}` : `Stopping container ${k.name}`, k.name);
     const preStop = spec?.lifecycle?.preStop;
     if (runPreStop && preStop) {

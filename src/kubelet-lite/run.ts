@@ -4,11 +4,13 @@
  * `skiff node` starts the same thing inside the runtime's process.
  */
 import fs from 'node:fs/promises';
+import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { Logger } from '../log.js';
 import { Agent, detectHostIP, type ManifestSource } from './agent.js';
 import { connectCri, type CriEndpoint } from './cri-client.js';
 import { terminationLogHostPath, KubeletConfigBuilder } from './cri-config.js';
+import { ControllerDriver } from '../controllers/driver.js';
 import { EventRecorder } from './events.js';
 import { ImageGc } from './image-gc.js';
 import { runHook } from './hooks.js';
@@ -84,6 +86,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   const manager = new ProberManager({
     runner: createProbeRunner({ cri }),
     onResult: (e) => {
+      log.debug('probe result', { uid: e.podUid, container: e.container, kind: e.kind, result: e.result, changed: e.changed, message: e.message });
       const pod = agent?.podByUid(e.podUid);
       const label = e.kind === 'liveness' ? 'Liveness' : e.kind === 'readiness' ? 'Readiness' : 'Startup';
       if (pod && e.result === 'failure') events.record(ref(pod), 'Warning', 'Unhealthy', `${label} probe failed: ${e.message}`, e.container);
@@ -109,6 +112,22 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     unhealthy: (uid, name) => unhealthy.get(`${uid}/${name}`),
     clearUnhealthy: (uid, name) => void unhealthy.delete(`${uid}/${name}`),
   };
+  // The controllers' memory (Job start times, CronJob schedules) survives restarts of the agent.
+  const stateFile = path.join(opts.rootDir, 'controllers.json');
+  const savedState = await fs.readFile(stateFile, 'utf8').then((t) => JSON.parse(t) as unknown, () => undefined);
+  const controllers = new ControllerDriver({ nodeName: opts.nodeName, state: savedState, onRequeue: () => agent?.controllersDue() });
+  let lastSaved = '';
+  let saving = Promise.resolve();
+  const saveControllerState = () => {
+    const text = JSON.stringify(controllers.state);
+    if (text === lastSaved) return;
+    lastSaved = text;
+    saving = saving.then(async () => {
+      const tmp = `${stateFile}.tmp`;
+      await fs.writeFile(tmp, text, { mode: 0o600 });
+      await fs.rename(tmp, stateFile);
+    }).catch((err) => log.warn('could not save the controllers\' state', { err: String(err) }));
+  };
   agent = new Agent(
     {
       nodeName: opts.nodeName,
@@ -129,6 +148,8 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       events: { record: (pod, type, reason, message, container) => events.record(ref(pod), type, reason, message, container), list: () => events.list() },
       qosClass,
       terminationLogPath: terminationLogHostPath,
+      controllers,
+      saveControllerState,
       log,
       onPodRunning: (_pod, ms) => metrics.observePodStart(ms / 1000),
       onRestart: (pod, c) => metrics.incRestart(pod.metadata?.namespace ?? '', pod.metadata?.name ?? '', c),
@@ -141,6 +162,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     problems: () => agent!.problems(),
     logPath: (ns, pod, c, previous) => agent!.logPath(ns, pod, c, previous),
     watchPods: (l) => agent!.watchPods(l),
+    workloads: () => agent!.workloads(),
     cri,
   };
   const gauges = setInterval(() => {
@@ -166,6 +188,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     async stop() {
       clearInterval(gauges);
       stopGc();
+      await saving;
       agent!.stop();
       manager.stopAll();
       await status.close();

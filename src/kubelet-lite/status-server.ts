@@ -208,6 +208,13 @@ export class StatusServer {
         const items = v.events().filter((e: Event) => ns === undefined || (e.involvedObject.namespace === ns && e.involvedObject.name === name));
         return this.json(res, 200, { kind: 'EventList', apiVersion: 'v1', metadata: {}, items });
       }
+      case 'workloads': {
+        // Deployments, DaemonSets, Jobs and CronJobs as their controllers see them; /workloads/<kind> narrows.
+        if (rest.length > 1 || !v.workloads) break;
+        const kind = rest[0]?.toLowerCase();
+        const items = v.workloads().filter((w) => kind === undefined || w.kind.toLowerCase() === kind || `${w.kind.toLowerCase()}s` === kind);
+        return this.json(res, 200, { kind: 'WorkloadList', items });
+      }
       case 'manifests':
         if (rest.length) break;
         return this.json(res, 200, { kind: 'ManifestProblemList', items: v.problems() });

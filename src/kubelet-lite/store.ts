@@ -85,14 +85,16 @@ export class ObjectStore implements ObjectLookup {
       object: structuredClone(o.object),
       source: { ...o.source },
     }));
+    const before = JSON.stringify(this.problems());
     this.files.set(file, { objects, problems: content.problems.map((p) => ({ ...p })) });
-    return this.recompute();
+    return this.recompute(before);
   }
 
   /** Forgets `file` (deleted or renamed away); an object it won may pass to a duplicate in another file. */
   removeFile(file: string): ObjectChange[] {
+    const before = JSON.stringify(this.problems());
     if (!this.files.delete(file)) return [];
-    return this.recompute();
+    return this.recompute(before);
   }
 
   /** The files the store has content for, sorted. */
@@ -141,7 +143,8 @@ export class ObjectStore implements ObjectLookup {
     return () => this.listeners.delete(listener);
   }
 
-  private recompute(): ObjectChange[] {
+  /** `problemsBefore`: the problems before the edit, so that a change of problems alone still tells the listeners (with no object changes). */
+  private recompute(problemsBefore: string): ObjectChange[] {
     const next = new Map<string, StoredObject>();
     const duplicates: ManifestProblem[] = [];
     for (const file of this.fileNames()) {
@@ -171,7 +174,7 @@ export class ObjectStore implements ObjectLookup {
     }
     this.view = next;
     this.duplicateProblems = duplicates;
-    if (changes.length > 0) this.emit(changes);
+    if (changes.length > 0 || JSON.stringify(this.problems()) !== problemsBefore) this.emit(changes);
     return changes;
   }
 

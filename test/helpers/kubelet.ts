@@ -60,6 +60,8 @@ export interface NodeFixture {
   events(name?: string): Promise<Event[]>;
   /** Polls the pod until `pred` holds; the error shows the last status and the agent's log tail. */
   waitPod(name: string, pred: (p: Pod) => boolean, what: string, timeoutMs?: number, namespace?: string): Promise<Pod>;
+  /** Polls until the pod is gone from the status API. */
+  waitGone(name: string, timeoutMs?: number, namespace?: string): Promise<void>;
   restartAgent(signal?: NodeJS.Signals): Promise<void>;
   cleanup(): Promise<{ mounts: string[]; processes: string[] }>;
 }
@@ -130,7 +132,18 @@ export async function startNode(registryHost: string, repo: string, agentArgs: s
           timeoutMs,
         );
       } catch (err) {
-        throw new Error(`${(err as Error).message}\nlast status: ${JSON.stringify(last?.status, null, 1)}\nagent log tail:\n${agent.log.split('\n').slice(-40).join('\n')}`);
+        throw new Error(`${(err as Error).message}\nlast status: ${JSON.stringify(last?.status, null, 1)}\nagent log tail:\n${agent.log.split('\n').slice(process.env.SKIFF_TEST_FULL_LOG ? 0 : -40).join('\n')}`);
+      }
+    },
+    waitGone: async (name, timeoutMs = 60_000, namespace = 'default') => {
+      let last: Pod | undefined;
+      try {
+        await waitFor(`pod ${name} to be gone`, async () => {
+          last = await pod(name, namespace);
+          return last ? undefined : true;
+        }, timeoutMs);
+      } catch (err) {
+        throw new Error(`${(err as Error).message}\nlast status: ${JSON.stringify(last?.status, null, 1)}\nagent log:\n${agent.log.split('\n').slice(process.env.SKIFF_TEST_FULL_LOG ? 0 : -40).join('\n')}\nruntime log tail:\n${pods.skiff.log.split('\n').slice(-30).join('\n')}`);
       }
     },
     restartAgent: async (signal = 'SIGTERM') => {

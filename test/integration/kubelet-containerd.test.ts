@@ -66,6 +66,7 @@ describe.skipIf(!isRoot || !containerdPresent)('kubelet-lite against containerd'
 kind: Pod
 metadata: {name: viactrd}
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: c
     image: ${image}

@@ -98,6 +98,7 @@ describe.skipIf(!isRoot)('kubelet-lite: pod lifecycle through a real runtime', (
         command: [test, -f, /tmp/alive]
       periodSeconds: 1
       failureThreshold: 2
+      terminationGracePeriodSeconds: 1
 `));
     const p = await node.waitPod('live', (x) => !!containerStatus(x, 'c')?.state?.running, 'running');
     expect(containerStatus(p, 'c')?.restartCount).toBe(0);
@@ -180,7 +181,7 @@ describe.skipIf(!isRoot)('kubelet-lite: pod lifecycle through a real runtime', (
 `));
     await node.waitPod('stop', (x) => !!containerStatus(x, 'c')?.state?.running, 'running');
     await node.remove('stop.yaml');
-    await waitFor('pod stop to be gone', async () => ((await node.pod('stop')) ? undefined : true), 30_000);
+    await node.waitGone('stop', 30_000);
     const fs = await import('node:fs/promises');
     expect(await fs.readFile(`${node.pods.dirs.base}/prestop/log`, 'utf8')).toBe('prestop\nterm\n');
     const left = await node.pods.skiff.runtime.ListPodSandbox({ filter: { labelSelector: { 'io.kubernetes.pod.name': 'stop' } } });
@@ -188,7 +189,8 @@ describe.skipIf(!isRoot)('kubelet-lite: pod lifecycle through a real runtime', (
   });
 
   it('replaces an edited pod and removes a deleted one', async () => {
-    const manifest = (v: string) => podYaml('edit', node.image, `  containers:
+    const manifest = (v: string) => podYaml('edit', node.image, `  terminationGracePeriodSeconds: 2
+  containers:
   - name: c
     image: IMAGE
     command: [sleep, "3600"]
@@ -202,7 +204,7 @@ describe.skipIf(!isRoot)('kubelet-lite: pod lifecycle through a real runtime', (
     const old = await node.pods.skiff.runtime.ListContainers({ filter: { labelSelector: { 'io.kubernetes.pod.uid': first.metadata!.uid! } } });
     expect(old.containers ?? []).toEqual([]);
     await node.remove('edit.yaml');
-    await waitFor('pod edit to be gone', async () => ((await node.pod('edit')) ? undefined : true), 30_000);
+    await node.waitGone('edit', 30_000);
   });
 
   it('adopts its pods after a kill -9, keeping restart counts and never restarting a healthy container', async () => {

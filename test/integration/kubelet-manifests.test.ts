@@ -82,7 +82,7 @@ ${podYaml('two', node.image, `  containers:
     emptyDir: {}
 `)}`);
     const p = await node.waitPod('two', ready, 'Ready');
-    expect(await exec(p, 'writer', 'printenv PASS')).toBe('s3cr3t\n');
+    expect(await exec(p, 'writer', 'echo $PASS')).toBe('s3cr3t\n');
     await waitFor('the reader to see the writer\'s file', async () => ((await exec(p, 'reader', 'cat /data/x 2>/dev/null')) === 's3cr3t\n' ? true : undefined));
   });
 
@@ -104,7 +104,7 @@ metadata: {name: later}
 stringData: {token: abc}
 `);
     const p = await node.waitPod('needs', ready, 'Ready once the Secret exists', 30_000);
-    expect(await exec(p, 'c', 'printenv TOKEN')).toBe('abc\n');
+    expect(await exec(p, 'c', 'echo $TOKEN')).toBe('abc\n');
   });
 
   it('reports a manifest that does not parse with its file and line, and runs the good one beside it', async () => {
@@ -138,13 +138,23 @@ metadata: {name: noimage}
 spec:
   containers:
   - name: c
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: badport}
+spec:
+  containers:
+  - name: c
+    image: busybox
     ports: [{containerPort: "eighty"}]
 `);
     const wrong = await node.waitPod('wrongtypes', (x) => x.status?.reason === 'InvalidManifest', 'reported invalid');
     expect(wrong.status?.phase).toBe('Failed');
     expect(wrong.status?.message).toMatch(/invalid\.yaml:\d+: .*spec\.containers/);
     const noimage = await node.waitPod('noimage', (x) => x.status?.reason === 'InvalidManifest', 'reported invalid');
-    expect(noimage.status?.message).toMatch(/image/);
+    expect(noimage.status?.message).toMatch(/spec\.containers\[0\]\.image: Required value/);
+    const badport = await node.waitPod('badport', (x) => x.status?.reason === 'InvalidManifest', 'reported invalid');
+    expect(badport.status?.message).toMatch(/invalid\.yaml:\d+: spec\.containers\[0\]\.ports\[0\]\.containerPort: Invalid type/);
     const sbs = await node.pods.skiff.runtime.ListPodSandbox({ filter: { labelSelector: { 'io.kubernetes.pod.name': 'noimage' } } });
     expect(sbs.items ?? []).toEqual([]);
     expect((await node.get('/healthz')).status).toBe(200);

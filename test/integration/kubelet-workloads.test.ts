@@ -1,0 +1,163 @@
+/**
+ * Workloads on one node: Deployments (replicas, rolling updates with
+ * readiness, scaling by editing the file), a DaemonSet and a Job, reconciled
+ * by the agent's controllers over a real runtime and seen through the status
+ * API and the real `skiff get` / `skiff rollout status` commands.
+ */
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { repoRoot } from '../helpers/daemon.js';
+import { isRoot } from '../helpers/env.js';
+import { ready, startNode, type NodeFixture } from '../helpers/kubelet.js';
+import { waitFor } from '../helpers/registry.js';
+
+interface Workload {
+  kind: string;
+  namespace: string;
+  name: string;
+  status: Record<string, unknown>;
+}
+
+function cli(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [path.join(repoRoot, 'bin', 'skiff.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    child.on('close', (code) => resolve({ code, out, err }));
+  });
+}
+
+const deployment = (image: string, replicas: number, version: string) => `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: ${replicas}
+  selector:
+    matchLabels: {app: web}
+  strategy:
+    rollingUpdate: {maxSurge: 1, maxUnavailable: 0}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: web
+        image: ${image}
+        command: [sh, -c, "touch /tmp/ready; exec sleep 3600"]
+        env: [{name: VERSION, value: "${version}"}]
+        readinessProbe:
+          exec: {command: [test, -f, /tmp/ready]}
+          periodSeconds: 1
+`;
+
+describe.skipIf(!isRoot)('kubelet-lite: Deployments, DaemonSets and Jobs', () => {
+  let node: NodeFixture;
+
+  beforeAll(async () => {
+    node = await startNode(inject('registryHost'), 'test/kubelet-workloads');
+  });
+
+  afterAll(async () => {
+    const leaks = await node?.cleanup();
+    expect(leaks?.mounts ?? []).toEqual([]);
+    expect(leaks?.processes ?? []).toEqual([]);
+  });
+
+  const pods = async (selector: (p: Pod) => boolean) => ((await node.get<{ items: Pod[] }>('/pods')).body.items ?? []).filter(selector);
+  const webPods = (p: Pod) => p.metadata?.labels?.app === 'web' && !p.metadata?.deletionTimestamp;
+  const workload = async (kind: string, name: string) => ((await node.get<{ items: Workload[] }>('/workloads')).body.items ?? []).find((w) => w.kind === kind && w.name === name);
+
+  it('runs a Deployment\'s replicas, named <name>-<hash>-<suffix>, and reports them ready', async () => {
+    await node.write('web.yaml', deployment(node.image, 3, 'one'));
+    const running = await waitFor('3 ready web pods', async () => {
+      const ps = await pods(webPods);
+      return ps.length === 3 && ps.every(ready) ? ps : undefined;
+    }, 60_000);
+    for (const p of running) expect(p.metadata?.name).toMatch(/^web-[0-9a-z]+-[0-9a-z]{5}$/);
+    const d = await waitFor('the Deployment status', async () => {
+      const w = await workload('Deployment', 'web');
+      return w?.status.readyReplicas === 3 ? w : undefined;
+    });
+    expect(d.status).toMatchObject({ replicas: 3, updatedReplicas: 3, readyReplicas: 3, availableReplicas: 3 });
+    const table = await cli(['get', 'deployments', '--server', node.status]);
+    expect(table.out).toMatch(/^NAME\s+READY\s+UP-TO-DATE\s+AVAILABLE\s+AGE\nweb\s+3\/3\s+3\s+3\s+/);
+  });
+
+  it('rolls a template change out one surge pod at a time, never below 3 ready, and `skiff rollout status` waits for it', async () => {
+    const before = new Set((await pods(webPods)).map((p) => p.metadata!.name!));
+    await node.write('web.yaml', deployment(node.image, 3, 'two'));
+    let minReady = 3;
+    let maxPods = 3;
+    const watcher = setInterval(async () => {
+      const ps = await pods((p) => p.metadata?.labels?.app === 'web').catch(() => undefined);
+      if (!ps) return;
+      minReady = Math.min(minReady, ps.filter((p) => ready(p) && !p.metadata?.deletionTimestamp).length);
+      maxPods = Math.max(maxPods, ps.filter((p) => !p.metadata?.deletionTimestamp).length);
+    }, 100);
+    const rolled = await cli(['rollout', 'status', 'deployment/web', '--server', node.status, '--timeout', '90s']);
+    clearInterval(watcher);
+    expect(rolled.err).toBe('');
+    expect(rolled.code).toBe(0);
+    expect(rolled.out).toMatch(/deployment "web" successfully rolled out\n$/);
+    const after = await waitFor('only new pods left', async () => {
+      const ps = await pods(webPods);
+      return ps.length === 3 && ps.every((p) => !before.has(p.metadata!.name!)) ? ps : undefined;
+    }, 30_000);
+    expect(after.every((p) => p.spec?.containers[0]?.env?.[0]?.value === 'two')).toBe(true);
+    expect(minReady).toBeGreaterThanOrEqual(3);
+    expect(maxPods).toBeLessThanOrEqual(4);
+  }, 120_000);
+
+  it('scales down when the file says fewer replicas', async () => {
+    await node.write('web.yaml', deployment(node.image, 1, 'two'));
+    await waitFor('one web pod', async () => ((await pods((p) => p.metadata?.labels?.app === 'web')).length === 1 ? true : undefined), 30_000);
+    expect((await workload('Deployment', 'web'))?.status.replicas).toBe(1);
+  });
+
+  it('runs one DaemonSet pod on the node and a Job to its completions', async () => {
+    await node.write('ds.yaml', `apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers: [{name: a, image: ${node.image}, command: [sleep, "3600"]}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: count}
+spec:
+  completions: 3
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: ${node.image}, command: [sh, -c, "echo done"]}]
+`);
+    await waitFor('the DaemonSet pod ready', async () => {
+      const ps = await pods((p) => p.metadata?.labels?.app === 'agent');
+      return ps.length === 1 && ready(ps[0]!) ? true : undefined;
+    }, 30_000);
+    const job = await waitFor('the Job complete', async () => {
+      const w = await workload('Job', 'count');
+      return (w?.status.conditions as Array<{ type: string; status: string }> | undefined)?.some((c) => c.type === 'Complete' && c.status === 'True') ? w : undefined;
+    }, 60_000);
+    expect(job.status.succeeded).toBe(3);
+    const jobPods = await pods((p) => p.metadata?.labels?.['job-name'] === 'count');
+    expect(jobPods.length).toBe(3);
+    expect(jobPods.every((p) => p.status?.phase === 'Succeeded')).toBe(true);
+    const all = await cli(['get', 'all', '--server', node.status]);
+    expect(all.out).toMatch(/count\s+Complete\s+3\/3/);
+    await node.remove('ds.yaml');
+    await waitFor('the DaemonSet and Job pods gone', async () => ((await pods((p) => p.metadata?.labels?.app === 'agent' || !!p.metadata?.labels?.['job-name'])).length === 0 ? true : undefined), 30_000);
+  });
+});
