@@ -211,6 +211,8 @@ export class Proxier implements ServiceView {
 
   private async loop(): Promise<void> {
     if (this.stopped) return;
+    // Programming before the pods are known would turn every Service into a REJECT until they are.
+    if (this.opts.pods.hasSynced && !this.opts.pods.hasSynced()) return; // its first list kicks us again
     this.running = true;
     this.pending = false;
     try {

@@ -21,6 +21,8 @@ export interface ServiceSource {
 export interface PodSource {
   list(): Pod[];
   onChange(listener: () => void): () => void;
+  /** False until the first complete list arrived (kube-proxy waits for its informers likewise); absent = always true. */
+  hasSynced?(): boolean;
 }
 
 export type PodWatchType = 'ADDED' | 'MODIFIED' | 'DELETED';
@@ -112,8 +114,8 @@ export class HttpPodSource extends PodCache {
     this.maxLine = opts.maxLineBytes ?? MAX_WATCH_LINE;
   }
 
-  /** True once a watch stream has delivered at least one event or ended its initial list. */
-  get hasSynced(): boolean {
+  /** True once a watch stream has delivered its initial list. */
+  hasSynced(): boolean {
     return this.synced;
   }
 

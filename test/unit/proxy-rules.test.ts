@@ -342,6 +342,34 @@ describe('the sync runner', () => {
   });
 });
 
+describe('the first sync', () => {
+  it('waits until the pod source has its first list (no moment where every Service REJECTs)', async () => {
+    const services = new MemoryServiceSource();
+    services.set(web);
+    const listeners = new Set<() => void>();
+    let synced = false;
+    const pods = {
+      list: () => (synced ? [pod('w1', { ns: 'ns1', ip: '10.88.0.2' })] : []),
+      onChange: (l: () => void) => (listeners.add(l), () => listeners.delete(l)),
+      hasSynced: () => synced,
+    };
+    const rec = recorder();
+    const proxier = new Proxier({ services, pods, podCidr: '10.88.0.0/16', run: rec.run, log: silentLogger, minSyncMs: 50 });
+    proxier.start();
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      expect(rec.restores()).toHaveLength(0);
+      synced = true;
+      for (const l of listeners) l();
+      await waitUntil(() => rec.restores().length === 1);
+      expect(rec.restores()[0]).toContain('"ns1/web:http cluster IP"');
+      expect(rec.restores()[0]).not.toContain('has no endpoints');
+    } finally {
+      await proxier.stop();
+    }
+  });
+});
+
 async function waitUntil(cond: () => boolean, ms = 3000): Promise<void> {
   const deadline = Date.now() + ms;
   while (!cond()) {
