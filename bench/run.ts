@@ -21,6 +21,7 @@ import { startRegistry } from '../test/helpers/registry.js';
 import { busyboxImage } from '../test/helpers/busybox.js';
 import { TestNetns } from '../test/helpers/netns.js';
 import { benchKubelet, reportKubelet, type KubeletResults } from './kubelet.js';
+import { benchProxy } from './proxy.js';
 import { benchPods, pidsMatching, report, type PodResults } from './pods.js';
 
 const LAYERS = 3;
@@ -195,6 +196,7 @@ async function benchKubeletAll(registry: Awaited<ReturnType<typeof startRegistry
 
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('the benchmark runs skiff cri, which needs root');
+  if (process.argv[2] === 'proxy') return benchProxy();
   const registry = await startRegistry();
   try {
     const which = process.argv[2] ?? 'all';

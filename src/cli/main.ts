@@ -5,6 +5,7 @@ import { installCrashGuard, startDaemon } from '../daemon.js';
 import { errorMessage } from '../errors.js';
 import { KUBECTL_HELP, runKubectl } from './kubectl.js';
 import { KUBELET_HELP, kubelet } from './kubelet.js';
+import { PROXY_HELP, proxy } from './proxy.js';
 import { imagesCommand } from './images.js';
 import { createLogger, isLogLevel } from '../log.js';
 import { SKIFF_VERSION } from '../version.js';
@@ -14,6 +15,8 @@ const HELP = `skiff ${SKIFF_VERSION}: a small Kubernetes container runtime (CRI 
 Usage:
   skiff cri [flags]     serve the CRI runtime and image services on a Unix socket
   skiff kubelet [flags] run pods from Kubernetes manifests in a directory (the node agent alone)
+  skiff proxy [flags]   program Services from the manifest directory as iptables rules, and serve
+                        service DNS (kube-proxy's job); skiff proxy --cleanup removes the rules
   skiff images import FILE... | ls | rm REF... | pull REF
                         the running daemon's images: load OCI or docker save archives, list,
                         remove, pull with progress (skiff images --help)
@@ -48,6 +51,7 @@ Flags for "skiff cri":
   --log-level LEVEL        debug, info, warn or error (default info)
 
 ${KUBELET_HELP}
+${PROXY_HELP}
 Point crictl at it:
   crictl --runtime-endpoint unix:///run/skiff/skiff.sock --image-endpoint unix:///run/skiff/skiff.sock images
 `;
@@ -154,6 +158,8 @@ export async function main(argv: string[]): Promise<number> {
       return cri(rest);
     case 'kubelet':
       return kubelet(rest);
+    case 'proxy':
+      return proxy(rest);
     case 'get':
     case 'rollout':
     case 'describe':

@@ -1,0 +1,208 @@
+/** `skiff proxy`: Services from a manifest directory → iptables rules, and service DNS. */
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import { Registry } from 'prom-client';
+import { errorMessage, isErrno } from '../errors.js';
+import { ObjectStore } from '../kubelet-lite/store.js';
+import { ManifestWatcher } from '../kubelet-lite/watch.js';
+import { createLogger, isLogLevel, type Logger } from '../log.js';
+import { DnsServer, parseResolvConf } from '../proxy/dns.js';
+import { processRunner } from '../proxy/iptables.js';
+import { cleanupRules, Proxier, registerProxyMetrics } from '../proxy/proxier.js';
+import { intToIp, parseCidr } from '../proxy/service.js';
+import { HttpPodSource, storeServiceSource, type ServiceSource } from '../proxy/sources.js';
+import { parseDuration } from './main.js';
+
+export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables rules in kube-proxy's layout, and service DNS):
+  --manifests DIR          Service manifests, watched (default /etc/skiff/manifests)
+  --kubelet URL            kubelet-lite's status API; its pod watch gives the endpoints
+                           (default http://127.0.0.1:10255)
+  --service-cidr CIDR      where cluster IPs are allocated (default 10.96.0.0/12)
+  --pod-cidr CIDR          the pod network; traffic to a cluster IP from outside it is
+                           masqueraded (default 10.88.0.0/16)
+  --min-sync-period D      at most one sync per D, e.g. 1s, 500ms (default 1s)
+  --sync-period D          a full sync every D, or rarer if full syncs take over a fifth
+                           of it (default 30s)
+  --dns-address IP         where service DNS listens, UDP and TCP (default the pod network's
+                           gateway, the first address of --pod-cidr; "" for no DNS)
+  --dns-port PORT          its port (default 53)
+  --cluster-domain DOMAIN  the cluster's DNS domain (default cluster.local)
+  --metrics-address ADDR   host:port serving /metrics (default 127.0.0.1:10249; "" for none)
+  --cleanup                remove every rule and chain the proxy made, then exit
+  --log-level LEVEL        debug, info, warn or error (default info)
+`;
+
+/** Services from the manifest directory, through kubelet-lite's store and watcher. */
+function manifestServices(dir: string, log: Logger): { source: ServiceSource; start(): Promise<void>; stop(): Promise<void> } {
+  const store = new ObjectStore({ nodeName: os.hostname().toLowerCase(), log });
+  const watcher = new ManifestWatcher({ dir, store, log });
+  let rescan: NodeJS.Timeout | undefined;
+  return {
+    source: storeServiceSource(store),
+    async start() {
+      await watcher.start();
+      rescan = setInterval(() => void watcher.rescan(), 60_000);
+      rescan.unref();
+    },
+    async stop() {
+      clearInterval(rescan);
+      await watcher.close();
+    },
+  };
+}
+
+/** Binds DNS, retrying while its address does not exist yet (the pod bridge appears with the first pod). */
+function startDnsWhenPossible(server: DnsServer, address: string, log: Logger): () => void {
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  let warned = false;
+  const attempt = () => {
+    server.start().then(
+      ({ port }) => log.info('service DNS listening', { address, port }),
+      (err) => {
+        if (stopped) return;
+        if (!isErrno(err, 'EADDRNOTAVAIL')) {
+          log.error('service DNS could not start', { address, error: errorMessage(err) });
+          return;
+        }
+        if (!warned) log.warn('service DNS waits for its address to exist', { address });
+        warned = true;
+        timer = setTimeout(attempt, 2000);
+        timer.unref();
+      },
+    );
+  };
+  attempt();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
+
+function serveMetrics(address: string, registry: Registry, log: Logger): http.Server {
+  const m = /^(.*):(\d+)$/.exec(address);
+  if (!m) throw new Error(`--metrics-address must be host:port, not "${address}"`);
+  const server = http.createServer((req, res) => {
+    if (req.method !== 'GET' || req.url !== '/metrics') {
+      res.writeHead(404).end();
+      return;
+    }
+    registry.metrics().then(
+      (text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text),
+      () => res.writeHead(500).end(),
+    );
+  });
+  server.maxConnections = 32;
+  server.on('error', (err) => log.error('metrics server error', { error: errorMessage(err) }));
+  server.listen(Number(m[2]), m[1]);
+  return server;
+}
+
+export async function proxy(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      manifests: { type: 'string', default: '/etc/skiff/manifests' },
+      kubelet: { type: 'string', default: 'http://127.0.0.1:10255' },
+      'service-cidr': { type: 'string', default: '10.96.0.0/12' },
+      'pod-cidr': { type: 'string', default: '10.88.0.0/16' },
+      'min-sync-period': { type: 'string', default: '1s' },
+      'sync-period': { type: 'string', default: '30s' },
+      'dns-address': { type: 'string' },
+      'dns-port': { type: 'string', default: '53' },
+      'cluster-domain': { type: 'string', default: 'cluster.local' },
+      'metrics-address': { type: 'string', default: '127.0.0.1:10249' },
+      cleanup: { type: 'boolean', default: false },
+      'log-level': { type: 'string', default: 'info' },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  if (values.help) {
+    process.stdout.write(PROXY_HELP);
+    return 0;
+  }
+  const level = values['log-level']!;
+  if (!isLogLevel(level)) throw new Error(`--log-level must be debug, info, warn or error, not "${level}"`);
+  const log = createLogger(level);
+  const run = processRunner();
+  if (values.cleanup) {
+    await cleanupRules(run);
+    log.info('removed the proxy\'s rules and chains');
+    return 0;
+  }
+  const podCidr = parseCidr(values['pod-cidr']!);
+  if (!podCidr || podCidr.bits > 30) throw new Error(`--pod-cidr must be an IPv4 CIDR, not "${values['pod-cidr']}"`);
+  const serviceCidr = parseCidr(values['service-cidr']!);
+  if (!serviceCidr || serviceCidr.bits > 30) throw new Error(`--service-cidr must be an IPv4 CIDR with room for Services, not "${values['service-cidr']}"`);
+  const minSyncMs = parseDuration(values['min-sync-period']!);
+  const syncPeriodMs = parseDuration(values['sync-period']!);
+  if (minSyncMs === undefined) throw new Error(`--min-sync-period must be a duration such as 1s, not "${values['min-sync-period']}"`);
+  if (!syncPeriodMs) throw new Error(`--sync-period must be a positive duration such as 30s, not "${values['sync-period']}"`);
+  const dnsPort = Number(values['dns-port']);
+  if (!Number.isInteger(dnsPort) || dnsPort < 0 || dnsPort > 65535) throw new Error(`--dns-port must be a port number, not "${values['dns-port']}"`);
+  let kubeletUrl: URL;
+  try {
+    kubeletUrl = new URL(values.kubelet!);
+  } catch {
+    throw new Error(`--kubelet must be a URL such as http://127.0.0.1:10255, not "${values.kubelet}"`);
+  }
+  if (kubeletUrl.protocol !== 'http:') throw new Error(`--kubelet must be an http:// URL, not "${values.kubelet}"`);
+
+  const registry = new Registry();
+  const services = manifestServices(values.manifests!, log);
+  const pods = new HttpPodSource({ url: kubeletUrl.href, log });
+  const proxier = new Proxier({
+    services: services.source,
+    pods,
+    serviceCidr: serviceCidr.text,
+    podCidr: podCidr.text,
+    minSyncMs,
+    syncPeriodMs,
+    run,
+    log,
+    metrics: registerProxyMetrics(registry),
+  });
+  await services.start();
+  pods.start();
+  proxier.start();
+
+  const dnsAddress = values['dns-address'] ?? intToIp(podCidr.base + 1);
+  let stopDns = () => {};
+  let dns: DnsServer | undefined;
+  if (dnsAddress) {
+    const resolvConf = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
+    dns = new DnsServer({
+      address: dnsAddress,
+      port: dnsPort,
+      clusterDomain: values['cluster-domain']!,
+      view: proxier,
+      upstreams: parseResolvConf(resolvConf, [dnsAddress]),
+      log,
+    });
+    stopDns = startDnsWhenPossible(dns, dnsAddress, log);
+  }
+  const metricsServer = values['metrics-address'] ? serveMetrics(values['metrics-address'], registry, log) : undefined;
+  log.info('skiff proxy started', { manifests: values.manifests, kubelet: kubeletUrl.href, serviceCidr: serviceCidr.text, podCidr: podCidr.text });
+
+  return new Promise<number>((resolve) => {
+    const stop = (signal: string) => {
+      log.info('skiff proxy stopping; its rules stay (skiff proxy --cleanup removes them)', { signal });
+      stopDns();
+      pods.close();
+      metricsServer?.close();
+      Promise.all([proxier.stop(), services.stop(), dns?.close()]).then(
+        () => resolve(0),
+        (err) => {
+          log.error('shutdown failed', { error: errorMessage(err) });
+          resolve(1);
+        },
+      );
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+}

@@ -1,0 +1,126 @@
+/**
+ * Endpoints, computed purely from Services and pods as the EndpointSlice
+ * controller would: the pods in the Service's namespace whose labels match
+ * its selector, serving only when Ready (unless the Service publishes
+ * not-ready addresses), with each targetPort resolved against that pod.
+ */
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { ServiceInfo, ServicePortInfo } from './service.js';
+
+export interface Endpoint {
+  ip: string;
+  port: number;
+  /** `ns/pod`, for DNS and logs. */
+  pod: string;
+  /** On this node: always true for kubelet-lite's own pods. */
+  local: boolean;
+}
+
+/** The address a pod serves on: the host's for hostNetwork pods, else its pod IP; undefined before it has one. */
+export function podAddress(pod: Pod): string | undefined {
+  const st = pod.status;
+  if (pod.spec?.hostNetwork) return st?.hostIP ?? st?.podIP;
+  return st?.podIP;
+}
+
+export function podReady(pod: Pod): boolean {
+  return pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+}
+
+/** Terminated or being deleted pods never serve. */
+function podServes(pod: Pod): boolean {
+  const phase = pod.status?.phase;
+  return phase !== 'Succeeded' && phase !== 'Failed' && !pod.metadata?.deletionTimestamp;
+}
+
+export function selectorMatches(selector: Record<string, string>, labels: Record<string, string> | undefined): boolean {
+  for (const [k, v] of Object.entries(selector)) if (labels?.[k] !== v) return false;
+  return true;
+}
+
+/** The port number `sp.targetPort` means in `pod`, or undefined when the pod has no such named port. */
+export function resolveTargetPort(sp: ServicePortInfo, pod: Pod): number | undefined {
+  if (typeof sp.targetPort === 'number') return sp.targetPort;
+  const containers = [...(pod.spec?.containers ?? []), ...(pod.spec?.initContainers ?? []).filter((c) => c.restartPolicy === 'Always')];
+  for (const c of containers) {
+    for (const p of c.ports ?? []) {
+      if (p.name === sp.targetPort && (p.protocol ?? 'TCP') === sp.protocol) return p.containerPort;
+    }
+  }
+  return undefined;
+}
+
+/** Pods by namespace and label, so selecting is not Services × pods (10,000 × 30,000 at scale). */
+export class PodIndex {
+  private readonly byLabel = new Map<string, Pod[]>();
+  constructor(pods: Pod[]) {
+    for (const pod of pods) {
+      const ns = pod.metadata?.namespace ?? 'default';
+      for (const [k, v] of Object.entries(pod.metadata?.labels ?? {})) {
+        const key = `${ns}\0${k}\0${v}`;
+        let list = this.byLabel.get(key);
+        if (!list) this.byLabel.set(key, (list = []));
+        list.push(pod);
+      }
+    }
+  }
+
+  /** Pods in `namespace` carrying at least the rarest label of the selector: a superset of the matches. */
+  candidates(namespace: string, selector: Record<string, string>): Pod[] {
+    let best: Pod[] | undefined;
+    for (const [k, v] of Object.entries(selector)) {
+      const list = this.byLabel.get(`${namespace}\0${k}\0${v}`) ?? [];
+      if (!best || list.length < best.length) best = list;
+    }
+    return best ?? [];
+  }
+}
+
+/** The pods selected by a Service that may serve it (ready, or any when it publishes not-ready addresses), in a stable order. */
+export function selectedPods(svc: ServiceInfo, pods: Pod[] | PodIndex): Pod[] {
+  if (!svc.selector) return [];
+  const out: Pod[] = [];
+  const candidates = pods instanceof PodIndex ? pods.candidates(svc.namespace, svc.selector) : pods;
+  for (const pod of candidates) {
+    if ((pod.metadata?.namespace ?? 'default') !== svc.namespace) continue;
+    if (!selectorMatches(svc.selector, pod.metadata?.labels)) continue;
+    if (!podServes(pod) || !podAddress(pod)) continue;
+    if (!svc.publishNotReady && !podReady(pod)) continue;
+    out.push(pod);
+  }
+  return out;
+}
+
+/** Endpoints per service port key (`ns/name:port`), sorted by address. */
+export function computeEndpoints(services: ServiceInfo[], pods: Pod[] | PodIndex): Map<string, Endpoint[]> {
+  const out = new Map<string, Endpoint[]>();
+  const index = pods instanceof PodIndex || services.length === 1 ? pods : new PodIndex(pods);
+  for (const svc of services) {
+    const selected = selectedPods(svc, index);
+    for (const sp of svc.ports) {
+      const eps: Endpoint[] = [];
+      const seen = new Set<string>();
+      for (const pod of selected) {
+        const port = resolveTargetPort(sp, pod);
+        if (port === undefined) continue;
+        const ip = podAddress(pod)!;
+        const id = `${ip}:${port}`;
+        if (seen.has(id)) continue; // two hostNetwork pods on one host port: one endpoint
+        seen.add(id);
+        eps.push({ ip, port, pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name ?? ''}`, local: true });
+      }
+      eps.sort(compareEndpoints);
+      out.set(sp.key, eps);
+    }
+  }
+  return out;
+}
+
+function ipKey(ip: string): number {
+  const p = ip.split('.').map(Number);
+  return p.length === 4 ? ((p[0]! * 256 + p[1]!) * 256 + p[2]!) * 256 + p[3]! : 0;
+}
+
+function compareEndpoints(a: Endpoint, b: Endpoint): number {
+  return ipKey(a.ip) - ipKey(b.ip) || a.port - b.port;
+}
