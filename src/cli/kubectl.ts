@@ -26,7 +26,7 @@ export const KUBECTL_HELP = `Commands that read a node agent's status API (kubec
                         wait until a Deployment's rollout has finished, printing its progress
   skiff describe pod|deployment|daemonset|job|cronjob [NAME] [-n NS]
                         details, conditions and (for pods) containers, volumes and events
-  skiff logs POD [-c CONTAINER] [-f] [-p] [--tail N] [--timestamps] [-n NS]
+  skiff logs POD|job/NAME|-l SELECTOR [-c CONTAINER] [-f] [-p] [--tail N] [--timestamps] [-n NS]
                         a container's output (-p: the previous instance's)
   skiff exec POD [-c CONTAINER] [-i] [-t] [-n NS] -- COMMAND [ARG...]
                         run a command in a container through the runtime's CRI Exec
@@ -325,17 +325,38 @@ export async function logs(args: string[], io: Io = stdio): Promise<number> {
       previous: { type: 'boolean', short: 'p' },
       tail: { type: 'string' },
       timestamps: { type: 'boolean' },
+      selector: { type: 'string', short: 'l' },
       server: { type: 'string', default: DEFAULT_SERVER },
     },
     allowPositionals: true,
     strict: true,
   });
-  let [podName, extra] = positionals;
-  if (podName?.startsWith('pod/') || podName?.startsWith('pods/')) podName = podName.slice(podName.indexOf('/') + 1);
-  if (!podName) throw new CliError('skiff logs needs a pod name');
-  const container = values.container ?? extra;
+  let [podName, extra]: Array<string | undefined> = positionals;
   const ns = values.namespace!;
   const server = values.server!;
+  // `-l app=web` and `job/NAME` as kubectl takes them: the matching pods' logs, one pod after another.
+  let selector = values.selector;
+  if (podName?.startsWith('job/') || podName?.startsWith('jobs/')) {
+    selector = `job-name=${podName.slice(podName.indexOf('/') + 1)}`;
+    podName = undefined;
+  }
+  if (selector !== undefined) {
+    if (podName !== undefined) throw new CliError('skiff logs takes a pod name or a selector, not both');
+    const want = parseSelector(selector);
+    const pods = (await getJson<{ items: Pod[] }>(server, `/pods/${enc(ns)}`)).items.filter((p) => Object.entries(want).every(([k, v]) => p.metadata?.labels?.[k] === v));
+    if (!pods.length) {
+      io.err(`No resources found in ${ns} namespace.\n`);
+      return 0;
+    }
+    for (const p of pods) {
+      const rest = [p.metadata!.name!, ...(values.container ? ['-c', values.container] : []), '-n', ns, '--server', server, ...(values.previous ? ['-p'] : []), ...(values.tail ? ['--tail', values.tail] : []), ...(values.timestamps ? ['--timestamps'] : [])];
+      await logs(rest, io);
+    }
+    return 0;
+  }
+  if (podName?.startsWith('pod/') || podName?.startsWith('pods/')) podName = podName.slice(podName.indexOf('/') + 1);
+  if (!podName) throw new CliError('skiff logs needs a pod name (or -l SELECTOR, or job/NAME)');
+  const container = values.container ?? extra;
   const pod = await getJson<Pod>(server, `/pods/${enc(ns)}/${enc(podName)}`);
   const c = pickContainer(pod, container, 'logs');
   const q = new URLSearchParams();
@@ -506,6 +527,17 @@ export function streamExec(url: string, opts: { stdin: boolean; tty: boolean }, 
 }
 
 /** Runs a kubectl-like command; undefined when `cmd` is not one of them. */
+/** `app=web,tier=front`: equality selectors, which is what kubectl's -l most often carries. */
+export function parseSelector(s: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const part of s.split(',')) {
+    const m = /^\s*([A-Za-z0-9._/-]+)\s*==?\s*([A-Za-z0-9._-]*)\s*$/.exec(part);
+    if (!m) throw new CliError(`the selector must be key=value[,key=value], not "${s}"`);
+    out[m[1]!] = m[2]!;
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- rollout
 
 /** `skiff rollout status deployment/NAME`: prints each new progress message until the rollout is done. */

@@ -2,8 +2,9 @@
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { errorMessage } from '../errors.js';
-import { startKubelet } from '../kubelet-lite/run.js';
-import { createLogger, isLogLevel } from '../log.js';
+import { startKubelet, type KubeletOptions } from '../kubelet-lite/run.js';
+import { createLogger, isLogLevel, type Logger } from '../log.js';
+import type { FlagSpec, Values } from './main.js';
 
 export const KUBELET_HELP = `Flags for "skiff kubelet" (the node agent alone, against skiff, containerd or CRI-O):
   --manifests DIR          Pod, ConfigMap and Secret manifests, watched (default /etc/skiff/manifests)
@@ -21,53 +22,56 @@ export const KUBELET_HELP = `Flags for "skiff kubelet" (the node agent alone, ag
   --log-level LEVEL        debug, info, warn or error (default info)
 `;
 
+/** The flags of `skiff kubelet` (`skiff node` takes them too, less --runtime-endpoint). */
+export const KUBELET_FLAGS = {
+  manifests: { type: 'string', default: '/etc/skiff/manifests' },
+  'runtime-endpoint': { type: 'string', default: 'unix:///run/skiff/skiff.sock' },
+  'status-address': { type: 'string', default: '127.0.0.1:10255' },
+  'root-dir': { type: 'string', default: '/var/lib/skiff/kubelet' },
+  'node-name': { type: 'string', default: os.hostname().toLowerCase() },
+  'node-ip': { type: 'string' },
+  'cluster-domain': { type: 'string', default: 'cluster.local' },
+  'cluster-dns': { type: 'string', multiple: true, default: [] as string[] },
+  'image-gc-high-threshold': { type: 'string', default: '85' },
+  'image-gc-low-threshold': { type: 'string', default: '80' },
+  'log-level': { type: 'string', default: 'info' },
+} satisfies FlagSpec;
+
+/** The agent's options from parsed flags, each checked with a message that names the flag. */
+export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions {
+  const str = (k: string) => values[k] as string;
+  const percent = (flag: string) => {
+    const n = Number(str(flag));
+    if (!Number.isInteger(n) || n < 0 || n > 100) throw new Error(`--${flag} must be a percentage from 0 to 100, not "${str(flag)}"`);
+    return n;
+  };
+  const high = percent('image-gc-high-threshold');
+  const low = percent('image-gc-low-threshold');
+  if (low >= high) throw new Error(`--image-gc-low-threshold (${low}) must be below --image-gc-high-threshold (${high})`);
+  return {
+    manifests: str('manifests'),
+    runtimeEndpoint: str('runtime-endpoint'),
+    statusAddress: str('status-address'),
+    rootDir: str('root-dir'),
+    nodeName: str('node-name'),
+    nodeIP: values['node-ip'] as string | undefined,
+    clusterDomain: str('cluster-domain'),
+    clusterDNS: values['cluster-dns'] as string[],
+    imageGc: { highThresholdPercent: high, lowThresholdPercent: low },
+    log,
+  };
+}
+
 export async function kubelet(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      manifests: { type: 'string', default: '/etc/skiff/manifests' },
-      'runtime-endpoint': { type: 'string', default: 'unix:///run/skiff/skiff.sock' },
-      'status-address': { type: 'string', default: '127.0.0.1:10255' },
-      'root-dir': { type: 'string', default: '/var/lib/skiff/kubelet' },
-      'node-name': { type: 'string', default: os.hostname().toLowerCase() },
-      'node-ip': { type: 'string' },
-      'cluster-domain': { type: 'string', default: 'cluster.local' },
-      'cluster-dns': { type: 'string', multiple: true, default: [] },
-      'image-gc-high-threshold': { type: 'string', default: '85' },
-      'image-gc-low-threshold': { type: 'string', default: '80' },
-      'log-level': { type: 'string', default: 'info' },
-      help: { type: 'boolean', short: 'h' },
-    },
-    strict: true,
-    allowPositionals: false,
-  });
+  const { values } = parseArgs({ args, options: { ...KUBELET_FLAGS, help: { type: 'boolean', short: 'h' } }, strict: true, allowPositionals: false });
   if (values.help) {
     process.stdout.write(KUBELET_HELP);
     return 0;
   }
-  const level = values['log-level']!;
+  const level = values['log-level'] as string;
   if (!isLogLevel(level)) throw new Error(`--log-level must be debug, info, warn or error, not "${level}"`);
-  const percent = (flag: string, v: string) => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < 0 || n > 100) throw new Error(`--${flag} must be a percentage from 0 to 100, not "${v}"`);
-    return n;
-  };
-  const high = percent('image-gc-high-threshold', values['image-gc-high-threshold']!);
-  const low = percent('image-gc-low-threshold', values['image-gc-low-threshold']!);
-  if (low >= high) throw new Error(`--image-gc-low-threshold (${low}) must be below --image-gc-high-threshold (${high})`);
   const log = createLogger(level);
-  const running = await startKubelet({
-    manifests: values.manifests!,
-    runtimeEndpoint: values['runtime-endpoint']!,
-    statusAddress: values['status-address']!,
-    rootDir: values['root-dir']!,
-    nodeName: values['node-name']!,
-    nodeIP: values['node-ip'],
-    clusterDomain: values['cluster-domain']!,
-    clusterDNS: values['cluster-dns']!,
-    imageGc: { highThresholdPercent: high, lowThresholdPercent: low },
-    log,
-  });
+  const running = await startKubelet(kubeletOptionsFrom(values, log));
   return new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       log.info('kubelet-lite stopping; pods keep running', { signal });

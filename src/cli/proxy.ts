@@ -12,8 +12,8 @@ import { DnsServer, parseResolvConf } from '../proxy/dns.js';
 import { processRunner } from '../proxy/iptables.js';
 import { cleanupRules, Proxier, registerProxyMetrics } from '../proxy/proxier.js';
 import { intToIp, parseCidr } from '../proxy/service.js';
-import { HttpPodSource, storeServiceSource, type ServiceSource } from '../proxy/sources.js';
-import { parseDuration } from './main.js';
+import { HttpPodSource, storeServiceSource, type PodSource, type ServiceSource } from '../proxy/sources.js';
+import { parseDuration, type FlagSpec, type Values } from './main.js';
 
 export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables rules in kube-proxy's layout, and service DNS):
   --manifests DIR          Service manifests, watched (default /etc/skiff/manifests)
@@ -54,7 +54,7 @@ function manifestServices(dir: string, log: Logger): { source: ServiceSource; st
 }
 
 /** Binds DNS, retrying while its address does not exist yet (the pod bridge appears with the first pod). */
-function startDnsWhenPossible(server: DnsServer, address: string, log: Logger): () => void {
+export function startDnsWhenPossible(server: DnsServer, address: string, log: Logger): () => void {
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
   let warned = false;
@@ -100,24 +100,103 @@ function serveMetrics(address: string, registry: Registry, log: Logger): http.Se
   return server;
 }
 
+/** The flags of `skiff proxy` (`skiff node` takes them too, less --kubelet and --metrics-address). */
+export const PROXY_FLAGS = {
+  manifests: { type: 'string', default: '/etc/skiff/manifests' },
+  kubelet: { type: 'string', default: 'http://127.0.0.1:10255' },
+  'service-cidr': { type: 'string', default: '10.96.0.0/12' },
+  'pod-cidr': { type: 'string', default: '10.88.0.0/16' },
+  'min-sync-period': { type: 'string', default: '1s' },
+  'sync-period': { type: 'string', default: '30s' },
+  'dns-address': { type: 'string' },
+  'dns-port': { type: 'string', default: '53' },
+  'cluster-domain': { type: 'string', default: 'cluster.local' },
+  'metrics-address': { type: 'string', default: '127.0.0.1:10249' },
+  'log-level': { type: 'string', default: 'info' },
+} satisfies FlagSpec;
+
+export interface ProxyOptions {
+  serviceCidr: string;
+  podCidr: string;
+  minSyncMs: number;
+  syncPeriodMs: number;
+  /** '' for no DNS. */
+  dnsAddress: string;
+  dnsPort: number;
+  clusterDomain: string;
+}
+
+/** The proxy's options from parsed flags, each checked with a message that names the flag. */
+export function proxyOptionsFrom(values: Values): ProxyOptions {
+  const str = (k: string) => values[k] as string;
+  const podCidr = parseCidr(str('pod-cidr'));
+  if (!podCidr || podCidr.bits > 30) throw new Error(`--pod-cidr must be an IPv4 CIDR, not "${str('pod-cidr')}"`);
+  const serviceCidr = parseCidr(str('service-cidr'));
+  if (!serviceCidr || serviceCidr.bits > 30) throw new Error(`--service-cidr must be an IPv4 CIDR with room for Services, not "${str('service-cidr')}"`);
+  const minSyncMs = parseDuration(str('min-sync-period'));
+  const syncPeriodMs = parseDuration(str('sync-period'));
+  if (minSyncMs === undefined) throw new Error(`--min-sync-period must be a duration such as 1s, not "${str('min-sync-period')}"`);
+  if (!syncPeriodMs) throw new Error(`--sync-period must be a positive duration such as 30s, not "${str('sync-period')}"`);
+  const dnsPort = Number(str('dns-port'));
+  if (!Number.isInteger(dnsPort) || dnsPort < 0 || dnsPort > 65535) throw new Error(`--dns-port must be a port number, not "${str('dns-port')}"`);
+  return {
+    serviceCidr: serviceCidr.text,
+    podCidr: podCidr.text,
+    minSyncMs,
+    syncPeriodMs,
+    dnsAddress: (values['dns-address'] as string | undefined) ?? intToIp(podCidr.base + 1),
+    dnsPort,
+    clusterDomain: str('cluster-domain'),
+  };
+}
+
+export interface RunningProxy {
+  proxier: Proxier;
+  /** Stops syncing and DNS; the rules stay (skiff proxy --cleanup removes them). */
+  stop(): Promise<void>;
+}
+
+/** The proxier and service DNS over the given sources. */
+export async function startProxy(opts: ProxyOptions, services: ServiceSource, pods: PodSource, registry: Registry, log: Logger, run = processRunner()): Promise<RunningProxy> {
+  const proxier = new Proxier({
+    services,
+    pods,
+    serviceCidr: opts.serviceCidr,
+    podCidr: opts.podCidr,
+    minSyncMs: opts.minSyncMs,
+    syncPeriodMs: opts.syncPeriodMs,
+    run,
+    log,
+    metrics: registerProxyMetrics(registry),
+  });
+  proxier.start();
+  let stopDns = () => {};
+  let dns: DnsServer | undefined;
+  if (opts.dnsAddress) {
+    const resolvConf = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
+    dns = new DnsServer({
+      address: opts.dnsAddress,
+      port: opts.dnsPort,
+      clusterDomain: opts.clusterDomain,
+      view: proxier,
+      upstreams: parseResolvConf(resolvConf, [opts.dnsAddress]),
+      log,
+    });
+    stopDns = startDnsWhenPossible(dns, opts.dnsAddress, log);
+  }
+  return {
+    proxier,
+    async stop() {
+      stopDns();
+      await Promise.all([proxier.stop(), dns?.close()]);
+    },
+  };
+}
+
 export async function proxy(args: string[]): Promise<number> {
   const { values } = parseArgs({
     args,
-    options: {
-      manifests: { type: 'string', default: '/etc/skiff/manifests' },
-      kubelet: { type: 'string', default: 'http://127.0.0.1:10255' },
-      'service-cidr': { type: 'string', default: '10.96.0.0/12' },
-      'pod-cidr': { type: 'string', default: '10.88.0.0/16' },
-      'min-sync-period': { type: 'string', default: '1s' },
-      'sync-period': { type: 'string', default: '30s' },
-      'dns-address': { type: 'string' },
-      'dns-port': { type: 'string', default: '53' },
-      'cluster-domain': { type: 'string', default: 'cluster.local' },
-      'metrics-address': { type: 'string', default: '127.0.0.1:10249' },
-      cleanup: { type: 'boolean', default: false },
-      'log-level': { type: 'string', default: 'info' },
-      help: { type: 'boolean', short: 'h' },
-    },
+    options: { ...PROXY_FLAGS, cleanup: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } },
     strict: true,
     allowPositionals: false,
   });
@@ -125,7 +204,7 @@ export async function proxy(args: string[]): Promise<number> {
     process.stdout.write(PROXY_HELP);
     return 0;
   }
-  const level = values['log-level']!;
+  const level = values['log-level'] as string;
   if (!isLogLevel(level)) throw new Error(`--log-level must be debug, info, warn or error, not "${level}"`);
   const log = createLogger(level);
   const run = processRunner();
@@ -134,67 +213,30 @@ export async function proxy(args: string[]): Promise<number> {
     log.info('removed the proxy\'s rules and chains');
     return 0;
   }
-  const podCidr = parseCidr(values['pod-cidr']!);
-  if (!podCidr || podCidr.bits > 30) throw new Error(`--pod-cidr must be an IPv4 CIDR, not "${values['pod-cidr']}"`);
-  const serviceCidr = parseCidr(values['service-cidr']!);
-  if (!serviceCidr || serviceCidr.bits > 30) throw new Error(`--service-cidr must be an IPv4 CIDR with room for Services, not "${values['service-cidr']}"`);
-  const minSyncMs = parseDuration(values['min-sync-period']!);
-  const syncPeriodMs = parseDuration(values['sync-period']!);
-  if (minSyncMs === undefined) throw new Error(`--min-sync-period must be a duration such as 1s, not "${values['min-sync-period']}"`);
-  if (!syncPeriodMs) throw new Error(`--sync-period must be a positive duration such as 30s, not "${values['sync-period']}"`);
-  const dnsPort = Number(values['dns-port']);
-  if (!Number.isInteger(dnsPort) || dnsPort < 0 || dnsPort > 65535) throw new Error(`--dns-port must be a port number, not "${values['dns-port']}"`);
+  const opts = proxyOptionsFrom(values);
   let kubeletUrl: URL;
   try {
-    kubeletUrl = new URL(values.kubelet!);
+    kubeletUrl = new URL(values.kubelet as string);
   } catch {
     throw new Error(`--kubelet must be a URL such as http://127.0.0.1:10255, not "${values.kubelet}"`);
   }
   if (kubeletUrl.protocol !== 'http:') throw new Error(`--kubelet must be an http:// URL, not "${values.kubelet}"`);
-
   const registry = new Registry();
-  const services = manifestServices(values.manifests!, log);
+  const services = manifestServices(values.manifests as string, log);
   const pods = new HttpPodSource({ url: kubeletUrl.href, log });
-  const proxier = new Proxier({
-    services: services.source,
-    pods,
-    serviceCidr: serviceCidr.text,
-    podCidr: podCidr.text,
-    minSyncMs,
-    syncPeriodMs,
-    run,
-    log,
-    metrics: registerProxyMetrics(registry),
-  });
   await services.start();
   pods.start();
-  proxier.start();
-
-  const dnsAddress = values['dns-address'] ?? intToIp(podCidr.base + 1);
-  let stopDns = () => {};
-  let dns: DnsServer | undefined;
-  if (dnsAddress) {
-    const resolvConf = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
-    dns = new DnsServer({
-      address: dnsAddress,
-      port: dnsPort,
-      clusterDomain: values['cluster-domain']!,
-      view: proxier,
-      upstreams: parseResolvConf(resolvConf, [dnsAddress]),
-      log,
-    });
-    stopDns = startDnsWhenPossible(dns, dnsAddress, log);
-  }
-  const metricsServer = values['metrics-address'] ? serveMetrics(values['metrics-address'], registry, log) : undefined;
-  log.info('skiff proxy started', { manifests: values.manifests, kubelet: kubeletUrl.href, serviceCidr: serviceCidr.text, podCidr: podCidr.text });
+  const running = await startProxy(opts, services.source, pods, registry, log, run);
+  const metricsAddress = values['metrics-address'] as string;
+  const metricsServer = metricsAddress ? serveMetrics(metricsAddress, registry, log) : undefined;
+  log.info('skiff proxy started', { manifests: values.manifests, kubelet: kubeletUrl.href, serviceCidr: opts.serviceCidr, podCidr: opts.podCidr });
 
   return new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       log.info('skiff proxy stopping; its rules stay (skiff proxy --cleanup removes them)', { signal });
-      stopDns();
       pods.close();
       metricsServer?.close();
-      Promise.all([proxier.stop(), services.stop(), dns?.close()]).then(
+      Promise.all([running.stop(), services.stop()]).then(
         () => resolve(0),
         (err) => {
           log.error('shutdown failed', { error: errorMessage(err) });

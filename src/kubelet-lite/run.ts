@@ -46,6 +46,10 @@ export interface KubeletOptions {
 export interface RunningKubelet {
   agent: Agent;
   status: StatusServer;
+  /** Every object from the manifest directory (the proxy reads the Services here). */
+  objects: ObjectStore;
+  /** The agent's metrics registry, served on the status API (the proxy adds its own series). */
+  metrics: AgentMetrics;
   /** Stops the agent's loops and the status API; pods keep running. */
   stop(): Promise<void>;
 }
@@ -185,6 +189,8 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   return {
     agent,
     status,
+    objects: store,
+    metrics,
     async stop() {
       clearInterval(gauges);
       stopGc();

@@ -1,0 +1,101 @@
+/**
+ * `skiff node`: a whole worker node in one process and one log stream — the
+ * CRI runtime on its socket, kubelet-lite running the manifest directory's
+ * pods and workloads through it, and the service proxy with service DNS.
+ * SIGTERM stops the agent's loops first and the runtime last; pods keep
+ * running and the next start adopts them.
+ */
+import { parseArgs } from 'node:util';
+import { installCrashGuard, startDaemon } from '../daemon.js';
+import { errorMessage } from '../errors.js';
+import { startKubelet } from '../kubelet-lite/run.js';
+import { createLogger } from '../log.js';
+import { InProcessPodSource, storeServiceSource } from '../proxy/sources.js';
+import { KUBELET_FLAGS, kubeletOptionsFrom } from './kubelet.js';
+import { CRI_FLAGS, daemonOptionsFrom } from './main.js';
+import { PROXY_FLAGS, proxyOptionsFrom, startProxy } from './proxy.js';
+
+export const NODE_HELP = `Flags for "skiff node" (the runtime, the agent, the proxy and service DNS in one process):
+  all of "skiff cri"'s flags, all of "skiff kubelet"'s except --runtime-endpoint (the agent
+  uses the node's own --socket), and all of "skiff proxy"'s except --kubelet and
+  --metrics-address (the proxy's metrics are on the status API's /metrics). Defaults as there;
+  --cluster-dns defaults to --dns-address, the node's own service DNS.
+Try the demo (images built by ./scripts/setup.sh, no registry needed):
+  skiff node --manifests examples/demo --images-dir build/images
+`;
+
+const { 'runtime-endpoint': _runtimeEndpoint, ...kubeletFlags } = KUBELET_FLAGS;
+const { kubelet: _kubeletUrl, 'metrics-address': _metricsAddress, ...proxyFlags } = PROXY_FLAGS;
+
+export const NODE_FLAGS = { ...CRI_FLAGS, ...kubeletFlags, ...proxyFlags };
+
+export async function node(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { ...NODE_FLAGS, help: { type: 'boolean', short: 'h' } }, strict: true, allowPositionals: false });
+  if (values.help) {
+    process.stdout.write(NODE_HELP);
+    return 0;
+  }
+  const daemonOpts = daemonOptionsFrom(values);
+  const proxyOpts = proxyOptionsFrom(values);
+  const log = createLogger(daemonOpts.logLevel);
+  const kubeletOpts = kubeletOptionsFrom({ ...values, 'runtime-endpoint': `unix://${daemonOpts.socket}` }, log);
+  if (kubeletOpts.clusterDNS.length === 0 && proxyOpts.dnsAddress) kubeletOpts.clusterDNS = [proxyOpts.dnsAddress];
+  installCrashGuard(log);
+  if (process.getuid?.() !== 0) log.warn('skiff node is not running as root: pods, images and rules all need root');
+
+  const daemon = await startDaemon(daemonOpts, log);
+  let kubelet;
+  try {
+    kubelet = await startKubelet(kubeletOpts);
+  } catch (err) {
+    await daemon.close();
+    throw err;
+  }
+  const pods = new InProcessPodSource({ listPods: () => kubelet.agent.listPods(), watchPods: (l) => kubelet.agent.watchPods(l) });
+  let proxy;
+  try {
+    proxy = await startProxy(proxyOpts, storeServiceSource(kubelet.objects), pods, kubelet.metrics.registry, log);
+  } catch (err) {
+    pods.close();
+    await kubelet.stop();
+    await daemon.close();
+    throw err;
+  }
+  log.info('skiff node ready', {
+    socket: daemonOpts.socket,
+    manifests: kubeletOpts.manifests,
+    status: `http://${kubeletOpts.statusAddress}`,
+    dns: proxyOpts.dnsAddress || 'off',
+  });
+  process.stderr.write(
+    `\nskiff node is up. From another shell:\n` +
+      `  npx skiff get all -A                 pods, deployments, jobs\n` +
+      `  npx skiff get pods -o wide           with pod IPs\n` +
+      `  npx skiff describe deployment web    (with the demo's manifests)\n` +
+      `  npx skiff logs job/hello             the demo client: which replica answered\n` +
+      `  curl http://<this node's IP>:30080/  the demo's NodePort\n` +
+      `Manifests in ${kubeletOpts.manifests} are watched: edit, add or remove files and the node follows.\n\n`,
+  );
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      log.info('skiff node stopping: agent, proxy, then runtime; pods keep running', { signal });
+      (async () => {
+        await kubelet.stop();
+        pods.close();
+        await proxy.stop();
+        await daemon.close();
+      })().then(
+        () => resolve(0),
+        (err) => {
+          log.error('shutdown failed', { error: errorMessage(err) });
+          resolve(1);
+        },
+      );
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+}
