@@ -6,6 +6,7 @@ import path from 'node:path';
 import type * as grpc from '@grpc/grpc-js';
 import { openDb, type Db } from './db.js';
 import { SkiffError } from './errors.js';
+import { tryLockExclusive } from './sys/libc.js';
 import type { Logger } from './log.js';
 import { LocalContentStore } from './image/content.js';
 import { RegistryClient } from './image/registry.js';
@@ -64,6 +65,20 @@ export interface Daemon {
   close(): Promise<void>;
 }
 
+/** Locks `<root>/lock` (holding the owner's pid), or fails saying which process has it. */
+async function lockRoot(root: string): Promise<fsp.FileHandle> {
+  const file = path.join(root, 'lock');
+  const fh = await fsp.open(file, fs.constants.O_RDWR | fs.constants.O_CREAT, 0o600);
+  if (!tryLockExclusive(fh.fd)) {
+    const owner = (await fh.readFile('utf8').catch(() => '')).trim();
+    await fh.close();
+    throw new SkiffError('FailedPrecondition', `another skiff${owner ? ` (pid ${owner})` : ''} is using --root ${root}; stop it first`);
+  }
+  await fh.truncate(0);
+  await fh.write(`${process.pid}\n`, 0);
+  return fh;
+}
+
 async function socketInUse(p: string): Promise<boolean> {
   return new Promise((resolve) => {
     const c = net.connect(p);
@@ -101,7 +116,12 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   // Checked before anything is created: a bad name should leave no state behind.
   const bridge = checkBridgeName(opts.cniBridge || defaultBridgeName(opts.root));
   for (const dir of [opts.root, opts.state, path.dirname(opts.socket)]) await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
+  // Two daemons on one root would corrupt each other's images and pods (and the second would
+  // take the socket of the first while it is still finishing its calls): the root is locked
+  // for the daemon's whole life, released by the kernel however it ends.
+  const lock = await lockRoot(opts.root);
   if (await socketInUse(opts.socket)) {
+    await lock.close();
     throw new SkiffError('FailedPrecondition', `another process is serving ${opts.socket}; stop it first`);
   }
   await fsp.rm(opts.socket, { force: true });
@@ -273,6 +293,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
         db.close();
         await fsp.rm(opts.socket, { force: true });
         await fsp.rm(privateSocket, { force: true });
+        await lock.close();
       })()),
   };
 }

@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util';
 import { errorMessage } from '../errors.js';
 import { startKubelet, type KubeletOptions } from '../kubelet-lite/run.js';
 import { createLogger, isLogLevel, type Logger } from '../log.js';
-import type { FlagSpec, Values } from './main.js';
+import type { FlagSpec, Values } from './flags.js';
 
 export const KUBELET_HELP = `Flags for "skiff kubelet" (the node agent alone, against skiff, containerd or CRI-O):
   --manifests DIR          Pod, ConfigMap and Secret manifests, watched (default /etc/skiff/manifests)

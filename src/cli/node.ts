@@ -12,7 +12,7 @@ import { startKubelet } from '../kubelet-lite/run.js';
 import { createLogger } from '../log.js';
 import { InProcessPodSource, storeServiceSource } from '../proxy/sources.js';
 import { KUBELET_FLAGS, kubeletOptionsFrom } from './kubelet.js';
-import { CRI_FLAGS, daemonOptionsFrom } from './main.js';
+import { CRI_FLAGS, daemonOptionsFrom } from './flags.js';
 import { PROXY_FLAGS, proxyOptionsFrom, startProxy } from './proxy.js';
 
 export const NODE_HELP = `Flags for "skiff node" (the runtime, the agent, the proxy and service DNS in one process):

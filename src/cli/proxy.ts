@@ -13,7 +13,7 @@ import { processRunner } from '../proxy/iptables.js';
 import { cleanupRules, Proxier, registerProxyMetrics } from '../proxy/proxier.js';
 import { intToIp, parseCidr } from '../proxy/service.js';
 import { HttpPodSource, storeServiceSource, type PodSource, type ServiceSource } from '../proxy/sources.js';
-import { parseDuration, type FlagSpec, type Values } from './main.js';
+import { parseDuration, type FlagSpec, type Values } from './flags.js';
 
 export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables rules in kube-proxy's layout, and service DNS):
   --manifests DIR          Service manifests, watched (default /etc/skiff/manifests)

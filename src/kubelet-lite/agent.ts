@@ -65,8 +65,10 @@ export interface AgentParts {
   now?: () => number;
   /** The workload controllers (Deployments, DaemonSets, Jobs, CronJobs); without them only Pods run. */
   controllers?: ControllerDriver;
-  /** Called after each controller run with its memory, to persist it. */
-  saveControllerState?: () => void;
+  /** Called after each controller run with the pods it wants (and their uids), to persist them with its memory. */
+  saveControllerState?: (pods: Array<{ uid: string; pod: Pod }>) => void;
+  /** The controllers' pods as the last agent saved them: adopted, not re-created, after a restart. */
+  savedControllerPods?: Array<{ uid: string; pod: Pod }>;
   /** Metrics hooks. */
   onPodRunning?: (pod: Pod, latencyMs: number) => void;
   onRestart?: (pod: Pod, container: string) => void;
@@ -114,6 +116,7 @@ export class Agent {
   private readonly known = new Set<string>();
   /** The pods the controllers want, by namespace/name. */
   private controllerPods = new Map<string, Pod>();
+  private readonly savedUids = new Map<string, string>();
   private workloadStatuses: WorkloadStatus[] = [];
   private controllersTimer: NodeJS.Timeout | undefined;
 
@@ -143,8 +146,15 @@ export class Agent {
     }
     this.subscribeEvents();
     await this.parts.manifests.start((changes) => this.onChanges(changes));
-    this.runControllers();
+    // The pods the controllers wanted last time come back under their old uids (and so adopt
+    // their sandboxes) before the controllers run again and see them as their own.
+    for (const { uid, pod } of this.parts.savedControllerPods ?? []) {
+      const key = podKey(pod.metadata?.namespace ?? 'default', pod.metadata?.name ?? '');
+      this.controllerPods.set(key, pod);
+      this.savedUids.set(key, uid);
+    }
     this.onChanges([]);
+    this.runControllers();
     for (const uid of this.known) {
       if (!this.workers.has(uid)) {
         log.info('stopping a pod no manifest wants any more', { uid });
@@ -197,7 +207,7 @@ export class Agent {
       const name = pod.metadata?.name ?? '';
       // A controller's pod keeps its uid for its whole life: the controller hands it back as it got it.
       const cur = this.pods.get(key);
-      const uid = cur?.controlled ? cur.uid : objectUid(this.opts.nodeName, 'Pod', namespace, name, stripRuntimeFields(pod) as unknown as Record<string, unknown>);
+      const uid = cur?.controlled ? cur.uid : this.savedUids.get(key) ?? objectUid(this.opts.nodeName, 'Pod', namespace, name, stripRuntimeFields(pod) as unknown as Record<string, unknown>);
       const owner = pod.metadata?.ownerReferences?.[0];
       const obj: StoredObject = {
         apiVersion: 'v1',
@@ -255,7 +265,7 @@ export class Agent {
       const cur = this.pods.get(key);
       if (cur && cur.uid === obj.uid) continue;
       const pod = v.pod;
-      pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name };
+      pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name, creationTimestamp: new Date(this.now()).toISOString().replace(/\.\d{3}Z$/, 'Z') };
       const entry: PodEntry = { key, uid: obj.uid, controlled, view: { ...pod, status: { phase: 'Pending' } } };
       const previous = cur?.worker;
       this.pods.set(key, entry);
@@ -347,6 +357,10 @@ export class Agent {
     if (!e || e.uid !== uid) return;
     const before = JSON.stringify(e.view.status);
     e.view = { ...e.view, status };
+    // An adopted pod is as old as its sandbox, not as this agent.
+    if (status.startTime && e.view.metadata?.creationTimestamp && status.startTime < e.view.metadata.creationTimestamp) {
+      e.view = { ...e.view, metadata: { ...e.view.metadata, creationTimestamp: status.startTime } };
+    }
     if (JSON.stringify(status) !== before) {
       this.notify('MODIFIED', e.view);
       if (e.controlled) this.scheduleControllers();
@@ -383,11 +397,17 @@ export class Agent {
       const out = driver.run(workloads, owned, reserved);
       this.controllerPods = new Map(out.pods.map((p) => [podKey(p.metadata?.namespace ?? 'default', p.metadata?.name ?? ''), p]));
       this.workloadStatuses = out.statuses;
-      this.parts.saveControllerState?.();
     } catch (err) {
       this.parts.log.error('workload controllers failed; keeping the pods they wanted before', { err: errorMessage(err) });
     }
     if (reconcile) this.reconcilePods();
+    const saved: Array<{ uid: string; pod: Pod }> = [];
+    for (const [key, pod] of this.controllerPods) {
+      const e = this.pods.get(key);
+      const uid = e?.controlled ? e.uid : this.savedUids.get(key);
+      if (uid) saved.push({ uid, pod });
+    }
+    this.parts.saveControllerState?.(saved);
   }
 
   /** The workloads' statuses (Deployments, DaemonSets, Jobs, CronJobs), as their controllers last computed them. */

@@ -117,13 +117,18 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     clearUnhealthy: (uid, name) => void unhealthy.delete(`${uid}/${name}`),
   };
   // The controllers' memory (Job start times, CronJob schedules) survives restarts of the agent.
-  const stateFile = path.join(opts.rootDir, 'controllers.json');
-  const savedState = await fs.readFile(stateFile, 'utf8').then((t) => JSON.parse(t) as unknown, () => undefined);
-  const controllers = new ControllerDriver({ nodeName: opts.nodeName, state: savedState, onRequeue: () => agent?.controllersDue() });
+  // So are the pods they made, under their uids: a restarted agent adopts them instead of making new ones.
+  const stateFile = path.join(opts.rootDir, 'workloads.json');
+  const saved = await fs.readFile(stateFile, 'utf8').then(
+    (t) => JSON.parse(t) as { controllers?: unknown; pods?: Array<{ uid: string; pod: Pod }> },
+    () => ({}) as { controllers?: unknown; pods?: Array<{ uid: string; pod: Pod }> },
+  );
+  const savedPods = Array.isArray(saved.pods) ? saved.pods.filter((p) => typeof p?.uid === 'string' && typeof p?.pod?.metadata?.name === 'string') : [];
+  const controllers = new ControllerDriver({ nodeName: opts.nodeName, state: saved.controllers, onRequeue: () => agent?.controllersDue() });
   let lastSaved = '';
   let saving = Promise.resolve();
-  const saveControllerState = () => {
-    const text = JSON.stringify(controllers.state);
+  const saveControllerState = (pods: Array<{ uid: string; pod: Pod }>) => {
+    const text = JSON.stringify({ controllers: controllers.state, pods });
     if (text === lastSaved) return;
     lastSaved = text;
     saving = saving.then(async () => {
@@ -154,6 +159,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       terminationLogPath: terminationLogHostPath,
       controllers,
       saveControllerState,
+      savedControllerPods: savedPods,
       log,
       onPodRunning: (_pod, ms) => metrics.observePodStart(ms / 1000),
       onRestart: (pod, c) => metrics.incRestart(pod.metadata?.namespace ?? '', pod.metadata?.name ?? '', c),

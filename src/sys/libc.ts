@@ -225,6 +225,20 @@ export function umount2(target: string, flags = 0): void {
   if (umount2Raw(target, flags) !== 0) throw errnoError('umount2', target);
 }
 
+// --- Advisory locks: one daemon per state directory. ---
+
+const flockRaw = libc.func('int flock(int fd, int operation)');
+const LOCK_EX = 2;
+const LOCK_NB = 4;
+
+/** Takes an exclusive lock on `fd` without waiting; false when another open file holds it. */
+export function tryLockExclusive(fd: number): boolean {
+  if ((flockRaw(fd, LOCK_EX | LOCK_NB) as number) === 0) return true;
+  const err = errnoError('flock', `fd ${fd}`);
+  if (err.code === 'EWOULDBLOCK' || err.code === 'EAGAIN') return false;
+  throw err;
+}
+
 // --- Process file descriptors: signal a process, not whatever now holds its pid. ---
 
 const pidfdOpenRaw = libc.func('int pidfd_open(int pid, unsigned int flags)');

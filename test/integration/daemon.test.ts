@@ -3,6 +3,7 @@ import fs from 'node:fs/promises';
 import http2 from 'node:http2';
 import net from 'node:net';
 import path from 'node:path';
+import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { codeOf, grpc, makeDirs, repoRoot, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
@@ -166,6 +167,18 @@ describe.skipIf(!isRoot)('skiff cri: the daemon', () => {
     expect(code).not.toBe(0);
     expect(err).toMatch(/another process is serving/);
     // The first daemon is unharmed.
+    expect((await skiff.runtime.Version({})).runtimeName).toBe('skiff');
+  });
+
+  it('refuses a second daemon on the same root, even on another socket, naming the first one\'s pid', async () => {
+    const other = `${dirs.base}/other.sock`;
+    const child = spawn(process.execPath, [path.join(repoRoot, 'bin/skiff.js'), 'cri', '--socket', other, '--root', dirs.root, '--state', `${dirs.base}/state3`, '--registry-config', dirs.certs], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let err = '';
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
+    expect(code).not.toBe(0);
+    expect(err).toContain(`another skiff (pid ${skiff.child.pid}) is using --root ${dirs.root}`);
+    expect(existsSync(other)).toBe(false);
     expect((await skiff.runtime.Version({})).runtimeName).toBe('skiff');
   });
 });
