@@ -1,0 +1,167 @@
+/**
+ * `skiff node` as a user runs it: the demo's manifests (a ConfigMap-driven
+ * page on a 3-replica Deployment with readiness probes, a NodePort Service,
+ * a Job that calls it by name) over images imported from archives, with no
+ * registry — everything in one process, inside a network namespace of the
+ * test's own.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildDemoImages } from '../../scripts/build-demo-images.js';
+import { grpc, repoRoot } from '../helpers/daemon.js';
+import { isRoot } from '../helpers/env.js';
+import { TestNetns } from '../helpers/netns.js';
+import { mountsUnder, processesMentioning } from '../helpers/pods.js';
+import { freePort, waitFor } from '../helpers/registry.js';
+import { loadCri } from '../../src/server/proto.js';
+
+const bin = path.join(repoRoot, 'bin', 'skiff.js');
+
+describe.skipIf(!isRoot)('skiff node: the demo, offline, in one process', () => {
+  let base: string;
+  let ns: TestNetns;
+  let child: ChildProcess | undefined;
+  let log = '';
+  let status = '';
+  let statusPort = 0;
+  const dirs = () => ({
+    socket: path.join(base, 'skiff.sock'),
+    root: path.join(base, 'root'),
+    state: path.join(base, 'state'),
+    kubelet: path.join(base, 'kubelet'),
+    manifests: path.join(base, 'manifests'),
+    images: path.join(base, 'images'),
+  });
+
+  async function startNodeProcess(): Promise<void> {
+    const d = dirs();
+    log = '';
+    const argv = ns.wrap([
+      process.execPath, bin, 'node',
+      '--manifests', d.manifests, '--images-dir', d.images,
+      '--socket', d.socket, '--root', d.root, '--state', d.state, '--root-dir', d.kubelet,
+      '--cni-conf-dir', path.join(base, 'net.d'), '--registry-config', path.join(base, 'certs.d'),
+      '--status-address', `127.0.0.1:${statusPort}`, '--node-name', 'demo-node', '--log-level', 'info',
+    ]);
+    child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout!.on('data', (b: Buffer) => (log += b.toString()));
+    child.stderr!.on('data', (b: Buffer) => (log += b.toString()));
+    await waitFor('skiff node to be ready', async () => {
+      if (child!.exitCode !== null) throw new Error(`skiff node exited ${child!.exitCode}: ${log}`);
+      return log.includes('skiff node ready');
+    }, 60_000);
+  }
+
+  async function stopNodeProcess(): Promise<number | null> {
+    if (!child || child.exitCode !== null) return child?.exitCode ?? null;
+    const exited = new Promise<number | null>((r) => child!.once('exit', (c) => r(c)));
+    child.kill('SIGTERM');
+    return exited;
+  }
+
+  const get = async <T>(p: string): Promise<T> => (await (await fetch(status + p)).json()) as T;
+  const pods = async () => (await get<{ items: Pod[] }>('/pods')).items;
+  /** An HTTP GET from the node's own network namespace (busybox wget; its -T crashes, so timeout(1)). */
+  const wgetInNode = (url: string) => spawnSync('nsenter', [`--net=${ns.path}`, 'timeout', '5', '/bin/busybox', 'wget', '-q', '-O', '-', url], { encoding: 'utf8' });
+
+  beforeAll(async () => {
+    base = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-node-'));
+    const d = dirs();
+    await fs.mkdir(d.manifests, { recursive: true });
+    await fs.mkdir(path.join(base, 'net.d'));
+    await buildDemoImages(d.images);
+    for (const f of await fs.readdir(path.join(repoRoot, 'examples', 'demo'))) await fs.copyFile(path.join(repoRoot, 'examples', 'demo', f), path.join(d.manifests, f));
+    ns = new TestNetns().create();
+    // The node's own address, as eth0 would carry it on a real machine (a documentation address
+    // on a veth pair whose both ends stay in the namespace: nothing leaves it).
+    for (const args of [['link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0-peer'], ['addr', 'add', '192.0.2.10/24', 'dev', 'eth0'], ['link', 'set', 'eth0-peer', 'up'], ['link', 'set', 'eth0', 'up']]) {
+      const r = spawnSync('ip', ['-n', ns.name, ...args], { encoding: 'utf8' });
+      if (r.status !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr}`);
+    }
+    statusPort = await freePort();
+    await startNodeProcess();
+    status = `http://127.0.0.1:${await ns.exposePort(statusPort, base)}`;
+  }, 120_000);
+
+  afterAll(async () => {
+    if (base && ns) {
+      // The node leaves its pods running on purpose: stop it, then remove them through a bare
+      // runtime on the same root (nothing then makes new ones behind our back).
+      await stopNodeProcess();
+      const d = dirs();
+      const argv = ns.wrap([process.execPath, bin, 'cri', '--socket', d.socket, '--root', d.root, '--state', d.state, '--cni-conf-dir', path.join(base, 'net.d'), '--registry-config', path.join(base, 'certs.d')]);
+      const cri = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' });
+      await waitFor('the runtime for cleanup', async () => spawnSync('test', ['-S', d.socket]).status === 0, 30_000).catch(() => undefined);
+      const proto = loadCri();
+      const rt = new proto.runtime.v1.RuntimeService(`unix:${d.socket}`, grpc.credentials.createInsecure());
+      const call = <T>(m: string, req: unknown) =>
+        new Promise<T>((resolve, reject) => (rt as unknown as Record<string, (r: unknown, cb: (e: unknown, v: T) => void) => void>)[m]!.call(rt, req, (e, v) => (e ? reject(e) : resolve(v))));
+      const list = await call<{ items: Array<{ id: string }> }>('ListPodSandbox', {}).catch(() => ({ items: [] }));
+      for (const sb of list.items) await call('RemovePodSandbox', { podSandboxId: sb.id }).catch(() => undefined);
+      rt.close();
+      await new Promise<void>((r) => {
+        cri.once('exit', () => r());
+        cri.kill('SIGTERM');
+      });
+      spawnSync('nsenter', [`--net=${ns.path}`, process.execPath, bin, 'proxy', '--cleanup']);
+      await ns.destroy();
+      await new Promise((r) => setTimeout(r, 300));
+      const leaks = { mounts: mountsUnder(base), processes: processesMentioning(base) };
+      await fs.rm(base, { recursive: true, force: true });
+      expect(leaks).toEqual({ mounts: [], processes: [] });
+    }
+  }, 120_000);
+
+  it('imports the demo images, runs 3 ready web replicas, and the Job reaches them by name through the Service', async () => {
+    await waitFor('the demo images imported from the images dir', async () => log.includes('"images":["skiff.local/demo-web:1"]'), 30_000);
+    const web = await waitFor('3 ready web pods', async () => {
+      const ps = (await pods()).filter((p) => p.metadata?.labels?.app === 'web' && p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'));
+      return ps.length === 3 ? ps : undefined;
+    }, 60_000);
+    const names = new Set(web.map((p) => p.metadata!.name!));
+    const hello = await waitFor('the hello Job to complete', async () => {
+      const j = (await get<{ items: Array<{ kind: string; name: string; status: Record<string, unknown> }> }>('/workloads/job')).items.find((w) => w.name === 'hello');
+      return (j?.status.conditions as Array<{ type: string; status: string }> | undefined)?.some((c) => c.type === 'Complete' && c.status === 'True') ? j : undefined;
+    }, 60_000);
+    expect(hello.status.succeeded).toBe(1);
+    const helloPod = (await pods()).find((p) => p.metadata?.labels?.['job-name'] === 'hello')!;
+    const out = await (await fetch(`${status}/containerLogs/default/${helloPod.metadata!.name}/hello`)).text();
+    const answers = out.split('\n').filter(Boolean);
+    expect(answers).toHaveLength(6);
+    for (const a of answers) expect(names.has(a.replace('answered by: ', ''))).toBe(true);
+  });
+
+  it('serves the page on the NodePort, balanced over the replicas, and follows a ConfigMap edit without restarts', async () => {
+    const hostIP = (await pods()).find((p) => p.metadata?.labels?.app === 'web')!.status!.hostIP!;
+    expect(hostIP).toBe('192.0.2.10');
+    const seen = new Set<string>();
+    for (let i = 0; i < 30; i++) {
+      const r = wgetInNode(`http://${hostIP}:30080/`);
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/^Hello from skiff/);
+      seen.add(/served by (\S+)/.exec(r.stdout)![1]!);
+    }
+    expect(seen.size).toBeGreaterThanOrEqual(2);
+    await fs.writeFile(path.join(dirs().manifests, '.page.tmp'), 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: demo-page}\ndata:\n  message: "Edited while running."\n');
+    await fs.rename(path.join(dirs().manifests, '.page.tmp'), path.join(dirs().manifests, '10-page.yaml'));
+    await waitFor('the edited page', async () => (wgetInNode(`http://${hostIP}:30080/`).stdout.startsWith('Edited while running.') ? true : undefined), 30_000);
+    const restarts = (await pods()).filter((p) => p.metadata?.labels?.app === 'web').map((p) => p.status?.containerStatuses?.[0]?.restartCount);
+    expect(restarts).toEqual([0, 0, 0]);
+  });
+
+  it('stops on SIGTERM leaving the pods running, and a new node adopts them', async () => {
+    const before = (await pods()).filter((p) => p.metadata?.labels?.app === 'web').map((p) => `${p.metadata!.name} ${p.status?.containerStatuses?.[0]?.containerID}`).sort();
+    expect(await stopNodeProcess()).toBe(0);
+    expect(processesMentioning(path.join(base, 'state')).filter((l) => l.includes('conmon')).length).toBeGreaterThanOrEqual(3);
+    await startNodeProcess();
+    const after = await waitFor('the same web pods, running', async () => {
+      const ps = (await pods()).filter((p) => p.metadata?.labels?.app === 'web' && p.status?.containerStatuses?.[0]?.state?.running);
+      return ps.length === 3 ? ps.map((p) => `${p.metadata!.name} ${p.status?.containerStatuses?.[0]?.containerID}`).sort() : undefined;
+    }, 30_000);
+    expect(after).toEqual(before);
+  });
+});
