@@ -6,12 +6,12 @@
  */
 import http from 'node:http';
 import { parseArgs } from 'node:util';
-import type { Event, Pod } from 'kubernetes-types/core/v1.js';
+import type { Event, Pod, Service } from 'kubernetes-types/core/v1.js';
 import WebSocket from 'ws';
 import YAML from 'yaml';
 import { connectCri } from '../kubelet-lite/cri-client.js';
 import { describePod, formatTable, podCells, podHeader, podRow, type GetOptions } from './kubectl-format.js';
-import { describeWorkload, formatCronJobs, formatDaemonSets, formatDeployments, formatJobs, rolloutStatus } from '../controllers/format.js';
+import { describeWorkload, humanDuration, formatCronJobs, formatDaemonSets, formatDeployments, formatJobs, rolloutStatus } from '../controllers/format.js';
 import type { WorkloadKind, WorkloadStatus } from '../controllers/types.js';
 
 export const DEFAULT_SERVER = 'http://127.0.0.1:10255';
@@ -20,8 +20,9 @@ export const DEFAULT_RUNTIME_ENDPOINT = 'unix:///run/skiff/skiff.sock';
 export const KUBECTL_HELP = `Commands that read a node agent's status API (kubectl's, for one node):
   skiff get pods [NAME] [-n NS | -A] [-o wide|yaml|json] [-w]
                         list pods as kubectl does (NAME READY STATUS RESTARTS AGE); -w follows changes
-  skiff get deployments|daemonsets|jobs|cronjobs|all [NAME] [-n NS | -A] [-o yaml|json]
-                        the workloads the node's controllers run, with kubectl's columns
+  skiff get services|deployments|daemonsets|jobs|cronjobs|all [NAME] [-n NS | -A] [-o yaml|json]
+                        Services (as skiff node's proxy programs them) and the workloads the
+                        node's controllers run, with kubectl's columns
   skiff rollout status deployment/NAME [-n NS] [--timeout D]
                         wait until a Deployment's rollout has finished, printing its progress
   skiff describe pod|deployment|daemonset|job|cronjob [NAME] [-n NS]
@@ -148,6 +149,18 @@ async function workloads(server: string, kind?: WorkloadKind): Promise<WorkloadS
   return (await getJson<{ items: WorkloadStatus[] }>(server, kind ? `/workloads/${kind.toLowerCase()}` : '/workloads')).items;
 }
 
+function serviceHeader(all: boolean): string[] {
+  return [...(all ? ['NAMESPACE'] : []), 'NAME', 'TYPE', 'CLUSTER-IP', 'EXTERNAL-IP', 'PORT(S)', 'AGE'];
+}
+
+/** kubectl's service row: `80:30080/TCP` for a node port, `53/UDP` otherwise. */
+export function serviceRow(svc: Service, all: boolean, now: Date): string[] {
+  const ports = (svc.spec?.ports ?? []).map((p) => `${p.port}${p.nodePort ? `:${p.nodePort}` : ''}/${p.protocol ?? 'TCP'}`).join(',') || '<none>';
+  const created = svc.metadata?.creationTimestamp ? Date.parse(svc.metadata.creationTimestamp) : NaN;
+  const age = Number.isFinite(created) ? humanDuration(now.getTime() - created) : '<unknown>';
+  return [...(all ? [svc.metadata?.namespace ?? ''] : []), svc.metadata?.name ?? '', svc.spec?.type ?? 'ClusterIP', svc.spec?.clusterIP ?? '<none>', '<none>', ports, age];
+}
+
 /** `get deployments` and friends, and `get all`. */
 async function getWorkloads(kinds: WorkloadKind[], name: string | undefined, ns: string, all: boolean, output: string, server: string, io: Io, now: () => Date, withPods: boolean): Promise<number> {
   const items = (await workloads(server)).filter((w) => kinds.includes(w.kind) && (all || w.namespace === ns) && (name === undefined || w.name === name));
@@ -162,6 +175,10 @@ async function getWorkloads(kinds: WorkloadKind[], name: string | undefined, ns:
     const pods = (await getJson<{ items: Pod[] }>(server, all ? '/pods' : `/pods/${enc(ns)}`)).items;
     const opts: GetOptions = { allNamespaces: all, wide: false };
     if (pods.length) sections.push(formatTable([podHeader(opts), ...pods.map((p) => podCells(podRow(p, now()), opts))]));
+  }
+  if (withPods) {
+    const svcs = (await getJson<{ items: Service[] }>(server, all ? '/services' : `/services/${enc(ns)}`).catch(() => ({ items: [] as Service[] }))).items;
+    if (svcs.length) sections.push(formatTable([serviceHeader(all), ...svcs.map((x) => serviceRow(x, all, now()))]));
   }
   for (const kind of kinds) {
     const mine = items.filter((w) => w.kind === kind);
@@ -199,7 +216,23 @@ export async function get(args: string[], io: Io = stdio, now: () => Date = () =
     const kinds = resource === 'all' ? (['Deployment', 'DaemonSet', 'Job', 'CronJob'] as WorkloadKind[]) : [WORKLOAD_RESOURCES[resource]!];
     return getWorkloads(kinds, name, values.namespace!, all, output, values.server!, io, now, resource === 'all');
   }
-  if (!isPodsResource(resource)) throw new CliError(`skiff get knows pods, deployments, daemonsets, jobs, cronjobs and all, not "${resource ?? ''}"`);
+  if (resource === 'services' || resource === 'service' || resource === 'svc') {
+    const all = !!values['all-namespaces'];
+    const list = (await getJson<{ items: Service[] }>(values.server!, all ? '/services' : `/services/${enc(values.namespace!)}`)).items.filter((x) => name === undefined || x.metadata?.name === name);
+    const output = values.output ?? '';
+    if (output === 'json' || output === 'yaml') {
+      const obj = { apiVersion: 'v1', items: list, kind: 'List', metadata: { resourceVersion: '' } };
+      io.out(output === 'json' ? `${JSON.stringify(obj, null, 4)}\n` : YAML.stringify(obj));
+      return 0;
+    }
+    if (!list.length) {
+      io.err(all ? 'No resources found\n' : `No resources found in ${values.namespace} namespace.\n`);
+      return 0;
+    }
+    io.out(formatTable([serviceHeader(all), ...list.map((x) => serviceRow(x, all, now()))]));
+    return 0;
+  }
+  if (!isPodsResource(resource)) throw new CliError(`skiff get knows pods, services, deployments, daemonsets, jobs, cronjobs and all, not "${resource ?? ''}"`);
   if (extra.length) throw new CliError('skiff get pods takes at most one pod name');
   const output = values.output ?? '';
   if (!['', 'wide', 'yaml', 'json'].includes(output)) throw new CliError(`--output must be wide, yaml or json, not "${output}"`);

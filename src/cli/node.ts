@@ -10,6 +10,8 @@ import { installCrashGuard, startDaemon } from '../daemon.js';
 import { errorMessage } from '../errors.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { createLogger } from '../log.js';
+import type { Service } from 'kubernetes-types/core/v1.js';
+import type { ServiceInfo } from '../proxy/service.js';
 import { InProcessPodSource, storeServiceSource } from '../proxy/sources.js';
 import { KUBELET_FLAGS, kubeletOptionsFrom } from './kubelet.js';
 import { CRI_FLAGS, daemonOptionsFrom } from './flags.js';
@@ -28,6 +30,33 @@ const { 'runtime-endpoint': _runtimeEndpoint, ...kubeletFlags } = KUBELET_FLAGS;
 const { kubelet: _kubeletUrl, 'metrics-address': _metricsAddress, ...proxyFlags } = PROXY_FLAGS;
 
 export const NODE_FLAGS = { ...CRI_FLAGS, ...kubeletFlags, ...proxyFlags };
+
+/** The proxy's Services in the API's shape, for `skiff get services`: allocated cluster IPs, node ports, and when each was first seen. */
+export function servicesFromProxy(proxier: { services(): ServiceInfo[] }, now: () => number): () => Service[] {
+  const firstSeen = new Map<string, number>();
+  return () => {
+    const list = proxier.services();
+    const live = new Set<string>();
+    const out = list.map((s) => {
+      live.add(s.uid);
+      if (!firstSeen.has(s.uid)) firstSeen.set(s.uid, now());
+      const nodePorts = s.ports.some((p) => p.nodePort !== undefined);
+      return {
+        apiVersion: 'v1',
+        kind: 'Service',
+        metadata: { name: s.name, namespace: s.namespace, uid: s.uid, creationTimestamp: new Date(firstSeen.get(s.uid)!).toISOString().replace(/\.\d{3}Z$/, 'Z') },
+        spec: {
+          type: nodePorts ? 'NodePort' : 'ClusterIP',
+          clusterIP: s.headless ? 'None' : s.clusterIP,
+          ...(s.selector ? { selector: s.selector } : {}),
+          ports: s.ports.map((p) => ({ name: p.portName || undefined, protocol: p.protocol, port: p.port, targetPort: p.targetPort, ...(p.nodePort !== undefined ? { nodePort: p.nodePort } : {}) })),
+        },
+      } as Service;
+    });
+    for (const uid of firstSeen.keys()) if (!live.has(uid)) firstSeen.delete(uid);
+    return out;
+  };
+}
 
 export async function node(args: string[]): Promise<number> {
   const { values } = parseArgs({ args, options: { ...NODE_FLAGS, help: { type: 'boolean', short: 'h' } }, strict: true, allowPositionals: false });
@@ -61,6 +90,7 @@ export async function node(args: string[]): Promise<number> {
     await daemon.close();
     throw err;
   }
+  kubelet.setServices(servicesFromProxy(proxy.proxier, Date.now));
   log.info('skiff node ready', {
     socket: daemonOpts.socket,
     manifests: kubeletOpts.manifests,

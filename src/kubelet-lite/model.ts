@@ -3,7 +3,7 @@
  * CRI-config builders, the prober, the status API and the pod workers each
  * live in their own module and meet only through these types.
  */
-import type { ConfigMap, Container, Event, Pod, Probe, Secret } from 'kubernetes-types/core/v1.js';
+import type { ConfigMap, Container, Event, Pod, Probe, Secret, Service } from 'kubernetes-types/core/v1.js';
 import type { ContainerConfig } from '../gen/runtime/v1/ContainerConfig.js';
 import type { PodSandboxConfig } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { CriEndpoint } from './cri-client.js';
@@ -194,6 +194,8 @@ export interface AgentView {
    * misses nothing). Returns the unsubscribe.
    */
   watchPods(listener: (type: PodWatchType, pod: Pod) => void): () => void;
+  /** The Services as the node's proxy programs them (allocated cluster IPs and node ports), when one runs beside the agent. */
+  services?(): Service[];
   /** The workloads' statuses (Deployments, DaemonSets, Jobs, CronJobs) from their controllers, when the agent runs them. */
   workloads?(): Array<{ kind: string; namespace: string; name: string; status: Record<string, unknown>; spec: Record<string, unknown>; problems: string[]; createdAt: number }>;
   cri: CriEndpoint;

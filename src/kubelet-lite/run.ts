@@ -5,7 +5,7 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { Pod, Service } from 'kubernetes-types/core/v1.js';
 import type { Logger } from '../log.js';
 import { Agent, detectHostIP, type ManifestSource } from './agent.js';
 import { connectCri, type CriEndpoint } from './cri-client.js';
@@ -50,6 +50,8 @@ export interface RunningKubelet {
   objects: ObjectStore;
   /** The agent's metrics registry, served on the status API (the proxy adds its own series). */
   metrics: AgentMetrics;
+  /** Lets a proxy in the same process show its Services on the status API. */
+  setServices(view: () => Service[]): void;
   /** Stops the agent's loops and the status API; pods keep running. */
   stop(): Promise<void>;
 }
@@ -165,6 +167,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       onRestart: (pod, c) => metrics.incRestart(pod.metadata?.namespace ?? '', pod.metadata?.name ?? '', c),
     },
   );
+  let servicesView: (() => Service[]) | undefined;
   const view: AgentView = {
     pods: () => agent!.listPods(),
     pod: (ns, name) => agent!.getPod(ns, name),
@@ -173,6 +176,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     logPath: (ns, pod, c, previous) => agent!.logPath(ns, pod, c, previous),
     watchPods: (l) => agent!.watchPods(l),
     workloads: () => agent!.workloads(),
+    services: () => servicesView?.() ?? [],
     cri,
   };
   const gauges = setInterval(() => {
@@ -197,6 +201,9 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     status,
     objects: store,
     metrics,
+    setServices(fn) {
+      servicesView = fn;
+    },
     async stop() {
       clearInterval(gauges);
       stopGc();

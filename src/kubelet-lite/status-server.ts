@@ -208,6 +208,16 @@ export class StatusServer {
         const items = v.events().filter((e: Event) => ns === undefined || (e.involvedObject.namespace === ns && e.involvedObject.name === name));
         return this.json(res, 200, { kind: 'EventList', apiVersion: 'v1', metadata: {}, items });
       }
+      case 'services': {
+        if (rest.length > 2 || !v.services) break;
+        const [ns, name] = rest;
+        const items = v.services().filter((x) => (ns === undefined || x.metadata?.namespace === ns) && (name === undefined || x.metadata?.name === name));
+        if (name !== undefined) {
+          if (!items.length) throw new HttpError(404, `services "${name}" not found in namespace "${ns}"`);
+          return this.json(res, 200, items[0]);
+        }
+        return this.json(res, 200, { kind: 'ServiceList', apiVersion: 'v1', metadata: {}, items });
+      }
       case 'workloads': {
         // Deployments, DaemonSets, Jobs and CronJobs as their controllers see them; /workloads/<kind> narrows.
         if (rest.length > 1 || !v.workloads) break;
