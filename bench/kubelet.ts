@@ -58,7 +58,7 @@ export async function benchKubelet(opts: { name: string; endpoint: string; image
   const port = await freePort();
   const wrap = (a: string[]) => (opts.ns ? opts.ns.wrap(a) : a);
   const agent = await new AgentProcess(
-    ['--manifests', manifests, '--runtime-endpoint', opts.endpoint, '--status-address', `127.0.0.1:${port}`, '--root-dir', path.join(opts.base, `kubelet-${opts.name}`), '--node-name', `bench-${opts.name}`, '--log-level', 'warn'],
+    ['--manifests', manifests, '--runtime-endpoint', opts.endpoint, '--status-address', `127.0.0.1:${port}`, '--root-dir', path.join(opts.base, `kubelet-${opts.name}`), '--node-name', `bench-${opts.name}`, '--log-level', 'info'],
     wrap,
   ).start();
   const status = opts.ns ? `http://127.0.0.1:${await opts.ns.exposePort(port, opts.base)}` : `http://127.0.0.1:${port}`;

@@ -5,24 +5,8 @@
  */
 import type { Container, ContainerState, ContainerStatus, Event, Pod, Probe, Volume } from 'kubernetes-types/core/v1.js';
 
-/** kubectl's short, rounded durations: 45s, 3m12s, 15m, 5h20m, 3d, 2y100d. */
-export function humanDuration(ms: number): string {
-  const seconds = Math.trunc(ms / 1000);
-  if (seconds < -1) return '<invalid>';
-  if (seconds < 0) return '0s';
-  if (seconds < 120) return `${seconds}s`;
-  const minutes = Math.trunc(seconds / 60);
-  if (minutes < 10) return seconds % 60 === 0 ? `${minutes}m` : `${minutes}m${seconds % 60}s`;
-  if (minutes < 180) return `${minutes}m`;
-  const hours = Math.trunc(minutes / 60);
-  if (hours < 8) return minutes % 60 === 0 ? `${hours}h` : `${hours}h${minutes % 60}m`;
-  if (hours < 48) return `${hours}h`;
-  if (hours < 24 * 8) return hours % 24 === 0 ? `${Math.trunc(hours / 24)}d` : `${Math.trunc(hours / 24)}d${hours % 24}h`;
-  if (hours < 24 * 365 * 2) return `${Math.trunc(hours / 24)}d`;
-  const days = Math.trunc(hours / 24);
-  if (hours < 24 * 365 * 8) return days % 365 === 0 ? `${Math.trunc(days / 365)}y` : `${Math.trunc(days / 365)}y${days % 365}d`;
-  return `${Math.trunc(days / 365)}y`;
-}
+export { humanDuration } from '../controllers/format.js';
+import { humanDuration } from '../controllers/format.js';
 
 /** "5m" for a timestamp five minutes before `now`; "<unknown>" without one. */
 export function age(timestamp: string | undefined, now: Date): string {

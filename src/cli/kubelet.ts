@@ -1,9 +1,9 @@
 /** `skiff kubelet`: the node agent alone, against any CRI endpoint. */
 import os from 'node:os';
 import { parseArgs } from 'node:util';
-import { errorMessage } from '../errors.js';
 import { startKubelet, type KubeletOptions } from '../kubelet-lite/run.js';
 import { createLogger, isLogLevel, type Logger } from '../log.js';
+import { untilSignal } from './signals.js';
 import type { FlagSpec, Values } from './flags.js';
 
 export const KUBELET_HELP = `Flags for "skiff kubelet" (the node agent alone, against skiff, containerd or CRI-O):
@@ -72,18 +72,5 @@ export async function kubelet(args: string[]): Promise<number> {
   if (!isLogLevel(level)) throw new Error(`--log-level must be debug, info, warn or error, not "${level}"`);
   const log = createLogger(level);
   const running = await startKubelet(kubeletOptionsFrom(values, log));
-  return new Promise<number>((resolve) => {
-    const stop = (signal: string) => {
-      log.info('kubelet-lite stopping; pods keep running', { signal });
-      running.stop().then(
-        () => resolve(0),
-        (err) => {
-          log.error('shutdown failed', { error: errorMessage(err) });
-          resolve(1);
-        },
-      );
-    };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
-  });
+  return untilSignal(log, 'kubelet-lite stopping; pods keep running', () => running.stop());
 }

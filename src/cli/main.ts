@@ -13,6 +13,7 @@ import { NODE_HELP, node } from './node.js';
 import { PROXY_HELP, proxy } from './proxy.js';
 import { imagesCommand } from './images.js';
 import { createLogger } from '../log.js';
+import { untilSignal } from './signals.js';
 import { SKIFF_VERSION } from '../version.js';
 
 const HELP = `skiff ${SKIFF_VERSION}: a small Kubernetes container runtime (CRI v1)
@@ -78,20 +79,7 @@ async function cri(args: string[]): Promise<number> {
     opts,
     log,
   );
-  return new Promise<number>((resolve) => {
-    const stop = (signal: string) => {
-      log.info('shutting down', { signal });
-      daemon.close().then(
-        () => resolve(0),
-        (err) => {
-          log.error('shutdown failed', { error: errorMessage(err) });
-          resolve(1);
-        },
-      );
-    };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
-  });
+  return untilSignal(log, 'shutting down', () => daemon.close());
 }
 
 export async function main(argv: string[]): Promise<number> {

@@ -7,7 +7,6 @@
  */
 import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
-import { errorMessage } from '../errors.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
@@ -16,6 +15,7 @@ import { InProcessPodSource, storeServiceSource } from '../proxy/sources.js';
 import { KUBELET_FLAGS, kubeletOptionsFrom } from './kubelet.js';
 import { CRI_FLAGS, daemonOptionsFrom } from './flags.js';
 import { PROXY_FLAGS, proxyOptionsFrom, startProxy } from './proxy.js';
+import { untilSignal } from './signals.js';
 
 export const NODE_HELP = `Flags for "skiff node" (the runtime, the agent, the proxy and service DNS in one process):
   all of "skiff cri"'s flags, all of "skiff kubelet"'s except --runtime-endpoint (the agent
@@ -106,26 +106,10 @@ export async function node(args: string[]): Promise<number> {
       `  curl http://<this node's IP>:30080/  the demo's NodePort\n` +
       `Manifests in ${kubeletOpts.manifests} are watched: edit, add or remove files and the node follows.\n\n`,
   );
-  return new Promise<number>((resolve) => {
-    let stopping = false;
-    const stop = (signal: string) => {
-      if (stopping) return;
-      stopping = true;
-      log.info('skiff node stopping: agent, proxy, then runtime; pods keep running', { signal });
-      (async () => {
-        await kubelet.stop();
-        pods.close();
-        await proxy.stop();
-        await daemon.close();
-      })().then(
-        () => resolve(0),
-        (err) => {
-          log.error('shutdown failed', { error: errorMessage(err) });
-          resolve(1);
-        },
-      );
-    };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
+  return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {
+    await kubelet.stop();
+    pods.close();
+    await proxy.stop();
+    await daemon.close();
   });
 }

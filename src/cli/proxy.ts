@@ -14,6 +14,7 @@ import { cleanupRules, Proxier, registerProxyMetrics } from '../proxy/proxier.js
 import { intToIp, parseCidr } from '../proxy/service.js';
 import { HttpPodSource, storeServiceSource, type PodSource, type ServiceSource } from '../proxy/sources.js';
 import { parseDuration, type FlagSpec, type Values } from './flags.js';
+import { untilSignal } from './signals.js';
 
 export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables rules in kube-proxy's layout, and service DNS):
   --manifests DIR          Service manifests, watched (default /etc/skiff/manifests)
@@ -231,20 +232,9 @@ export async function proxy(args: string[]): Promise<number> {
   const metricsServer = metricsAddress ? serveMetrics(metricsAddress, registry, log) : undefined;
   log.info('skiff proxy started', { manifests: values.manifests, kubelet: kubeletUrl.href, serviceCidr: opts.serviceCidr, podCidr: opts.podCidr });
 
-  return new Promise<number>((resolve) => {
-    const stop = (signal: string) => {
-      log.info('skiff proxy stopping; its rules stay (skiff proxy --cleanup removes them)', { signal });
-      pods.close();
-      metricsServer?.close();
-      Promise.all([running.stop(), services.stop()]).then(
-        () => resolve(0),
-        (err) => {
-          log.error('shutdown failed', { error: errorMessage(err) });
-          resolve(1);
-        },
-      );
-    };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
+  return untilSignal(log, "skiff proxy stopping; its rules stay (skiff proxy --cleanup removes them)", async () => {
+    pods.close();
+    metricsServer?.close();
+    await Promise.all([running.stop(), services.stop()]);
   });
 }

@@ -6,55 +6,15 @@
 import os from 'node:os';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import type { LinuxContainerResources } from '../gen/runtime/v1/LinuxContainerResources.js';
+import { ceilDiv, parseExact, parseMilliQuantity, quantityValue, type Fraction } from './quantity.js';
 
 // ---------------------------------------------------------------- quantities
 
-/** An exact Kubernetes quantity as a fraction (quantities are fixed-point: never round on the way in). */
-export interface Fraction {
-  num: bigint;
-  den: bigint;
-}
-
-const BINARY: Record<string, bigint> = { Ki: 1n << 10n, Mi: 1n << 20n, Gi: 1n << 30n, Ti: 1n << 40n, Pi: 1n << 50n, Ei: 1n << 60n };
-const DECIMAL: Record<string, number> = { n: -9, u: -6, m: -3, '': 0, k: 3, M: 6, G: 9, T: 12, P: 15, E: 18 };
-
-/**
- * Parses a quantity ("250m", "1.5", "128Mi", "1e3", "2G") exactly; throws on
- * anything else. Stand-in until the manifest validator's parser lands.
- */
-export function parseQuantity(q: string | number): Fraction {
-  const s = String(q).trim();
-  const m = /^([+-]?)(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[numkMGTPE]?)$/.exec(s);
-  if (!m) throw new Error(`quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (got "${s}")`);
-  const [, sign, digits, suffix] = m;
-  const [int, frac = ''] = digits.split('.');
-  let num = BigInt((int || '0') + frac) * (sign === '-' ? -1n : 1n);
-  let den = 10n ** BigInt(frac.length);
-  let exp = 0;
-  if (suffix in BINARY) num *= BINARY[suffix];
-  else if (/^[eE]/.test(suffix)) exp = Number(suffix.slice(1));
-  else exp = DECIMAL[suffix];
-  if (exp >= 0) num *= 10n ** BigInt(exp);
-  else den *= 10n ** BigInt(-exp);
-  return { num, den };
-}
-
-function ceilDiv(a: bigint, b: bigint): bigint {
-  const q = a / b;
-  return a % b !== 0n && a > 0n === b > 0n ? q + 1n : q;
-}
-
-/** The quantity in whole units, rounded up as Quantity.Value() does. */
-export function quantityValue(q: string | number): number {
-  const f = parseQuantity(q);
-  return Number(ceilDiv(f.num, f.den));
-}
-
-/** The quantity in thousandths, rounded up as Quantity.MilliValue() does. */
-export function quantityMilli(q: string | number): number {
-  const f = parseQuantity(q);
-  return Number(ceilDiv(f.num * 1000n, f.den));
-}
+export { quantityValue } from './quantity.js';
+/** Thousandths, rounded up (Quantity.MilliValue()). */
+export const quantityMilli = parseMilliQuantity;
+/** Exact: QoS and resourceFieldRef arithmetic never rounds. */
+const parseQuantity = parseExact;
 
 function compare(a: Fraction, b: Fraction): number {
   const l = a.num * b.den;

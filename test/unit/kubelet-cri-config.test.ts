@@ -7,7 +7,8 @@ import { KubeletConfigBuilder, podHostname, safeSubpath, terminationLogHostPath 
 import { parseResolvConf, podDnsConfig } from '../../src/kubelet-lite/dns.js';
 import { expand, formatMap, resolveEnv } from '../../src/kubelet-lite/env.js';
 import { ContainerConfigError, type ContainerConfigOptions, type ObjectLookup, type PodContext } from '../../src/kubelet-lite/model.js';
-import { containerResources, oomScoreAdj, parseQuantity, qosClass, quantityMilli, quantityValue, resourceFieldValue } from '../../src/kubelet-lite/resources.js';
+import { containerResources, oomScoreAdj, qosClass, quantityMilli, quantityValue, resourceFieldValue } from '../../src/kubelet-lite/resources.js';
+import { parseExact as parseQuantity } from '../../src/kubelet-lite/quantity.js';
 
 const GiB = 1024 ** 3;
 const node = { milliCpu: 4000, memoryBytes: 8 * GiB };
