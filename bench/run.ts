@@ -21,6 +21,7 @@ import { startRegistry } from '../test/helpers/registry.js';
 import { busyboxImage } from '../test/helpers/busybox.js';
 import { TestNetns } from '../test/helpers/netns.js';
 import { benchKubelet, reportKubelet, type KubeletResults } from './kubelet.js';
+import { benchNode, reportNode } from './node.js';
 import { benchProxy } from './proxy.js';
 import { benchPods, pidsMatching, report, type PodResults } from './pods.js';
 
@@ -203,6 +204,7 @@ async function main(): Promise<void> {
     if (which === 'all' || which === 'pull') await benchPull(registry);
     if (which === 'all' || which === 'pods') await benchPodsAll(registry);
     if (which === 'all' || which === 'kubelet') await benchKubeletAll(registry);
+    if (which === 'all' || which === 'node') process.stdout.write(reportNode(await benchNode()));
   } finally {
     await registry.stop();
   }

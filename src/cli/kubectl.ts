@@ -25,7 +25,7 @@ export const KUBECTL_HELP = `Commands that read a node agent's status API (kubec
                         node's controllers run, with kubectl's columns
   skiff rollout status deployment/NAME [-n NS] [--timeout D]
                         wait until a Deployment's rollout has finished, printing its progress
-  skiff describe pod|deployment|daemonset|job|cronjob [NAME] [-n NS]
+  skiff describe pod|service|deployment|daemonset|job|cronjob [NAME] [-n NS]
                         details, conditions and (for pods) containers, volumes and events
   skiff logs POD|job/NAME|-l SELECTOR [-c CONTAINER] [-f] [-p] [--tail N] [--timestamps] [-n NS]
                         a container's output (-p: the previous instance's)
@@ -147,6 +147,34 @@ const FORMATS: Record<WorkloadKind, (items: WorkloadStatus[], opts: { now: numbe
 
 async function workloads(server: string, kind?: WorkloadKind): Promise<WorkloadStatus[]> {
   return (await getJson<{ items: WorkloadStatus[] }>(server, kind ? `/workloads/${kind.toLowerCase()}` : '/workloads')).items;
+}
+
+/** kubectl's `describe service`, with the endpoints the proxy uses: Ready pods the selector matches. */
+export function describeService(svc: Service, pods: Pod[]): string {
+  const sel = svc.spec?.selector;
+  const matching = sel ? pods.filter((p) => Object.entries(sel).every(([k, v]) => p.metadata?.labels?.[k] === v)) : [];
+  const ready = matching.filter((p) => p.status?.podIP && p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') && !p.metadata?.deletionTimestamp);
+  const lines = [
+    ['Name:', svc.metadata?.name ?? ''],
+    ['Namespace:', svc.metadata?.namespace ?? ''],
+    ['Selector:', sel ? Object.entries(sel).map(([k, v]) => `${k}=${v}`).join(',') : '<none>'],
+    ['Type:', svc.spec?.type ?? 'ClusterIP'],
+    ['IP:', svc.spec?.clusterIP ?? '<none>'],
+  ];
+  for (const p of svc.spec?.ports ?? []) {
+    const label = p.name ?? '<unset>';
+    lines.push(['Port:', `${label}  ${p.port}/${p.protocol ?? 'TCP'}`]);
+    lines.push(['TargetPort:', `${p.targetPort ?? p.port}/${p.protocol ?? 'TCP'}`]);
+    if (p.nodePort) lines.push(['NodePort:', `${label}  ${p.nodePort}/${p.protocol ?? 'TCP'}`]);
+    const eps = ready.map((pod) => {
+      const t = p.targetPort ?? p.port;
+      const num = typeof t === 'number' ? t : pod.spec?.containers.flatMap((c) => c.ports ?? []).find((cp) => cp.name === t)?.containerPort;
+      return num ? `${pod.status!.podIP}:${num}` : undefined;
+    }).filter(Boolean);
+    lines.push(['Endpoints:', eps.length ? eps.join(',') : '<none>']);
+  }
+  const width = Math.max(...lines.map(([k]) => k!.length)) + 1;
+  return lines.map(([k, v]) => `${k!.padEnd(width)}${v}`).join('\n') + '\n';
 }
 
 function serviceHeader(all: boolean): string[] {
@@ -304,6 +332,13 @@ export async function describe(args: string[], io: Io = stdio, now: () => Date =
   let [resource, name] = positionals;
   // `describe pod/web` as kubectl takes it.
   if (resource?.includes('/') && name === undefined) [resource, name] = resource.split('/', 2) as [string, string];
+  if (resource === 'service' || resource === 'services' || resource === 'svc') {
+    const list = (await getJson<{ items: Service[] }>(values.server!, `/services/${enc(values.namespace!)}`)).items.filter((x) => name === undefined || x.metadata?.name === name);
+    if (name !== undefined && !list.length) throw new CliError(`Error from server (NotFound): services "${name}" not found`);
+    const podList = (await getJson<{ items: Pod[] }>(values.server!, `/pods/${enc(values.namespace!)}`)).items;
+    io.out(list.map((svc) => describeService(svc, podList)).join('\n\n'));
+    return 0;
+  }
   if (resource !== undefined && WORKLOAD_RESOURCES[resource]) {
     const kind = WORKLOAD_RESOURCES[resource]!;
     const items = (await workloads(values.server!, kind)).filter((w) => w.namespace === values.namespace && (name === undefined || w.name === name));
@@ -311,7 +346,7 @@ export async function describe(args: string[], io: Io = stdio, now: () => Date =
     io.out(items.map((w) => describeWorkload(w, { now: now().getTime() })).join('\n\n'));
     return 0;
   }
-  if (!isPodsResource(resource)) throw new CliError(`skiff describe knows pods, deployments, daemonsets, jobs and cronjobs, not "${resource ?? ''}"`);
+  if (!isPodsResource(resource)) throw new CliError(`skiff describe knows pods, services, deployments, daemonsets, jobs and cronjobs, not "${resource ?? ''}"`);
   const ns = values.namespace!;
   const server = values.server!;
   const pods = name !== undefined ? [await getJson<Pod>(server, `/pods/${enc(ns)}/${enc(name)}`)] : (await getJson<{ items: Pod[] }>(server, `/pods/${enc(ns)}`)).items;
