@@ -19,6 +19,7 @@ import type { PodSandboxConfig } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { PortMapping } from '../gen/runtime/v1/PortMapping.js';
 import type { Protocol } from '../gen/runtime/v1/Protocol.js';
 import type { SecurityProfile } from '../gen/runtime/v1/SecurityProfile.js';
+import { AT_FDCWD, MNT_DETACH, mount as libcMount, O_CLOEXEC, O_PATH, openat2, RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, umount2 } from '../sys/libc.js';
 import { podDnsConfig } from './dns.js';
 import { expand, mapLookup, resolveEnv, servicesFromObjects } from './env.js';
 import {
@@ -162,6 +163,8 @@ export interface ConfigBuilderOptions {
    * cluster IPs; by default the Services in the manifest directory as written.
    */
   services?: (ctx: PodContext) => Service[];
+  /** Binds a checked subPath where the runtime mounts it from (default: pinSubpath; tests record instead). */
+  pinSubpath?: (root: string, checked: string, target: string) => void;
 }
 
 export class KubeletConfigBuilder implements ConfigBuilder {
@@ -286,14 +289,20 @@ export class KubeletConfigBuilder implements ConfigBuilder {
   private mounts(ctx: PodContext, c: Container, opts: ContainerConfigOptions, env: Map<string, string>): Mount[] {
     const out: Mount[] = [];
     const privileged = c.securityContext?.privileged === true;
-    for (const vm of c.volumeMounts ?? []) {
+    for (const [i, vm] of (c.volumeMounts ?? []).entries()) {
       const base = opts.volumes.get(vm.name);
       if (base === undefined) throw new ContainerConfigError(`cannot find volume "${vm.name}" to mount into container "${c.name}"`);
       const vol = ctx.pod.spec?.volumes?.find((v) => v.name === vm.name);
       const forcedRO = vol !== undefined && READ_ONLY_VOLUMES.some((k) => vol[k] !== undefined);
       let hostPath = base;
       const sub = subPathOf(vm, env);
-      if (sub) hostPath = safeSubpath(base, sub);
+      if (sub) {
+        // The checked path is still the container's to change (a directory swapped for a symlink before the
+        // runtime mounts it): the runtime gets a bind of what was checked, in a directory no container reaches.
+        const checked = safeSubpath(base, sub);
+        hostPath = subpathTarget(ctx.podDir, vm.name, c.name, i);
+        (this.opts.pinSubpath ?? pinSubpath)(fs.realpathSync(base), checked, hostPath);
+      }
       out.push({
         containerPath: vm.mountPath,
         hostPath,
@@ -326,6 +335,58 @@ function propagation(vm: VolumeMount, privileged: boolean): MountPropagation {
       return 'PROPAGATION_BIDIRECTIONAL';
     default:
       return 'PROPAGATION_PRIVATE';
+  }
+}
+
+/** Where a container's subPath mount is bound for the runtime, as the kubelet lays it out. */
+export function subpathTarget(podDir: string, volume: string, container: string, index: number): string {
+  return path.join(podDir, 'volume-subpaths', volume, container, String(index));
+}
+
+const MS_BIND = 0x1000;
+const MS_REC = 0x4000;
+
+/**
+ * Binds `checked` (what safeSubpath resolved under the volume at `root`) onto
+ * `target`, through a descriptor opened beneath the volume without following
+ * any symlink: a component swapped for a symlink since the check fails the
+ * open, and what the descriptor holds is what gets mounted. A mount left at
+ * `target` by an earlier instance of the container is replaced.
+ */
+export function pinSubpath(root: string, checked: string, target: string): void {
+  const rel = path.relative(root, checked);
+  if (rel.startsWith('..') || path.isAbsolute(rel)) throw new ContainerConfigError(`subpath ${checked} not within volume path ${root}`);
+  let fd: number;
+  const rootFd = openat2(AT_FDCWD, root, O_PATH | fs.constants.O_DIRECTORY | O_CLOEXEC, 0);
+  try {
+    fd = openat2(rootFd, rel || '.', O_PATH | O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  } catch (err) {
+    throw new ContainerConfigError(`subpath ${rel} of volume path ${root} changed while it was being mounted: ${(err as Error).message}`);
+  } finally {
+    fs.closeSync(rootFd);
+  }
+  try {
+    const isDir = fs.fstatSync(fd).isDirectory();
+    fs.mkdirSync(path.dirname(target), { recursive: true, mode: 0o750 });
+    try {
+      umount2(target, MNT_DETACH);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'EINVAL' && code !== 'ENOENT') throw err;
+    }
+    const st = fs.lstatSync(target, { throwIfNoEntry: false });
+    const fits = st !== undefined && (isDir ? st.isDirectory() : st.isFile());
+    if (st && !fits) {
+      if (st.isDirectory()) fs.rmdirSync(target);
+      else fs.unlinkSync(target);
+    }
+    if (!fits) {
+      if (isDir) fs.mkdirSync(target, { mode: 0o750 });
+      else fs.closeSync(fs.openSync(target, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o640));
+    }
+    libcMount(`/proc/self/fd/${fd}`, target, '', MS_BIND | MS_REC, '');
+  } finally {
+    fs.closeSync(fd);
   }
 }
 

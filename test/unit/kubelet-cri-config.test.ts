@@ -3,9 +3,10 @@ import os from 'node:os';
 import path from 'node:path';
 import type { ConfigMap, Container, Pod, Secret, Service } from 'kubernetes-types/core/v1.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { KubeletConfigBuilder, podHostname, safeSubpath, terminationLogHostPath } from '../../src/kubelet-lite/cri-config.js';
+import { KubeletConfigBuilder, pinSubpath, podHostname, safeSubpath, terminationLogHostPath } from '../../src/kubelet-lite/cri-config.js';
 import { parseResolvConf, podDnsConfig } from '../../src/kubelet-lite/dns.js';
 import { expand, formatMap, resolveEnv } from '../../src/kubelet-lite/env.js';
+import { umount2 } from '../../src/sys/libc.js';
 import { ContainerConfigError, type ContainerConfigOptions, type ObjectLookup, type PodContext } from '../../src/kubelet-lite/model.js';
 import { containerResources, oomScoreAdj, parseQuantity, qosClass, quantityMilli, quantityValue, resourceFieldValue } from '../../src/kubelet-lite/resources.js';
 
@@ -61,7 +62,8 @@ function opts(over: Partial<ContainerConfigOptions> = {}): ContainerConfigOption
   return { kind: 'app', restartCount: 0, image: 'sha256:abc', volumes: new Map(), ...over };
 }
 
-const builder = new KubeletConfigBuilder({ node, seccompProfileRoot: '/var/lib/kl/seccomp' });
+// subPath binds are recorded nowhere here: the pinning itself has its own tests below.
+const builder = new KubeletConfigBuilder({ node, seccompProfileRoot: '/var/lib/kl/seccomp', pinSubpath: () => undefined });
 
 function webPod(): Pod {
   return {
@@ -553,6 +555,45 @@ describe('subPath', () => {
     expect(fs.readdirSync(outside)).toEqual([]);
   });
 
+  it.skipIf(process.getuid?.() !== 0)('binds what was checked, and refuses a component swapped for a symlink since', () => {
+    const vol = path.join(tmp, 'vol');
+    const outside = path.join(tmp, 'outside');
+    fs.mkdirSync(path.join(vol, 'a/b'), { recursive: true });
+    fs.mkdirSync(outside);
+    fs.writeFileSync(path.join(outside, 'secret'), 'host');
+    fs.writeFileSync(path.join(vol, 'a/b/file'), 'vol');
+    const root = fs.realpathSync(vol);
+    const checked = safeSubpath(vol, 'a/b');
+    const target = path.join(tmp, 'subpaths/v/c/0');
+    // The container swaps b for a symlink out of the volume after the check: nothing is mounted.
+    fs.renameSync(path.join(vol, 'a/b'), path.join(vol, 'a/old'));
+    fs.symlinkSync(outside, path.join(vol, 'a/b'));
+    expect(() => pinSubpath(root, checked, target)).toThrow(ContainerConfigError);
+    fs.unlinkSync(path.join(vol, 'a/b'));
+    fs.renameSync(path.join(vol, 'a/old'), path.join(vol, 'a/b'));
+    pinSubpath(root, checked, target);
+    try {
+      // A later swap changes nothing in what the runtime will mount.
+      fs.renameSync(path.join(vol, 'a/b'), path.join(vol, 'a/old'));
+      fs.symlinkSync(outside, path.join(vol, 'a/b'));
+      expect(fs.readdirSync(target)).toEqual(['file']);
+      // A restart binds again over the old bind, and a file subPath gets a file.
+      fs.unlinkSync(path.join(vol, 'a/b'));
+      pinSubpath(root, path.join(root, 'a/old/file'), target.replace(/0$/, '1'));
+      expect(fs.readFileSync(target.replace(/0$/, '1'), 'utf8')).toBe('vol');
+      pinSubpath(root, path.join(root, 'a/old'), target);
+      expect(fs.readdirSync(target)).toEqual(['file']);
+    } finally {
+      for (const t of [target, target, target.replace(/0$/, '1')]) {
+        try {
+          umount2(t, 2);
+        } catch {
+          // not mounted
+        }
+      }
+    }
+  });
+
   it('subPathExpr expands with the env, and refuses a variable without a value', () => {
     const pod = webPod();
     const volumes = vols();
@@ -562,10 +603,15 @@ describe('subPath', () => {
       env: [{ name: 'POD', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } }],
       volumeMounts: [{ name: 'scratch', mountPath: '/logs', subPathExpr: 'logs/$(POD)' }],
     };
-    const cfg = builder.containerConfig(ctx(pod), c, opts({ volumes }));
-    expect(cfg.mounts![0].hostPath).toBe(path.join(fs.realpathSync(volumes.get('scratch')!), 'logs/web'));
+    const pinned: string[][] = [];
+    const b = new KubeletConfigBuilder({ node, pinSubpath: (...args) => void pinned.push(args) });
+    const cfg = b.containerConfig(ctx(pod), c, opts({ volumes }));
+    const root = fs.realpathSync(volumes.get('scratch')!);
+    // The runtime mounts the agent's bind of the checked directory, never the path in the volume.
+    expect(cfg.mounts![0].hostPath).toBe(path.join(podDir, 'volume-subpaths/scratch/c/0'));
+    expect(pinned).toEqual([[root, path.join(root, 'logs/web'), path.join(podDir, 'volume-subpaths/scratch/c/0')]]);
     c.volumeMounts![0].subPathExpr = '$(NOPE)/x';
-    expect(() => builder.containerConfig(ctx(pod), c, opts({ volumes }))).toThrow('missing value for NOPE');
+    expect(() => b.containerConfig(ctx(pod), c, opts({ volumes }))).toThrow('missing value for NOPE');
   });
 });
 
