@@ -409,59 +409,94 @@ function within(root: string, p: string): boolean {
   return p === root || p.startsWith(root.endsWith('/') ? root : root + '/');
 }
 
+/** Resolves symlinks that stay under the directory, refuses any that leave it (EXDEV) and /proc magic links. */
+const BENEATH = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+
+function closeQuietly(fd: number): void {
+  try {
+    fs.closeSync(fd);
+  } catch {
+    // already closed
+  }
+}
+
 /**
  * `sub` under the volume at `base`, created as directories where missing.
  * Refuses absolute paths, `..`, and symlinks (in the volume, which a
- * container may write) that lead out of it; returns the resolved path, so
- * what is mounted is what was checked.
+ * container may write) that lead out of it; returns the resolved path. Every
+ * step goes through descriptors opened beneath the volume (openat2), and a
+ * missing directory is made in the directory such a descriptor holds, so a
+ * component swapped for a symlink meanwhile never sends the walk outside.
  */
 export function safeSubpath(base: string, sub: string): string {
   if (path.isAbsolute(sub)) throw new ContainerConfigError(`error SubPath \`${sub}\` must not be an absolute path`);
   if (sub.split('/').includes('..')) throw new ContainerConfigError(`error SubPath \`${sub}\` must not contain '..'`);
   let root: string;
+  let rootFd: number;
   try {
     root = fs.realpathSync(base);
+    rootFd = openat2(AT_FDCWD, root, O_PATH | fs.constants.O_DIRECTORY | O_CLOEXEC, 0);
   } catch (err) {
     throw new ContainerConfigError(`volume path ${base} for subPath ${sub}: ${(err as Error).message}`);
   }
-  const mode = fs.statSync(root).mode & 0o7777;
-  let cur = root;
-  for (const part of sub.split('/').filter((p) => p && p !== '.')) {
-    const next = path.join(cur, part);
-    let st: fs.Stats | undefined;
-    try {
-      st = fs.lstatSync(next);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new ContainerConfigError(`subPath ${sub}: ${(err as Error).message}`);
-    }
-    if (!st) {
+  const refuse = (err: unknown): never => {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EXDEV' || code === 'ELOOP') throw new ContainerConfigError(`subpath "${sub}" not within volume path "${base}"`);
+    throw new ContainerConfigError(`subPath ${sub}: ${(err as Error).message}`);
+  };
+  try {
+    const mode = fs.fstatSync(rootFd).mode & 0o7777;
+    const parts = sub.split('/').filter((p) => p && p !== '.');
+    for (let i = 0; i < parts.length; i++) {
+      const rel = parts.slice(0, i + 1).join('/');
+      let fd: number | undefined;
       try {
-        fs.mkdirSync(next, { mode });
+        fd = openat2(rootFd, rel, O_PATH | O_CLOEXEC, BENEATH);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') refuse(err);
+      }
+      if (fd !== undefined) {
+        closeQuietly(fd);
+        continue;
+      }
+      // Missing: made inside the parent as a descriptor holds it, whatever the path names by now.
+      let parent: number;
+      try {
+        parent = openat2(rootFd, i ? parts.slice(0, i).join('/') : '.', O_PATH | fs.constants.O_DIRECTORY | O_CLOEXEC, BENEATH);
+      } catch (err) {
+        return refuse(err);
+      }
+      try {
+        const at = `/proc/self/fd/${parent}/${parts[i]}`;
+        fs.mkdirSync(at, { mode });
         // The volume's own mode (an emptyDir's 0777), not what the umask leaves of it; through an fd opened
         // without following links, since the container can swap the new directory for a symlink meanwhile.
-        const fd = fs.openSync(next, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
+        const dfd = fs.openSync(at, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
         try {
-          fs.fchmodSync(fd, mode);
+          fs.fchmodSync(dfd, mode);
         } finally {
-          fs.closeSync(fd);
+          fs.closeSync(dfd);
         }
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw new ContainerConfigError(`subPath ${sub}: ${(err as Error).message}`);
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') refuse(err);
+      } finally {
+        closeQuietly(parent);
       }
-      st = fs.lstatSync(next);
     }
-    if (st.isSymbolicLink()) {
-      let target: string;
-      try {
-        target = fs.realpathSync(next);
-      } catch (err) {
-        throw new ContainerConfigError(`subPath ${sub}: ${(err as Error).message}`);
-      }
-      if (!within(root, target)) throw new ContainerConfigError(`subpath "${sub}" not within volume path "${base}"`);
-      cur = target;
-    } else cur = next;
+    let fd: number;
+    try {
+      fd = openat2(rootFd, parts.length ? parts.join('/') : '.', O_PATH | O_CLOEXEC, BENEATH);
+    } catch (err) {
+      return refuse(err);
+    }
+    try {
+      const final = fs.readlinkSync(`/proc/self/fd/${fd}`);
+      if (!within(root, final)) throw new ContainerConfigError(`subpath "${sub}" not within volume path "${base}"`);
+      return final;
+    } finally {
+      closeQuietly(fd);
+    }
+  } finally {
+    closeQuietly(rootFd);
   }
-  const final = fs.realpathSync(cur);
-  if (!within(root, final)) throw new ContainerConfigError(`subpath "${sub}" not within volume path "${base}"`);
-  return final;
 }
