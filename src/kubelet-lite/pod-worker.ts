@@ -265,11 +265,13 @@ export class PodWorker {
       }
     }
 
+    const seen = observed.containers;
     for (const id of actions.remove) {
       await cri.runtime.removeContainer({ containerId: id }).catch((err) => {
         if (!isNotFound(err)) this.deps.log.warn('failed to remove a dead container', { pod: this.name(), id, err: grpcDetails(err) });
       });
       observer.forget([id]);
+      await this.forgetDead(ctx, seen, id);
     }
 
     if (changed) observed = await observer.observe(this.uid);
@@ -450,6 +452,20 @@ export class PodWorker {
       });
       this.deps.observer.forget([k.id]);
     }
+  }
+
+  /**
+   * Drops what the agent kept of a removed container: its termination
+   * message, and its termination-log file, which the container may have
+   * filled with as much as it liked (one per restart would otherwise pile up
+   * under the pod directory until the pod goes). A file another instance of
+   * the same name and restart count still uses is left alone.
+   */
+  private async forgetDead(ctx: PodContext, seen: ObservedContainer[], id: string): Promise<void> {
+    this.messages.delete(id);
+    const c = seen.find((x) => x.id === id);
+    if (!c || seen.some((x) => x.id !== id && x.name === c.name && x.restartCount === c.restartCount)) return;
+    await fs.rm(this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), { force: true }).catch(() => undefined);
   }
 
   /** Reads the termination message of containers that exited since the last sync. */
