@@ -355,7 +355,7 @@ const MS_REC = 0x4000;
  */
 export function pinSubpath(root: string, checked: string, target: string): void {
   const rel = path.relative(root, checked);
-  if (rel.startsWith('..') || path.isAbsolute(rel)) throw new ContainerConfigError(`subpath ${checked} not within volume path ${root}`);
+  if (rel === '..' || rel.startsWith('../') || path.isAbsolute(rel)) throw new ContainerConfigError(`subpath ${checked} not within volume path ${root}`);
   let fd: number;
   const rootFd = openat2(AT_FDCWD, root, O_PATH | fs.constants.O_DIRECTORY | O_CLOEXEC, 0);
   try {

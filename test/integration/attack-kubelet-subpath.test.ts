@@ -12,6 +12,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { containerStatus, podYaml, startNode, type NodeFixture } from '../helpers/kubelet.js';
+import { waitFor } from '../helpers/registry.js';
 
 describe.skipIf(!isRoot)('attack kubelet-lite: subPath symlink swap after the check', () => {
   let node: NodeFixture;
@@ -82,5 +83,39 @@ describe.skipIf(!isRoot)('attack kubelet-lite: subPath symlink swap after the ch
     expect(last && containerStatus(last, 'victim')?.state?.running).toBeTruthy();
     await node.remove('swap.yaml');
     await node.waitGone('swap');
+  });
+
+  it('still mounts a configMap key with subPath as a file, again after a restart', async () => {
+    await node.write('cm.yaml', `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: app
+data:
+  app.conf: "color=blue"
+---
+` + podYaml('cmsub', node.image, `  restartPolicy: Always
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: conf
+    configMap: {name: app}
+  containers:
+  - name: main
+    image: IMAGE
+    command: [sh, -c, "cat /etc/app.conf; echo; [ -f /etc/app.conf ] || echo NOT-A-FILE; exit 1"]
+    volumeMounts:
+    - name: conf
+      mountPath: /etc/app.conf
+      subPath: app.conf
+`));
+    await node.waitPod('cmsub', (p) => (containerStatus(p, 'main')?.restartCount ?? 0) >= 1 && !!containerStatus(p, 'main')?.lastState?.terminated, 'restarted', 60_000);
+    // The restarted instance had its own bind of the file, made over the first one's.
+    await waitFor('the second instance to print the file', async () => {
+      const p = await node.pod('cmsub');
+      if ((containerStatus(p!, 'main')?.restartCount ?? 0) < 1) return undefined;
+      const log = await node.get<string>('/containerLogs/default/cmsub/main');
+      return log.body === 'color=blue\n' ? true : undefined;
+    }, 30_000);
+    await node.remove('cm.yaml');
+    await node.waitGone('cmsub');
   });
 });

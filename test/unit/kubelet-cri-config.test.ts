@@ -583,8 +583,13 @@ describe('subPath', () => {
       expect(fs.readFileSync(target.replace(/0$/, '1'), 'utf8')).toBe('vol');
       pinSubpath(root, path.join(root, 'a/old'), target);
       expect(fs.readdirSync(target)).toEqual(['file']);
+      // A name that only starts with '..' (the atomic writer's version directories) is inside.
+      fs.mkdirSync(path.join(vol, '..2026_11_30'));
+      fs.writeFileSync(path.join(vol, '..2026_11_30/key'), 'cm');
+      pinSubpath(root, path.join(root, '..2026_11_30/key'), target.replace(/0$/, '1'));
+      expect(fs.readFileSync(target.replace(/0$/, '1'), 'utf8')).toBe('cm');
     } finally {
-      for (const t of [target, target, target.replace(/0$/, '1')]) {
+      for (const t of [target, target, target.replace(/0$/, '1'), target.replace(/0$/, '1')]) {
         try {
           umount2(t, 2);
         } catch {
