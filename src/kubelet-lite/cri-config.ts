@@ -48,6 +48,10 @@ const READ_ONLY_VOLUMES = ['configMap', 'secret', 'downwardAPI', 'projected'] as
 
 /** Where a container instance's termination message lives on the host; the worker reads it after the exit. */
 export function terminationLogHostPath(podDir: string, containerName: string, restartCount: number): string {
+  // The name may come back from the runtime (a container someone else made with the pod's labels): one plain component only.
+  if (!containerName || containerName === '.' || containerName === '..' || containerName.includes('/') || !Number.isSafeInteger(restartCount)) {
+    throw new Error(`no termination log for container ${JSON.stringify(containerName)} instance ${restartCount}`);
+  }
   return path.join(podDir, 'containers', containerName, `${restartCount}.termination-log`);
 }
 

@@ -465,7 +465,11 @@ export class PodWorker {
     this.messages.delete(id);
     const c = seen.find((x) => x.id === id);
     if (!c || seen.some((x) => x.id !== id && x.name === c.name && x.restartCount === c.restartCount)) return;
-    await fs.rm(this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), { force: true }).catch(() => undefined);
+    try {
+      await fs.rm(this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), { force: true });
+    } catch {
+      // not a name the agent made a file for, or already gone
+    }
   }
 
   /** Reads the termination message of containers that exited since the last sync. */

@@ -259,6 +259,10 @@ describe('container config', () => {
     const st = fs.statSync(terminationLogHostPath(podDir, 'main', 3));
     expect(st.size).toBe(0);
     expect(st.mode & 0o777).toBe(0o666);
+    // Names read back from the runtime (anyone with crictl can make a container carrying a pod's labels)
+    // never lead the agent's reads and deletes of this file out of the pod's directory.
+    for (const bad of ['../../etc', '..', 'a/b', '']) expect(() => terminationLogHostPath(podDir, bad, 0)).toThrow(/no termination log/);
+    expect(() => terminationLogHostPath(podDir, 'main', NaN)).toThrow(/no termination log/);
   });
 
   it('changes its hash when the container spec changes', () => {
