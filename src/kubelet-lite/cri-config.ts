@@ -60,6 +60,18 @@ export function podLogDirectory(podDir: string): string {
   return path.join(podDir, 'logs');
 }
 
+/**
+ * The log file the runtime reports for a container, if it is under the pod's
+ * log directory: the runtime takes any log path a CRI client gives, and the
+ * agent serves and reads these files for anyone who asks its status API.
+ */
+export function containerLogIn(podDir: string, logPath: string): string | undefined {
+  if (!logPath) return undefined;
+  const dir = podLogDirectory(podDir);
+  const file = path.resolve(dir, logPath);
+  return file.startsWith(dir + '/') ? file : undefined;
+}
+
 /** spec.hostname or the pod's name, cut to 63 characters without a trailing '-' or '.'. */
 export function podHostname(pod: Pod): string {
   const name = pod.spec?.hostname || pod.metadata?.name || '';

@@ -11,6 +11,7 @@ import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { computePodActions, type KillAction, type ProbeView, type StartAction } from './actions.js';
 import type { Backoff } from './backoff.js';
+import { containerLogIn } from './cri-config.js';
 import { isNotFound, type CriEndpoint } from './cri-client.js';
 import { grpcDetails, type ImageManager } from './images.js';
 import { ContainerConfigError, type ConfigBuilder, type PodContext, type ProbeTarget, type VolumeManager } from './model.js';
@@ -490,7 +491,7 @@ export class PodWorker {
       } catch {
         // no file: no message
       }
-      if (!msg && c.exitCode !== 0 && spec?.terminationMessagePolicy === 'FallbackToLogsOnError') msg = await tailLog(c);
+      if (!msg && c.exitCode !== 0 && spec?.terminationMessagePolicy === 'FallbackToLogsOnError') msg = await tailLog(containerLogIn(ctx.podDir, c.logPath));
       this.messages.set(c.id, msg);
     }
   }
@@ -529,10 +530,10 @@ export class PodWorker {
 }
 
 /** The last lines of a container's log, for FallbackToLogsOnError (the kubelet takes 80 lines, 2 KiB). */
-async function tailLog(c: ObservedContainer): Promise<string> {
-  if (!c.logPath) return '';
+async function tailLog(file: string | undefined): Promise<string> {
+  if (!file) return '';
   try {
-    const fh = await fs.open(c.logPath, 'r');
+    const fh = await fs.open(file, 'r');
     try {
       const { size } = await fh.stat();
       const len = Math.min(size, 64 * 1024);

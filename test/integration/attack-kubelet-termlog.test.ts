@@ -43,4 +43,18 @@ describe.skipIf(!isRoot)('attack kubelet-lite: termination-log files of removed 
     await node.remove('fill.yaml');
     await node.waitGone('fill');
   }, 120_000);
+
+  it('still falls back to the log, which it finds under the pod log directory', async () => {
+    await node.write('fb.yaml', podYaml('fb', node.image, `  restartPolicy: Never
+  containers:
+  - name: main
+    image: IMAGE
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: [sh, -c, "echo oops-from-the-log; exit 2"]
+`));
+    const p = await node.waitPod('fb', (x) => !!containerStatus(x, 'main')?.state?.terminated, 'terminated', 60_000);
+    expect(containerStatus(p, 'main')?.state?.terminated?.message).toBe('oops-from-the-log');
+    await node.remove('fb.yaml');
+    await node.waitGone('fb');
+  });
 });

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { ConfigMap, Container, Pod, Secret, Service } from 'kubernetes-types/core/v1.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { KubeletConfigBuilder, pinSubpath, podHostname, safeSubpath, terminationLogHostPath } from '../../src/kubelet-lite/cri-config.js';
+import { containerLogIn, KubeletConfigBuilder, pinSubpath, podHostname, safeSubpath, terminationLogHostPath } from '../../src/kubelet-lite/cri-config.js';
 import { parseResolvConf, podDnsConfig } from '../../src/kubelet-lite/dns.js';
 import { expand, formatMap, resolveEnv } from '../../src/kubelet-lite/env.js';
 import { umount2 } from '../../src/sys/libc.js';
@@ -263,6 +263,16 @@ describe('container config', () => {
     // never lead the agent's reads and deletes of this file out of the pod's directory.
     for (const bad of ['../../etc', '..', 'a/b', '']) expect(() => terminationLogHostPath(podDir, bad, 0)).toThrow(/no termination log/);
     expect(() => terminationLogHostPath(podDir, 'main', NaN)).toThrow(/no termination log/);
+  });
+
+  it('takes a log path the runtime reports only under the pod log directory', () => {
+    // Relative (as given in the config) or absolute (as a runtime reports it), inside the logs: served.
+    expect(containerLogIn(podDir, 'main/0.log')).toBe(path.join(podDir, 'logs/main/0.log'));
+    expect(containerLogIn(podDir, path.join(podDir, 'logs/main/1.log'))).toBe(path.join(podDir, 'logs/main/1.log'));
+    // A runtime that joins whatever a CRI client gave (containerd does) must not make the status API serve host files.
+    for (const bad of ['../../../../etc/shadow', '/etc/shadow', path.join(podDir, 'etc-hosts'), path.join(podDir, 'logs'), '']) {
+      expect(containerLogIn(podDir, bad)).toBeUndefined();
+    }
   });
 
   it('changes its hash when the container spec changes', () => {
