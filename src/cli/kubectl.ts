@@ -40,11 +40,32 @@ Flags for these:
 export class CliError extends Error {}
 
 export interface Io {
-  out: (s: string | Uint8Array) => void;
-  err: (s: string | Uint8Array) => void;
+  /** Writes; `false` means the output is full, and a streaming caller waits for drained() before reading on. */
+  out: (s: string | Uint8Array) => unknown;
+  err: (s: string | Uint8Array) => unknown;
+  /** Resolves once the output (`out` or `err`) that said `false` can take more. */
+  drained?: (which: 'out' | 'err') => Promise<void>;
 }
 
-const stdio: Io = { out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) };
+function drainOf(s: NodeJS.WriteStream): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      s.off('drain', done);
+      s.off('close', done);
+      s.off('error', done);
+      resolve();
+    };
+    s.on('drain', done);
+    s.on('close', done);
+    s.on('error', done);
+  });
+}
+
+const stdio: Io = {
+  out: (s) => process.stdout.write(s),
+  err: (s) => process.stderr.write(s),
+  drained: (which) => drainOf(which === 'out' ? process.stdout : process.stderr),
+};
 
 function serverUrl(server: string, path: string): string {
   return `${server.replace(/\/+$/, '')}${path}`;
@@ -438,7 +459,8 @@ export async function logs(args: string[], io: Io = stdio): Promise<number> {
   const res = await request(server, `/containerLogs/${enc(ns)}/${enc(podName)}/${enc(c)}${q.size ? `?${q}` : ''}`);
   if (!res.ok) throw await serverError(res);
   // The bytes as the container wrote them: logs need not be UTF-8.
-  for await (const chunk of res.body as AsyncIterable<Buffer>) io.out(chunk);
+  // Read no faster than the output takes it: a container's output must not pile up in memory here.
+  for await (const chunk of res.body as AsyncIterable<Buffer>) if (io.out(chunk) === false) await io.drained?.('out');
   return 0;
 }
 
@@ -568,15 +590,25 @@ export function streamExec(url: string, opts: { stdin: boolean; tty: boolean }, 
         });
       }
     });
+    // While an output is full the socket is not read: the container's output waits in the kernel and the
+    // server, never in this process's memory.
+    let holding = 0;
+    const hold = (which: 'out' | 'err') => {
+      if (!io.drained) return;
+      if (holding++ === 0) ws.pause();
+      void io.drained(which).then(() => {
+        if (--holding === 0) ws.resume();
+      });
+    };
     ws.on('message', (data: Buffer, isBinary: boolean) => {
       if (!isBinary || data.length === 0) return;
       const payload = data.subarray(1);
       switch (data[0]) {
         case 1:
-          io.out(payload);
+          if (io.out(payload) === false) hold('out');
           break;
         case 2:
-          io.err(payload);
+          if (io.err(payload) === false) hold('err');
           break;
         case 3:
           status = (status ?? '') + payload.toString();

@@ -10,6 +10,7 @@ import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { Backoff, CONTAINER_BACKOFF } from './backoff.js';
 import { grpcCode, type CriEndpoint } from './cri-client.js';
+import { containerLogIn } from './cri-config.js';
 import { ImageManager } from './images.js';
 import {
   MANAGED_BY_LABEL,
@@ -540,7 +541,7 @@ export class Agent {
     const observed = await this.observer.observe(e.uid);
     const instances = observed.containers.filter((c) => c.name === container);
     const c = previous ? instances.find((x, i) => i > 0 && x.state === 'exited') ?? undefined : instances[0];
-    return c?.logPath || undefined;
+    return c ? containerLogIn(`${this.opts.rootDir}/pods/${e.uid}`, c.logPath) : undefined;
   }
 
   /** Counts for the metrics: running pods and containers by state. */

@@ -19,6 +19,7 @@ import type { PodSandboxConfig } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { PortMapping } from '../gen/runtime/v1/PortMapping.js';
 import type { Protocol } from '../gen/runtime/v1/Protocol.js';
 import type { SecurityProfile } from '../gen/runtime/v1/SecurityProfile.js';
+import { AT_FDCWD, MNT_DETACH, mount as libcMount, O_CLOEXEC, O_PATH, openat2, RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, umount2 } from '../sys/libc.js';
 import { podDnsConfig } from './dns.js';
 import { expand, mapLookup, resolveEnv, servicesFromObjects } from './env.js';
 import {
@@ -47,12 +48,28 @@ const READ_ONLY_VOLUMES = ['configMap', 'secret', 'downwardAPI', 'projected'] as
 
 /** Where a container instance's termination message lives on the host; the worker reads it after the exit. */
 export function terminationLogHostPath(podDir: string, containerName: string, restartCount: number): string {
+  // The name may come back from the runtime (a container someone else made with the pod's labels): one plain component only.
+  if (!containerName || containerName === '.' || containerName === '..' || containerName.includes('/') || !Number.isSafeInteger(restartCount)) {
+    throw new Error(`no termination log for container ${JSON.stringify(containerName)} instance ${restartCount}`);
+  }
   return path.join(podDir, 'containers', containerName, `${restartCount}.termination-log`);
 }
 
 /** The pod's log directory, which the runtime writes container logs under. */
 export function podLogDirectory(podDir: string): string {
   return path.join(podDir, 'logs');
+}
+
+/**
+ * The log file the runtime reports for a container, if it is under the pod's
+ * log directory: the runtime takes any log path a CRI client gives, and the
+ * agent serves and reads these files for anyone who asks its status API.
+ */
+export function containerLogIn(podDir: string, logPath: string): string | undefined {
+  if (!logPath) return undefined;
+  const dir = podLogDirectory(podDir);
+  const file = path.resolve(dir, logPath);
+  return file.startsWith(dir + '/') ? file : undefined;
 }
 
 /** spec.hostname or the pod's name, cut to 63 characters without a trailing '-' or '.'. */
@@ -162,6 +179,8 @@ export interface ConfigBuilderOptions {
    * cluster IPs; by default the Services in the manifest directory as written.
    */
   services?: (ctx: PodContext) => Service[];
+  /** Binds a checked subPath where the runtime mounts it from (default: pinSubpath; tests record instead). */
+  pinSubpath?: (root: string, checked: string, target: string) => void;
 }
 
 export class KubeletConfigBuilder implements ConfigBuilder {
@@ -286,14 +305,20 @@ export class KubeletConfigBuilder implements ConfigBuilder {
   private mounts(ctx: PodContext, c: Container, opts: ContainerConfigOptions, env: Map<string, string>): Mount[] {
     const out: Mount[] = [];
     const privileged = c.securityContext?.privileged === true;
-    for (const vm of c.volumeMounts ?? []) {
+    for (const [i, vm] of (c.volumeMounts ?? []).entries()) {
       const base = opts.volumes.get(vm.name);
       if (base === undefined) throw new ContainerConfigError(`cannot find volume "${vm.name}" to mount into container "${c.name}"`);
       const vol = ctx.pod.spec?.volumes?.find((v) => v.name === vm.name);
       const forcedRO = vol !== undefined && READ_ONLY_VOLUMES.some((k) => vol[k] !== undefined);
       let hostPath = base;
       const sub = subPathOf(vm, env);
-      if (sub) hostPath = safeSubpath(base, sub);
+      if (sub) {
+        // The checked path is still the container's to change (a directory swapped for a symlink before the
+        // runtime mounts it): the runtime gets a bind of what was checked, in a directory no container reaches.
+        const checked = safeSubpath(base, sub);
+        hostPath = subpathTarget(ctx.podDir, vm.name, c.name, i);
+        (this.opts.pinSubpath ?? pinSubpath)(fs.realpathSync(base), checked, hostPath);
+      }
       out.push({
         containerPath: vm.mountPath,
         hostPath,
@@ -329,6 +354,58 @@ function propagation(vm: VolumeMount, privileged: boolean): MountPropagation {
   }
 }
 
+/** Where a container's subPath mount is bound for the runtime, as the kubelet lays it out. */
+export function subpathTarget(podDir: string, volume: string, container: string, index: number): string {
+  return path.join(podDir, 'volume-subpaths', volume, container, String(index));
+}
+
+const MS_BIND = 0x1000;
+const MS_REC = 0x4000;
+
+/**
+ * Binds `checked` (what safeSubpath resolved under the volume at `root`) onto
+ * `target`, through a descriptor opened beneath the volume without following
+ * any symlink: a component swapped for a symlink since the check fails the
+ * open, and what the descriptor holds is what gets mounted. A mount left at
+ * `target` by an earlier instance of the container is replaced.
+ */
+export function pinSubpath(root: string, checked: string, target: string): void {
+  const rel = path.relative(root, checked);
+  if (rel === '..' || rel.startsWith('../') || path.isAbsolute(rel)) throw new ContainerConfigError(`subpath ${checked} not within volume path ${root}`);
+  let fd: number;
+  const rootFd = openat2(AT_FDCWD, root, O_PATH | fs.constants.O_DIRECTORY | O_CLOEXEC, 0);
+  try {
+    fd = openat2(rootFd, rel || '.', O_PATH | O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  } catch (err) {
+    throw new ContainerConfigError(`subpath ${rel} of volume path ${root} changed while it was being mounted: ${(err as Error).message}`);
+  } finally {
+    fs.closeSync(rootFd);
+  }
+  try {
+    const isDir = fs.fstatSync(fd).isDirectory();
+    fs.mkdirSync(path.dirname(target), { recursive: true, mode: 0o750 });
+    try {
+      umount2(target, MNT_DETACH);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'EINVAL' && code !== 'ENOENT') throw err;
+    }
+    const st = fs.lstatSync(target, { throwIfNoEntry: false });
+    const fits = st !== undefined && (isDir ? st.isDirectory() : st.isFile());
+    if (st && !fits) {
+      if (st.isDirectory()) fs.rmdirSync(target);
+      else fs.unlinkSync(target);
+    }
+    if (!fits) {
+      if (isDir) fs.mkdirSync(target, { mode: 0o750 });
+      else fs.closeSync(fs.openSync(target, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o640));
+    }
+    libcMount(`/proc/self/fd/${fd}`, target, '', MS_BIND | MS_REC, '');
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 /** The mount's subPath, or its subPathExpr expanded with the container's env (every variable must have a value). */
 function subPathOf(vm: VolumeMount, env: Map<string, string>): string {
   if (vm.subPathExpr) {
@@ -348,59 +425,94 @@ function within(root: string, p: string): boolean {
   return p === root || p.startsWith(root.endsWith('/') ? root : root + '/');
 }
 
+/** Resolves symlinks that stay under the directory, refuses any that leave it (EXDEV) and /proc magic links. */
+const BENEATH = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+
+function closeQuietly(fd: number): void {
+  try {
+    fs.closeSync(fd);
+  } catch {
+    // already closed
+  }
+}
+
 /**
  * `sub` under the volume at `base`, created as directories where missing.
  * Refuses absolute paths, `..`, and symlinks (in the volume, which a
- * container may write) that lead out of it; returns the resolved path, so
- * what is mounted is what was checked.
+ * container may write) that lead out of it; returns the resolved path. Every
+ * step goes through descriptors opened beneath the volume (openat2), and a
+ * missing directory is made in the directory such a descriptor holds, so a
+ * component swapped for a symlink meanwhile never sends the walk outside.
  */
 export function safeSubpath(base: string, sub: string): string {
   if (path.isAbsolute(sub)) throw new ContainerConfigError(`error SubPath \`${sub}\` must not be an absolute path`);
   if (sub.split('/').includes('..')) throw new ContainerConfigError(`error SubPath \`${sub}\` must not contain '..'`);
   let root: string;
+  let rootFd: number;
   try {
     root = fs.realpathSync(base);
+    rootFd = openat2(AT_FDCWD, root, O_PATH | fs.constants.O_DIRECTORY | O_CLOEXEC, 0);
   } catch (err) {
     throw new ContainerConfigError(`volume path ${base} for subPath ${sub}: ${(err as Error).message}`);
   }
-  const mode = fs.statSync(root).mode & 0o7777;
-  let cur = root;
-  for (const part of sub.split('/').filter((p) => p && p !== '.')) {
-    const next = path.join(cur, part);
-    let st: fs.Stats | undefined;
-    try {
-      st = fs.lstatSync(next);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new ContainerConfigError(`subPath ${sub}: ${(err as Error).message}`);
-    }
-    if (!st) {
+  const refuse = (err: unknown): never => {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EXDEV' || code === 'ELOOP') throw new ContainerConfigError(`subpath "${sub}" not within volume path "${base}"`);
+    throw new ContainerConfigError(`subPath ${sub}: ${(err as Error).message}`);
+  };
+  try {
+    const mode = fs.fstatSync(rootFd).mode & 0o7777;
+    const parts = sub.split('/').filter((p) => p && p !== '.');
+    for (let i = 0; i < parts.length; i++) {
+      const rel = parts.slice(0, i + 1).join('/');
+      let fd: number | undefined;
       try {
-        fs.mkdirSync(next, { mode });
+        fd = openat2(rootFd, rel, O_PATH | O_CLOEXEC, BENEATH);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') refuse(err);
+      }
+      if (fd !== undefined) {
+        closeQuietly(fd);
+        continue;
+      }
+      // Missing: made inside the parent as a descriptor holds it, whatever the path names by now.
+      let parent: number;
+      try {
+        parent = openat2(rootFd, i ? parts.slice(0, i).join('/') : '.', O_PATH | fs.constants.O_DIRECTORY | O_CLOEXEC, BENEATH);
+      } catch (err) {
+        return refuse(err);
+      }
+      try {
+        const at = `/proc/self/fd/${parent}/${parts[i]}`;
+        fs.mkdirSync(at, { mode });
         // The volume's own mode (an emptyDir's 0777), not what the umask leaves of it; through an fd opened
         // without following links, since the container can swap the new directory for a symlink meanwhile.
-        const fd = fs.openSync(next, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
+        const dfd = fs.openSync(at, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW);
         try {
-          fs.fchmodSync(fd, mode);
+          fs.fchmodSync(dfd, mode);
         } finally {
-          fs.closeSync(fd);
+          fs.closeSync(dfd);
         }
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw new ContainerConfigError(`subPath ${sub}: ${(err as Error).message}`);
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') refuse(err);
+      } finally {
+        closeQuietly(parent);
       }
-      st = fs.lstatSync(next);
     }
-    if (st.isSymbolicLink()) {
-      let target: string;
-      try {
-        target = fs.realpathSync(next);
-      } catch (err) {
-        throw new ContainerConfigError(`subPath ${sub}: ${(err as Error).message}`);
-      }
-      if (!within(root, target)) throw new ContainerConfigError(`subpath "${sub}" not within volume path "${base}"`);
-      cur = target;
-    } else cur = next;
+    let fd: number;
+    try {
+      fd = openat2(rootFd, parts.length ? parts.join('/') : '.', O_PATH | O_CLOEXEC, BENEATH);
+    } catch (err) {
+      return refuse(err);
+    }
+    try {
+      const final = fs.readlinkSync(`/proc/self/fd/${fd}`);
+      if (!within(root, final)) throw new ContainerConfigError(`subpath "${sub}" not within volume path "${base}"`);
+      return final;
+    } finally {
+      closeQuietly(fd);
+    }
+  } finally {
+    closeQuietly(rootFd);
   }
-  const final = fs.realpathSync(cur);
-  if (!within(root, final)) throw new ContainerConfigError(`subpath "${sub}" not within volume path "${base}"`);
-  return final;
 }

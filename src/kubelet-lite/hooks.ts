@@ -9,7 +9,7 @@ import type { LifecycleHandler } from 'kubernetes-types/core/v1.js';
 import { errorMessage } from '../errors.js';
 import type { CriEndpoint } from './cri-client.js';
 import type { ProbeTarget } from './model.js';
-import { boundedGet, expandCommand, goDuration, KUBE_VERSION, probeURL, requestHeaders, resolvePort, runExec } from './probes.js';
+import { boundedGet, expandCommand, goDuration, KUBE_VERSION, probeURL, requestHeaders, resolvePort, runExec, timerMs } from './probes.js';
 
 export interface HookOutcome {
   ok: boolean;
@@ -33,6 +33,8 @@ export async function runHook(
   signal?: AbortSignal,
 ): Promise<HookOutcome> {
   const where = `for Container ${JSON.stringify(target.container.name)} in Pod ${JSON.stringify(podName(target))}`;
+  // A grace period of a month would otherwise be a 1 ms timer.
+  timeoutMs = timerMs(timeoutMs);
   try {
     if (handler.exec) {
       const command = handler.exec.command ?? [];
@@ -98,7 +100,7 @@ function sleep(ms: number, timeoutMs: number, signal?: AbortSignal): Promise<boo
       resolve(v);
     };
     const onAbort = () => end(false);
-    const done = setTimeout(() => end(true), ms);
+    const done = setTimeout(() => end(true), timerMs(ms));
     const cut = setTimeout(() => end(false), timeoutMs);
     done.unref();
     cut.unref();

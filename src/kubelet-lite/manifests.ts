@@ -5,10 +5,12 @@
  * bad input: a bad document is a problem, and the other documents of the
  * same file still load.
  */
-import { constants as fsConstants } from 'node:fs';
+import { constants as fsConstants, existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { Composer, isCollection, isNode, LineCounter, Parser, type Document, type Tags } from 'yaml';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { Composer, isAlias, isCollection, isNode, isPair, LineCounter, Parser, type Document, type Tags } from 'yaml';
 import { errorMessage, isErrno } from '../errors.js';
 import type { ManifestProblem, ObjectSource } from './model.js';
 import { formatFieldPath, typeName, validateManifestObject, type FieldError, type FieldPath } from './validate.js';
@@ -19,6 +21,40 @@ export const MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
 export const MAX_DOCUMENTS_PER_FILE = 1000;
 /** yaml's guard against billion-laughs: aliases may expand to at most this many nodes. */
 export const MAX_ALIAS_COUNT = 100;
+/**
+ * yaml's alias count limits how many aliases there are, not how much they
+ * copy: 99 aliases of a 400,000-element list are 40 million values. A
+ * document may grow through its aliases to twice its written size and this.
+ */
+export const ALIAS_EXPANSION_SLACK = 10_000;
+
+/**
+ * The nodes of `doc` as written (each alias one node), or as loading builds
+ * them (each alias a copy of its anchor), counted without building anything;
+ * stops counting past `limit`. An alias inside what it names counts as too many.
+ */
+function nodeCount(doc: Document, expand: boolean, limit: number): number {
+  const memo = new Map<unknown, number>();
+  const size = (node: unknown): number => {
+    if (!isNode(node) && !isPair(node)) return 1;
+    const known = memo.get(node);
+    if (known !== undefined) return known;
+    // Until it is counted: a cycle through an alias is over the limit.
+    memo.set(node, limit + 1);
+    let n = 1;
+    if (isAlias(node)) n = expand ? size(node.resolve(doc)) : 1;
+    else if (isPair(node)) n = size(node.key) + size(node.value);
+    else if (isCollection(node)) {
+      for (const item of node.items) {
+        n += size(item);
+        if (n > limit) break;
+      }
+    }
+    memo.set(node, n);
+    return n;
+  };
+  return size(doc.contents);
+}
 
 /** One object of a manifest, before the store gives it a uid. */
 export interface ParsedObject {
@@ -135,6 +171,12 @@ function loadDocument(doc: Document.Parsed, index: number, lines: LineCounter, o
 
   let value: unknown;
   try {
+    const written = nodeCount(doc, false, Infinity);
+    const budget = 2 * written + ALIAS_EXPANSION_SLACK;
+    if (nodeCount(doc, true, budget) > budget) {
+      out.problems.push({ file, line: startLine, reason: `cannot load document: its aliases expand it to more than ${budget} nodes (${written} as written)` });
+      return;
+    }
     value = doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT });
   } catch (err) {
     out.problems.push({ file, line: startLine, reason: `cannot load document: ${errorMessage(err)}` });
@@ -282,13 +324,83 @@ export async function readManifestFile(file: string): Promise<ReadResult> {
       if (bytesRead === 0) break;
       len += bytesRead;
     }
-    return { kind: 'parsed', stamp, manifest: parseManifest(file, buf.subarray(0, len)) };
+    return { kind: 'parsed', stamp, manifest: await isolatedParser.parse(file, buf.subarray(0, len)) };
   } catch (err) {
     return { kind: 'skipped', problem: { file, line: 1, reason: `cannot read: ${errorMessage(err)}` } };
   } finally {
     await handle.close().catch(() => undefined);
   }
 }
+
+/** How long one file may take to parse, and how much heap the parser may use. */
+export const PARSE_TIMEOUT_MS = 10_000;
+export const PARSE_HEAP_MB = 512;
+
+/**
+ * parseManifest on a worker thread, one file at a time: the yaml library
+ * needs about 500 bytes of heap per node and parses about a MiB a second, so
+ * a 4 MiB file of `[0,0,0,...]` held the agent's event loop for 11 s and
+ * grew its heap past 2 GiB. Here it costs a problem in /manifests instead.
+ * Without the compiled worker (tests running the TypeScript sources) it
+ * parses in place.
+ */
+export class IsolatedParser {
+  private worker: Worker | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+  private readonly script = new URL('./manifest-worker.js', import.meta.url);
+  private readonly available = this.script.protocol === 'file:' && existsSync(fileURLToPath(this.script));
+
+  constructor(private readonly opts: { timeoutMs?: number; heapMb?: number } = {}) {}
+
+  parse(file: string, data: Uint8Array): Promise<ParsedManifest> {
+    if (!this.available) return Promise.resolve(parseManifest(file, data));
+    const run = () => this.run(file, data);
+    const p = this.queue.then(run, run);
+    this.queue = p.catch(() => undefined);
+    return p;
+  }
+
+  private spawn(): Worker {
+    const w = new Worker(this.script, { resourceLimits: { maxOldGenerationSizeMb: this.opts.heapMb ?? PARSE_HEAP_MB } });
+    w.unref();
+    return w;
+  }
+
+  private run(file: string, data: Uint8Array): Promise<ParsedManifest> {
+    const timeoutMs = this.opts.timeoutMs ?? PARSE_TIMEOUT_MS;
+    return new Promise((resolve) => {
+      const w = (this.worker ??= this.spawn());
+      const problem = (reason: string): ParsedManifest => ({ file, objects: [], problems: [{ file, line: 1, reason }] });
+      const cleanup = () => {
+        clearTimeout(timer);
+        w.off('message', onMessage);
+        w.off('error', onError);
+        w.off('exit', onExit);
+      };
+      const fail = (reason: string) => {
+        cleanup();
+        // The next file gets a fresh thread.
+        if (this.worker === w) this.worker = undefined;
+        void w.terminate();
+        resolve(problem(reason));
+      };
+      const onMessage = (m: { manifest?: ParsedManifest; error?: string }) => {
+        cleanup();
+        resolve(m.manifest ?? problem(`cannot parse: ${m.error ?? 'no answer'}`));
+      };
+      const onError = (err: Error & { code?: string }) =>
+        fail(err.code === 'ERR_WORKER_OUT_OF_MEMORY' ? `cannot parse: needs more than ${this.opts.heapMb ?? PARSE_HEAP_MB} MiB of memory` : `cannot parse: ${errorMessage(err)}`);
+      const onExit = () => fail('cannot parse: the parser stopped');
+      const timer = setTimeout(() => fail(`cannot parse: took more than ${timeoutMs / 1000} s`), timeoutMs);
+      w.on('message', onMessage);
+      w.on('error', onError);
+      w.on('exit', onExit);
+      w.postMessage({ file, data });
+    });
+  }
+}
+
+const isolatedParser = new IsolatedParser();
 
 /** The manifest files directly in `dir`, sorted by name (the order that decides duplicates). */
 export async function listManifestFiles(dir: string): Promise<string[]> {

@@ -11,6 +11,7 @@ import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { computePodActions, type KillAction, type ProbeView, type StartAction } from './actions.js';
 import type { Backoff } from './backoff.js';
+import { containerLogIn } from './cri-config.js';
 import { isNotFound, type CriEndpoint } from './cri-client.js';
 import { grpcDetails, type ImageManager } from './images.js';
 import { ContainerConfigError, type ConfigBuilder, type PodContext, type ProbeTarget, type VolumeManager } from './model.js';
@@ -265,11 +266,13 @@ export class PodWorker {
       }
     }
 
+    const seen = observed.containers;
     for (const id of actions.remove) {
       await cri.runtime.removeContainer({ containerId: id }).catch((err) => {
         if (!isNotFound(err)) this.deps.log.warn('failed to remove a dead container', { pod: this.name(), id, err: grpcDetails(err) });
       });
       observer.forget([id]);
+      await this.forgetDead(ctx, seen, id);
     }
 
     if (changed) observed = await observer.observe(this.uid);
@@ -452,6 +455,24 @@ export class PodWorker {
     }
   }
 
+  /**
+   * Drops what the agent kept of a removed container: its termination
+   * message, and its termination-log file, which the container may have
+   * filled with as much as it liked (one per restart would otherwise pile up
+   * under the pod directory until the pod goes). A file another instance of
+   * the same name and restart count still uses is left alone.
+   */
+  private async forgetDead(ctx: PodContext, seen: ObservedContainer[], id: string): Promise<void> {
+    this.messages.delete(id);
+    const c = seen.find((x) => x.id === id);
+    if (!c || seen.some((x) => x.id !== id && x.name === c.name && x.restartCount === c.restartCount)) return;
+    try {
+      await fs.rm(this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), { force: true });
+    } catch {
+      // not a name the agent made a file for, or already gone
+    }
+  }
+
   /** Reads the termination message of containers that exited since the last sync. */
   private async readTerminationMessages(ctx: PodContext, observed: ObservedPod): Promise<void> {
     for (const c of observed.containers) {
@@ -470,7 +491,7 @@ export class PodWorker {
       } catch {
         // no file: no message
       }
-      if (!msg && c.exitCode !== 0 && spec?.terminationMessagePolicy === 'FallbackToLogsOnError') msg = await tailLog(c);
+      if (!msg && c.exitCode !== 0 && spec?.terminationMessagePolicy === 'FallbackToLogsOnError') msg = await tailLog(containerLogIn(ctx.podDir, c.logPath));
       this.messages.set(c.id, msg);
     }
   }
@@ -509,10 +530,10 @@ export class PodWorker {
 }
 
 /** The last lines of a container's log, for FallbackToLogsOnError (the kubelet takes 80 lines, 2 KiB). */
-async function tailLog(c: ObservedContainer): Promise<string> {
-  if (!c.logPath) return '';
+async function tailLog(file: string | undefined): Promise<string> {
+  if (!file) return '';
   try {
-    const fh = await fs.open(c.logPath, 'r');
+    const fh = await fs.open(file, 'r');
     try {
       const { size } = await fh.stat();
       const len = Math.min(size, 64 * 1024);

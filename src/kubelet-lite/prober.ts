@@ -17,6 +17,7 @@
 import type { Container, Probe } from 'kubernetes-types/core/v1.js';
 import { errorMessage } from '../errors.js';
 import type { ProbeKind, ProbeOutcome, ProbeResult, ProbeRunner, ProbeTarget } from './model.js';
+import { timerMs } from './probes.js';
 
 /** Time and chance, injected so tests run on fake time (STYLE: inject the world). */
 export interface ProberClock {
@@ -159,10 +160,11 @@ class Worker {
 
   private arm(): void {
     if (this.stopped) return;
+    // A period or initial delay past what a timer takes is waited for in steps (see tick).
     this.timer = this.clock.setTimeout(() => {
       this.timer = undefined;
       void this.tick();
-    }, Math.max(0, this.nextAt - this.clock.now()));
+    }, timerMs(this.nextAt - this.clock.now()));
   }
 
   /**
@@ -179,6 +181,8 @@ class Worker {
 
   private async tick(): Promise<void> {
     if (this.stopped) return;
+    // Woken before its time (a long delay waited for in steps): not yet.
+    if (this.clock.now() < this.nextAt) return this.arm();
     if (this.shouldRun()) await this.run();
     if (!this.stopped) this.schedule();
   }

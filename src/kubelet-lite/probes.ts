@@ -78,9 +78,19 @@ export function createProbeRunner(o: ProbeRunnerOptions): ProbeRunner {
   };
 }
 
+/**
+ * The longest delay a Node timer takes (about 24.8 days): a longer one fires
+ * after 1 ms instead. Any timeout or period a manifest gives is cut to it.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+export function timerMs(ms: number): number {
+  return Math.min(Math.max(0, ms), MAX_TIMER_MS);
+}
+
 export function probeTimeoutMs(p: Probe): number {
   const s = p.timeoutSeconds ?? 1;
-  return (s > 0 ? s : 1) * 1000;
+  return timerMs((s > 0 ? s : 1) * 1000);
 }
 
 // ---------------------------------------------------------------- exec

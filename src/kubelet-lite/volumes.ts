@@ -328,15 +328,24 @@ export class HostVolumeManager implements VolumeManager {
     }
     await fs.mkdir(ctx.podDir, { recursive: true, mode: 0o750 });
     const file = path.join(ctx.podDir, ETC_HOSTS);
-    const current = await fs.readFile(file, 'utf8').catch(() => undefined);
-    // Rewritten in place, never replaced: running containers have this inode bind-mounted.
-    if (current !== content) {
-      const fh = await fs.open(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW, 0o644);
-      try {
-        await fh.writeFile(content);
-      } finally {
-        await fh.close();
+    const want = Buffer.from(content);
+    // Rewritten in place, never replaced: running containers have this inode bind-mounted, and may write
+    // to it as much as they like, so only a file of the wanted size is read to compare.
+    const fh = await fs.open(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o644);
+    try {
+      const { size } = await fh.stat();
+      let same = false;
+      if (size === want.length) {
+        const buf = Buffer.alloc(want.length);
+        const { bytesRead } = await fh.read(buf, 0, buf.length, 0);
+        same = bytesRead === want.length && buf.equals(want);
       }
+      if (!same) {
+        await fh.truncate(0);
+        await fh.write(want, 0, want.length, 0);
+      }
+    } finally {
+      await fh.close();
     }
     return file;
   }

@@ -22,6 +22,23 @@ function capture(): Io & { stdout: string; stderr: string } {
   return c;
 }
 
+/** An output that is full until released: counts what it was given, says `false` while held. */
+function heldOutput(): Io & { bytes: number; release(): void } {
+  let held = true;
+  const waiters: (() => void)[] = [];
+  const o = {
+    bytes: 0,
+    out: (s: string | Uint8Array) => ((o.bytes += s.length), !held),
+    err: (s: string | Uint8Array) => ((o.bytes += s.length), !held),
+    drained: () => (held ? new Promise<void>((r) => waiters.push(r)) : Promise.resolve()),
+    release: () => {
+      held = false;
+      for (const w of waiters.splice(0)) w();
+    },
+  };
+  return o;
+}
+
 async function until(what: string, fn: () => boolean): Promise<void> {
   const end = Date.now() + 10_000;
   while (!fn()) {
@@ -110,9 +127,64 @@ describe('skiff get, describe and logs against the status API', () => {
     await fs.rm(file);
     expect(await done).toBe(0);
   });
+
+  it('logs reads no faster than its output takes it', async () => {
+    const file = path.join(dir, 'main.log');
+    const line = `2026-11-30T06:00:00.1Z stdout F ${'x'.repeat(1000)}\n`;
+    await fs.writeFile(file, line.repeat(32 * 1024));
+    view.logs.set('default/web/main', file);
+    const io = heldOutput();
+    const done = logs(['web', '--server', server.url], io);
+    await new Promise((r) => setTimeout(r, 500));
+    // A full output holds the stream: one chunk was taken, not the 32 MiB file.
+    expect(io.bytes).toBeGreaterThan(0);
+    expect(io.bytes).toBeLessThan(1024 * 1024);
+    io.release();
+    expect(await done).toBe(0);
+    expect(io.bytes).toBe(1001 * 32 * 1024);
+  });
 });
 
 describe('exec over WebSocket', () => {
+  it('stops reading the session while stdout is full, so a container flooding it fills no memory here', async () => {
+    const httpServer = http.createServer();
+    const wss = new WebSocketServer({ server: httpServer, handleProtocols: () => 'v5.channel.k8s.io' });
+    const frame = Buffer.concat([Buffer.from([1]), Buffer.alloc(64 * 1024, 0x61)]);
+    const total = 512;
+    let sent = 0;
+    let serverBuffered = 0;
+    wss.on('connection', (ws) => {
+      // Sends at the pace the socket takes it, as a runtime does; stops at `total` frames.
+      const pump = () => {
+        while (sent < total && ws.bufferedAmount < 1024 * 1024) {
+          ws.send(frame);
+          sent++;
+        }
+        serverBuffered = ws.bufferedAmount;
+        if (sent < total) setTimeout(pump, 5);
+        else ws.send(Buffer.concat([Buffer.from([3]), Buffer.from(JSON.stringify({ status: 'Success' }))]), () => ws.close(1000));
+      };
+      pump();
+    });
+    await new Promise<void>((r) => httpServer.listen(0, '127.0.0.1', r));
+    try {
+      const io = heldOutput();
+      const port = (httpServer.address() as { port: number }).port;
+      const done = streamExec(`http://127.0.0.1:${port}/exec/t`, { stdin: false, tty: false }, io);
+      await new Promise((r) => setTimeout(r, 700));
+      // The client took a little and then left the rest in the kernel and the server's buffer.
+      expect(io.bytes).toBeLessThan(8 * 1024 * 1024);
+      expect(sent).toBeLessThan(total);
+      expect(serverBuffered).toBeGreaterThan(0);
+      io.release();
+      expect(await done).toBe(0);
+      expect(io.bytes).toBe(total * 64 * 1024);
+    } finally {
+      wss.close();
+      await new Promise((r) => httpServer.close(r));
+    }
+  });
+
   it('falls back to v4 when the server does not speak v5, and takes the exit code from the status channel', async () => {
     const httpServer = http.createServer();
     const wss = new WebSocketServer({ server: httpServer, handleProtocols: (offered) => (offered.has('v4.channel.k8s.io') ? 'v4.channel.k8s.io' : false) });

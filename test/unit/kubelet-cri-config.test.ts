@@ -3,9 +3,10 @@ import os from 'node:os';
 import path from 'node:path';
 import type { ConfigMap, Container, Pod, Secret, Service } from 'kubernetes-types/core/v1.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { KubeletConfigBuilder, podHostname, safeSubpath, terminationLogHostPath } from '../../src/kubelet-lite/cri-config.js';
+import { containerLogIn, KubeletConfigBuilder, pinSubpath, podHostname, safeSubpath, terminationLogHostPath } from '../../src/kubelet-lite/cri-config.js';
 import { parseResolvConf, podDnsConfig } from '../../src/kubelet-lite/dns.js';
 import { expand, formatMap, resolveEnv } from '../../src/kubelet-lite/env.js';
+import { umount2 } from '../../src/sys/libc.js';
 import { ContainerConfigError, type ContainerConfigOptions, type ObjectLookup, type PodContext } from '../../src/kubelet-lite/model.js';
 import { containerResources, oomScoreAdj, qosClass, quantityMilli, quantityValue, resourceFieldValue } from '../../src/kubelet-lite/resources.js';
 import { parseExact as parseQuantity } from '../../src/kubelet-lite/quantity.js';
@@ -62,7 +63,8 @@ function opts(over: Partial<ContainerConfigOptions> = {}): ContainerConfigOption
   return { kind: 'app', restartCount: 0, image: 'sha256:abc', volumes: new Map(), ...over };
 }
 
-const builder = new KubeletConfigBuilder({ node, seccompProfileRoot: '/var/lib/kl/seccomp' });
+// subPath binds are recorded nowhere here: the pinning itself has its own tests below.
+const builder = new KubeletConfigBuilder({ node, seccompProfileRoot: '/var/lib/kl/seccomp', pinSubpath: () => undefined });
 
 function webPod(): Pod {
   return {
@@ -258,6 +260,20 @@ describe('container config', () => {
     const st = fs.statSync(terminationLogHostPath(podDir, 'main', 3));
     expect(st.size).toBe(0);
     expect(st.mode & 0o777).toBe(0o666);
+    // Names read back from the runtime (anyone with crictl can make a container carrying a pod's labels)
+    // never lead the agent's reads and deletes of this file out of the pod's directory.
+    for (const bad of ['../../etc', '..', 'a/b', '']) expect(() => terminationLogHostPath(podDir, bad, 0)).toThrow(/no termination log/);
+    expect(() => terminationLogHostPath(podDir, 'main', NaN)).toThrow(/no termination log/);
+  });
+
+  it('takes a log path the runtime reports only under the pod log directory', () => {
+    // Relative (as given in the config) or absolute (as a runtime reports it), inside the logs: served.
+    expect(containerLogIn(podDir, 'main/0.log')).toBe(path.join(podDir, 'logs/main/0.log'));
+    expect(containerLogIn(podDir, path.join(podDir, 'logs/main/1.log'))).toBe(path.join(podDir, 'logs/main/1.log'));
+    // A runtime that joins whatever a CRI client gave (containerd does) must not make the status API serve host files.
+    for (const bad of ['../../../../etc/shadow', '/etc/shadow', path.join(podDir, 'etc-hosts'), path.join(podDir, 'logs'), '']) {
+      expect(containerLogIn(podDir, bad)).toBeUndefined();
+    }
   });
 
   it('changes its hash when the container spec changes', () => {
@@ -554,6 +570,50 @@ describe('subPath', () => {
     expect(fs.readdirSync(outside)).toEqual([]);
   });
 
+  it.skipIf(process.getuid?.() !== 0)('binds what was checked, and refuses a component swapped for a symlink since', () => {
+    const vol = path.join(tmp, 'vol');
+    const outside = path.join(tmp, 'outside');
+    fs.mkdirSync(path.join(vol, 'a/b'), { recursive: true });
+    fs.mkdirSync(outside);
+    fs.writeFileSync(path.join(outside, 'secret'), 'host');
+    fs.writeFileSync(path.join(vol, 'a/b/file'), 'vol');
+    const root = fs.realpathSync(vol);
+    const checked = safeSubpath(vol, 'a/b');
+    const target = path.join(tmp, 'subpaths/v/c/0');
+    // The container swaps b for a symlink out of the volume after the check: nothing is mounted.
+    fs.renameSync(path.join(vol, 'a/b'), path.join(vol, 'a/old'));
+    fs.symlinkSync(outside, path.join(vol, 'a/b'));
+    expect(() => pinSubpath(root, checked, target)).toThrow(ContainerConfigError);
+    fs.unlinkSync(path.join(vol, 'a/b'));
+    fs.renameSync(path.join(vol, 'a/old'), path.join(vol, 'a/b'));
+    pinSubpath(root, checked, target);
+    try {
+      // A later swap changes nothing in what the runtime will mount.
+      fs.renameSync(path.join(vol, 'a/b'), path.join(vol, 'a/old'));
+      fs.symlinkSync(outside, path.join(vol, 'a/b'));
+      expect(fs.readdirSync(target)).toEqual(['file']);
+      // A restart binds again over the old bind, and a file subPath gets a file.
+      fs.unlinkSync(path.join(vol, 'a/b'));
+      pinSubpath(root, path.join(root, 'a/old/file'), target.replace(/0$/, '1'));
+      expect(fs.readFileSync(target.replace(/0$/, '1'), 'utf8')).toBe('vol');
+      pinSubpath(root, path.join(root, 'a/old'), target);
+      expect(fs.readdirSync(target)).toEqual(['file']);
+      // A name that only starts with '..' (the atomic writer's version directories) is inside.
+      fs.mkdirSync(path.join(vol, '..2026_11_30'));
+      fs.writeFileSync(path.join(vol, '..2026_11_30/key'), 'cm');
+      pinSubpath(root, path.join(root, '..2026_11_30/key'), target.replace(/0$/, '1'));
+      expect(fs.readFileSync(target.replace(/0$/, '1'), 'utf8')).toBe('cm');
+    } finally {
+      for (const t of [target, target, target.replace(/0$/, '1'), target.replace(/0$/, '1')]) {
+        try {
+          umount2(t, 2);
+        } catch {
+          // not mounted
+        }
+      }
+    }
+  });
+
   it('subPathExpr expands with the env, and refuses a variable without a value', () => {
     const pod = webPod();
     const volumes = vols();
@@ -563,10 +623,15 @@ describe('subPath', () => {
       env: [{ name: 'POD', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } }],
       volumeMounts: [{ name: 'scratch', mountPath: '/logs', subPathExpr: 'logs/$(POD)' }],
     };
-    const cfg = builder.containerConfig(ctx(pod), c, opts({ volumes }));
-    expect(cfg.mounts![0].hostPath).toBe(path.join(fs.realpathSync(volumes.get('scratch')!), 'logs/web'));
+    const pinned: string[][] = [];
+    const b = new KubeletConfigBuilder({ node, pinSubpath: (...args) => void pinned.push(args) });
+    const cfg = b.containerConfig(ctx(pod), c, opts({ volumes }));
+    const root = fs.realpathSync(volumes.get('scratch')!);
+    // The runtime mounts the agent's bind of the checked directory, never the path in the volume.
+    expect(cfg.mounts![0].hostPath).toBe(path.join(podDir, 'volume-subpaths/scratch/c/0'));
+    expect(pinned).toEqual([[root, path.join(root, 'logs/web'), path.join(podDir, 'volume-subpaths/scratch/c/0')]]);
     c.volumeMounts![0].subPathExpr = '$(NOPE)/x';
-    expect(() => builder.containerConfig(ctx(pod), c, opts({ volumes }))).toThrow('missing value for NOPE');
+    expect(() => b.containerConfig(ctx(pod), c, opts({ volumes }))).toThrow('missing value for NOPE');
   });
 });
 

@@ -120,6 +120,17 @@ describe('parseManifest', () => {
     expect(spec.nodeSelector.since).toBe('2001-12-14');
   });
 
+  it('refuses few aliases of a big anchor, and keeps ordinary anchors', () => {
+    // 99 aliases is under yaml's alias count; 99 copies of 20,000 values is not a manifest.
+    const big = `x: &big [${'0,'.repeat(20_000)}0]\n` + Array.from({ length: 99 }, (_, i) => `y${i}: *big`).join('\n');
+    const m = parseManifest('wide.yaml', `apiVersion: v1\nkind: ConfigMap\nmetadata: {name: wide}\n${big}\n`);
+    expect(m.objects).toEqual([]);
+    expect(m.problems[0]!.reason).toMatch(/aliases expand it to more than \d+ nodes/);
+    const ok = parseManifest('ok.yaml', 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\nenvs: &e {A: "1", B: "2"}\ndata: *e\n');
+    expect(ok.problems).toEqual([]);
+    expect(ok.objects[0]!.object.data).toEqual({ A: '1', B: '2' });
+  });
+
   it('refuses an alias bomb', () => {
     const bomb = [
       'apiVersion: v1',

@@ -320,6 +320,31 @@ describe('prober manager removal', () => {
     m.stopAll();
   });
 
+  it('a period or initial delay longer than a Node timer takes is waited for, not run every millisecond', async () => {
+    // 35 days: setTimeout would fire after 1 ms instead, and the probe would run back to back.
+    const runs: string[] = [];
+    const runner: ProbeRunner = { probe: async (p) => (runs.push(p.kind), ok) };
+    const m = new ProberManager({ runner, onResult: () => undefined, clock: realClock });
+    const long = 35 * 24 * 3600;
+    m.addContainer({
+      podUid: 'p',
+      target: {
+        containerId: 'c',
+        podIP: '',
+        container: { name: 'app', readinessProbe: probe('readiness', { periodSeconds: long }), livenessProbe: probe('liveness', { initialDelaySeconds: long }) },
+      },
+      startedAt: Date.now(),
+    });
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      // The readiness probe's first run (jittered within its period, so perhaps not yet); liveness not at all.
+      expect(runs.filter((k) => k === 'readiness').length).toBeLessThanOrEqual(1);
+      expect(runs.filter((k) => k === 'liveness')).toEqual([]);
+    } finally {
+      m.stopAll();
+    }
+  });
+
   it('real timers are unref\'d', () => {
     const t = realClock.setTimeout(() => undefined, 60_000) as NodeJS.Timeout;
     expect(t.hasRef()).toBe(false);

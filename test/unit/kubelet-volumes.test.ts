@@ -8,7 +8,7 @@ import type { ConfigMap, Pod, Secret } from 'kubernetes-types/core/v1.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { validatePayloadPath, writeAtomic, type Payload } from '../../src/kubelet-lite/atomic-writer.js';
 import type { ObjectLookup, PodContext } from '../../src/kubelet-lite/model.js';
-import { checkHostPath, HostVolumeManager, mountsUnder, VolumeSetupError } from '../../src/kubelet-lite/volumes.js';
+import { checkHostPath, HostVolumeManager, managedHostsContent, mountsUnder, VolumeSetupError } from '../../src/kubelet-lite/volumes.js';
 import type { Logger } from '../../src/log.js';
 import { MNT_DETACH, umount2 } from '../../src/sys/libc.js';
 
@@ -480,6 +480,21 @@ describe('managed /etc/hosts', () => {
     expect(fs.statSync(file).ino).toBe(ino);
     expect(fs.readFileSync(file, 'utf8')).toContain('10.88.0.10\tweb-0.web.shop.svc.cluster.local\tweb-0\n');
     await expect(vm.writeEtcHosts({ ...ctx, podIP: undefined })).rejects.toThrow(/no pod IP/);
+  });
+
+  it('never reads a hosts file a container has grown into memory', async () => {
+    const vm = new HostVolumeManager({ rootDir: tmp });
+    const p: Pod = { metadata: { name: 'web', namespace: 'shop' }, spec: { containers: [] } };
+    const ctx = ctxFor(tmp, p, { configMaps: [], secrets: [] });
+    const file = await vm.writeEtcHosts(ctx);
+    const ino = fs.statSync(file).ino;
+    // The container has it read-write at /etc/hosts: 768 MiB (sparse, no disk) when the agent comes back.
+    fs.truncateSync(file, 768 * 1024 * 1024);
+    const before = process.resourceUsage().maxRSS;
+    await vm.writeEtcHosts(ctx);
+    expect(process.resourceUsage().maxRSS - before).toBeLessThan(128 * 1024);
+    expect(fs.statSync(file).ino).toBe(ino);
+    expect(fs.readFileSync(file, 'utf8')).toBe(managedHostsContent(p, ['10.88.0.9'], 'cluster.local'));
   });
 
   it('a pod without subdomain or aliases gets its name only', async () => {
