@@ -323,7 +323,7 @@ describe('prober manager removal', () => {
   it('a period or initial delay longer than a Node timer takes is waited for, not run every millisecond', async () => {
     // 35 days: setTimeout would fire after 1 ms instead, and the probe would run back to back.
     const runs: string[] = [];
-    const runner: ProbeRunner = { probe: async (p) => (runs.push(p.kind), ok) };
+    const runner: ProbeRunner = { probe: async (p) => (runs.push((p as Probe & { kind: ProbeKind }).kind), ok) };
     const m = new ProberManager({ runner, onResult: () => undefined, clock: realClock });
     const long = 35 * 24 * 3600;
     m.addContainer({
