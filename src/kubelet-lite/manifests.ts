@@ -335,6 +335,7 @@ export async function readManifestFile(file: string): Promise<ReadResult> {
 /** How long one file may take to parse, and how much heap the parser may use. */
 export const PARSE_TIMEOUT_MS = 10_000;
 export const PARSE_HEAP_MB = 512;
+const IDLE_WORKER_MS = 5_000;
 
 /**
  * parseManifest on a worker thread, one file at a time: the yaml library
@@ -346,6 +347,7 @@ export const PARSE_HEAP_MB = 512;
  */
 export class IsolatedParser {
   private worker: Worker | undefined;
+  private idleTimer: NodeJS.Timeout | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private readonly script = new URL('./manifest-worker.js', import.meta.url);
   private readonly available = this.script.protocol === 'file:' && existsSync(fileURLToPath(this.script));
@@ -357,6 +359,16 @@ export class IsolatedParser {
     const run = () => this.run(file, data);
     const p = this.queue.then(run, run);
     this.queue = p.catch(() => undefined);
+    // A parser thread is a V8 isolate (~10 MiB): it goes when no file has come for a while.
+    void p.finally(() => {
+      if (this.idleTimer) clearTimeout(this.idleTimer);
+      this.idleTimer = setTimeout(() => {
+        const w = this.worker;
+        this.worker = undefined;
+        void w?.terminate();
+      }, IDLE_WORKER_MS);
+      this.idleTimer.unref();
+    });
     return p;
   }
 
@@ -369,6 +381,7 @@ export class IsolatedParser {
   private run(file: string, data: Uint8Array): Promise<ParsedManifest> {
     const timeoutMs = this.opts.timeoutMs ?? PARSE_TIMEOUT_MS;
     return new Promise((resolve) => {
+      if (this.idleTimer) clearTimeout(this.idleTimer);
       const w = (this.worker ??= this.spawn());
       const problem = (reason: string): ParsedManifest => ({ file, objects: [], problems: [{ file, line: 1, reason }] });
       const cleanup = () => {

@@ -151,8 +151,16 @@ export async function startNode(registryHost: string, repo: string, agentArgs: s
       await agent.start();
     },
     cleanup: async () => {
+      // Pods go the way a user removes them, so the agent tears their volumes down too; whatever
+      // is left after that (the agent leaves pods running when it stops) goes through CRI.
+      if (agent.child.exitCode === null && agent.child.signalCode === null) {
+        for (const f of await fs.readdir(manifests).catch(() => [] as string[])) await fs.rm(path.join(manifests, f), { force: true });
+        await waitFor('every pod to be gone', async () => {
+          const r = await get<{ items?: Pod[] }>('/pods').catch(() => undefined);
+          return r && (r.body.items ?? []).length === 0 ? true : undefined;
+        }, 60_000).catch(() => undefined);
+      }
       await agent.stop('SIGTERM');
-      // The agent leaves pods running on purpose (the next one adopts them): remove them here.
       return pods.cleanup();
     },
   };
