@@ -118,6 +118,7 @@ export class Agent {
   /** The pods the controllers want, by namespace/name. */
   private controllerPods = new Map<string, Pod>();
   private readonly savedUids = new Map<string, string>();
+  private starting = false;
   private workloadStatuses: WorkloadStatus[] = [];
   private controllersTimer: NodeJS.Timeout | undefined;
 
@@ -146,14 +147,17 @@ export class Agent {
       if (uid) this.known.add(uid);
     }
     this.subscribeEvents();
-    await this.parts.manifests.start((changes) => this.onChanges(changes));
     // The pods the controllers wanted last time come back under their old uids (and so adopt
-    // their sandboxes) before the controllers run again and see them as their own.
+    // their sandboxes) before the controllers first run (the manifests' first load) and see
+    // them as their own.
     for (const { uid, pod } of this.parts.savedControllerPods ?? []) {
       const key = podKey(pod.metadata?.namespace ?? 'default', pod.metadata?.name ?? '');
       this.controllerPods.set(key, pod);
       this.savedUids.set(key, uid);
     }
+    this.starting = true;
+    await this.parts.manifests.start((changes) => this.onChanges(changes));
+    this.starting = false;
     this.onChanges([]);
     this.runControllers();
     for (const uid of this.known) {
@@ -182,7 +186,8 @@ export class Agent {
   private onChanges(changes: ObjectChange[]): void {
     if (this.stopped) return;
     const touchedConfig = new Set<string>();
-    if (changes.some((ch) => (WORKLOAD_KINDS as readonly string[]).includes(ch.object.kind))) this.runControllers(false);
+    // During the first load the controllers wait for every file (they run once it is done).
+    if (!this.starting && changes.some((ch) => (WORKLOAD_KINDS as readonly string[]).includes(ch.object.kind))) this.runControllers(false);
     for (const ch of changes) {
       const o = ch.object;
       if ((o.kind === 'ConfigMap' || o.kind === 'Secret') && o.apiVersion === 'v1') touchedConfig.add(`${o.kind}/${o.namespace}/${o.name}`);
