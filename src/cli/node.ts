@@ -80,6 +80,9 @@ export async function node(args: string[]): Promise<number> {
     await daemon.close();
     throw err;
   }
+  // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
+  // would otherwise see adopted pods as not yet Ready and take them out of every Service.
+  await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
   const pods = new InProcessPodSource({ listPods: () => kubelet.agent.listPods(), watchPods: (l) => kubelet.agent.watchPods(l) });
   let proxy;
   try {

@@ -69,6 +69,12 @@ export interface RunningContainer {
   target: ProbeTarget;
   /** When the container started (ms since the epoch): initialDelaySeconds counts from here. */
   startedAt: number;
+  /**
+   * Results to start from instead of the kubelet's initial ones: what an earlier agent last
+   * saw for this same container (by ID), so that restarting the agent does not take every
+   * Ready pod out of its Services until its probes have run again.
+   */
+  initial?: Partial<Record<ProbeKind, ProbeResult>>;
 }
 
 const KINDS: ProbeKind[] = ['startup', 'liveness', 'readiness'];
@@ -120,8 +126,9 @@ class Worker {
     private readonly spec: Probe,
     private readonly target: ProbeTarget,
     private readonly entry: ContainerEntry,
+    initial?: ProbeResult,
   ) {
-    this.cached = INITIAL[kind];
+    this.cached = initial ?? INITIAL[kind];
     this.s = settings(spec);
   }
 
@@ -266,7 +273,7 @@ export class ProberManager {
     const entry: ContainerEntry = { containerId: c.target.containerId, workers: new Map() };
     for (const kind of KINDS) {
       const spec = probeOf(c.target.container, kind);
-      if (spec) entry.workers.set(kind, new Worker(this, this.clock, c.podUid, kind, spec, c.target, entry));
+      if (spec) entry.workers.set(kind, new Worker(this, this.clock, c.podUid, kind, spec, c.target, entry, c.initial?.[kind]));
     }
     if (!containers) {
       containers = new Map();

@@ -15,7 +15,7 @@ import { EventRecorder } from './events.js';
 import { ImageGc } from './image-gc.js';
 import { runHook } from './hooks.js';
 import { AgentMetrics } from './metrics.js';
-import type { AgentView, ObjectChange } from './model.js';
+import type { AgentView, ObjectChange, ProbeResult } from './model.js';
 import type { ProberPort } from './pod-worker.js';
 import { ProberManager } from './prober.js';
 import { createProbeRunner } from './probes.js';
@@ -85,6 +85,37 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       void watcher.close();
     },
   };
+  // Readiness and startup results survive a restart of the agent, per container ID (see RunningContainer.initial).
+  const probeFile = path.join(opts.rootDir, 'probe-results.json');
+  const probeResults = new Map<string, ProbeResult>(
+    await fs.readFile(probeFile, 'utf8').then(
+      (t) => Object.entries(JSON.parse(t) as Record<string, unknown>).filter((e): e is [string, ProbeResult] => e[1] === 'success' || e[1] === 'failure'),
+      () => [],
+    ),
+  );
+  let probeSaveTimer: NodeJS.Timeout | undefined;
+  let probeSaving = Promise.resolve();
+  const flushProbeResults = () => {
+    if (probeSaveTimer) clearTimeout(probeSaveTimer);
+    probeSaveTimer = undefined;
+    const text = JSON.stringify(Object.fromEntries(probeResults));
+    const tmp = `${probeFile}.tmp`;
+    probeSaving = probeSaving
+      .then(() => fs.writeFile(tmp, text, { mode: 0o600 }))
+      .then(() => fs.rename(tmp, probeFile))
+      .catch((err) => log.warn('could not save probe results', { err: String(err) }));
+    return probeSaving;
+  };
+  const saveProbeResults = () => {
+    if (probeSaveTimer) return;
+    probeSaveTimer = setTimeout(() => void flushProbeResults(), 500);
+    probeSaveTimer.unref();
+  };
+  const forgetProbeResults = (prefix: string) => {
+    let changed = false;
+    for (const k of probeResults.keys()) if (k.startsWith(prefix)) changed = probeResults.delete(k) || changed;
+    if (changed) saveProbeResults();
+  };
   const events = new EventRecorder({ node: opts.nodeName });
   const metrics = new AgentMetrics();
   const unhealthy = new Map<string, string>();
@@ -92,6 +123,10 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   const manager = new ProberManager({
     runner: createProbeRunner({ cri }),
     onResult: (e) => {
+      if (e.kind !== 'liveness' && e.changed && (e.result === 'success' || e.result === 'failure')) {
+        probeResults.set(`${e.podUid}/${e.container}/${e.containerId}/${e.kind}`, e.result);
+        saveProbeResults();
+      }
       log.debug('probe result', { uid: e.podUid, container: e.container, kind: e.kind, result: e.result, changed: e.changed, message: e.message });
       const pod = agent?.podByUid(e.podUid);
       const label = e.kind === 'liveness' ? 'Liveness' : e.kind === 'readiness' ? 'Readiness' : 'Startup';
@@ -106,11 +141,18 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     log: (m) => log.warn(m),
   });
   const prober: ProberPort = {
-    addContainer: (pod, container, target, startedAt) =>
-      manager.addContainer({ podUid: pod.metadata!.uid!, target: { ...target, pod: { name: pod.metadata!.name!, namespace: pod.metadata!.namespace!, uid: pod.metadata!.uid! } }, startedAt }),
-    removeContainer: (uid, name) => manager.removeContainer(uid, name),
+    addContainer: (pod, container, target, startedAt) => {
+      const key = `${pod.metadata!.uid}/${container.name}/${target.containerId}`;
+      const initial = { readiness: probeResults.get(`${key}/readiness`), startup: probeResults.get(`${key}/startup`) };
+      manager.addContainer({ podUid: pod.metadata!.uid!, target: { ...target, pod: { name: pod.metadata!.name!, namespace: pod.metadata!.namespace!, uid: pod.metadata!.uid! } }, startedAt, initial });
+    },
+    removeContainer: (uid, name) => {
+      manager.removeContainer(uid, name);
+      forgetProbeResults(`${uid}/${name}/`);
+    },
     removePod: (uid) => {
       manager.removePod(uid);
+      forgetProbeResults(`${uid}/`);
       for (const k of unhealthy.keys()) if (k.startsWith(`${uid}/`)) unhealthy.delete(k);
     },
     ready: (uid, name) => manager.ready(uid, name),
@@ -206,6 +248,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     },
     async stop() {
       clearInterval(gauges);
+      if (probeSaveTimer) await flushProbeResults();
       stopGc();
       await saving;
       agent!.stop();

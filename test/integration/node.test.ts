@@ -186,6 +186,22 @@ describe.skipIf(!isRoot)('skiff node: the demo, offline, in one process', () => 
     const before = (await pods()).filter((p) => p.metadata?.labels?.app === 'web').map((p) => `${p.metadata!.name} ${p.status?.containerStatuses?.[0]?.containerID}`).sort();
     const restarts = async () => Object.fromEntries((await pods()).map((p) => [p.metadata!.name!, (p.status?.containerStatuses ?? []).map((c) => c.restartCount)]));
     const restartsBefore = await restarts();
+    // The Service keeps its three endpoints throughout: the rules stay while the node is down,
+    // and the next node neither drops adopted pods from Services nor waits for their probes again.
+    const sepCount = () => {
+      const rules = spawnSync('nsenter', [`--net=${ns.path}`, 'iptables-save', '-t', 'nat'], { encoding: 'utf8' }).stdout.split('\n');
+      const svc = rules.find((l) => l.includes('default/web:http cluster IP') && l.startsWith('-A KUBE-SERVICES'))?.match(/-j (KUBE-SVC-\S+)/)?.[1];
+      return svc ? rules.filter((l) => l.startsWith(`-A ${svc} `) && l.includes('-j KUBE-SEP-')).length : 0;
+    };
+    let minEndpoints = sepCount();
+    expect(minEndpoints).toBe(3);
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        minEndpoints = Math.min(minEndpoints, sepCount());
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
     const exited = new Promise((r) => child!.once('exit', r));
     child!.kill('SIGKILL');
     await exited;
@@ -196,6 +212,10 @@ describe.skipIf(!isRoot)('skiff node: the demo, offline, in one process', () => 
       return ps.length === 3 ? ps.map((p) => `${p.metadata!.name} ${p.status?.containerStatuses?.[0]?.containerID}`).sort() : undefined;
     }, 30_000);
     expect(after).toEqual(before);
+    await new Promise((r) => setTimeout(r, 3000));
+    sampling = false;
+    await sampler;
+    expect(minEndpoints).toBe(3);
     expect(await restarts()).toEqual(restartsBefore);
     expect((await pods()).find((p) => p.metadata?.labels?.['job-name'] === 'hello')?.status?.phase).toBe('Succeeded');
   });
