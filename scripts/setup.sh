@@ -29,4 +29,4 @@ fi
 npm ci --no-audit --no-fund
 npm run build
 npx tsx scripts/build-demo-images.ts   # the demo images, from busybox-static: build/images/*.tar
-echo "setup: done. Try: npx skiff --help"
+echo "setup: done. Run the whole-node demo: npx skiff node --manifests examples/demo --images-dir build/images"
