@@ -491,7 +491,13 @@ export class PodWorker {
       } catch {
         // no file: no message
       }
-      if (!msg && c.exitCode !== 0 && spec?.terminationMessagePolicy === 'FallbackToLogsOnError') msg = await tailLog(containerLogIn(ctx.podDir, c.logPath));
+      if (!msg && c.exitCode !== 0 && spec?.terminationMessagePolicy === 'FallbackToLogsOnError') {
+        // The monitor may still be writing the last output when the exit is seen: look again briefly.
+        for (let i = 0; i < 5 && !msg; i++) {
+          if (i > 0) await new Promise((r) => setTimeout(r, 100));
+          msg = await tailLog(containerLogIn(ctx.podDir, c.logPath));
+        }
+      }
       this.messages.set(c.id, msg);
     }
   }

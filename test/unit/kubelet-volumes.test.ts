@@ -115,6 +115,9 @@ describe('atomic writer', () => {
       await waitUntil(() => out.startsWith('R') || child.exitCode !== null);
       const until = Date.now() + 500;
       while (last < 40 || Date.now() < until) await writeAtomic(dir, version(++last));
+      // The writer removes each old set at once, so under load a reader may never catch one
+      // whole while writes go on: give it a quiet moment on the last set before stopping.
+      await new Promise((r) => setTimeout(r, 300));
     } finally {
       fs.writeFileSync(stop, '');
       await done;
