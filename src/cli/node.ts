@@ -93,7 +93,12 @@ export async function node(args: string[]): Promise<number> {
     await daemon.close();
     throw err;
   }
-  kubelet.setServices(servicesFromProxy(proxy.proxier, Date.now));
+  const services = servicesFromProxy(proxy.proxier, Date.now);
+  kubelet.setServices(services);
+  // Looked at now and then, so a Service's AGE counts from when the node first programmed it.
+  const ages = setInterval(() => void services(), 5_000);
+  ages.unref();
+  services();
   log.info('skiff node ready', {
     socket: daemonOpts.socket,
     manifests: kubeletOpts.manifests,
@@ -110,6 +115,7 @@ export async function node(args: string[]): Promise<number> {
       `Manifests in ${kubeletOpts.manifests} are watched: edit, add or remove files and the node follows.\n\n`,
   );
   return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {
+    clearInterval(ages);
     await kubelet.stop();
     pods.close();
     await proxy.stop();
