@@ -375,6 +375,9 @@ export class IsolatedParser {
   private spawn(): Worker {
     const w = new Worker(this.script, { resourceLimits: { maxOldGenerationSizeMb: this.opts.heapMb ?? PARSE_HEAP_MB } });
     w.unref();
+    // A thread given up on (timed out, or idle) may still fail on its way out, e.g. out of
+    // memory while being terminated: with no listener that 'error' would end the agent.
+    w.on('error', () => undefined);
     return w;
   }
 
