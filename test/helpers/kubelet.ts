@@ -31,10 +31,16 @@ export class AgentProcess {
     this.child.stdout!.on('data', (d: Buffer) => (this.log += d.toString()));
     this.child.stderr!.on('data', (d: Buffer) => (this.log += d.toString()));
     this.exit = new Promise((resolve) => this.child.once('exit', (code, signal) => resolve({ code, signal })));
-    await waitFor('skiff kubelet to serve its status API', async () => {
-      if (this.child.exitCode !== null) throw new Error(`skiff kubelet exited (${this.child.exitCode}): ${this.log}`);
-      return this.log.includes('kubelet-lite serving');
-    }, 30_000);
+    try {
+      await waitFor('skiff kubelet to serve its status API', async () => {
+        if (this.child.exitCode !== null) throw new Error(`skiff kubelet exited (${this.child.exitCode}): ${this.log}`);
+        return this.log.includes('kubelet-lite serving');
+      }, 30_000);
+    } catch (err) {
+      // An agent that never came up is not left behind.
+      await this.stop('SIGKILL');
+      throw err;
+    }
     return this;
   }
 
