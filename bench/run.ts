@@ -116,16 +116,20 @@ async function benchPull(registry: Awaited<ReturnType<typeof startRegistry>>): P
 
 const CONTAINERD_SOCKET = '/run/steer-containerd/containerd.sock';
 
-async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>): Promise<void> {
-  const img = await busyboxImage();
-  await new Pusher(registry.url).image('bench/busybox', 'v1', img);
+/** A busybox image in the bench registry, and a `skiff cri` (not started) in a network namespace of its own, so its bridge and rules stay off the host. */
+async function benchRuntime(registry: Awaited<ReturnType<typeof startRegistry>>) {
+  await new Pusher(registry.url).image('bench/busybox', 'v1', await busyboxImage());
   const image = `${registry.host}/bench/busybox:v1`;
   const dirs = await makeDirs();
-  // skiff runs in a network namespace of its own, so its bridge and rules stay off the host.
   const ns = new TestNetns().create();
   await ns.bridgePort(Number(registry.host.split(':')[1]), dirs.base);
   await fsp.mkdir(path.join(dirs.base, 'net.d'));
   const skiff = new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d'), '--log-level', 'info'], (a) => ns.wrap(a));
+  return { image, dirs, ns, skiff };
+}
+
+async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>): Promise<void> {
+  const { image, dirs, ns, skiff } = await benchRuntime(registry);
   const results: Array<[string, PodResults]> = [];
   try {
     await skiff.start();
@@ -163,13 +167,7 @@ async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>)
 }
 
 async function benchKubeletAll(registry: Awaited<ReturnType<typeof startRegistry>>): Promise<void> {
-  await new Pusher(registry.url).image('bench/busybox', 'v1', await busyboxImage());
-  const image = `${registry.host}/bench/busybox:v1`;
-  const dirs = await makeDirs();
-  const ns = new TestNetns().create();
-  await ns.bridgePort(Number(registry.host.split(':')[1]), dirs.base);
-  await fsp.mkdir(path.join(dirs.base, 'net.d'));
-  const skiff = new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d'), '--log-level', 'info'], (a) => ns.wrap(a));
+  const { image, dirs, ns, skiff } = await benchRuntime(registry);
   const results: Array<[string, KubeletResults]> = [];
   try {
     await skiff.start();
