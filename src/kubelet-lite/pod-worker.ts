@@ -275,7 +275,11 @@ export class PodWorker {
       await this.forgetDead(ctx, seen, id);
     }
 
-    if (changed) observed = await observer.observe(this.uid);
+    if (changed) {
+      observed = await observer.observe(this.uid);
+      // A container may have exited meanwhile: its message belongs in the status it first shows in.
+      await this.readTerminationMessages(ctx, observed);
+    }
     this.report(ctx, observed);
     return Number.isFinite(wakeAt) ? Math.max(50, wakeAt - now()) : RESYNC_MS;
   }

@@ -93,11 +93,8 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       () => [],
     ),
   );
-  let probeSaveTimer: NodeJS.Timeout | undefined;
   let probeSaving = Promise.resolve();
   const flushProbeResults = () => {
-    if (probeSaveTimer) clearTimeout(probeSaveTimer);
-    probeSaveTimer = undefined;
     const text = JSON.stringify(Object.fromEntries(probeResults));
     const tmp = `${probeFile}.tmp`;
     probeSaving = probeSaving
@@ -106,10 +103,23 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       .catch((err) => log.warn('could not save probe results', { err: String(err) }));
     return probeSaving;
   };
+  // Written at once (a crash right after a pod became Ready must not lose it); changes that
+  // come while a write is running are coalesced into the next one.
+  let probeWriting = false;
+  let probeDirty = false;
   const saveProbeResults = () => {
-    if (probeSaveTimer) return;
-    probeSaveTimer = setTimeout(() => void flushProbeResults(), 500);
-    probeSaveTimer.unref();
+    if (probeWriting) {
+      probeDirty = true;
+      return;
+    }
+    probeWriting = true;
+    void flushProbeResults().finally(() => {
+      probeWriting = false;
+      if (probeDirty) {
+        probeDirty = false;
+        saveProbeResults();
+      }
+    });
   };
   const forgetProbeResults = (prefix: string) => {
     let changed = false;
@@ -248,7 +258,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     },
     async stop() {
       clearInterval(gauges);
-      if (probeSaveTimer) await flushProbeResults();
+      await probeSaving;
       stopGc();
       await saving;
       agent!.stop();
