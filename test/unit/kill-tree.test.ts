@@ -26,6 +26,12 @@ describe('processTree', () => {
     const sh = spawn('sh', ['-c', 'sleep 100 & sleep 100 & echo ready; wait'], { detached: true, stdio: ['ignore', 'pipe', 'ignore'] });
     started.push(sh.pid!);
     await new Promise((r) => sh.stdout!.once('data', r));
+    // "ready" comes once both children are forked, not once they have exec'd sleep: wait for that too.
+    const children = () => fs.readFileSync(`/proc/${sh.pid}/task/${sh.pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+    for (const end = Date.now() + 5000; Date.now() < end; await new Promise((r) => setTimeout(r, 10))) {
+      const kids = children();
+      if (kids.length === 2 && kids.every((k) => fs.readFileSync(`/proc/${k}/cmdline`, 'utf8').startsWith('sleep'))) break;
+    }
     return sh;
   }
 
