@@ -9,6 +9,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import pLimit from 'p-limit';
 import { loadCri } from '../src/server/proto.js';
+import type { FloorSamples } from './floor.js';
 
 export interface Target {
   name: string;
@@ -88,6 +89,9 @@ export interface PodResults {
   pss50KiB: number;
   execMs: number[];
   listMs: number[];
+  /** Measured while another client runs ExecSync back to back, as a kubelet's probes do. */
+  listBusyMs: number[];
+  statusBusyMs: number[];
 }
 
 let uniq = 0;
@@ -96,10 +100,12 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
   const { rt, img, close } = client(t.socket);
   try {
     await img.PullImage({ image: { image } });
+    // What a kubelet sends for a pod without shareProcessNamespace: each container has its own PID namespace.
+    const namespaceOptions = { network: 'POD', pid: 'CONTAINER', ipc: 'POD' };
     const podConfig = (n: string) => ({
       metadata: { name: n, namespace: 'bench', uid: `${n}-uid`, attempt: 0 },
       logDirectory: path.join(logDir, n),
-      linux: {},
+      linux: { securityContext: { namespaceOptions } },
     });
     const start = async (timings?: Record<string, number[]>) => {
       const n = `bench-${t.name}-${process.pid}-${++uniq}`;
@@ -109,7 +115,7 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
       const rec = (k: string, v: number) => timings && (timings[k] ??= []).push(v);
       rec('RunPodSandbox', await ms(async () => (podId = (await rt.RunPodSandbox({ config })).podSandboxId as string)));
       rec('CreateContainer', await ms(async () => {
-        ctrId = (await rt.CreateContainer({ podSandboxId: podId, config: { metadata: { name: 'sleep' }, image: { image }, command: ['sleep', '100000'], logPath: 'sleep.log', linux: {} }, sandboxConfig: config })).containerId as string;
+        ctrId = (await rt.CreateContainer({ podSandboxId: podId, config: { metadata: { name: 'sleep' }, image: { image }, command: ['sleep', '100000'], logPath: 'sleep.log', linux: { securityContext: { namespaceOptions } } }, sandboxConfig: config })).containerId as string;
       }));
       rec('StartContainer', await ms(() => rt.StartContainer({ containerId: ctrId })));
       return { podId, ctrId };
@@ -165,14 +171,33 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
     }
     await new Promise((r) => setTimeout(r, 500));
     for (let i = 0; i < 100; i++) listMs.push(await ms(() => rt.ListContainers({})));
+    // Lists and status interleaved with execs: a second connection keeps an ExecSync in flight throughout.
+    const busy = client(t.socket);
+    const listBusyMs: number[] = [];
+    const statusBusyMs: number[] = [];
+    try {
+      let execing = true;
+      const execLoop = (async () => {
+        for (let i = 0; execing; i++) await busy.rt.ExecSync({ containerId: up[i % up.length]!.ctrId, cmd: ['true'], timeout: 10 });
+      })();
+      for (let i = 0; i < 200; i++) {
+        listBusyMs.push(await ms(() => rt.ListContainers({})));
+        statusBusyMs.push(await ms(() => rt.ContainerStatus({ containerId: up[i % up.length]!.ctrId })));
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      execing = false;
+      await execLoop;
+    } finally {
+      busy.close();
+    }
     await Promise.all(up.map((p) => limit(() => stop(p))));
-    return { serial, parallelWallMs, parallelPodMs: podMs, rssIdleKiB, rss50KiB, pssIdleKiB, pss50KiB, execMs, listMs };
+    return { serial, parallelWallMs, parallelPodMs: podMs, rssIdleKiB, rss50KiB, pssIdleKiB, pss50KiB, execMs, listMs, listBusyMs, statusBusyMs };
   } finally {
     close();
   }
 }
 
-export function report(results: Array<[string, PodResults]>, pods = 50): string {
+export function report(results: Array<[string, PodResults]>, floor?: FloorSamples, pods = 50): string {
   const lines: string[] = [];
   const names = results.map(([n]) => n);
   const row = (label: string, vals: string[]) => lines.push(`${label.padEnd(34)} ${vals.map((v) => v.padStart(18)).join(' ')}`);
@@ -187,13 +212,25 @@ export function report(results: Array<[string, PodResults]>, pods = 50): string 
   row('memory per running pod MiB (PSS)', results.map(([, r]) => ((r.pss50KiB - r.pssIdleKiB) / 1024 / pods).toFixed(2)));
   row(`ExecSync p50/p95 ms (${pods} pods)`, results.map(([, r]) => `${pct(r.execMs, 50).toFixed(1)} / ${pct(r.execMs, 95).toFixed(1)}`));
   row(`ListContainers p50/p95 ms (${pods} pods)`, results.map(([, r]) => `${pct(r.listMs, 50).toFixed(2)} / ${pct(r.listMs, 95).toFixed(2)}`));
+  row('  while ExecSync runs p50/p95 ms', results.map(([, r]) => `${pct(r.listBusyMs, 50).toFixed(2)} / ${pct(r.listBusyMs, 95).toFixed(2)}`));
+  row('ContainerStatus, ExecSync running', results.map(([, r]) => `${pct(r.statusBusyMs, 50).toFixed(2)} / ${pct(r.statusBusyMs, 95).toFixed(2)}`));
+  const start = 'pod start (run+create+start)';
+  if (floor) {
+    const f = pct(floor.cniAddMs, 50) + pct(floor.runcRunMs, 50);
+    lines.push('');
+    lines.push(`floor: CNI bridge ADD p50 ${pct(floor.cniAddMs, 50).toFixed(1)} ms + runc run -d p50 ${pct(floor.runcRunMs, 50).toFixed(1)} ms = ${f.toFixed(1)} ms`);
+    lines.push(`ratio ${names[0]} pod start p50 / floor: ${(pct(results[0]![1].serial[start]!, 50) / f).toFixed(2)}× (target ≤ 2×)`);
+  }
   if (results.length === 2) {
     const [a, b] = [results[0]![1], results[1]![1]];
-    const k = 'pod start (run+create+start)';
+    const r = (x: number, y: number) => `${(x / y).toFixed(2)}×`;
     lines.push('');
-    lines.push(`ratio ${names[0]}/${names[1]}: pod start p50 ${(pct(a.serial[k]!, 50) / pct(b.serial[k]!, 50)).toFixed(2)}× (target ≤ 0.6×), ` +
-      `memory per pod ${((a.rss50KiB - a.rssIdleKiB) / (b.rss50KiB - b.rssIdleKiB)).toFixed(2)}× (RSS), ` +
-      `${((a.pss50KiB - a.pssIdleKiB) / (b.pss50KiB - b.pssIdleKiB)).toFixed(2)}× (PSS)`);
+    lines.push(`ratios ${names[0]}/${names[1]}:`);
+    lines.push(`  pod start p50 ${r(pct(a.serial[start]!, 50), pct(b.serial[start]!, 50))} (target ≤ 0.45×)`);
+    lines.push(`  memory per pod ${r(a.rss50KiB - a.rssIdleKiB, b.rss50KiB - b.rssIdleKiB)} (RSS), ${r(a.pss50KiB - a.pssIdleKiB, b.pss50KiB - b.pssIdleKiB)} (PSS) (no regression)`);
+    lines.push(`  ExecSync p50 ${r(pct(a.execMs, 50), pct(b.execMs, 50))} (no regression)`);
+    lines.push(`  ListContainers p50 while ExecSync runs ${r(pct(a.listBusyMs, 50), pct(b.listBusyMs, 50))} (target ≤ 1×)`);
+    lines.push(`  idle RSS ${r(a.rssIdleKiB, b.rssIdleKiB)}; ${names[0]} ${(a.rssIdleKiB / 1024).toFixed(1)} MiB (target ≤ 60 MiB)`);
   }
   return lines.join('\n') + '\n';
 }

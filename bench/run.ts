@@ -23,6 +23,7 @@ import { TestNetns } from '../test/helpers/netns.js';
 import { benchKubelet, reportKubelet, type KubeletResults } from './kubelet.js';
 import { benchNode, reportNode } from './node.js';
 import { benchProxy } from './proxy.js';
+import { measureFloor, type FloorSamples } from './floor.js';
 import { benchPods, pidsMatching, report, type PodResults } from './pods.js';
 
 const LAYERS = 3;
@@ -131,7 +132,10 @@ async function benchRuntime(registry: Awaited<ReturnType<typeof startRegistry>>)
 async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>): Promise<void> {
   const { image, dirs, ns, skiff } = await benchRuntime(registry);
   const results: Array<[string, PodResults]> = [];
+  let floor: FloorSamples | undefined;
   try {
+    process.stdout.write('pod start floor: CNI bridge ADD and runc run -d…\n');
+    floor = await measureFloor((a) => ns.wrap(a));
     await skiff.start();
     process.stdout.write('pod lifecycle: skiff…\n');
     results.push(['skiff', await benchPods({
@@ -163,7 +167,7 @@ async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>)
   } else {
     process.stdout.write(`containerd is not running (${CONTAINERD_SOCKET}); start it with shared/conformance/containerd.sh to compare\n`);
   }
-  process.stdout.write(report(results));
+  process.stdout.write(report(results, floor));
 }
 
 async function benchKubeletAll(registry: Awaited<ReturnType<typeof startRegistry>>): Promise<void> {
