@@ -22,7 +22,8 @@ import { imageStatus } from './server/image-status.js';
 import { skiffImagesHandlers } from './server/skiff-images.js';
 import { ImagesDir } from './image/images-dir.js';
 import { status, type Readiness } from './server/runtime-status.js';
-import { NO_FEATURES, probeFeatures, type HandlerFeatures } from './container/runtime-features.js';
+import { NO_FEATURES, probeFeatures, probeUserNamespaces, type HandlerFeatures } from './container/runtime-features.js';
+import { probeIdmappedOverlay, unsearchableAncestor } from './sys/idmap.js';
 import { version } from './server/runtime-version.js';
 import { containerHandlers } from './server/container.js';
 import { sandboxHandlers } from './server/sandbox.js';
@@ -146,6 +147,14 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   // Asked of each working runtime once: `features` says whether it applies recursive read-only mounts.
   const features = new Map<string, HandlerFeatures>();
   for (const [name, rt] of runtimes) if (!('unavailable' in rt)) features.set(name, await probeFeatures(rt.binary, runner));
+  // Pods in a user namespace need the runtime to join one and the kernel to idmap overlay layers: tried once.
+  const closed = await unsearchableAncestor(opts.state);
+  const kernelIdmap = closed
+    ? { ok: false as const, reason: `${closed} is not searchable by other users (mode o+x), and runc reaches a pod's rootfs under ${opts.state} from inside the pod's user namespace` }
+    : await probeIdmappedOverlay(opts.state, runner);
+  if (!kernelIdmap.ok) log.info('pods with a user namespace are not supported here', { reason: kernelIdmap.reason });
+  const userns = new Map<string, { ok: true } | { ok: false; reason: string }>();
+  for (const [name, rt] of runtimes) if (!('unavailable' in rt)) userns.set(name, kernelIdmap.ok ? await probeUserNamespaces(rt.binary, runner) : kernelIdmap);
   const cni = new CniNetwork({
     confDir: opts.cniConfDir,
     binDirs: opts.cniBinDirs,
@@ -183,6 +192,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     log,
     infraBinary: opts.infraBinary,
     oomScoreAdjFloor: oomFloor,
+    userNamespaces: (h) => userns.get(sandboxes.runtimeFor(h).name) ?? { ok: false, reason: 'not probed' },
     containers,
   });
   events.bind(sandboxes, containers);
@@ -204,6 +214,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     network: () => cni.status(),
     handlers: () => [...runtimes].filter(([, r]) => !('unavailable' in r)).map(([n]) => n),
     features: (name) => features.get(name) ?? NO_FEATURES,
+    userNamespaces: (name) => userns.get(name)?.ok ?? false,
     info: () => ({
       root: opts.root,
       state: opts.state,

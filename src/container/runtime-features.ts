@@ -31,3 +31,23 @@ export async function probeFeatures(binary: string, runner: Runner): Promise<Han
   if (!r || r.code !== 0) return { ...NO_FEATURES };
   return featuresFromDocument(r.stdout);
 }
+
+/**
+ * Whether a runtime can put a container in a user namespace it is given:
+ * its features document lists the `user` namespace. (Idmapping the layers is
+ * skiff's part, probed on the kernel separately.)
+ */
+export function joinsUserNamespaces(text: string): boolean {
+  try {
+    const doc = JSON.parse(text) as { linux?: { namespaces?: unknown } };
+    return Array.isArray(doc.linux?.namespaces) && doc.linux.namespaces.includes('user');
+  } catch {
+    return false;
+  }
+}
+
+export async function probeUserNamespaces(binary: string, runner: Runner): Promise<{ ok: true } | { ok: false; reason: string }> {
+  const r = await runner(binary, ['features'], { timeoutMs: 10_000 }).catch(() => undefined);
+  if (!r || r.code !== 0) return { ok: false, reason: `${binary} has no features command to say it supports user namespaces` };
+  return joinsUserNamespaces(r.stdout) ? { ok: true } : { ok: false, reason: `${binary} does not list the user namespace among its features` };
+}
