@@ -16,7 +16,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { errorMessage } from '../errors.js';
 import { closeFd, mount, moveMount, mountSetIdmap, openTreeClone } from './libc.js';
-import { unmount } from './mount.js';
+import { isMountpoint, unmount } from './mount.js';
 import type { Runner } from './run.js';
 
 export interface IdMap {
@@ -106,6 +106,14 @@ export function idmappedBind(src: string, target: string, usernsFd: number): voi
  * reason when it does not.
  */
 export async function probeIdmappedOverlay(tmpDir: string, runner: Runner): Promise<{ ok: true } | { ok: false; reason: string }> {
+  // What a probe cut short (a crash) left behind goes first.
+  for (const old of await fsp.readdir(tmpDir).catch(() => [] as string[])) {
+    if (!old.startsWith('idmap-probe-')) continue;
+    for (const m of ['merged', 'userns']) await unmount(runner, path.join(tmpDir, old, m)).catch(() => undefined);
+    if (!(await isMountpoint(path.join(tmpDir, old, 'merged'))) && !(await isMountpoint(path.join(tmpDir, old, 'userns')))) {
+      await fsp.rm(path.join(tmpDir, old), { recursive: true, force: true });
+    }
+  }
   const dir = await fsp.mkdtemp(path.join(tmpDir, 'idmap-probe-'));
   const pin = path.join(dir, 'userns');
   const merged = path.join(dir, 'merged');
@@ -130,7 +138,8 @@ export async function probeIdmappedOverlay(tmpDir: string, runner: Runner): Prom
   } finally {
     await unmount(runner, merged).catch(() => undefined);
     await unmount(runner, pin).catch(() => undefined);
-    await fsp.rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    // Never removed through a mount that stayed (the next start retries).
+    if (!(await isMountpoint(merged)) && !(await isMountpoint(pin))) await fsp.rm(dir, { recursive: true, force: true }).catch(() => undefined);
   }
 }
 
