@@ -38,6 +38,13 @@ describe.skipIf(!isRoot)('pods with a user namespace', () => {
   let fx: PodFixture;
   let vol: string;
   let termLog: string;
+  const exposed = new Map<number, number>();
+  /** A host port reaching the streaming server inside the test's network namespace (one per server port). */
+  async function hostPortFor(url: string): Promise<number> {
+    const port = Number(new URL(url).port);
+    if (!exposed.has(port)) exposed.set(port, await fx.ns.exposePort(port, fx.dirs.base));
+    return exposed.get(port)!;
+  }
   let pod: { id: string; config: Record<string, unknown> };
   let first: string;
 
@@ -149,6 +156,38 @@ describe.skipIf(!isRoot)('pods with a user namespace', () => {
     expect(a.trim()).not.toBe(await fs.readlink('/proc/self/ns/user'));
   });
 
+  it('runs a terminal exec and attaches to a container over SPDY', async () => {
+    const shell = await start(['sh'], { stdin: true });
+    const url = (await fx.skiff.runtime.Exec({ containerId: first, cmd: ['sh'], tty: true, stdin: true, stdout: true })).url!;
+    const port = await hostPortFor(url);
+    const ex = await SpdyTestClient.connect(url, ['v4.channel.k8s.io'], port);
+    const error = await ex.client.open({ streamtype: 'error', requestid: '0' });
+    const input = await ex.client.open({ streamtype: 'stdin', requestid: '0' });
+    const stdout = await ex.client.open({ streamtype: 'stdout', requestid: '0' });
+    // (A terminal session has its resize stream, as kubectl opens it.)
+    await ex.client.open({ streamtype: 'resize', requestid: '0' });
+    ex.client.write(input, 'echo "u=$(id -u) $(readlink /proc/self/ns/user) $(tty)"; exit 0\n');
+    await ex.client.until(() => error.fin).catch((err) => {
+      throw new Error(`exec: ${String(err)}; stdout so far ${JSON.stringify(stdout.data.toString())}, error ${JSON.stringify(error.data.toString())}`);
+    });
+    ex.client.close();
+    expect(stdout.data.toString()).toContain(`u=0 ${(await exec(first, 'readlink /proc/self/ns/user')).trim()} /dev/pts/`);
+    expect(JSON.parse(error.data.toString())).toEqual({ metadata: {}, status: 'Success' });
+    const att = (await fx.skiff.runtime.Attach({ containerId: shell, stdin: true, stdout: true, stderr: true })).url!;
+    const at = await SpdyTestClient.connect(att, ['v4.channel.k8s.io'], port);
+    await at.client.open({ streamtype: 'error', requestid: '0' });
+    const stdin = await at.client.open({ streamtype: 'stdin', requestid: '0' });
+    const out = await at.client.open({ streamtype: 'stdout', requestid: '0' });
+    await at.client.open({ streamtype: 'stderr', requestid: '0' });
+    at.client.write(stdin, 'echo attached-as-$(id -u)\n');
+    await at.client.until(() => out.data.toString() === 'attached-as-0\n').catch((err) => {
+      throw new Error(`attach: ${String(err)}; stdout so far ${JSON.stringify(out.data.toString())}`);
+    });
+    at.client.close();
+    await fx.skiff.runtime.StopContainer({ containerId: shell, timeout: 0 });
+    await fx.skiff.runtime.RemoveContainer({ containerId: shell });
+  });
+
   it('keeps logs, stats and port-forward working', async () => {
     const logFile = path.join(fx.dirs.base, 'logs', 'upod', 'c1.log');
     expect(await fs.readFile(logFile, 'utf8')).toMatch(/ stdout F started-in-userns\n/);
@@ -156,7 +195,7 @@ describe.skipIf(!isRoot)('pods with a user namespace', () => {
     expect(Number(stats.stats?.memory?.workingSetBytes?.value ?? 0)).toBeGreaterThan(0);
     const web = await start(['sh', '-c', 'mkdir -p /www && echo hello-from-userns > /www/index.html && exec httpd -f -p 80 -h /www']);
     const url = (await fx.skiff.runtime.PortForward({ podSandboxId: pod.id, port: [80] })).url!;
-    const streamHostPort = await fx.ns.exposePort(Number(new URL(url).port), fx.dirs.base);
+    const streamHostPort = await hostPortFor(url);
     let body = '';
     await waitFor('httpd in the pod to answer through port-forward', async () => {
       const again = (await fx.skiff.runtime.PortForward({ podSandboxId: pod.id, port: [80] })).url!;

@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { SkiffError } from '../../src/errors.js';
 import { checkContainerUserns, hostIdOf, podUserns } from '../../src/sandbox/userns.js';
-import { mapText } from '../../src/sys/idmap.js';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { mapText, unsearchableAncestor } from '../../src/sys/idmap.js';
+import { joinsUserNamespaces, probeUserNamespaces } from '../../src/container/runtime-features.js';
+import { status } from '../../src/server/runtime-status.js';
+import type { Runner } from '../../src/sys/run.js';
 import { buildSpec, type PodContext } from '../../src/container/spec.js';
 import { ociIdMappings } from '../../src/sandbox/service.js';
 import type { UserNamespace__Output } from '../../src/gen/runtime/v1/UserNamespace.js';
@@ -106,5 +112,45 @@ describe('mappings', () => {
     const config = { metadata: { name: 'c' }, command: ['true'], args: [], envs: [], devices: [], annotations: {}, linux: null, tty: false, workingDir: '', mounts: [{ containerPath: '/d', hostPath: '/h', readonly: false, propagation: 'PROPAGATION_PRIVATE', uidMappings: [{ hostId: 1, containerId: 0, length: 1 }], gidMappings: [] }] } as unknown as ContainerConfig__Output;
     const pod: PodContext = { sandboxId: 's', hostPid: false, hostsFile: '/h', resolvFile: '/r', hostnameFile: '/hn', cgroupParent: '/skiff', sysctls: {} };
     expect(refusal(() => buildSpec({ id: 'x', image: { config: {} }, config, pod, rootfs: '/r', user: { uid: 0, gid: 0, additionalGids: [] }, oomScoreAdjFloor: 0 }))).toMatch(/uid\/gid mappings on a mount are not supported/);
+  });
+});
+
+describe('Status and the start-up probes', () => {
+  it('reports userNamespaces per handler as probed', async () => {
+    const handler = status({
+      runtime: () => ({ ready: true }),
+      network: () => ({ ready: true }),
+      handlers: () => ['runc', 'crun'],
+      features: () => ({ recursiveReadOnlyMounts: true }),
+      userNamespaces: (n) => n === 'runc',
+      info: () => ({}),
+    });
+    const r = await handler({ verbose: false });
+    expect(r.runtimeHandlers?.map((h) => [h.name, h.features?.userNamespaces])).toEqual([
+      ['runc', true],
+      ['crun', false],
+    ]);
+  });
+
+  it('needs the runtime to list the user namespace among its features', async () => {
+    expect(joinsUserNamespaces(JSON.stringify({ linux: { namespaces: ['mount', 'user', 'pid'] } }))).toBe(true);
+    expect(joinsUserNamespaces(JSON.stringify({ linux: { namespaces: ['mount', 'pid'] } }))).toBe(false);
+    expect(joinsUserNamespaces('unknown command features')).toBe(false);
+    const failing: Runner = async () => ({ code: 1, signal: null, stdout: '', stderr: 'unknown command features', timedOut: false });
+    expect(await probeUserNamespaces('/usr/bin/crun', failing)).toEqual({ ok: false, reason: expect.stringMatching(/no features command/) });
+  });
+
+  it('finds the first directory others cannot pass through', async () => {
+    const base = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-userns-unit-'));
+    try {
+      await fs.mkdir(path.join(base, 'a', 'b'), { recursive: true });
+      await fs.chmod(base, 0o711);
+      await fs.chmod(path.join(base, 'a'), 0o700);
+      expect(await unsearchableAncestor(path.join(base, 'a', 'b'))).toBe(path.join(base, 'a'));
+      await fs.chmod(path.join(base, 'a'), 0o711);
+      expect(await unsearchableAncestor(path.join(base, 'a', 'b'))).toBeUndefined();
+    } finally {
+      await fs.rm(base, { recursive: true, force: true });
+    }
   });
 });
