@@ -347,6 +347,14 @@ export class ContainerService {
         supplementalGroups: (sc?.supplementalGroups ?? []).map(Number),
         imageUser: image.config.config?.User,
       });
+      if (userns) {
+        // An id the pod's namespace does not map would fail deep in runc (setuid EINVAL): say which.
+        const range = (maps: typeof userns.maps.uids) => maps.map((m) => `${m.containerId}-${m.containerId + m.length - 1}`).join(', ');
+        if (hostIdOf(userns.maps.uids, user.uid) < 0) throw invalidArgument(`user ${user.uid} is outside the pod's user namespace (uids ${range(userns.maps.uids)})`);
+        for (const g of [user.gid, ...user.additionalGids]) {
+          if (hostIdOf(userns.maps.gids, g) < 0) throw invalidArgument(`group ${g} is outside the pod's user namespace (gids ${range(userns.maps.gids)})`);
+        }
+      }
       const devices = await resolveDevices(config);
       const apparmor = sc?.apparmor ? String(sc.apparmor.profileType) : '';
       const wantsLocalAppArmor = apparmor === 'Localhost' || apparmor === '2' || (sc?.apparmorProfile ?? '').startsWith('localhost/');

@@ -156,6 +156,16 @@ describe.skipIf(!isRoot)('pods with a user namespace', () => {
     expect(a.trim()).not.toBe(await fs.readlink('/proc/self/ns/user'));
   });
 
+  it('runs a non-root user as its mapped host id, with a working directory it owns', async () => {
+    const id = await start(['sleep', '100000'], { workingDir: '/made/for-1000', linux: { securityContext: { runAsUser: { value: 1000 }, runAsGroup: { value: 3000 }, namespaceOptions: { usernsOptions: userns() } } } });
+    expect(await exec(id, 'id -u; id -g; pwd; stat -c "%u:%g" . && touch ./mine && stat -c "%u:%g" ./mine')).toBe('1000\n3000\n/made/for-1000\n1000:3000\n1000:3000\n');
+    const status = await fs.readFile(`/proc/${await hostPid(id)}/status`, 'utf8');
+    expect(status).toMatch(new RegExp(`\\nUid:\\t${HOST_ID + 1000}\\t`));
+    expect(status).toMatch(new RegExp(`\\nGid:\\t${HOST_ID + 3000}\\t`));
+    await fx.skiff.runtime.StopContainer({ containerId: id, timeout: 0 });
+    await fx.skiff.runtime.RemoveContainer({ containerId: id });
+  });
+
   it('runs a terminal exec and attaches to a container over SPDY', async () => {
     const shell = await start(['sh'], { stdin: true });
     const url = (await fx.skiff.runtime.Exec({ containerId: first, cmd: ['sh'], tty: true, stdin: true, stdout: true })).url!;
@@ -294,6 +304,17 @@ describe.skipIf(!isRoot)('pods with a user namespace', () => {
     expect((await fs.readdir(path.join(fx.dirs.state, 'userns'))).length).toBe(live);
     // Only the first container's clone of the volume is mounted.
     expect(mountsFrom(vol)).toHaveLength(1);
+    // A user the pod's namespace does not map.
+    const unmapped = await codeOf(
+      fx.skiff.runtime.CreateContainer({
+        podSandboxId: pod.id,
+        config: { metadata: { name: 'unmapped' }, image: { image: fx.image }, command: ['true'], logPath: 'u.log', linux: { securityContext: { runAsUser: { value: LENGTH } } } },
+        sandboxConfig: pod.config,
+      }),
+    );
+    expect(unmapped.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(unmapped.details).toMatch(new RegExp(`user ${LENGTH} is outside the pod's user namespace \\(uids 0-${LENGTH - 1}\\)`));
+    expect((await fs.readdir(path.join(fx.dirs.state, 'userns'))).length).toBe(live);
     const names = ((await fx.skiff.runtime.ListContainers({ filter: { podSandboxId: pod.id } })).containers ?? []).map((c) => c.metadata?.name);
     expect(names).not.toContain('other');
     expect(names).not.toContain('hostish');
