@@ -22,7 +22,7 @@ import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowNs } from '../sandbox/service.js';
 import { removeRuntimeRemains } from '../sys/cgroup.js';
-import { isMountpoint, mountOverlay, unmount } from '../sys/mount.js';
+import { mountOverlay, mountsBelow, unmount } from '../sys/mount.js';
 import { idmappedBind, idmappedTree, withUsernsFd } from '../sys/idmap.js';
 import { checkContainerUserns, hostIdOf } from '../sandbox/userns.js';
 import { ociIdMappings } from '../sandbox/service.js';
@@ -285,8 +285,7 @@ export class ContainerService {
     try {
       if (!held) throw notFound(`image "${imageRef}" not found: pull it first`);
       const image = held.image;
-      const sc0 = config.linux?.securityContext;
-      checkContainerUserns(sc0?.namespaceOptions?.usernsOptions, sandbox.usernsMaps);
+      checkContainerUserns(config.linux?.securityContext?.namespaceOptions?.usernsOptions, sandbox.usernsMaps);
       const userns = sandbox.userns && sandbox.usernsMaps ? { pin: sandbox.userns, maps: sandbox.usernsMaps } : undefined;
       // The pod's root: what host root owns shows as this through the idmapped layers.
       const shift = (uid: number, gid: number) => (userns ? { uid: hostIdOf(userns.maps.uids, uid), gid: hostIdOf(userns.maps.gids, gid) } : { uid, gid });
@@ -295,13 +294,13 @@ export class ContainerService {
       const mountDir = userns ? path.join(this.usernsDir, id) : dir;
       const rootfs = path.join(mountDir, 'rootfs');
       // Not recursive (init made the parent): a recursive mkdir reports a full disk as ENOENT.
-      // A pod's root in a user namespace is not the host's: runc, inside it, must be able to pass through.
       await fsp.mkdir(dir, { mode: 0o700 });
       // The upper dir's mode is the mode of the container's `/`.
       await fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 });
       for (const p of ['work', 'rootfs']) await fsp.mkdir(path.join(dir, p), { mode: 0o700 });
       undo.add('dir', () => removeContainerDir(this.d.runner, dir));
       if (userns) {
+        // The pod's root is not the host's: runc, inside its user namespace, must pass through.
         await fsp.mkdir(mountDir, { mode: 0o711 });
         undo.add('userns dir', () => removeContainerDir(this.d.runner, mountDir));
         for (const p of ['rootfs', 'idmapped']) await fsp.mkdir(path.join(mountDir, p), { mode: 0o711 });
@@ -629,15 +628,14 @@ export class ContainerService {
       if (c.state === 'CONTAINER_RUNNING') await this.stopLocked(c.id, 0);
       const runtime = this.d.runtimeFor(c.runtimeHandler);
       await runtime.delete(c.id);
+      // Nothing may stay mounted in the dirs removed below (an idmapped volume is the host's data).
       await unmountContainerMounts(this.d.runner, path.dirname(c.rootfs));
-      const dir = path.join(this.d.rootDir, 'containers', c.id);
-      if (path.dirname(c.rootfs) !== dir) await unmountContainerMounts(this.d.runner, dir);
       // The record goes before the files: a crash from here on leaves files with no record,
       // which the next start removes, never a record whose files are half gone.
       this.forget(c.id);
       this.names.release(c.name);
-      await removeContainerDir(this.d.runner, path.dirname(c.rootfs));
-      await removeContainerDir(this.d.runner, dir);
+      await fsp.rm(path.dirname(c.rootfs), { recursive: true, force: true });
+      await fsp.rm(path.join(this.d.rootDir, 'containers', c.id), { recursive: true, force: true });
       await fsp.rm(c.bundle, { recursive: true, force: true });
       await fsp.rm(path.join(this.exitDir, c.id), { force: true });
       // conmon leaves a link to the bundle in the attach socket directory.
@@ -832,9 +830,8 @@ async function unmountContainerMounts(runner: Runner, dir: string): Promise<void
   await unmount(runner, path.join(dir, 'rootfs'));
   const staged = path.join(dir, 'idmapped');
   for (const n of await fsp.readdir(staged).catch(() => [] as string[])) await unmount(runner, path.join(staged, n));
-  for (const p of [path.join(dir, 'rootfs'), ...(await fsp.readdir(staged).catch(() => [] as string[])).map((n) => path.join(staged, n))]) {
-    if (await isMountpoint(p)) throw new SkiffError('Internal', `${p} is still mounted; not removing ${dir}`);
-  }
+  const left = await mountsBelow(dir);
+  if (left.length) throw new SkiffError('Internal', `${left[0]} is still mounted; not removing ${dir}`);
 }
 
 /** Removes a container directory, never through a mount (an idmapped volume is the host's data). */
