@@ -245,7 +245,8 @@ export class SandboxService {
     const pin = async (kind: 'net' | 'ipc' | 'uts' | 'user') => {
       const f = path.join(nsDir, kind);
       await fs.writeFile(f, '');
-      unshareArgs.push(`--${kind}=${f}`);
+      // The user namespace is never made by the setup step below (see createPinnedUserns).
+      if (kind !== 'user') unshareArgs.push(`--${kind}=${f}`);
       undo.add(`${kind} namespace`, () => unmount(this.d.runner, f));
       return f;
     };
@@ -257,7 +258,6 @@ export class SandboxService {
       // The user namespace is made with the others, which it then owns: the pod's root
       // administers its own network (sysfs, mqueue) as with containerd 2 and CRI-O.
       rec.userns = await pin('user');
-      unshareArgs.pop();
       await createPinnedUserns({ user: rec.userns, net: rec.netns, ipc: rec.ipcns, uts: rec.utsns }, userns.uids, userns.gids);
       // They exist now: the setup below enters them instead of making them.
       helper = 'nsenter';
