@@ -22,7 +22,8 @@ import { imageStatus } from './server/image-status.js';
 import { skiffImagesHandlers } from './server/skiff-images.js';
 import { ImagesDir } from './image/images-dir.js';
 import { status, type Readiness } from './server/runtime-status.js';
-import { NO_FEATURES, probeFeatures, type HandlerFeatures } from './container/runtime-features.js';
+import { NO_FEATURES, featuresDocument, featuresFromDocument, usernsSupport, type HandlerFeatures } from './container/runtime-features.js';
+import { probeIdmappedOverlay, unsearchableAncestor } from './sys/idmap.js';
 import { version } from './server/runtime-version.js';
 import { containerHandlers } from './server/container.js';
 import { sandboxHandlers } from './server/sandbox.js';
@@ -142,10 +143,26 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   await images.gc();
 
   const runner = run;
+  // Pods in a user namespace need the kernel to idmap overlay layers (tried once, beside the runtime probes)
+  // and runc to reach their rootfs under the state dir from inside the pod's user namespace.
+  const kernelIdmap = unsearchableAncestor(opts.state).then((closed) =>
+    closed
+      ? { ok: false as const, reason: `${closed} is not searchable by other users (mode o+x), and runc reaches a pod's rootfs under ${opts.state} from inside the pod's user namespace` }
+      : probeIdmappedOverlay(opts.state, runner),
+  );
   const runtimes = await probeRuntimes(path.join(opts.state, 'runtimes'), runner);
-  // Asked of each working runtime once: `features` says whether it applies recursive read-only mounts.
+  // Asked of each working runtime once: `features` says whether it applies recursive read-only mounts
+  // and joins user namespaces.
   const features = new Map<string, HandlerFeatures>();
-  for (const [name, rt] of runtimes) if (!('unavailable' in rt)) features.set(name, await probeFeatures(rt.binary, runner));
+  const userns = new Map<string, { ok: true } | { ok: false; reason: string }>();
+  const kernel = await kernelIdmap;
+  if (!kernel.ok) log.info('pods with a user namespace are not supported here', { reason: kernel.reason });
+  for (const [name, rt] of runtimes) {
+    if ('unavailable' in rt) continue;
+    const doc = await featuresDocument(rt.binary, runner);
+    features.set(name, doc === undefined ? { ...NO_FEATURES } : featuresFromDocument(doc));
+    userns.set(name, kernel.ok ? usernsSupport(rt.binary, doc) : kernel);
+  }
   const cni = new CniNetwork({
     confDir: opts.cniConfDir,
     binDirs: opts.cniBinDirs,
@@ -183,6 +200,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     log,
     infraBinary: opts.infraBinary,
     oomScoreAdjFloor: oomFloor,
+    userNamespaces: (h) => userns.get(sandboxes.runtimeFor(h).name) ?? { ok: false, reason: 'not probed' },
     containers,
   });
   events.bind(sandboxes, containers);
@@ -204,6 +222,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     network: () => cni.status(),
     handlers: () => [...runtimes].filter(([, r]) => !('unavailable' in r)).map(([n]) => n),
     features: (name) => features.get(name) ?? NO_FEATURES,
+    userNamespaces: (name) => userns.get(name)?.ok ?? false,
     info: () => ({
       root: opts.root,
       state: opts.state,

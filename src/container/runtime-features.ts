@@ -26,8 +26,37 @@ export function featuresFromDocument(text: string): HandlerFeatures {
   }
 }
 
-export async function probeFeatures(binary: string, runner: Runner): Promise<HandlerFeatures> {
+/** `<runtime> features`, or undefined when the runtime has no such command. */
+export async function featuresDocument(binary: string, runner: Runner): Promise<string | undefined> {
   const r = await runner(binary, ['features'], { timeoutMs: 10_000 }).catch(() => undefined);
-  if (!r || r.code !== 0) return { ...NO_FEATURES };
-  return featuresFromDocument(r.stdout);
+  return r && r.code === 0 ? r.stdout : undefined;
+}
+
+export async function probeFeatures(binary: string, runner: Runner): Promise<HandlerFeatures> {
+  const doc = await featuresDocument(binary, runner);
+  return doc === undefined ? { ...NO_FEATURES } : featuresFromDocument(doc);
+}
+
+/**
+ * Whether a runtime can put a container in a user namespace it is given:
+ * its features document lists the `user` namespace. (Idmapping the layers is
+ * skiff's part, probed on the kernel separately.)
+ */
+export function joinsUserNamespaces(text: string): boolean {
+  try {
+    const doc = JSON.parse(text) as { linux?: { namespaces?: unknown } };
+    return Array.isArray(doc.linux?.namespaces) && doc.linux.namespaces.includes('user');
+  } catch {
+    return false;
+  }
+}
+
+/** Whether a runtime, by its features document (undefined: it has none), can join a user namespace. */
+export function usernsSupport(binary: string, doc: string | undefined): { ok: true } | { ok: false; reason: string } {
+  if (doc === undefined) return { ok: false, reason: `${binary} has no features command to say it supports user namespaces` };
+  return joinsUserNamespaces(doc) ? { ok: true } : { ok: false, reason: `${binary} does not list the user namespace among its features` };
+}
+
+export async function probeUserNamespaces(binary: string, runner: Runner): Promise<{ ok: true } | { ok: false; reason: string }> {
+  return usernsSupport(binary, await featuresDocument(binary, runner));
 }

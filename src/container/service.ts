@@ -22,7 +22,10 @@ import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowNs } from '../sandbox/service.js';
 import { removeRuntimeRemains } from '../sys/cgroup.js';
-import { mountOverlay, unmount } from '../sys/mount.js';
+import { mountOverlay, mountsBelow, unmount } from '../sys/mount.js';
+import { idmappedBind, idmappedTree, withUsernsFd } from '../sys/idmap.js';
+import { checkContainerUserns, hostIdOf } from '../sandbox/userns.js';
+import { ociIdMappings } from '../sandbox/service.js';
 import { closeFd, openpty, setCloexec } from '../sys/libc.js';
 import type { Runner } from '../sys/run.js';
 import { startConmon, type OciRuntime } from './oci-runtime.js';
@@ -92,18 +95,27 @@ export class ContainerService {
   private readonly exitLocks = new KeyedLock();
   private readonly exitDir: string;
   private readonly socketDir: string;
+  /**
+   * Where containers of pods in a user namespace have their rootfs and
+   * idmapped volumes mounted: runc reaches them from inside the pod's user
+   * namespace, so this tree (and the state dir above it) must be searchable
+   * by all, unlike the root dir with the writable layers.
+   */
+  private readonly usernsDir: string;
   private readonly waiters = new Map<string, Array<() => void>>();
   private watcher?: fs.FSWatcher;
 
   constructor(private readonly d: ContainerDeps) {
     this.exitDir = path.join(d.stateDir, 'exits');
     this.socketDir = path.join(d.stateDir, 'attach');
+    this.usernsDir = path.join(d.stateDir, 'userns');
   }
 
   async init(): Promise<void> {
     await fsp.mkdir(this.exitDir, { recursive: true, mode: 0o700 });
     await fsp.mkdir(this.socketDir, { recursive: true, mode: 0o700 });
     await fsp.mkdir(path.join(this.d.rootDir, 'containers'), { recursive: true, mode: 0o700 });
+    await fsp.mkdir(this.usernsDir, { recursive: true, mode: 0o711 });
     for (const c of this.list()) this.names.reserve(c.name, c.id, 'container');
     this.watcher = fs.watch(this.exitDir, (_ev, file) => {
       if (file) void this.onExitFile(String(file));
@@ -125,11 +137,18 @@ export class ContainerService {
     const dirs = [path.join(this.d.rootDir, 'containers'), path.join(this.d.stateDir, 'containers')];
     const orphans = new Set<string>();
     // Exit files and attach links count too: a removal cut short may have left only those.
-    for (const d of [...dirs, this.exitDir, this.socketDir]) for (const n of await fsp.readdir(d).catch(() => [] as string[])) if (/^[a-f0-9]{64}$/.test(n) && !known.has(n)) orphans.add(n);
+    for (const d of [...dirs, this.exitDir, this.socketDir, this.usernsDir]) for (const n of await fsp.readdir(d).catch(() => [] as string[])) if (/^[a-f0-9]{64}$/.test(n) && !known.has(n)) orphans.add(n);
     for (const id of orphans) {
       this.d.log.warn('removing the remains of a container with no record', { id });
       await removeRuntimeRemains(this.d.runtimeFor(''), id, path.join(this.d.stateDir, 'containers', id), this.d.log);
-      await unmount(this.d.runner, path.join(this.d.rootDir, 'containers', id, 'rootfs')).catch(() => undefined);
+      // A directory that still holds a mount is left (removing it would reach into a volume).
+      const removed = await removeContainerDir(this.d.runner, path.join(this.d.rootDir, 'containers', id))
+        .then(() => removeContainerDir(this.d.runner, path.join(this.usernsDir, id)))
+        .then(
+        () => true,
+        (err) => (this.d.log.error('cannot remove the remains of a container', { id, error: errorMessage(err) }), false),
+      );
+      if (!removed) continue;
       for (const d of dirs) await fsp.rm(path.join(d, id), { recursive: true, force: true });
       await fsp.rm(path.join(this.socketDir, id), { force: true });
       await fsp.rm(path.join(this.exitDir, id), { force: true });
@@ -214,6 +233,39 @@ export class ContainerService {
     return this.d.sandboxes().withPodLock(found.id, () => this.createInPod(found.id, config));
   }
 
+  /**
+   * Idmapped copies of the container's host volumes, each mounted at a file or
+   * directory under `staging`: runc binds these instead of the host paths, so
+   * the pod's root owns what the host's root owns there.
+   */
+  private async idmapVolumes(config: ContainerConfig__Output, staging: string, usernsFd: number, undo: Rollback): Promise<ContainerConfig__Output['mounts']> {
+    const out: ContainerConfig__Output['mounts'] = [];
+    for (const [i, m] of config.mounts.entries()) {
+      const prop = String(m.propagation ?? '');
+      if (!['', '0', 'undefined', 'PROPAGATION_PRIVATE'].includes(prop)) {
+        // The idmapped copy is a mount of its own: mounts made later on either side would not cross.
+        throw invalidArgument(`mount ${m.containerPath}: propagation ${prop} is not supported in a pod with a user namespace`);
+      }
+      let st: fs.Stats;
+      try {
+        st = await fsp.stat(m.hostPath);
+      } catch (err) {
+        throw invalidArgument(`mount ${m.containerPath}: source ${m.hostPath}: ${isErrno(err, 'ENOENT') ? 'does not exist' : errorMessage(err)}`);
+      }
+      const target = path.join(staging, String(i));
+      if (st.isDirectory()) await fsp.mkdir(target);
+      else await fsp.writeFile(target, '');
+      undo.add(`idmapped volume ${m.containerPath}`, () => unmount(this.d.runner, target));
+      try {
+        idmappedBind(m.hostPath, target, usernsFd);
+      } catch (err) {
+        throw invalidArgument(`mount ${m.containerPath}: cannot give ${m.hostPath} to a pod in a user namespace (an idmapped mount of it failed: ${errorMessage(err)})`);
+      }
+      out.push({ ...m, hostPath: target });
+    }
+    return out;
+  }
+
   private async createInPod(sandboxId: string, config: ContainerConfig__Output): Promise<string> {
     const sandbox = this.d.sandboxes().get(sandboxId);
     if (!sandbox) throw notFound(`pod sandbox "${sandboxId}" not found (it was removed)`);
@@ -233,15 +285,26 @@ export class ContainerService {
     try {
       if (!held) throw notFound(`image "${imageRef}" not found: pull it first`);
       const image = held.image;
+      checkContainerUserns(config.linux?.securityContext?.namespaceOptions?.usernsOptions, sandbox.usernsMaps);
+      const userns = sandbox.userns && sandbox.usernsMaps ? { pin: sandbox.userns, maps: sandbox.usernsMaps } : undefined;
+      // The pod's root: what host root owns shows as this through the idmapped layers.
+      const shift = (uid: number, gid: number) => (userns ? { uid: hostIdOf(userns.maps.uids, uid), gid: hostIdOf(userns.maps.gids, gid) } : { uid, gid });
       const dir = path.join(this.d.rootDir, 'containers', id);
       const bundle = path.join(this.d.stateDir, 'containers', id);
-      const rootfs = path.join(dir, 'rootfs');
+      const mountDir = userns ? path.join(this.usernsDir, id) : dir;
+      const rootfs = path.join(mountDir, 'rootfs');
       // Not recursive (init made the parent): a recursive mkdir reports a full disk as ENOENT.
       await fsp.mkdir(dir, { mode: 0o700 });
       // The upper dir's mode is the mode of the container's `/`.
       await fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 });
       for (const p of ['work', 'rootfs']) await fsp.mkdir(path.join(dir, p), { mode: 0o700 });
-      undo.add('dir', () => fsp.rm(dir, { recursive: true, force: true }));
+      undo.add('dir', () => removeContainerDir(this.d.runner, dir));
+      if (userns) {
+        // The pod's root is not the host's: runc, inside its user namespace, must pass through.
+        await fsp.mkdir(mountDir, { mode: 0o711 });
+        undo.add('userns dir', () => removeContainerDir(this.d.runner, mountDir));
+        for (const p of ['rootfs', 'idmapped']) await fsp.mkdir(path.join(mountDir, p), { mode: 0o711 });
+      }
       await fsp.mkdir(bundle, { recursive: true, mode: 0o700 });
       undo.add('bundle', () => fsp.rm(bundle, { recursive: true, force: true }));
       const top = image.chainIds[image.chainIds.length - 1];
@@ -250,8 +313,28 @@ export class ContainerService {
         await fsp.mkdir(path.join(dir, 'empty'));
         lowers.push(path.join(dir, 'empty'));
       }
-      await mountOverlay(this.d.runner, lowers, path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
-      undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
+      let mountsFor = config.mounts;
+      if (userns) {
+        const root = shift(0, 0);
+        // Only the new, empty writable layer is chowned: the container's `/` belongs to its root.
+        await fsp.chown(path.join(dir, 'upper'), root.uid, root.gid);
+        mountsFor = await withUsernsFd(userns.pin, async (u) => {
+          // The lower layers are idmapped copies, handed to overlayfs as descriptors that
+          // close once it holds them: nothing more is mounted than the overlay itself.
+          const fds: number[] = [];
+          try {
+            for (const l of lowers) fds.push(idmappedTree(l, u));
+            await mountOverlay(this.d.runner, fds.map((fd) => `/proc/self/fd/${fd}`), path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
+          } finally {
+            for (const fd of fds) closeFd(fd);
+          }
+          undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
+          return this.idmapVolumes(config, path.join(mountDir, 'idmapped'), u, undo);
+        });
+      } else {
+        await mountOverlay(this.d.runner, lowers, path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
+        undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
+      }
       const sc = config.linux?.securityContext;
       if (sc?.runAsGroup && !sc.runAsUser && !sc.runAsUsername) {
         throw invalidArgument('run_as_group needs run_as_user or run_as_username');
@@ -263,6 +346,14 @@ export class ContainerService {
         supplementalGroups: (sc?.supplementalGroups ?? []).map(Number),
         imageUser: image.config.config?.User,
       });
+      if (userns) {
+        // An id the pod's namespace does not map would fail deep in runc (setuid EINVAL): say which.
+        const range = (maps: typeof userns.maps.uids) => maps.map((m) => `${m.containerId}-${m.containerId + m.length - 1}`).join(', ');
+        if (hostIdOf(userns.maps.uids, user.uid) < 0) throw invalidArgument(`user ${user.uid} is outside the pod's user namespace (uids ${range(userns.maps.uids)})`);
+        for (const g of [user.gid, ...user.additionalGids]) {
+          if (hostIdOf(userns.maps.gids, g) < 0) throw invalidArgument(`group ${g} is outside the pod's user namespace (gids ${range(userns.maps.gids)})`);
+        }
+      }
       const devices = await resolveDevices(config);
       const apparmor = sc?.apparmor ? String(sc.apparmor.profileType) : '';
       const wantsLocalAppArmor = apparmor === 'Localhost' || apparmor === '2' || (sc?.apparmorProfile ?? '').startsWith('localhost/');
@@ -281,7 +372,7 @@ export class ContainerService {
       const spec = buildSpec({
         id,
         image: image.config,
-        config,
+        config: { ...config, mounts: mountsFor },
         pod: podContext(sandbox),
         rootfs,
         user,
@@ -294,7 +385,8 @@ export class ContainerService {
       const seccomp = await loadSeccomp(seccompChoice(sc?.seccomp, sc?.seccompProfilePath ?? ''), spec.process.capabilities.bounding, sc?.privileged ?? false);
       if (seccomp) spec.linux.seccomp = seccomp;
       // The working directory must exist, as the kubelet expects runtimes to create it.
-      await ensureDirInRoot(rootfs, spec.process.cwd, user.uid, user.gid);
+      const owner = shift(user.uid, user.gid);
+      await ensureDirInRoot(rootfs, spec.process.cwd, owner.uid, owner.gid);
       await fsp.writeFile(path.join(bundle, 'config.json'), JSON.stringify(spec));
       const logPath = sandbox.config.logDirectory && config.logPath ? path.join(sandbox.config.logDirectory, config.logPath) : path.join(bundle, 'console.log');
       const rec: ContainerRecord = {
@@ -536,12 +628,14 @@ export class ContainerService {
       if (c.state === 'CONTAINER_RUNNING') await this.stopLocked(c.id, 0);
       const runtime = this.d.runtimeFor(c.runtimeHandler);
       await runtime.delete(c.id);
-      await unmount(this.d.runner, c.rootfs);
+      // Nothing may stay mounted in the dirs removed below (an idmapped volume is the host's data).
+      await unmountContainerMounts(this.d.runner, path.dirname(c.rootfs));
       // The record goes before the files: a crash from here on leaves files with no record,
       // which the next start removes, never a record whose files are half gone.
       this.forget(c.id);
       this.names.release(c.name);
       await fsp.rm(path.dirname(c.rootfs), { recursive: true, force: true });
+      await fsp.rm(path.join(this.d.rootDir, 'containers', c.id), { recursive: true, force: true });
       await fsp.rm(c.bundle, { recursive: true, force: true });
       await fsp.rm(path.join(this.exitDir, c.id), { force: true });
       // conmon leaves a link to the bundle in the attach socket directory.
@@ -722,9 +816,28 @@ export function podContext(s: SandboxRecord) {
     hostnameFile: path.join(s.dir, 'hostname'),
     hostname: s.hostname,
     shmPath: s.shm,
+    ...(s.userns && s.usernsMaps ? { userns: { path: s.userns, ...ociIdMappings(s.usernsMaps) } } : {}),
     cgroupParent: s.cgroupParent,
     sysctls: s.config.linux?.sysctls ?? {},
   };
+}
+
+/**
+ * Unmounts a container directory's rootfs and idmapped volumes; throws when
+ * something is still mounted below it afterwards.
+ */
+async function unmountContainerMounts(runner: Runner, dir: string): Promise<void> {
+  await unmount(runner, path.join(dir, 'rootfs'));
+  const staged = path.join(dir, 'idmapped');
+  for (const n of await fsp.readdir(staged).catch(() => [] as string[])) await unmount(runner, path.join(staged, n));
+  const left = await mountsBelow(dir);
+  if (left.length) throw new SkiffError('Internal', `${left[0]} is still mounted; not removing ${dir}`);
+}
+
+/** Removes a container directory, never through a mount (an idmapped volume is the host's data). */
+async function removeContainerDir(runner: Runner, dir: string): Promise<void> {
+  await unmountContainerMounts(runner, dir);
+  await fsp.rm(dir, { recursive: true, force: true });
 }
 
 async function resolveDevices(config: ContainerConfig__Output): Promise<OciDevice[]> {

@@ -35,7 +35,15 @@ export interface OciSpec {
     rootfsPropagation?: string;
     devices?: Array<Record<string, unknown>>;
     seccomp?: Record<string, unknown>;
+    uidMappings?: OciIdMapping[];
+    gidMappings?: OciIdMapping[];
   };
+}
+
+export interface OciIdMapping {
+  containerID: number;
+  hostID: number;
+  size: number;
 }
 
 /** The capabilities a container has unless it asks otherwise (the same set containerd and Docker grant). */
@@ -65,6 +73,8 @@ export interface PodContext {
   netns?: string;
   ipcns?: string;
   utsns?: string;
+  /** The pod's user namespace (a pinned file) and its mappings; none: the host's. */
+  userns?: { path: string; uidMappings: OciIdMapping[]; gidMappings: OciIdMapping[] };
   /** The infra process's pid, for containers sharing the pod's PID namespace. */
   infraPid?: number;
   /** Share the host's PID namespace. */
@@ -208,6 +218,7 @@ export function buildSpec(args: {
   let rootfsPropagation: string | undefined;
   for (const m of config.mounts) {
     if (!m.containerPath.startsWith('/')) throw invalidArgument(`mount container path "${m.containerPath}" is not absolute`);
+    if (m.uidMappings?.length || m.gidMappings?.length) throw invalidArgument(`mount ${m.containerPath}: uid/gid mappings on a mount are not supported (a pod in a user namespace gets its volumes idmapped to it)`);
     const prop = propagationOption(String(m.propagation));
     if (prop[0] === 'rshared') rootfsPropagation = 'rshared';
     else if (prop[0] === 'rslave' && rootfsPropagation !== 'rshared') rootfsPropagation = 'rslave';
@@ -233,6 +244,7 @@ export function buildSpec(args: {
   if (pod.netns) ns.push({ type: 'network', path: pod.netns });
   if (pod.ipcns) ns.push({ type: 'ipc', path: pod.ipcns });
   if (pod.utsns) ns.push({ type: 'uts', path: pod.utsns });
+  if (pod.userns) ns.push({ type: 'user', path: pod.userns.path });
 
   const res = linux?.resources;
   const resources: Record<string, unknown> = {
@@ -283,6 +295,7 @@ export function buildSpec(args: {
       maskedPaths: privileged ? [] : sc?.maskedPaths?.length ? sc.maskedPaths : DEFAULT_MASKED,
       readonlyPaths: privileged ? [] : sc?.readonlyPaths?.length ? sc.readonlyPaths : DEFAULT_READONLY,
       ...(rootfsPropagation ? { rootfsPropagation } : {}),
+      ...(pod.userns ? { uidMappings: pod.userns.uidMappings, gidMappings: pod.userns.gidMappings } : {}),
       ...(Object.keys(pod.sysctls).length ? { sysctl: pod.sysctls } : {}),
       ...(devices.length ? { devices: devices.map(({ permissions: _p, ...d }) => d) } : {}),
     },

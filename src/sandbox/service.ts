@@ -18,6 +18,8 @@ import { runChecked, type Runner } from '../sys/run.js';
 import type { OciRuntime } from '../container/oci-runtime.js';
 import { DEFAULT_MASKED, DEFAULT_READONLY } from '../container/spec.js';
 import type { CniNetwork, PortMapping } from './cni.js';
+import { createPinnedUserns } from '../sys/idmap.js';
+import { hostIdOf, podUserns, type PodUserns } from './userns.js';
 
 export type SandboxState = 'SANDBOX_READY' | 'SANDBOX_NOTREADY';
 
@@ -32,6 +34,9 @@ export interface SandboxRecord {
   netns?: string;
   ipcns?: string;
   utsns?: string;
+  /** The pod's own user namespace (pinned like the others) and its mappings; none: the host's. */
+  userns?: string;
+  usernsMaps?: PodUserns;
   hostNetwork: boolean;
   hostIpc: boolean;
   hostPid: boolean;
@@ -53,6 +58,8 @@ export interface SandboxDeps {
   infraBinary: string;
   /** The lowest oom_score_adj a child may be given here (lowering below the daemon's own can be refused). */
   oomScoreAdjFloor: number;
+  /** Whether pods on this handler can have a user namespace (idmapped layers work here); the reason when not. */
+  userNamespaces?: (handler: string) => { ok: true } | { ok: false; reason: string };
   /** Stops and removes a pod's containers (supplied by the container service). */
   containers: { stopAll(sandboxId: string): Promise<void>; removeAll(sandboxId: string): Promise<void> };
 }
@@ -102,7 +109,7 @@ export class SandboxService {
         this.d.log.error('CNI DEL for an orphaned pod failed; its network may leak', { id, error: errorMessage(err) });
         await this.d.cni.discard(id);
       });
-      for (const f of ['shm', 'ns/net', 'ns/ipc', 'ns/uts']) await unmount(this.d.runner, path.join(dir, f)).catch(() => undefined);
+      for (const f of ['shm', 'ns/net', 'ns/ipc', 'ns/uts', 'ns/user']) await unmount(this.d.runner, path.join(dir, f)).catch(() => undefined);
       await fs.rm(dir, { recursive: true, force: true });
     }
   }
@@ -200,6 +207,11 @@ export class SandboxService {
     const hostNetwork = nsMode(opts?.network) === 'NODE';
     const hostIpc = nsMode(opts?.ipc) === 'NODE';
     const hostPid = nsMode(opts?.pid) === 'NODE';
+    const userns = podUserns(opts?.usernsOptions, { network: hostNetwork, pid: hostPid, ipc: hostIpc });
+    if (userns) {
+      const support = this.d.userNamespaces?.(handler) ?? { ok: false, reason: 'not probed' };
+      if (!support.ok) throw invalidArgument(`runtime handler "${handler || this.d.defaultRuntime}" cannot run pods in a user namespace here: ${support.reason}`);
+    }
     const dir = path.join(this.sandboxesDir, id);
     await fs.mkdir(dir, { mode: 0o711 });
     undo.add('dir', () => fs.rm(dir, { recursive: true, force: true }));
@@ -218,23 +230,38 @@ export class SandboxService {
       ips: [],
       cgroupParent: config.linux?.cgroupParent || '/skiff',
       hostname,
+      ...(userns ? { usernsMaps: userns } : {}),
     };
     await this.writeFiles(rec);
+    // The pod's root owns the files skiff writes for it (they are skiff's, not the image's).
+    const rootUid = userns ? hostIdOf(userns.uids, 0) : 0;
+    const rootGid = userns ? hostIdOf(userns.gids, 0) : 0;
+    if (userns) for (const f of ['hosts', 'resolv.conf', 'hostname']) await fs.chown(path.join(dir, f), rootUid, rootGid);
 
     // Namespaces, pinned to files so they outlive every process of the pod.
     const nsDir = path.join(dir, 'ns');
     await fs.mkdir(nsDir);
     const unshareArgs: string[] = [];
-    const pin = async (kind: 'net' | 'ipc' | 'uts') => {
+    const pin = async (kind: 'net' | 'ipc' | 'uts' | 'user') => {
       const f = path.join(nsDir, kind);
       await fs.writeFile(f, '');
-      unshareArgs.push(`--${kind}=${f}`);
+      // The user namespace is never made by the setup step below (see createPinnedUserns).
+      if (kind !== 'user') unshareArgs.push(`--${kind}=${f}`);
       undo.add(`${kind} namespace`, () => unmount(this.d.runner, f));
       return f;
     };
     if (!hostNetwork) rec.netns = await pin('net');
     if (!hostIpc) rec.ipcns = await pin('ipc');
     if (!hostNetwork) rec.utsns = await pin('uts');
+    let helper = 'unshare';
+    if (userns) {
+      // The user namespace is made with the others, which it then owns: the pod's root
+      // administers its own network (sysfs, mqueue) as with containerd 2 and CRI-O.
+      rec.userns = await pin('user');
+      await createPinnedUserns({ user: rec.userns, net: rec.netns, ipc: rec.ipcns, uts: rec.utsns }, userns.uids, userns.gids);
+      // They exist now: the setup below enters them instead of making them.
+      helper = 'nsenter';
+    }
     if (!hostIpc) {
       rec.shm = path.join(dir, 'shm');
       await fs.mkdir(rec.shm);
@@ -245,10 +272,10 @@ export class SandboxService {
     const steps = [
       ...(rec.utsns ? ['hostname "$1"'] : []),
       ...(rec.netns ? ['ip link set lo up'] : []),
-      ...(rec.shm ? ['mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=65536k shm "$2"'] : []),
+      ...(rec.shm ? [`mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=65536k${userns ? `,uid=${rootUid},gid=${rootGid}` : ''} shm "$2"`] : []),
     ];
     if (steps.length) {
-      await runChecked(this.d.runner, unshareArgs.length ? 'unshare' : 'sh', [...unshareArgs, ...(unshareArgs.length ? ['sh'] : []), '-c', steps.join(' && '), 'sh', hostname, rec.shm ?? '']);
+      await runChecked(this.d.runner, unshareArgs.length ? helper : 'sh', [...unshareArgs, ...(unshareArgs.length ? ['sh'] : []), '-c', steps.join(' && '), 'sh', hostname, rec.shm ?? '']);
     }
     // The network and the infra process need only the namespaces: set them up side by side.
     const infra = this.startInfra(rec, runtime, undo);
@@ -311,6 +338,7 @@ export class SandboxService {
     await fs.writeFile(path.join(rootfs, 'pause'), '');
     for (const d of ['proc', 'dev']) await fs.mkdir(path.join(rootfs, d));
     const ns: Array<{ type: string; path?: string }> = [{ type: 'mount' }];
+    if (rec.userns) ns.push({ type: 'user', path: rec.userns });
     if (!rec.hostPid) ns.push({ type: 'pid' });
     if (rec.netns) ns.push({ type: 'network', path: rec.netns });
     if (rec.ipcns) ns.push({ type: 'ipc', path: rec.ipcns });
@@ -341,6 +369,7 @@ export class SandboxService {
         cgroupsPath: `${rec.cgroupParent.replace(/\/+$/, '')}/skiff-${rec.id}`,
         maskedPaths: DEFAULT_MASKED,
         readonlyPaths: DEFAULT_READONLY,
+        ...(rec.usernsMaps ? ociIdMappings(rec.usernsMaps) : {}),
         ...(Object.keys(rec.config.linux?.sysctls ?? {}).length ? { sysctl: rec.config.linux!.sysctls } : {}),
       },
     };
@@ -371,7 +400,7 @@ export class SandboxService {
         if (failed) throw failed.reason;
         return results;
       });
-      for (const f of [network.status === 'fulfilled' ? rec.netns : undefined, rec.ipcns, rec.utsns]) if (f) await unmount(this.d.runner, f);
+      for (const f of [network.status === 'fulfilled' ? rec.netns : undefined, rec.ipcns, rec.utsns, rec.userns]) if (f) await unmount(this.d.runner, f);
       rec.state = 'SANDBOX_NOTREADY';
       rec.infraPid = undefined;
       this.save(rec);
@@ -402,4 +431,10 @@ export class SandboxService {
 /** A short stable hostname from the id, when the pod names none. */
 function md5ish(id: string): string {
   return id.slice(0, 12);
+}
+
+/** A pod's mappings in the OCI runtime spec's terms. */
+export function ociIdMappings(m: PodUserns) {
+  const oci = (l: PodUserns['uids']) => l.map((r) => ({ containerID: r.containerId, hostID: r.hostId, size: r.length }));
+  return { uidMappings: oci(m.uids), gidMappings: oci(m.gids) };
 }

@@ -12,6 +12,8 @@ export interface Readiness {
   handlers(): string[];
   /** What a handler supports, as its runtime reported at start. */
   features?(handler: string): HandlerFeatures;
+  /** Whether a handler's pods may have a user namespace (runtime and kernel probed at start). */
+  userNamespaces?(handler: string): boolean;
   /** Shown to `crictl info` under verbose. */
   info(): Record<string, unknown>;
 }
@@ -27,7 +29,7 @@ export function status(readiness: Readiness) {
     },
     runtimeHandlers: readiness.handlers().map((name) => ({
       name,
-      features: { recursiveReadOnlyMounts: (readiness.features?.(name) ?? NO_FEATURES).recursiveReadOnlyMounts, userNamespaces: false },
+      features: { recursiveReadOnlyMounts: (readiness.features?.(name) ?? NO_FEATURES).recursiveReadOnlyMounts, userNamespaces: readiness.userNamespaces?.(name) ?? false },
     })),
     info: req.verbose ? { config: JSON.stringify(readiness.info()) } : {},
   });

@@ -10,6 +10,13 @@ export async function isMountpoint(p: string): Promise<boolean> {
   return mounts.split('\n').some((l) => l.split(' ')[4] === esc);
 }
 
+/** The mount points strictly below `dir`. */
+export async function mountsBelow(dir: string): Promise<string[]> {
+  const mounts = await fs.readFile('/proc/self/mountinfo', 'utf8');
+  const prefix = `${dir.replace(/ /g, '\\040')}/`;
+  return mounts.split('\n').map((l) => l.split(' ')[4] ?? '').filter((m) => m.startsWith(prefix));
+}
+
 export async function mountOverlay(_runner: Runner, lowers: string[], upper: string, work: string, target: string): Promise<void> {
   const data = `lowerdir=${lowers.join(':')},upperdir=${upper},workdir=${work}`;
   if (data.length >= 4096) throw new Error(`overlay options for ${target} are longer than a page (${lowers.length} layers)`);
