@@ -116,7 +116,11 @@ export function installCrashGuard(log: Logger): void {
 export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Daemon> {
   // Checked before anything is created: a bad name should leave no state behind.
   const bridge = checkBridgeName(opts.cniBridge || defaultBridgeName(opts.root));
-  for (const dir of [opts.root, opts.state, path.dirname(opts.socket)]) await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
+  // The state dir is searchable by others (as containerd's /run/containerd is): runc reaches a
+  // user-namespaced pod's rootfs below it from inside the pod's namespace. Everything in it has a
+  // restrictive mode of its own, the sockets included.
+  await fsp.mkdir(opts.state, { recursive: true, mode: 0o711 });
+  for (const dir of [opts.root, path.dirname(opts.socket)]) await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
   // Two daemons on one root would corrupt each other's images and pods (and the second would
   // take the socket of the first while it is still finishing its calls): the root is locked
   // for the daemon's whole life, released by the kernel however it ends.
