@@ -26,6 +26,7 @@ import { mountOverlay, unmount } from '../sys/mount.js';
 import { closeFd, openpty, setCloexec } from '../sys/libc.js';
 import type { Runner } from '../sys/run.js';
 import { startConmon, type OciRuntime } from './oci-runtime.js';
+import { PhaseTrace } from '../trace.js';
 import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
 import { loadSeccomp, seccompChoice } from './seccomp.js';
 import type { HandlerFeatures } from './runtime-features.js';
@@ -230,6 +231,7 @@ export class ContainerService {
     undo.add('name', () => this.names.release(name));
     // Until the record exists, only this lease keeps RemoveImage from deleting the layers mounted below.
     const held = this.d.images.acquire(imageRef);
+    const trace = new PhaseTrace();
     try {
       if (!held) throw notFound(`image "${imageRef}" not found: pull it first`);
       const image = held.image;
@@ -252,6 +254,7 @@ export class ContainerService {
       }
       await mountOverlay(this.d.runner, lowers, path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
       undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
+      trace.mark('dirs+rootfs');
       const sc = config.linux?.securityContext;
       if (sc?.runAsGroup && !sc.runAsUser && !sc.runAsUsername) {
         throw invalidArgument('run_as_group needs run_as_user or run_as_username');
@@ -295,7 +298,9 @@ export class ContainerService {
       if (seccomp) spec.linux.seccomp = seccomp;
       // The working directory must exist, as the kubelet expects runtimes to create it.
       await ensureDirInRoot(rootfs, spec.process.cwd, user.uid, user.gid);
+      trace.mark('spec');
       await fsp.writeFile(path.join(bundle, 'config.json'), JSON.stringify(spec));
+      trace.mark('bundle');
       const logPath = sandbox.config.logDirectory && config.logPath ? path.join(sandbox.config.logDirectory, config.logPath) : path.join(bundle, 'console.log');
       const rec: ContainerRecord = {
         id,
@@ -319,7 +324,9 @@ export class ContainerService {
         spec,
       };
       this.save(rec);
+      trace.mark('db');
       this.d.onEvent?.('CONTAINER_CREATED_EVENT', rec);
+      this.d.log.debug('CreateContainer phases (ms)', { id, ...trace.fields() });
       return id;
     } catch (err) {
       await undo.run((what, e) => this.d.log.warn('container rollback step failed', { id, step: what, error: errorMessage(e) }));
@@ -335,8 +342,9 @@ export class ContainerService {
       const c = this.get(found.id)!;
       if (c.state !== 'CONTAINER_CREATED') throw failedPrecondition(`container ${c.id} is ${c.state}, not CONTAINER_CREATED`);
       const runtime = this.d.runtimeFor(c.runtimeHandler);
-      await fsp.mkdir(path.dirname(c.logPath), { recursive: true });
-      await fsp.rm(path.join(this.exitDir, c.id), { force: true });
+      const trace = new PhaseTrace();
+      await Promise.all([fsp.mkdir(path.dirname(c.logPath), { recursive: true }), fsp.rm(path.join(this.exitDir, c.id), { force: true })]);
+      trace.mark('files');
       try {
         const pid = await startConmon({
           id: c.id,
@@ -353,15 +361,24 @@ export class ContainerService {
           stdinOnce: c.config.stdinOnce,
         });
         const startedAt = nowNs();
+        trace.mark('conmon+create');
         c.pid = pid;
-        c.pidStartTime = await processStartTime(pid);
-        c.conmonPid = Number((await fsp.readFile(path.join(c.bundle, 'conmon.pid'), 'utf8').catch(() => '')).trim()) || undefined;
-        c.conmonStartTime = await processStartTime(c.conmonPid);
-        await runtime.start(c.id);
+        // What identifies the processes later is read while the runtime starts the container.
+        const ids = (async () => {
+          c.pidStartTime = await processStartTime(pid);
+          c.conmonPid = Number((await fsp.readFile(path.join(c.bundle, 'conmon.pid'), 'utf8').catch(() => '')).trim()) || undefined;
+          c.conmonStartTime = await processStartTime(c.conmonPid);
+        })();
+        const [started, identified] = await Promise.allSettled([trace.time('runtime start', () => runtime.start(c.id)), ids]);
+        if (started.status === 'rejected') throw started.reason;
+        if (identified.status === 'rejected') throw identified.reason;
+        trace.mark('start');
         c.state = 'CONTAINER_RUNNING';
         c.startedAt = startedAt;
         this.save(c);
+        trace.mark('db');
         this.d.onEvent?.('CONTAINER_STARTED_EVENT', c);
+        this.d.log.debug('StartContainer phases (ms)', { id: c.id, ...trace.fields() });
       } catch (err) {
         // A container that could not start is EXITED with the reason, as containerd reports it.
         await runtime.delete(c.id).catch(() => undefined);
