@@ -1,7 +1,7 @@
 /**
  * Pod sandboxes: pinned network, IPC and UTS namespaces, a CNI network, a
- * tmpfs /dev/shm, and an infra process (catatonit) that holds the pod's PID
- * namespace and needs no image.
+ * tmpfs /dev/shm, and, only for pods whose containers share one PID
+ * namespace, an infra process (catatonit) that holds it and needs no image.
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
@@ -13,11 +13,14 @@ import type { PodSandboxConfig__Output } from '../gen/runtime/v1/PodSandboxConfi
 import type { Logger } from '../log.js';
 import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import { removeRuntimeRemains } from '../sys/cgroup.js';
+import { mount as libcMount } from '../sys/libc.js';
 import { bindMount, isMountpoint, unmount } from '../sys/mount.js';
 import { runChecked, type Runner } from '../sys/run.js';
 import type { OciRuntime } from '../container/oci-runtime.js';
 import { DEFAULT_MASKED, DEFAULT_READONLY } from '../container/spec.js';
+import { PhaseTrace } from '../trace.js';
 import type { CniNetwork, PortMapping } from './cni.js';
+import { needsInfra } from './infra.js';
 
 export type SandboxState = 'SANDBOX_READY' | 'SANDBOX_NOTREADY';
 
@@ -38,6 +41,8 @@ export interface SandboxRecord {
   shm?: string;
   ips: string[];
   infraPid?: number;
+  /** The pod runs no infra process (see needsInfra); records written before this field existed all have one. */
+  noInfra?: boolean;
   cgroupParent: string;
   hostname: string;
 }
@@ -58,6 +63,15 @@ export interface SandboxDeps {
 }
 
 const nsMode = (m: unknown): string => String(m ?? 'POD');
+
+const MS_NOSUID = 2;
+const MS_NODEV = 4;
+const MS_NOEXEC = 8;
+
+/** Whether the pod was started with an infra process. */
+export function hasInfra(s: Pick<SandboxRecord, 'noInfra'>): boolean {
+  return !s.noInfra;
+}
 
 export function nowNs(): number {
   return Date.now() * 1e6;
@@ -107,18 +121,31 @@ export class SandboxService {
     }
   }
 
-  /** A pod whose infra process died while skiff was down is no longer ready. */
+  /**
+   * A pod whose infra process died while skiff was down is no longer ready;
+   * nor is a pod without one whose namespace pins or files are gone (a
+   * reboot empties the state directory, an admin may have unmounted a pin).
+   */
   private async reconcile(): Promise<void> {
     await this.removeOrphans();
     for (const s of this.list()) {
       if (s.state !== 'SANDBOX_READY') continue;
-      const rt = this.d.runtimes.get(s.runtimeHandler || this.d.defaultRuntime);
-      const st = rt && !('unavailable' in rt) ? await rt.state(s.id).catch(() => undefined) : undefined;
-      if (st?.status === 'running') continue;
-      this.d.log.warn('pod infra process is gone; marking the pod not ready', { id: s.id, name: s.name });
+      if (await this.stillReady(s)) continue;
+      this.d.log.warn(hasInfra(s) ? 'pod infra process is gone; marking the pod not ready' : 'pod namespaces are gone; marking the pod not ready', { id: s.id, name: s.name });
       s.state = 'SANDBOX_NOTREADY';
       this.save(s);
     }
+  }
+
+  private async stillReady(s: SandboxRecord): Promise<boolean> {
+    if (hasInfra(s)) {
+      const rt = this.d.runtimes.get(s.runtimeHandler || this.d.defaultRuntime);
+      const st = rt && !('unavailable' in rt) ? await rt.state(s.id).catch(() => undefined) : undefined;
+      return st?.status === 'running';
+    }
+    if (!(await fs.stat(s.dir).then(() => true, () => false))) return false;
+    for (const pin of [s.netns, s.ipcns, s.utsns]) if (pin && !(await isMountpoint(pin))) return false;
+    return true;
   }
 
   /** Drops the private mount for namespace pins when no pod needs it any more. */
@@ -196,10 +223,12 @@ export class SandboxService {
   }
 
   private async create(id: string, name: string, config: PodSandboxConfig__Output, runtime: OciRuntime, handler: string, undo: Rollback): Promise<string> {
+    const trace = new PhaseTrace();
     const opts = config.linux?.securityContext?.namespaceOptions;
     const hostNetwork = nsMode(opts?.network) === 'NODE';
     const hostIpc = nsMode(opts?.ipc) === 'NODE';
     const hostPid = nsMode(opts?.pid) === 'NODE';
+    const withInfra = needsInfra(config);
     const dir = path.join(this.sandboxesDir, id);
     await fs.mkdir(dir, { mode: 0o711 });
     undo.add('dir', () => fs.rm(dir, { recursive: true, force: true }));
@@ -216,44 +245,46 @@ export class SandboxService {
       hostIpc,
       hostPid,
       ips: [],
+      ...(withInfra ? {} : { noInfra: true }),
       cgroupParent: config.linux?.cgroupParent || '/skiff',
       hostname,
     };
-    await this.writeFiles(rec);
-
     // Namespaces, pinned to files so they outlive every process of the pod.
     const nsDir = path.join(dir, 'ns');
     await fs.mkdir(nsDir);
     const unshareArgs: string[] = [];
-    const pin = async (kind: 'net' | 'ipc' | 'uts') => {
+    const pins: Array<'net' | 'ipc' | 'uts'> = [...(hostNetwork ? [] : ['net' as const]), ...(hostIpc ? [] : ['ipc' as const]), ...(hostNetwork ? [] : ['uts' as const])];
+    for (const kind of pins) {
       const f = path.join(nsDir, kind);
-      await fs.writeFile(f, '');
       unshareArgs.push(`--${kind}=${f}`);
       undo.add(`${kind} namespace`, () => unmount(this.d.runner, f));
-      return f;
-    };
-    if (!hostNetwork) rec.netns = await pin('net');
-    if (!hostIpc) rec.ipcns = await pin('ipc');
-    if (!hostNetwork) rec.utsns = await pin('uts');
-    if (!hostIpc) {
-      rec.shm = path.join(dir, 'shm');
-      await fs.mkdir(rec.shm);
+      if (kind === 'net') rec.netns = f;
+      else if (kind === 'ipc') rec.ipcns = f;
+      else rec.utsns = f;
+    }
+    if (!hostIpc) rec.shm = path.join(dir, 'shm');
+    await Promise.all([
+      this.writeFiles(rec),
+      ...pins.map((kind) => fs.writeFile(path.join(nsDir, kind), '')),
+      ...(rec.shm ? [fs.mkdir(rec.shm)] : []),
+    ]);
+    trace.mark('files');
+    // The pod's /dev/shm is a mount in the host's mount namespace (skiff's), made with no helper process.
+    if (rec.shm) {
       undo.add('shm', () => unmount(this.d.runner, rec.shm!));
+      libcMount('shm', rec.shm, 'tmpfs', MS_NOSUID | MS_NODEV | MS_NOEXEC, 'mode=1777,size=65536k');
     }
-    // One process sets the pod's hostname, brings its loopback up and mounts its /dev/shm
-    // (the mount namespace is the host's, so that mount is visible to skiff).
-    const steps = [
-      ...(rec.utsns ? ['hostname "$1"'] : []),
-      ...(rec.netns ? ['ip link set lo up'] : []),
-      ...(rec.shm ? ['mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=65536k shm "$2"'] : []),
-    ];
-    if (steps.length) {
-      await runChecked(this.d.runner, unshareArgs.length ? 'unshare' : 'sh', [...unshareArgs, ...(unshareArgs.length ? ['sh'] : []), '-c', steps.join(' && '), 'sh', hostname, rec.shm ?? '']);
+    if (unshareArgs.length) {
+      // One helper creates and pins the namespaces, names the pod (the UTS namespace's
+      // /proc/sys/kernel/hostname, a shell builtin's write) and brings its loopback up.
+      const steps = rec.netns ? ['sh', '-c', 'printf %s "$1" > /proc/sys/kernel/hostname && ip link set lo up', 'sh', hostname] : ['true'];
+      await runChecked(this.d.runner, 'unshare', [...unshareArgs, ...steps]);
     }
+    trace.mark('namespaces');
     // The network and the infra process need only the namespaces: set them up side by side.
-    const infra = this.startInfra(rec, runtime, undo);
-    const network = (async () => {
-    if (rec.netns) {
+    const infra = withInfra ? trace.time('infra', () => this.startInfra(rec, runtime, undo)) : Promise.resolve(undefined);
+    const network = trace.time('network', async () => {
+      if (!rec.netns) return;
       // Only mappings with a host port concern the network (as containerd passes them).
       const ports: PortMapping[] = config.portMappings.filter((p) => p.hostPort > 0).map((p) => ({
         hostPort: p.hostPort,
@@ -272,15 +303,17 @@ export class SandboxService {
       );
       const res = await this.d.cni.add(id, rec.netns, { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid }, ports);
       rec.ips = res.ips;
-    }
-    })();
+    });
     const [infraResult, networkResult] = await Promise.allSettled([infra, network]);
     if (infraResult.status === 'rejected') throw infraResult.reason;
     if (networkResult.status === 'rejected') throw networkResult.reason;
+    trace.mark('infra+network');
     rec.infraPid = infraResult.value;
     rec.state = 'SANDBOX_READY';
     this.save(rec);
-    this.d.log.info('pod sandbox ready', { id, name, ips: rec.ips, infraPid: rec.infraPid });
+    trace.mark('db');
+    this.d.log.info('pod sandbox ready', { id, name, ips: rec.ips, infraPid: rec.infraPid, infra: withInfra });
+    this.d.log.debug('RunPodSandbox phases (ms)', { id, ...trace.fields() });
     return id;
   }
 
@@ -350,7 +383,7 @@ export class SandboxService {
   }
 
   /**
-   * Stops every container, the infra process and the network; idempotent.
+   * Stops every container, the infra process (if any) and the network; idempotent.
    * A failed CNI DEL fails the stop (the kubelet retries it) and keeps the
    * network namespace pinned, so the retry can still find what to undo.
    */
@@ -363,7 +396,7 @@ export class SandboxService {
       const runtime = this.d.runtimes.get(rec.runtimeHandler || this.d.defaultRuntime);
       const netnsPinned = rec.netns ? await isMountpoint(rec.netns) : false;
       const [, network] = await Promise.allSettled([
-        runtime && !('unavailable' in runtime) ? runtime.delete(rec.id) : undefined,
+        hasInfra(rec) && runtime && !('unavailable' in runtime) ? runtime.delete(rec.id) : undefined,
         rec.netns ? this.d.cni.del(rec.id, { netns: netnsPinned ? rec.netns : undefined }) : undefined,
         rec.shm ? unmount(this.d.runner, rec.shm) : undefined,
       ]).then((results) => {

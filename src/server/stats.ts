@@ -1,11 +1,12 @@
 /** ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats. */
+import { execFile } from 'node:child_process';
 import path from 'node:path';
 import type { ContainerStats } from '../gen/runtime/v1/ContainerStats.js';
 import type { PodSandboxStats } from '../gen/runtime/v1/PodSandboxStats.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
-import { cgroupUsage, CpuRates, diskUsage, netDev } from '../container/stats.js';
+import { cgroupUsage, CpuRates, diskUsage, netDev, parseNetDev, type NetDevCounters } from '../container/stats.js';
 import { nowWireNs } from '../container/time.js';
-import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
+import { hasInfra, type SandboxRecord, type SandboxService } from '../sandbox/service.js';
 import { invalidArgument } from '../errors.js';
 import { matchLabels } from './sandbox.js';
 
@@ -47,6 +48,26 @@ async function containerStats(c: ContainerRecord, rates: CpuRates): Promise<Cont
   };
 }
 
+/**
+ * The pod's interface counters. Any process in the pod's network namespace
+ * shows them in /proc/<pid>/net/dev: the infra process, or, in a pod without
+ * one, a running container; with neither, a helper entered into the pinned
+ * namespace reads them.
+ */
+async function podNetDev(s: SandboxRecord, running: ContainerRecord[]): Promise<NetDevCounters> {
+  if (!s.netns) return [];
+  if (hasInfra(s)) return s.infraPid ? netDev(s.infraPid) : [];
+  for (const c of running) {
+    if (!c.pid) continue;
+    const ifaces = await netDev(c.pid);
+    if (ifaces.length) return ifaces;
+  }
+  const netns = s.netns;
+  return new Promise((resolve) => {
+    execFile('nsenter', [`--net=${netns}`, 'cat', '/proc/net/dev'], { timeout: 5_000, maxBuffer: 1 << 20 }, (err, stdout) => resolve(err ? [] : parseNetDev(stdout)));
+  });
+}
+
 async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: CpuRates): Promise<PodSandboxStats> {
   const ts = nowWireNs();
   const cs = await Promise.all(containers.map((c) => containerStats(c, rates)));
@@ -54,7 +75,7 @@ async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: 
   const infra = s.infraPid ? await cgroupUsage(infraCgroup) : {};
   const infraRate = s.infraPid ? await cpuRate(rates, s.id, infraCgroup, infra.cpuNs) : undefined;
   const sum = (f: (x: ContainerStats) => number | undefined, base = 0) => cs.reduce((a, x) => a + (f(x) ?? 0), base);
-  const ifaces = s.infraPid && s.netns ? await netDev(s.infraPid) : [];
+  const ifaces = await podNetDev(s, containers);
   const toIface = (i: (typeof ifaces)[0]) => ({ name: i.name, rxBytes: u64(i.rxBytes), rxErrors: u64(i.rxErrors), txBytes: u64(i.txBytes), txErrors: u64(i.txErrors) });
   return {
     attributes: { id: s.id, metadata: s.config.metadata, labels: s.config.labels, annotations: s.config.annotations },
