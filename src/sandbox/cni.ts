@@ -308,7 +308,10 @@ export class CniNetwork {
     const cached = await this.readCache(id);
     let entry: CacheEntry;
     if (typeof cached === 'object') {
-      entry = cached;
+      // A caller that says where the namespace is, and finds none (its pin is gone), gets a DEL
+      // without one, which the spec allows: the plugins release what lives outside it (addresses,
+      // host rules). The cached path would name a file that is no longer a namespace.
+      entry = 'netns' in opts && !opts.netns ? { ...cached, netns: '' } : cached;
     } else {
       if (cached === 'missing' && !opts.netns) return;
       this.o.log.warn('no usable cached CNI result; running DEL from the network config', { id, cache: cached });
