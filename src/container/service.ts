@@ -240,12 +240,17 @@ export class ContainerService {
       const rootfs = path.join(dir, 'rootfs');
       // Not recursive (init made the parent): a recursive mkdir reports a full disk as ENOENT.
       await fsp.mkdir(dir, { mode: 0o700 });
-      // The upper dir's mode is the mode of the container's `/`.
-      await fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 });
-      for (const p of ['work', 'rootfs']) await fsp.mkdir(path.join(dir, p), { mode: 0o700 });
       undo.add('dir', () => fsp.rm(dir, { recursive: true, force: true }));
-      await fsp.mkdir(bundle, { recursive: true, mode: 0o700 });
       undo.add('bundle', () => fsp.rm(bundle, { recursive: true, force: true }));
+      // Side by side, and all settled before a failure is thrown, so the rollback removes what each made.
+      const made = await Promise.allSettled([
+        // The upper dir's mode is the mode of the container's `/`.
+        fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 }),
+        fsp.mkdir(path.join(dir, 'work'), { mode: 0o700 }),
+        fsp.mkdir(path.join(dir, 'rootfs'), { mode: 0o700 }),
+        fsp.mkdir(bundle, { recursive: true, mode: 0o700 }),
+      ]);
+      for (const r of made) if (r.status === 'rejected') throw r.reason;
       const top = image.chainIds[image.chainIds.length - 1];
       const lowers = top ? this.d.snapshots.lowerDirs(top) : [];
       if (!lowers.length) {

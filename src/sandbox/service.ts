@@ -229,6 +229,16 @@ export class SandboxService {
     const hostIpc = nsMode(opts?.ipc) === 'NODE';
     const hostPid = nsMode(opts?.pid) === 'NODE';
     const withInfra = needsInfra(config);
+    // Only mappings with a host port concern the network (as containerd passes them).
+    const ports: PortMapping[] = config.portMappings.filter((p) => p.hostPort > 0).map((p) => ({
+      hostPort: p.hostPort,
+      containerPort: p.containerPort,
+      protocol: String(p.protocol ?? 'TCP').toLowerCase(),
+      ...(p.hostIp ? { hostIP: p.hostIp } : {}),
+    }));
+    // Which network, and whether it may be used, needs no namespace: learn it while they are made.
+    const networkList = hostNetwork ? undefined : this.d.cni.prepare(ports);
+    networkList?.catch(() => undefined);
     const dir = path.join(this.sandboxesDir, id);
     await fs.mkdir(dir, { mode: 0o711 });
     undo.add('dir', () => fs.rm(dir, { recursive: true, force: true }));
@@ -263,35 +273,31 @@ export class SandboxService {
       else rec.utsns = f;
     }
     if (!hostIpc) rec.shm = path.join(dir, 'shm');
-    await Promise.all([
-      this.writeFiles(rec),
-      ...pins.map((kind) => fs.writeFile(path.join(nsDir, kind), '')),
-      ...(rec.shm ? [fs.mkdir(rec.shm)] : []),
-    ]);
-    trace.mark('files');
-    // The pod's /dev/shm is a mount in the host's mount namespace (skiff's), made with no helper process.
-    if (rec.shm) {
-      undo.add('shm', () => unmount(this.d.runner, rec.shm!));
-      libcMount('shm', rec.shm, 'tmpfs', MS_NOSUID | MS_NODEV | MS_NOEXEC, 'mode=1777,size=65536k');
-    }
-    if (unshareArgs.length) {
-      // One helper creates and pins the namespaces, names the pod (the UTS namespace's
-      // /proc/sys/kernel/hostname, a shell builtin's write) and brings its loopback up.
-      const steps = rec.netns ? ['sh', '-c', 'printf %s "$1" > /proc/sys/kernel/hostname && ip link set lo up', 'sh', hostname] : ['true'];
-      await runChecked(this.d.runner, 'unshare', [...unshareArgs, ...steps]);
+    // The pod's files (hosts, resolv.conf, hostname) are written while its namespaces are made;
+    // a failure waits for them, so that the rollback removes a directory nobody writes in.
+    const files = trace.time('files', () => this.writeFiles(rec));
+    try {
+      await Promise.all([...pins.map((kind) => fs.writeFile(path.join(nsDir, kind), '')), ...(rec.shm ? [fs.mkdir(rec.shm)] : [])]);
+      // The pod's /dev/shm is a mount in the host's mount namespace (skiff's), made with no helper process.
+      if (rec.shm) {
+        undo.add('shm', () => unmount(this.d.runner, rec.shm!));
+        libcMount('shm', rec.shm, 'tmpfs', MS_NOSUID | MS_NODEV | MS_NOEXEC, 'mode=1777,size=65536k');
+      }
+      if (unshareArgs.length) {
+        // One helper creates and pins the namespaces, names the pod (the UTS namespace's
+        // /proc/sys/kernel/hostname, a shell builtin's write) and brings its loopback up.
+        const steps = rec.netns ? ['sh', '-c', 'printf %s "$1" > /proc/sys/kernel/hostname && ip link set lo up', 'sh', hostname] : ['true'];
+        await runChecked(this.d.runner, 'unshare', [...unshareArgs, ...steps]);
+      }
+    } catch (err) {
+      await files.catch(() => undefined);
+      throw err;
     }
     trace.mark('namespaces');
     // The network and the infra process need only the namespaces: set them up side by side.
     const infra = withInfra ? trace.time('infra', () => this.startInfra(rec, runtime, undo)) : Promise.resolve(undefined);
     const network = trace.time('network', async () => {
       if (!rec.netns) return;
-      // Only mappings with a host port concern the network (as containerd passes them).
-      const ports: PortMapping[] = config.portMappings.filter((p) => p.hostPort > 0).map((p) => ({
-        hostPort: p.hostPort,
-        containerPort: p.containerPort,
-        protocol: String(p.protocol ?? 'TCP').toLowerCase(),
-        ...(p.hostIp ? { hostIP: p.hostIp } : {}),
-      }));
       // The cache is written (whole) before the first plugin runs: without it there is nothing to undo.
       undo.add('network', () =>
         this.d.cni.del(id).catch(async (err) => {
@@ -301,10 +307,11 @@ export class SandboxService {
           await this.d.cni.discard(id);
         }),
       );
-      const res = await this.d.cni.add(id, rec.netns, { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid }, ports);
+      const res = await this.d.cni.add(id, rec.netns, { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid }, ports, { list: networkList, trace });
       rec.ips = res.ips;
     });
-    const [infraResult, networkResult] = await Promise.allSettled([infra, network]);
+    const [infraResult, networkResult, filesResult] = await Promise.allSettled([infra, network, files]);
+    if (filesResult.status === 'rejected') throw filesResult.reason;
     if (infraResult.status === 'rejected') throw infraResult.reason;
     if (networkResult.status === 'rejected') throw networkResult.reason;
     trace.mark('infra+network');
