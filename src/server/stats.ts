@@ -25,10 +25,11 @@ async function cpuRate(rates: CpuRates, key: string, cgroupsPath: string, cpuNs:
   return again === undefined ? undefined : rates.sample(key, again);
 }
 
-async function containerStats(c: ContainerRecord, rates: CpuRates): Promise<ContainerStats> {
+async function containerStats(c: ContainerRecord, rates: CpuRates, processes?: { count: number }): Promise<ContainerStats> {
   const ts = nowWireNs();
   const running = c.state === 'CONTAINER_RUNNING';
   const cg = running ? await cgroupUsage(c.spec.linux.cgroupsPath) : {};
+  if (processes) processes.count += cg.pids ?? 0;
   const nanoCores = running ? await cpuRate(rates, c.id, c.spec.linux.cgroupsPath, cg.cpuNs) : undefined;
   const upper = path.join(path.dirname(c.rootfs), 'upper');
   const disk = await diskUsage(upper);
@@ -70,7 +71,9 @@ async function podNetDev(s: SandboxRecord, running: ContainerRecord[]): Promise<
 
 async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: CpuRates): Promise<PodSandboxStats> {
   const ts = nowWireNs();
-  const cs = await Promise.all(containers.map((c) => containerStats(c, rates)));
+  // The pod's processes: its containers' and, if it has one, the infra process's.
+  const processes = { count: 0 };
+  const cs = await Promise.all(containers.map((c) => containerStats(c, rates, processes)));
   const infraCgroup = `${s.cgroupParent.replace(/\/+$/, '')}/skiff-${s.id}`;
   const infra = s.infraPid ? await cgroupUsage(infraCgroup) : {};
   const infraRate = s.infraPid ? await cpuRate(rates, s.id, infraCgroup, infra.cpuNs) : undefined;
@@ -87,7 +90,7 @@ async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: 
       },
       memory: { timestamp: ts, workingSetBytes: u64(sum((x) => Number(x.memory?.workingSetBytes?.value ?? 0), infra.workingSet ?? 0)), usageBytes: u64(sum((x) => Number(x.memory?.usageBytes?.value ?? 0), infra.memoryUsage ?? 0)) },
       network: { timestamp: ts, defaultInterface: ifaces.find((i) => i.name === 'eth0') ? toIface(ifaces.find((i) => i.name === 'eth0')!) : null, interfaces: ifaces.map(toIface) },
-      process: { timestamp: ts, processCount: u64(infra.pids ?? 0) },
+      process: { timestamp: ts, processCount: u64(processes.count + (infra.pids ?? 0)) },
       containers: cs,
     },
   };

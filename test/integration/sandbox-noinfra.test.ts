@@ -184,6 +184,8 @@ describe.skipIf(!isRoot)('pods with and without an infra process', () => {
       expect(stats.linux!.network!.interfaces!.map((i) => i.name)).toEqual(['eth0']);
       expect(stats.linux!.containers!.map((c) => c.attributes!.id).sort()).toEqual([web, second].sort());
       expect(Number(stats.linux!.memory!.workingSetBytes!.value)).toBeGreaterThan(0);
+      // httpd, sleep, and the infra process if there is one.
+      expect(Number(stats.linux!.process!.processCount!.value)).toBe(infra ? 3 : 2);
 
       expect(await forwardGet(pod.id)).toMatch(new RegExp(`^HTTP/1\\.[01] 200[\\s\\S]*hello-${pod.config.metadata.name}`));
       const list = await f.skiff.runtime.ListPodSandbox({ filter: { id: pod.id } });
