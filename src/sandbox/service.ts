@@ -128,23 +128,25 @@ export class SandboxService {
    */
   private async reconcile(): Promise<void> {
     await this.removeOrphans();
+    // One read of the mount table for every pod's pins.
+    const mounted = new Set((await fs.readFile('/proc/self/mountinfo', 'utf8')).split('\n').map((l) => l.split(' ')[4]));
     for (const s of this.list()) {
       if (s.state !== 'SANDBOX_READY') continue;
-      if (await this.stillReady(s)) continue;
+      if (await this.stillReady(s, (p) => mounted.has(p.replace(/ /g, '\\040')))) continue;
       this.d.log.warn(hasInfra(s) ? 'pod infra process is gone; marking the pod not ready' : 'pod namespaces are gone; marking the pod not ready', { id: s.id, name: s.name });
       s.state = 'SANDBOX_NOTREADY';
       this.save(s);
     }
   }
 
-  private async stillReady(s: SandboxRecord): Promise<boolean> {
+  private async stillReady(s: SandboxRecord, isMounted: (p: string) => boolean): Promise<boolean> {
     if (hasInfra(s)) {
       const rt = this.d.runtimes.get(s.runtimeHandler || this.d.defaultRuntime);
       const st = rt && !('unavailable' in rt) ? await rt.state(s.id).catch(() => undefined) : undefined;
       return st?.status === 'running';
     }
     if (!(await fs.stat(s.dir).then(() => true, () => false))) return false;
-    for (const pin of [s.netns, s.ipcns, s.utsns]) if (pin && !(await isMountpoint(pin))) return false;
+    for (const pin of [s.netns, s.ipcns, s.utsns]) if (pin && !isMounted(pin)) return false;
     return true;
   }
 

@@ -255,6 +255,46 @@ describe.skipIf(!isRoot)('pods with and without an infra process', () => {
     });
   });
 
+  it('a host-network pod without an infra process shares the node network, pins only its IPC namespace, and stays ready across a restart', async () => {
+    const config = { ...podConfig('CONTAINER'), hostname: '' };
+    config.linux.securityContext = { namespaceOptions: { pid: 'CONTAINER', network: 'NODE' } } as never;
+    // A network sysctl has no place in the node's network namespace (runc refuses it).
+    config.linux.sysctls = { 'kernel.shm_rmid_forced': '1' } as never;
+    const id = (await f.skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
+    const nsDir = path.join(f.dirs.state, 'sandboxes', id, 'ns');
+    expect(ls(nsDir).sort()).toEqual(['ipc']);
+    const web = await runWeb({ id, config, pin: '' }, 'hostweb', ['sleep', '1000']);
+    // The daemon runs in the test's network namespace: that is the node's network here.
+    expect(await exec(web, ['readlink', '/proc/self/ns/net'])).toBe(`net:[${fs.statSync(f.ns.path).ino}]\n`);
+    expect(await exec(web, ['readlink', '/proc/self/ns/ipc'])).toBe(`ipc:[${fs.statSync(path.join(nsDir, 'ipc')).ino}]\n`);
+    await f.skiff.stop('SIGKILL');
+    await f.skiff.start();
+    expect((await status(id)).state).toBe('SANDBOX_READY');
+    expect((await f.skiff.runtime.ContainerStatus({ containerId: web })).status?.state).toBe('CONTAINER_RUNNING');
+    await f.skiff.runtime.RemovePodSandbox({ podSandboxId: id });
+    expect(fs.existsSync(path.join(f.dirs.state, 'sandboxes', id))).toBe(false);
+  });
+
+  it('removes at start-up the remains of a pod without an infra process that has no record (a crash mid-RunPodSandbox): pins, network, files', async () => {
+    const pod = await runPod('CONTAINER');
+    const dir = path.join(f.dirs.state, 'sandboxes', pod.id);
+    const ip = (await status(pod.id)).ip;
+    expect(mountsUnder(dir).length).toBe(4); // net, ipc, uts pins and shm
+    await f.skiff.stop();
+    const Database = (await import('better-sqlite3')).default;
+    const db = new Database(path.join(f.dirs.root, 'metadata.db'));
+    db.prepare('DELETE FROM sandboxes WHERE id = ?').run(pod.id);
+    db.close();
+    await f.skiff.start();
+    expect(mountsUnder(dir)).toEqual([]);
+    expect(fs.existsSync(dir)).toBe(false);
+    expect(fs.existsSync(path.join(f.dirs.root, 'cni', 'cache', `${pod.id}.json`))).toBe(false);
+    // host-local gave the address back.
+    const ipam = ls(path.join(f.dirs.root, 'cni', 'ipam')).flatMap((n) => ls(path.join(f.dirs.root, 'cni', 'ipam', n)));
+    expect(ipam).not.toContain(ip);
+    expect(f.skiff.log).toMatch(/removing the remains of a pod sandbox with no record/);
+  });
+
   it('a pod in the host PID namespace (pid NODE) runs no infra process; its containers see the host PID namespace', async () => {
     const pod = await runPod('NODE');
     const web = await runWeb(pod);
