@@ -279,7 +279,8 @@ export class SandboxService {
     // a failure waits for them, so that the rollback removes a directory nobody writes in.
     const files = trace.time('files', () => this.writeFiles(rec));
     try {
-      await Promise.all([...pins.map((kind) => fs.writeFile(path.join(nsDir, kind), '')), ...(rec.shm ? [fs.mkdir(rec.shm)] : [])]);
+      const made = await Promise.allSettled([...pins.map((kind) => fs.writeFile(path.join(nsDir, kind), '')), ...(rec.shm ? [fs.mkdir(rec.shm)] : [])]);
+      for (const r of made) if (r.status === 'rejected') throw r.reason;
       // The pod's /dev/shm is a mount in the host's mount namespace (skiff's), made with no helper process.
       if (rec.shm) {
         undo.add('shm', () => unmount(this.d.runner, rec.shm!));

@@ -229,6 +229,22 @@ describe.skipIf(!isRoot)('pods with and without an infra process', () => {
       expect(mountsUnder(path.join(f.dirs.state, 'sandboxes', pod.id))).toEqual([]);
     });
 
+    it('a RunPodSandbox whose network fails leaves nothing behind: no pins, mounts, files, infra process or record', async () => {
+      const conf = path.join(f.dirs.base, 'net.d', '00-broken.conflist');
+      await fs.promises.writeFile(conf, JSON.stringify({ cniVersion: '1.0.0', name: 'broken', plugins: [{ type: 'no-such-plugin' }] }));
+      const before = ls(path.join(f.dirs.state, 'sandboxes')).sort();
+      try {
+        const config = podConfig(pid);
+        await expect(f.skiff.runtime.RunPodSandbox({ config })).rejects.toThrow(/no-such-plugin/);
+      } finally {
+        await fs.promises.rm(conf, { force: true });
+      }
+      expect(ls(path.join(f.dirs.state, 'sandboxes')).sort()).toEqual(before);
+      expect(mountsUnder(path.join(f.dirs.state, 'sandboxes') + '/').filter((m) => !before.some((b) => m.includes(b)))).toEqual([]);
+      expect((await f.skiff.runtime.ListPodSandbox({})).items!.filter((p) => !before.includes(p.id!))).toEqual([]);
+      expect(cgroupDirs().filter((c) => !before.some((b) => c.includes(b)) && path.basename(c).startsWith('skiff-'))).toEqual([]);
+    });
+
     it('stop ends every process in the pod and keeps the stats answering; removal leaves no mounts, processes or cgroups', async () => {
       const pod = await runPod(pid);
       const web = await runWeb(pod);
