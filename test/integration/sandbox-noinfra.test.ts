@@ -40,10 +40,16 @@ describe.skipIf(!isRoot)('pods with and without an infra process', () => {
   });
 
   afterAll(async () => {
-    const leaks = await f?.cleanup();
-    const cgroups = cgroupDirs();
-    for (const c of cgroups) spawnSync('rmdir', [c]);
-    for (const ctl of ls('/sys/fs/cgroup')) spawnSync('rmdir', [path.join('/sys/fs/cgroup', ctl, cgroupParent)]);
+    let leaks: Awaited<ReturnType<PodFixture['cleanup']>> | undefined;
+    let cgroups: string[] = [];
+    try {
+      leaks = await f?.cleanup();
+    } finally {
+      // Even when the cleanup failed half-way, the test's cgroups go.
+      cgroups = cgroupDirs();
+      for (const c of cgroups) spawnSync('rmdir', [c]);
+      for (const ctl of ls('/sys/fs/cgroup')) spawnSync('rmdir', [path.join('/sys/fs/cgroup', ctl, cgroupParent)]);
+    }
     expect(leaks?.mounts ?? []).toEqual([]);
     expect(leaks?.processes ?? []).toEqual([]);
     expect(cgroups, 'cgroups left behind').toEqual([]);
