@@ -29,6 +29,7 @@ import { ociIdMappings } from '../sandbox/service.js';
 import { closeFd, openpty, setCloexec } from '../sys/libc.js';
 import type { Runner } from '../sys/run.js';
 import { startConmon, type OciRuntime } from './oci-runtime.js';
+import { PhaseTrace } from '../trace.js';
 import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
 import { loadSeccomp, seccompChoice } from './seccomp.js';
 import type { HandlerFeatures } from './runtime-features.js';
@@ -282,6 +283,7 @@ export class ContainerService {
     undo.add('name', () => this.names.release(name));
     // Until the record exists, only this lease keeps RemoveImage from deleting the layers mounted below.
     const held = this.d.images.acquire(imageRef);
+    const trace = new PhaseTrace();
     try {
       if (!held) throw notFound(`image "${imageRef}" not found: pull it first`);
       const image = held.image;
@@ -295,18 +297,23 @@ export class ContainerService {
       const rootfs = path.join(mountDir, 'rootfs');
       // Not recursive (init made the parent): a recursive mkdir reports a full disk as ENOENT.
       await fsp.mkdir(dir, { mode: 0o700 });
-      // The upper dir's mode is the mode of the container's `/`.
-      await fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 });
-      for (const p of ['work', 'rootfs']) await fsp.mkdir(path.join(dir, p), { mode: 0o700 });
       undo.add('dir', () => removeContainerDir(this.d.runner, dir));
+      undo.add('bundle', () => fsp.rm(bundle, { recursive: true, force: true }));
+      // Side by side, and all settled before a failure is thrown, so the rollback removes what each made.
+      const made = await Promise.allSettled([
+        // The upper dir's mode is the mode of the container's `/`.
+        fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 }),
+        fsp.mkdir(path.join(dir, 'work'), { mode: 0o700 }),
+        fsp.mkdir(path.join(dir, 'rootfs'), { mode: 0o700 }),
+        fsp.mkdir(bundle, { recursive: true, mode: 0o700 }),
+      ]);
+      for (const r of made) if (r.status === 'rejected') throw r.reason;
       if (userns) {
         // The pod's root is not the host's: runc, inside its user namespace, must pass through.
         await fsp.mkdir(mountDir, { mode: 0o711 });
         undo.add('userns dir', () => removeContainerDir(this.d.runner, mountDir));
         for (const p of ['rootfs', 'idmapped']) await fsp.mkdir(path.join(mountDir, p), { mode: 0o711 });
       }
-      await fsp.mkdir(bundle, { recursive: true, mode: 0o700 });
-      undo.add('bundle', () => fsp.rm(bundle, { recursive: true, force: true }));
       const top = image.chainIds[image.chainIds.length - 1];
       const lowers = top ? this.d.snapshots.lowerDirs(top) : [];
       if (!lowers.length) {
@@ -335,6 +342,7 @@ export class ContainerService {
         await mountOverlay(this.d.runner, lowers, path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
         undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
       }
+      trace.mark('dirs+rootfs');
       const sc = config.linux?.securityContext;
       if (sc?.runAsGroup && !sc.runAsUser && !sc.runAsUsername) {
         throw invalidArgument('run_as_group needs run_as_user or run_as_username');
@@ -387,7 +395,9 @@ export class ContainerService {
       // The working directory must exist, as the kubelet expects runtimes to create it.
       const owner = shift(user.uid, user.gid);
       await ensureDirInRoot(rootfs, spec.process.cwd, owner.uid, owner.gid);
+      trace.mark('spec');
       await fsp.writeFile(path.join(bundle, 'config.json'), JSON.stringify(spec));
+      trace.mark('bundle');
       const logPath = sandbox.config.logDirectory && config.logPath ? path.join(sandbox.config.logDirectory, config.logPath) : path.join(bundle, 'console.log');
       const rec: ContainerRecord = {
         id,
@@ -411,7 +421,9 @@ export class ContainerService {
         spec,
       };
       this.save(rec);
+      trace.mark('db');
       this.d.onEvent?.('CONTAINER_CREATED_EVENT', rec);
+      this.d.log.debug('CreateContainer phases (ms)', { id, ...trace.fields() });
       return id;
     } catch (err) {
       await undo.run((what, e) => this.d.log.warn('container rollback step failed', { id, step: what, error: errorMessage(e) }));
@@ -427,8 +439,9 @@ export class ContainerService {
       const c = this.get(found.id)!;
       if (c.state !== 'CONTAINER_CREATED') throw failedPrecondition(`container ${c.id} is ${c.state}, not CONTAINER_CREATED`);
       const runtime = this.d.runtimeFor(c.runtimeHandler);
-      await fsp.mkdir(path.dirname(c.logPath), { recursive: true });
-      await fsp.rm(path.join(this.exitDir, c.id), { force: true });
+      const trace = new PhaseTrace();
+      await Promise.all([fsp.mkdir(path.dirname(c.logPath), { recursive: true }), fsp.rm(path.join(this.exitDir, c.id), { force: true })]);
+      trace.mark('files');
       try {
         const pid = await startConmon({
           id: c.id,
@@ -445,15 +458,24 @@ export class ContainerService {
           stdinOnce: c.config.stdinOnce,
         });
         const startedAt = nowNs();
+        trace.mark('conmon+create');
         c.pid = pid;
-        c.pidStartTime = await processStartTime(pid);
-        c.conmonPid = Number((await fsp.readFile(path.join(c.bundle, 'conmon.pid'), 'utf8').catch(() => '')).trim()) || undefined;
-        c.conmonStartTime = await processStartTime(c.conmonPid);
-        await runtime.start(c.id);
+        // What identifies the processes later is read while the runtime starts the container.
+        const ids = (async () => {
+          c.pidStartTime = await processStartTime(pid);
+          c.conmonPid = Number((await fsp.readFile(path.join(c.bundle, 'conmon.pid'), 'utf8').catch(() => '')).trim()) || undefined;
+          c.conmonStartTime = await processStartTime(c.conmonPid);
+        })();
+        const [started, identified] = await Promise.allSettled([trace.time('runtime start', () => runtime.start(c.id)), ids]);
+        if (started.status === 'rejected') throw started.reason;
+        if (identified.status === 'rejected') throw identified.reason;
+        trace.mark('start');
         c.state = 'CONTAINER_RUNNING';
         c.startedAt = startedAt;
         this.save(c);
+        trace.mark('db');
         this.d.onEvent?.('CONTAINER_STARTED_EVENT', c);
+        this.d.log.debug('StartContainer phases (ms)', { id: c.id, ...trace.fields() });
       } catch (err) {
         // A container that could not start is EXITED with the reason, as containerd reports it.
         await runtime.delete(c.id).catch(() => undefined);

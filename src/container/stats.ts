@@ -167,9 +167,15 @@ async function walkUsage(dir: string): Promise<{ bytes: number; inodes: number }
   return { bytes, inodes };
 }
 
+export type NetDevCounters = Array<{ name: string; rxBytes: number; rxErrors: number; txBytes: number; txErrors: number }>;
+
 /** Counters of every interface but lo in the network namespace that `pid` lives in. */
-export async function netDev(pid: number): Promise<Array<{ name: string; rxBytes: number; rxErrors: number; txBytes: number; txErrors: number }>> {
-  const text = await read(`/proc/${pid}/net/dev`);
+export async function netDev(pid: number): Promise<NetDevCounters> {
+  return parseNetDev(await read(`/proc/${pid}/net/dev`));
+}
+
+/** The interfaces of a /proc/net/dev text, lo left out. */
+export function parseNetDev(text: string | undefined): NetDevCounters {
   if (!text) return [];
   return text
     .split('\n')

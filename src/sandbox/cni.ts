@@ -13,6 +13,7 @@ import path from 'node:path';
 import { SkiffError, errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
 import { findExecutable, type Runner } from '../sys/run.js';
+import type { PhaseTrace } from '../trace.js';
 
 export interface PortMapping {
   hostPort: number;
@@ -242,22 +243,41 @@ export class CniNetwork {
     return path.join(this.o.dataDir, 'cache', `${id}.json`);
   }
 
-  async add(id: string, netns: string, meta: { name: string; namespace: string; uid: string }, portMappings: PortMapping[]): Promise<AddResult> {
-    let list = await this.networkList();
-    if (this.isDefault(list)) {
-      const clash = await this.podCidrClash();
-      if (clash) throw new SkiffError('FailedPrecondition', clash);
-      if (!portMappings.length) list = { ...this.defaultList(false), file: list.file };
-    }
+  /**
+   * The network list an ADD for a pod with these host ports will run, once
+   * checked (skiff's own network must not clash with another bridge). It
+   * needs no namespace, so a caller may start it first and pass it to add.
+   */
+  async prepare(portMappings: PortMapping[]): Promise<NetworkList> {
+    const list = await this.networkList();
+    if (!this.isDefault(list)) return list;
+    const clash = await this.podCidrClash();
+    if (clash) throw new SkiffError('FailedPrecondition', clash);
+    return portMappings.length ? list : { ...this.defaultList(false), file: list.file };
+  }
+
+  async add(
+    id: string,
+    netns: string,
+    meta: { name: string; namespace: string; uid: string },
+    portMappings: PortMapping[],
+    opts: { list?: Promise<NetworkList>; trace?: PhaseTrace } = {},
+  ): Promise<AddResult> {
+    const timed = <T>(what: string, step: () => Promise<T>) => (opts.trace ? opts.trace.time(what, step) : step());
+    const list = await timed('cni prepare', () => opts.list ?? this.prepare(portMappings));
     const args = `IgnoreUnknown=1;K8S_POD_NAMESPACE=${meta.namespace};K8S_POD_NAME=${meta.name};K8S_POD_INFRA_CONTAINER_ID=${id};K8S_POD_UID=${meta.uid}`;
     const entry: CacheEntry = { list, netns, args, ifname: 'eth0', portMappings };
     // Written before the first plugin runs: a DEL after a crash mid-ADD still knows what to undo.
-    await fs.mkdir(path.dirname(this.cacheFile(id)), { recursive: true });
-    await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
+    await timed('cni cache', async () => {
+      await fs.mkdir(path.dirname(this.cacheFile(id)), { recursive: true });
+      await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
+    });
     let result: unknown;
-    for (const p of list.plugins) result = await this.exec('ADD', list, p, entry, id, result);
+    for (const p of list.plugins) result = await timed(`cni ${p.type}`, () => this.exec('ADD', list, p, entry, id, result));
     entry.result = result;
-    await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
+    // Not synced: losing it to a power cut leaves the entry written before the plugins ran (or an
+    // unreadable one), from which DEL still runs; only a process crash can interrupt, and it keeps the page cache.
+    await timed('cni cache', () => writeAtomic(this.cacheFile(id), JSON.stringify(entry), { sync: false }));
     const ips = ((result as { ips?: Array<{ address?: string }> })?.ips ?? []).map((i) => String(i.address ?? '').split('/')[0]!).filter(Boolean);
     return { ips, result };
   }
@@ -308,7 +328,10 @@ export class CniNetwork {
     const cached = await this.readCache(id);
     let entry: CacheEntry;
     if (typeof cached === 'object') {
-      entry = cached;
+      // A caller that says where the namespace is, and finds none (its pin is gone), gets a DEL
+      // without one, which the spec allows: the plugins release what lives outside it (addresses,
+      // host rules). The cached path would name a file that is no longer a namespace.
+      entry = 'netns' in opts && !opts.netns ? { ...cached, netns: '' } : cached;
     } else {
       if (cached === 'missing' && !opts.netns) return;
       this.o.log.warn('no usable cached CNI result; running DEL from the network config', { id, cache: cached });
@@ -378,13 +401,13 @@ export function parseNetworkConfig(text: string, file: string): NetworkList {
 }
 
 /** Writes a file whole or not at all: a crash never leaves it empty or cut short. */
-async function writeAtomic(file: string, data: string): Promise<void> {
+async function writeAtomic(file: string, data: string, opts: { sync?: boolean } = {}): Promise<void> {
   const tmp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
   try {
     const fh = await fs.open(tmp, 'w', 0o600);
     try {
       await fh.writeFile(data);
-      await fh.sync();
+      if (opts.sync !== false) await fh.sync();
     } finally {
       await fh.close();
     }

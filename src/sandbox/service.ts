@@ -1,7 +1,7 @@
 /**
  * Pod sandboxes: pinned network, IPC and UTS namespaces, a CNI network, a
- * tmpfs /dev/shm, and an infra process (catatonit) that holds the pod's PID
- * namespace and needs no image.
+ * tmpfs /dev/shm, and, only for pods whose containers share one PID
+ * namespace, an infra process (catatonit) that holds it and needs no image.
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
@@ -13,13 +13,16 @@ import type { PodSandboxConfig__Output } from '../gen/runtime/v1/PodSandboxConfi
 import type { Logger } from '../log.js';
 import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import { removeRuntimeRemains } from '../sys/cgroup.js';
+import { mount as libcMount } from '../sys/libc.js';
 import { bindMount, isMountpoint, unmount } from '../sys/mount.js';
 import { runChecked, type Runner } from '../sys/run.js';
 import type { OciRuntime } from '../container/oci-runtime.js';
 import { DEFAULT_MASKED, DEFAULT_READONLY } from '../container/spec.js';
+import { PhaseTrace } from '../trace.js';
 import type { CniNetwork, PortMapping } from './cni.js';
 import { createPinnedUserns } from '../sys/idmap.js';
 import { hostIdOf, podUserns, type PodUserns } from './userns.js';
+import { needsInfra } from './infra.js';
 
 export type SandboxState = 'SANDBOX_READY' | 'SANDBOX_NOTREADY';
 
@@ -43,6 +46,8 @@ export interface SandboxRecord {
   shm?: string;
   ips: string[];
   infraPid?: number;
+  /** The pod runs no infra process (see needsInfra); records written before this field existed all have one. */
+  noInfra?: boolean;
   cgroupParent: string;
   hostname: string;
 }
@@ -65,6 +70,15 @@ export interface SandboxDeps {
 }
 
 const nsMode = (m: unknown): string => String(m ?? 'POD');
+
+const MS_NOSUID = 2;
+const MS_NODEV = 4;
+const MS_NOEXEC = 8;
+
+/** Whether the pod was started with an infra process. */
+export function hasInfra(s: Pick<SandboxRecord, 'noInfra'>): boolean {
+  return !s.noInfra;
+}
 
 export function nowNs(): number {
   return Date.now() * 1e6;
@@ -114,18 +128,33 @@ export class SandboxService {
     }
   }
 
-  /** A pod whose infra process died while skiff was down is no longer ready. */
+  /**
+   * A pod whose infra process died while skiff was down is no longer ready;
+   * nor is a pod without one whose namespace pins or files are gone (a
+   * reboot empties the state directory, an admin may have unmounted a pin).
+   */
   private async reconcile(): Promise<void> {
     await this.removeOrphans();
+    // One read of the mount table for every pod's pins.
+    const mounted = new Set((await fs.readFile('/proc/self/mountinfo', 'utf8')).split('\n').map((l) => l.split(' ')[4]));
     for (const s of this.list()) {
       if (s.state !== 'SANDBOX_READY') continue;
-      const rt = this.d.runtimes.get(s.runtimeHandler || this.d.defaultRuntime);
-      const st = rt && !('unavailable' in rt) ? await rt.state(s.id).catch(() => undefined) : undefined;
-      if (st?.status === 'running') continue;
-      this.d.log.warn('pod infra process is gone; marking the pod not ready', { id: s.id, name: s.name });
+      if (await this.stillReady(s, (p) => mounted.has(p.replace(/ /g, '\\040')))) continue;
+      this.d.log.warn(hasInfra(s) ? 'pod infra process is gone; marking the pod not ready' : 'pod namespaces are gone; marking the pod not ready', { id: s.id, name: s.name });
       s.state = 'SANDBOX_NOTREADY';
       this.save(s);
     }
+  }
+
+  private async stillReady(s: SandboxRecord, isMounted: (p: string) => boolean): Promise<boolean> {
+    if (hasInfra(s)) {
+      const rt = this.d.runtimes.get(s.runtimeHandler || this.d.defaultRuntime);
+      const st = rt && !('unavailable' in rt) ? await rt.state(s.id).catch(() => undefined) : undefined;
+      return st?.status === 'running';
+    }
+    if (!(await fs.stat(s.dir).then(() => true, () => false))) return false;
+    for (const pin of [s.netns, s.ipcns, s.utsns]) if (pin && !isMounted(pin)) return false;
+    return true;
   }
 
   /** Drops the private mount for namespace pins when no pod needs it any more. */
@@ -203,6 +232,7 @@ export class SandboxService {
   }
 
   private async create(id: string, name: string, config: PodSandboxConfig__Output, runtime: OciRuntime, handler: string, undo: Rollback): Promise<string> {
+    const trace = new PhaseTrace();
     const opts = config.linux?.securityContext?.namespaceOptions;
     const hostNetwork = nsMode(opts?.network) === 'NODE';
     const hostIpc = nsMode(opts?.ipc) === 'NODE';
@@ -212,6 +242,17 @@ export class SandboxService {
       const support = this.d.userNamespaces?.(handler) ?? { ok: false, reason: 'not probed' };
       if (!support.ok) throw invalidArgument(`runtime handler "${handler || this.d.defaultRuntime}" cannot run pods in a user namespace here: ${support.reason}`);
     }
+    const withInfra = needsInfra(config);
+    // Only mappings with a host port concern the network (as containerd passes them).
+    const ports: PortMapping[] = config.portMappings.filter((p) => p.hostPort > 0).map((p) => ({
+      hostPort: p.hostPort,
+      containerPort: p.containerPort,
+      protocol: String(p.protocol ?? 'TCP').toLowerCase(),
+      ...(p.hostIp ? { hostIP: p.hostIp } : {}),
+    }));
+    // Which network, and whether it may be used, needs no namespace: learn it while they are made.
+    const networkList = hostNetwork ? undefined : this.d.cni.prepare(ports);
+    networkList?.catch(() => undefined);
     const dir = path.join(this.sandboxesDir, id);
     await fs.mkdir(dir, { mode: 0o711 });
     undo.add('dir', () => fs.rm(dir, { recursive: true, force: true }));
@@ -228,66 +269,71 @@ export class SandboxService {
       hostIpc,
       hostPid,
       ips: [],
+      ...(withInfra ? {} : { noInfra: true }),
       cgroupParent: config.linux?.cgroupParent || '/skiff',
       hostname,
       ...(userns ? { usernsMaps: userns } : {}),
     };
-    await this.writeFiles(rec);
-    // The pod's root owns the files skiff writes for it (they are skiff's, not the image's).
-    const rootUid = userns ? hostIdOf(userns.uids, 0) : 0;
-    const rootGid = userns ? hostIdOf(userns.gids, 0) : 0;
-    if (userns) for (const f of ['hosts', 'resolv.conf', 'hostname']) await fs.chown(path.join(dir, f), rootUid, rootGid);
-
     // Namespaces, pinned to files so they outlive every process of the pod.
     const nsDir = path.join(dir, 'ns');
     await fs.mkdir(nsDir);
     const unshareArgs: string[] = [];
-    const pin = async (kind: 'net' | 'ipc' | 'uts' | 'user') => {
+    const pins: Array<'net' | 'ipc' | 'uts'> = [...(hostNetwork ? [] : ['net' as const]), ...(hostIpc ? [] : ['ipc' as const]), ...(hostNetwork ? [] : ['uts' as const])];
+    for (const kind of pins) {
       const f = path.join(nsDir, kind);
-      await fs.writeFile(f, '');
-      // The user namespace is never made by the setup step below (see createPinnedUserns).
-      if (kind !== 'user') unshareArgs.push(`--${kind}=${f}`);
+      unshareArgs.push(`--${kind}=${f}`);
       undo.add(`${kind} namespace`, () => unmount(this.d.runner, f));
-      return f;
-    };
-    if (!hostNetwork) rec.netns = await pin('net');
-    if (!hostIpc) rec.ipcns = await pin('ipc');
-    if (!hostNetwork) rec.utsns = await pin('uts');
-    let helper = 'unshare';
+      if (kind === 'net') rec.netns = f;
+      else if (kind === 'ipc') rec.ipcns = f;
+      else rec.utsns = f;
+    }
     if (userns) {
-      // The user namespace is made with the others, which it then owns: the pod's root
-      // administers its own network (sysfs, mqueue) as with containerd 2 and CRI-O.
-      rec.userns = await pin('user');
-      await createPinnedUserns({ user: rec.userns, net: rec.netns, ipc: rec.ipcns, uts: rec.utsns }, userns.uids, userns.gids);
-      // They exist now: the setup below enters them instead of making them.
-      helper = 'nsenter';
+      rec.userns = path.join(nsDir, 'user');
+      undo.add('user namespace', () => unmount(this.d.runner, rec.userns!));
     }
-    if (!hostIpc) {
-      rec.shm = path.join(dir, 'shm');
-      await fs.mkdir(rec.shm);
-      undo.add('shm', () => unmount(this.d.runner, rec.shm!));
+    if (!hostIpc) rec.shm = path.join(dir, 'shm');
+    // The pod's root owns the files skiff writes for it (they are skiff's, not the image's).
+    const rootUid = userns ? hostIdOf(userns.uids, 0) : 0;
+    const rootGid = userns ? hostIdOf(userns.gids, 0) : 0;
+    // The pod's files (hosts, resolv.conf, hostname) are written while its namespaces are made;
+    // a failure waits for them, so that the rollback removes a directory nobody writes in.
+    const files = trace.time('files', async () => {
+      await this.writeFiles(rec);
+      if (userns) for (const f of ['hosts', 'resolv.conf', 'hostname']) await fs.chown(path.join(dir, f), rootUid, rootGid);
+    });
+    try {
+      const made = await Promise.allSettled([
+        ...[...pins, ...(userns ? ['user'] : [])].map((kind) => fs.writeFile(path.join(nsDir, kind), '')),
+        ...(rec.shm ? [fs.mkdir(rec.shm)] : []),
+      ]);
+      for (const r of made) if (r.status === 'rejected') throw r.reason;
+      // The pod's /dev/shm is a mount in the host's mount namespace (skiff's), made with no helper process.
+      if (rec.shm) {
+        undo.add('shm', () => unmount(this.d.runner, rec.shm!));
+        libcMount('shm', rec.shm, 'tmpfs', MS_NOSUID | MS_NODEV | MS_NOEXEC, `mode=1777,size=65536k${userns ? `,uid=${rootUid},gid=${rootGid}` : ''}`);
+      }
+      // One helper names the pod (the UTS namespace's /proc/sys/kernel/hostname, a shell
+      // builtin's write) and brings its loopback up.
+      const setup = rec.netns ? ['sh', '-c', 'printf %s "$1" > /proc/sys/kernel/hostname && ip link set lo up', 'sh', hostname] : ['true'];
+      if (userns) {
+        // The user namespace is made with the others, which it then owns: the pod's root
+        // administers its own network (sysfs, mqueue) as with containerd 2 and CRI-O. They
+        // exist once it returns, so the setup enters them instead of making them.
+        await createPinnedUserns({ user: rec.userns!, net: rec.netns, ipc: rec.ipcns, uts: rec.utsns }, userns.uids, userns.gids);
+        if (rec.netns) await runChecked(this.d.runner, 'nsenter', [...unshareArgs, ...setup]);
+      } else if (unshareArgs.length) {
+        // One helper creates and pins the namespaces and runs the setup in them.
+        await runChecked(this.d.runner, 'unshare', [...unshareArgs, ...setup]);
+      }
+    } catch (err) {
+      await files.catch(() => undefined);
+      throw err;
     }
-    // One process sets the pod's hostname, brings its loopback up and mounts its /dev/shm
-    // (the mount namespace is the host's, so that mount is visible to skiff).
-    const steps = [
-      ...(rec.utsns ? ['hostname "$1"'] : []),
-      ...(rec.netns ? ['ip link set lo up'] : []),
-      ...(rec.shm ? [`mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=65536k${userns ? `,uid=${rootUid},gid=${rootGid}` : ''} shm "$2"`] : []),
-    ];
-    if (steps.length) {
-      await runChecked(this.d.runner, unshareArgs.length ? helper : 'sh', [...unshareArgs, ...(unshareArgs.length ? ['sh'] : []), '-c', steps.join(' && '), 'sh', hostname, rec.shm ?? '']);
-    }
+    trace.mark('namespaces');
     // The network and the infra process need only the namespaces: set them up side by side.
-    const infra = this.startInfra(rec, runtime, undo);
-    const network = (async () => {
-    if (rec.netns) {
-      // Only mappings with a host port concern the network (as containerd passes them).
-      const ports: PortMapping[] = config.portMappings.filter((p) => p.hostPort > 0).map((p) => ({
-        hostPort: p.hostPort,
-        containerPort: p.containerPort,
-        protocol: String(p.protocol ?? 'TCP').toLowerCase(),
-        ...(p.hostIp ? { hostIP: p.hostIp } : {}),
-      }));
+    const infra = withInfra ? trace.time('infra', () => this.startInfra(rec, runtime, undo)) : Promise.resolve(undefined);
+    const network = trace.time('network', async () => {
+      if (!rec.netns) return;
       // The cache is written (whole) before the first plugin runs: without it there is nothing to undo.
       undo.add('network', () =>
         this.d.cni.del(id).catch(async (err) => {
@@ -297,17 +343,20 @@ export class SandboxService {
           await this.d.cni.discard(id);
         }),
       );
-      const res = await this.d.cni.add(id, rec.netns, { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid }, ports);
+      const res = await this.d.cni.add(id, rec.netns, { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid }, ports, { list: networkList, trace });
       rec.ips = res.ips;
-    }
-    })();
-    const [infraResult, networkResult] = await Promise.allSettled([infra, network]);
+    });
+    const [infraResult, networkResult, filesResult] = await Promise.allSettled([infra, network, files]);
+    if (filesResult.status === 'rejected') throw filesResult.reason;
     if (infraResult.status === 'rejected') throw infraResult.reason;
     if (networkResult.status === 'rejected') throw networkResult.reason;
+    trace.mark('infra+network');
     rec.infraPid = infraResult.value;
     rec.state = 'SANDBOX_READY';
     this.save(rec);
-    this.d.log.info('pod sandbox ready', { id, name, ips: rec.ips, infraPid: rec.infraPid });
+    trace.mark('db');
+    this.d.log.info('pod sandbox ready', { id, name, ips: rec.ips, infraPid: rec.infraPid, infra: withInfra });
+    this.d.log.debug('RunPodSandbox phases (ms)', { id, ...trace.fields() });
     return id;
   }
 
@@ -379,7 +428,7 @@ export class SandboxService {
   }
 
   /**
-   * Stops every container, the infra process and the network; idempotent.
+   * Stops every container, the infra process (if any) and the network; idempotent.
    * A failed CNI DEL fails the stop (the kubelet retries it) and keeps the
    * network namespace pinned, so the retry can still find what to undo.
    */
@@ -392,7 +441,7 @@ export class SandboxService {
       const runtime = this.d.runtimes.get(rec.runtimeHandler || this.d.defaultRuntime);
       const netnsPinned = rec.netns ? await isMountpoint(rec.netns) : false;
       const [, network] = await Promise.allSettled([
-        runtime && !('unavailable' in runtime) ? runtime.delete(rec.id) : undefined,
+        hasInfra(rec) && runtime && !('unavailable' in runtime) ? runtime.delete(rec.id) : undefined,
         rec.netns ? this.d.cni.del(rec.id, { netns: netnsPinned ? rec.netns : undefined }) : undefined,
         rec.shm ? unmount(this.d.runner, rec.shm) : undefined,
       ]).then((results) => {

@@ -1,11 +1,12 @@
 /** ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats. */
+import { execFile } from 'node:child_process';
 import path from 'node:path';
 import type { ContainerStats } from '../gen/runtime/v1/ContainerStats.js';
 import type { PodSandboxStats } from '../gen/runtime/v1/PodSandboxStats.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
-import { cgroupUsage, CpuRates, diskUsage, netDev } from '../container/stats.js';
+import { cgroupUsage, CpuRates, diskUsage, netDev, parseNetDev, type NetDevCounters } from '../container/stats.js';
 import { nowWireNs } from '../container/time.js';
-import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
+import { hasInfra, type SandboxRecord, type SandboxService } from '../sandbox/service.js';
 import { invalidArgument } from '../errors.js';
 import { matchLabels } from './sandbox.js';
 
@@ -24,10 +25,11 @@ async function cpuRate(rates: CpuRates, key: string, cgroupsPath: string, cpuNs:
   return again === undefined ? undefined : rates.sample(key, again);
 }
 
-async function containerStats(c: ContainerRecord, rates: CpuRates): Promise<ContainerStats> {
+async function containerStats(c: ContainerRecord, rates: CpuRates, processes?: { count: number }): Promise<ContainerStats> {
   const ts = nowWireNs();
   const running = c.state === 'CONTAINER_RUNNING';
   const cg = running ? await cgroupUsage(c.spec.linux.cgroupsPath) : {};
+  if (processes) processes.count += cg.pids ?? 0;
   const nanoCores = running ? await cpuRate(rates, c.id, c.spec.linux.cgroupsPath, cg.cpuNs) : undefined;
   const upper = path.join(path.dirname(c.rootfs), 'upper');
   const disk = await diskUsage(upper);
@@ -47,14 +49,36 @@ async function containerStats(c: ContainerRecord, rates: CpuRates): Promise<Cont
   };
 }
 
+/**
+ * The pod's interface counters. Any process in the pod's network namespace
+ * shows them in /proc/<pid>/net/dev: the infra process, or, in a pod without
+ * one, a running container; with neither, a helper entered into the pinned
+ * namespace reads them.
+ */
+async function podNetDev(s: SandboxRecord, running: ContainerRecord[]): Promise<NetDevCounters> {
+  if (!s.netns) return [];
+  if (hasInfra(s)) return s.infraPid ? netDev(s.infraPid) : [];
+  for (const c of running) {
+    if (!c.pid) continue;
+    const ifaces = await netDev(c.pid);
+    if (ifaces.length) return ifaces;
+  }
+  const netns = s.netns;
+  return new Promise((resolve) => {
+    execFile('nsenter', [`--net=${netns}`, 'cat', '/proc/net/dev'], { timeout: 5_000, maxBuffer: 1 << 20 }, (err, stdout) => resolve(err ? [] : parseNetDev(stdout)));
+  });
+}
+
 async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: CpuRates): Promise<PodSandboxStats> {
   const ts = nowWireNs();
-  const cs = await Promise.all(containers.map((c) => containerStats(c, rates)));
+  // The pod's processes: its containers' and, if it has one, the infra process's.
+  const processes = { count: 0 };
+  const cs = await Promise.all(containers.map((c) => containerStats(c, rates, processes)));
   const infraCgroup = `${s.cgroupParent.replace(/\/+$/, '')}/skiff-${s.id}`;
   const infra = s.infraPid ? await cgroupUsage(infraCgroup) : {};
   const infraRate = s.infraPid ? await cpuRate(rates, s.id, infraCgroup, infra.cpuNs) : undefined;
   const sum = (f: (x: ContainerStats) => number | undefined, base = 0) => cs.reduce((a, x) => a + (f(x) ?? 0), base);
-  const ifaces = s.infraPid && s.netns ? await netDev(s.infraPid) : [];
+  const ifaces = await podNetDev(s, containers);
   const toIface = (i: (typeof ifaces)[0]) => ({ name: i.name, rxBytes: u64(i.rxBytes), rxErrors: u64(i.rxErrors), txBytes: u64(i.txBytes), txErrors: u64(i.txErrors) });
   return {
     attributes: { id: s.id, metadata: s.config.metadata, labels: s.config.labels, annotations: s.config.annotations },
@@ -66,7 +90,7 @@ async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: 
       },
       memory: { timestamp: ts, workingSetBytes: u64(sum((x) => Number(x.memory?.workingSetBytes?.value ?? 0), infra.workingSet ?? 0)), usageBytes: u64(sum((x) => Number(x.memory?.usageBytes?.value ?? 0), infra.memoryUsage ?? 0)) },
       network: { timestamp: ts, defaultInterface: ifaces.find((i) => i.name === 'eth0') ? toIface(ifaces.find((i) => i.name === 'eth0')!) : null, interfaces: ifaces.map(toIface) },
-      process: { timestamp: ts, processCount: u64(infra.pids ?? 0) },
+      process: { timestamp: ts, processCount: u64(processes.count + (infra.pids ?? 0)) },
       containers: cs,
     },
   };

@@ -126,7 +126,8 @@ describe.skipIf(!isRoot)('crash consistency: SIGKILL at random moments, then res
       metadata: { name: n, namespace: 'test', uid: `uid-${n}`, attempt: 0 },
       hostname: n,
       logDirectory: path.join(dirs.base, 'logs', n),
-      linux: { cgroupParent },
+      // Every other pod runs without an infra process (pid CONTAINER, as the kubelet asks by default).
+      linux: { cgroupParent, securityContext: { namespaceOptions: { pid: seq % 2 ? ('CONTAINER' as const) : ('POD' as const) } } },
     };
   }
 
