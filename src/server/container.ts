@@ -49,10 +49,10 @@ export function toContainerStatus(c: Readonly<ContainerRecord>) {
   };
 }
 
-export function containerHandlers(containers: ContainerService, sandboxes?: { find(id: string): unknown }) {
+export function containerHandlers(containers: ContainerService, sandboxes?: { findView(id: string): unknown }) {
   const need = (id: string, rpc: string) => {
     checkId(id, 'container_id', rpc);
-    if (sandboxes) notTheOtherKind(id, (i) => containers.find(i), (i) => sandboxes.find(i), 'container', 'pod sandbox', rpc);
+    if (sandboxes) notTheOtherKind(id, (i) => containers.findView(i), (i) => sandboxes.findView(i), 'container', 'pod sandbox', rpc);
     return id;
   };
   return {
@@ -76,7 +76,7 @@ export function containerHandlers(containers: ContainerService, sandboxes?: { fi
       return {};
     },
     ContainerStatus: async (req: ContainerStatusRequest__Output): Promise<ContainerStatusResponse> => {
-      const c = containers.mustGet(need(req.containerId, 'ContainerStatus'));
+      const c = containers.mustView(need(req.containerId, 'ContainerStatus'));
       return {
         status: toContainerStatus(c),
         info: req.verbose

@@ -17,7 +17,7 @@ export function matchLabels(labels: Record<string, string>, selector: Record<str
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
 }
 
-function toPodSandbox(s: SandboxRecord): PodSandbox {
+function toPodSandbox(s: Readonly<SandboxRecord>): PodSandbox {
   return {
     id: s.id,
     metadata: s.config.metadata,
@@ -29,7 +29,7 @@ function toPodSandbox(s: SandboxRecord): PodSandbox {
   };
 }
 
-export function toPodSandboxStatus(s: SandboxRecord) {
+export function toPodSandboxStatus(s: Readonly<SandboxRecord>) {
   const ns = s.config.linux?.securityContext?.namespaceOptions;
   return {
     ...toPodSandbox(s),
@@ -38,10 +38,10 @@ export function toPodSandboxStatus(s: SandboxRecord) {
   };
 }
 
-export function sandboxHandlers(sandboxes: SandboxService, containers?: { find(id: string): unknown }) {
+export function sandboxHandlers(sandboxes: SandboxService, containers?: { findView(id: string): unknown }) {
   const need = (id: string, rpc: string) => {
     checkId(id, 'pod_sandbox_id', rpc);
-    if (containers) notTheOtherKind(id, (i) => sandboxes.find(i), (i) => containers.find(i), 'pod sandbox', 'container', rpc);
+    if (containers) notTheOtherKind(id, (i) => sandboxes.findView(i), (i) => containers.findView(i), 'pod sandbox', 'container', rpc);
     return id;
   };
   return {
@@ -58,7 +58,7 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { find(i
     StopPodSandbox: async (req: StopPodSandboxRequest__Output) => {
       need(req.podSandboxId, 'StopPodSandbox');
       // Stopping a pod that is already gone is success: the kubelet retries stops.
-      if (sandboxes.find(req.podSandboxId)) await sandboxes.stop(req.podSandboxId);
+      if (sandboxes.findView(req.podSandboxId)) await sandboxes.stop(req.podSandboxId);
       return {};
     },
     RemovePodSandbox: async (req: RemovePodSandboxRequest__Output) => {
@@ -67,7 +67,7 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { find(i
       return {};
     },
     PodSandboxStatus: async (req: PodSandboxStatusRequest__Output): Promise<PodSandboxStatusResponse> => {
-      const s = sandboxes.mustGet(need(req.podSandboxId, 'PodSandboxStatus'));
+      const s = sandboxes.mustView(need(req.podSandboxId, 'PodSandboxStatus'));
       return {
         status: toPodSandboxStatus(s),
         info: req.verbose
@@ -79,7 +79,7 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { find(i
     },
     ListPodSandbox: async (req: ListPodSandboxRequest__Output): Promise<ListPodSandboxResponse> => {
       const f = req.filter;
-      let items = sandboxes.list();
+      let items = sandboxes.listView();
       if (f?.id) items = items.filter((s) => s.id.startsWith(f.id));
       if (f?.state) items = items.filter((s) => s.state === f.state!.state);
       if (f && Object.keys(f.labelSelector).length) items = items.filter((s) => matchLabels(s.config.labels, f.labelSelector));
