@@ -1,6 +1,5 @@
 /** RunPodSandbox, StopPodSandbox, RemovePodSandbox, PodSandboxStatus, ListPodSandbox. */
 import type { ListPodSandboxRequest__Output } from '../gen/runtime/v1/ListPodSandboxRequest.js';
-import type { ListPodSandboxResponse } from '../gen/runtime/v1/ListPodSandboxResponse.js';
 import type { PodSandbox } from '../gen/runtime/v1/PodSandbox.js';
 import type { PodSandboxStatusRequest__Output } from '../gen/runtime/v1/PodSandboxStatusRequest.js';
 import type { PodSandboxStatusResponse } from '../gen/runtime/v1/PodSandboxStatusResponse.js';
@@ -12,6 +11,8 @@ import { invalidArgument } from '../errors.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowWireNs, wireNs } from '../container/time.js';
 import { checkHostname, checkId, checkName, checkPortMappings, notTheOtherKind } from './ids.js';
+import { EncodedList } from './encoded-list.js';
+import { loadCri } from './proto.js';
 
 export function matchLabels(labels: Record<string, string>, selector: Record<string, string>): boolean {
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
@@ -44,6 +45,9 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { findVi
     if (containers) notTheOtherKind(id, (i) => sandboxes.findView(i), (i) => containers.findView(i), 'pod sandbox', 'container', rpc);
     return id;
   };
+  // Each pod's entry is encoded once per version of its record, not at every call.
+  const serialize = loadCri().runtime.v1.RuntimeService.service.ListPodSandbox.responseSerialize;
+  const encoded = new EncodedList((s: PodSandbox) => serialize({ items: [s] }), toPodSandbox);
   return {
     RunPodSandbox: async (req: RunPodSandboxRequest__Output): Promise<RunPodSandboxResponse> => {
       if (!req.config) throw invalidArgument('RunPodSandbox: config is required');
@@ -77,13 +81,13 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { findVi
         timestamp: nowWireNs(),
       };
     },
-    ListPodSandbox: async (req: ListPodSandboxRequest__Output): Promise<ListPodSandboxResponse> => {
+    ListPodSandbox: async (req: ListPodSandboxRequest__Output): Promise<Buffer> => {
       const f = req.filter;
       let items = sandboxes.listView();
       if (f?.id) items = items.filter((s) => s.id.startsWith(f.id));
       if (f?.state) items = items.filter((s) => s.state === f.state!.state);
       if (f && Object.keys(f.labelSelector).length) items = items.filter((s) => matchLabels(s.config.labels, f.labelSelector));
-      return { items: items.map(toPodSandbox) };
+      return encoded.encode(items);
     },
   };
 }
