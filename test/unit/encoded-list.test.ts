@@ -15,7 +15,7 @@ const toContainer = (r: Rec) => ({
   metadata: { name: `c-${r.id}`, attempt: 1 },
   image: { image: 'busybox', annotations: {} },
   imageRef: 'sha256:abc',
-  state: 'CONTAINER_RUNNING',
+  state: 'CONTAINER_RUNNING' as const,
   createdAt: 1_700_000_000_000_000_000,
   labels: r.labels,
   annotations: { a: 'b' },
@@ -24,7 +24,7 @@ const toContainer = (r: Rec) => ({
 describe('EncodedList', () => {
   it('encodes a list a client decodes to the same containers, in order, as encoding it whole', () => {
     const list = new EncodedList((c: ReturnType<typeof toContainer>) => method.responseSerialize({ containers: [c] }), toContainer);
-    const recs = [{ id: 'one', labels: { app: 'x' } }, { id: 'two', labels: {} }, { id: 'three', labels: { k: 'v', l: 'w' } }];
+    const recs: Rec[] = [{ id: 'one', labels: { app: 'x' } }, { id: 'two', labels: {} }, { id: 'three', labels: { k: 'v', l: 'w' } }];
     const bytes = list.encode(recs);
     const whole = method.responseSerialize({ containers: recs.map(toContainer) });
     expect(method.responseDeserialize(bytes)).toEqual(method.responseDeserialize(whole));
