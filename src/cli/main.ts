@@ -5,18 +5,18 @@ import { CRI_FLAGS, daemonOptionsFrom } from './flags.js';
 
 export { parseDuration } from './flags.js';
 
-import { installCrashGuard, startDaemon } from '../daemon.js';
-import { errorMessage } from '../errors.js';
-import { KUBECTL_HELP, runKubectl } from './kubectl.js';
-import { KUBELET_HELP, kubelet } from './kubelet.js';
-import { NODE_HELP, node } from './node.js';
-import { PROXY_HELP, proxy } from './proxy.js';
-import { imagesCommand } from './images.js';
 import { createLogger } from '../log.js';
 import { untilSignal } from './signals.js';
 import { SKIFF_VERSION } from '../version.js';
 
-const HELP = `skiff ${SKIFF_VERSION}: a small Kubernetes container runtime (CRI v1)
+// Each command's modules are imported when that command runs: a `skiff cri` daemon never
+// loads the agent, the proxy, kubectl's printers or their libraries (YAML, metrics, DNS,
+// WebSocket client), which would stay in its memory for its whole life.
+
+/** The whole help text; it quotes every command's flags, so it loads every command. */
+async function helpText(): Promise<string> {
+  const [{ KUBECTL_HELP }, { KUBELET_HELP }, { PROXY_HELP }] = await Promise.all([import('./kubectl.js'), import('./kubelet.js'), import('./proxy.js')]);
+  return `skiff ${SKIFF_VERSION}: a small Kubernetes container runtime (CRI v1)
 
 Usage:
   skiff node [flags]    a whole node in one process: the runtime, the agent (pods, workloads) and
@@ -63,16 +63,18 @@ ${PROXY_HELP}
 Point crictl at it:
   crictl --runtime-endpoint unix:///run/skiff/skiff.sock --image-endpoint unix:///run/skiff/skiff.sock images
 `;
+}
 
 async function cri(args: string[]): Promise<number> {
   const { values } = parseArgs({ args, options: { ...CRI_FLAGS, help: { type: 'boolean', short: 'h' } }, strict: true, allowPositionals: false });
   if (values.help) {
-    process.stdout.write(HELP);
+    process.stdout.write(await helpText());
     return 0;
   }
   const opts = daemonOptionsFrom(values);
   const level = opts.logLevel;
   const log = createLogger(level);
+  const { installCrashGuard, startDaemon } = await import('../daemon.js');
   installCrashGuard(log);
   if (process.getuid?.() !== 0) log.warn('skiff cri is not running as root: unpacking layers with their owners and devices will fail');
   const daemon = await startDaemon(
@@ -88,19 +90,19 @@ export async function main(argv: string[]): Promise<number> {
     case 'cri':
       return cri(rest);
     case 'node':
-      return node(rest);
+      return (await import('./node.js')).node(rest);
     case 'kubelet':
-      return kubelet(rest);
+      return (await import('./kubelet.js')).kubelet(rest);
     case 'proxy':
-      return proxy(rest);
+      return (await import('./proxy.js')).proxy(rest);
     case 'get':
     case 'rollout':
     case 'describe':
     case 'logs':
     case 'exec':
-      return (await runKubectl(cmd, rest))!;
+      return (await (await import('./kubectl.js')).runKubectl(cmd, rest))!;
     case 'images':
-      return imagesCommand(rest);
+      return (await import('./images.js')).imagesCommand(rest);
     case 'version':
     case '--version':
       process.stdout.write(`skiff ${SKIFF_VERSION}\n`);
@@ -109,10 +111,10 @@ export async function main(argv: string[]): Promise<number> {
     case 'help':
     case '--help':
     case '-h':
-      process.stdout.write(HELP);
+      process.stdout.write(await helpText());
       return 0;
     default:
-      process.stderr.write(`skiff: unknown command "${cmd}"\n\n${HELP}`);
+      process.stderr.write(`skiff: unknown command "${cmd}"\n\n${await helpText()}`);
       return 2;
   }
 }

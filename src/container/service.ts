@@ -18,6 +18,7 @@ import type { ContainerConfig__Output } from '../gen/runtime/v1/ContainerConfig.
 import type { ImageService } from '../image/service.js';
 import type { Snapshotter } from '../image/snapshot.js';
 import type { Logger } from '../log.js';
+import { RecordIndex } from '../record-index.js';
 import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowNs } from '../sandbox/service.js';
@@ -110,6 +111,14 @@ export class ContainerService {
     this.exitDir = path.join(d.stateDir, 'exits');
     this.socketDir = path.join(d.stateDir, 'attach');
     this.usernsDir = path.join(d.stateDir, 'userns');
+    this.records = new RecordIndex<ContainerRecord>(
+      {
+        load: () => (d.db.prepare('SELECT data FROM containers ORDER BY rowid').all() as Array<{ data: string }>).map((r) => JSON.parse(r.data) as ContainerRecord),
+        put: (c, json) => void d.db.prepare('INSERT OR REPLACE INTO containers (id, name, sandbox_id, data) VALUES (?, ?, ?, ?)').run(c.id, c.name, c.sandboxId, json),
+        remove: (id) => void d.db.prepare('DELETE FROM containers WHERE id = ?').run(id),
+      },
+      'container',
+    );
   }
 
   async init(): Promise<void> {
@@ -165,52 +174,43 @@ export class ContainerService {
   }
 
   /**
-   * Records live in the database and, parsed, in this map (in creation order),
-   * so that list calls never parse JSON. get/find hand out copies; listView
-   * hands out the cached records for read-only use.
+   * Records live in the database and, parsed and frozen, in memory (in
+   * creation order), so that list and status calls never touch the database.
+   * get/find/list hand out copies; view/findView/listView the stored records.
    */
-  private cache?: Map<string, ContainerRecord>;
-
-  private records(): Map<string, ContainerRecord> {
-    if (!this.cache) {
-      this.cache = new Map();
-      const rows = this.d.db.prepare('SELECT data FROM containers ORDER BY rowid').all() as Array<{ data: string }>;
-      for (const r of rows) {
-        const c = JSON.parse(r.data) as ContainerRecord;
-        this.cache.set(c.id, c);
-      }
-    }
-    return this.cache;
-  }
+  private readonly records: RecordIndex<ContainerRecord>;
 
   private save(c: ContainerRecord): void {
-    const json = JSON.stringify(c);
-    this.d.db.prepare('INSERT OR REPLACE INTO containers (id, name, sandbox_id, data) VALUES (?, ?, ?, ?)').run(c.id, c.name, c.sandboxId, json);
-    this.records().set(c.id, JSON.parse(json) as ContainerRecord);
+    this.records.save(c);
   }
 
   private forget(id: string): void {
-    this.d.db.prepare('DELETE FROM containers WHERE id = ?').run(id);
-    this.records().delete(id);
+    this.records.delete(id);
   }
 
   get(id: string): ContainerRecord | undefined {
-    const c = this.records().get(id);
-    return c ? structuredClone(c) : undefined;
+    return this.records.get(id);
   }
 
   find(idOrPrefix: string): ContainerRecord | undefined {
-    if (!idOrPrefix) return undefined;
-    const exact = this.get(idOrPrefix);
-    if (exact) return exact;
-    const hits = [...this.records().keys()].filter((k) => k.startsWith(idOrPrefix));
-    if (hits.length > 1) throw invalidArgument(`container id prefix "${idOrPrefix}" is ambiguous: it matches ${hits.length} containers`);
-    return hits.length === 1 ? this.get(hits[0]!) : undefined;
+    const c = this.records.findView(idOrPrefix);
+    return c ? this.records.get(c.id) : undefined;
   }
 
-  /** The cached records themselves: read them, never change them. */
+  /** By full id or unique prefix: the stored record itself, to read and never change (status calls). */
+  findView(idOrPrefix: string): Readonly<ContainerRecord> | undefined {
+    return this.records.findView(idOrPrefix);
+  }
+
+  mustView(id: string): Readonly<ContainerRecord> {
+    const c = this.records.findView(id);
+    if (!c) throw notFound(`container "${id}" not found`);
+    return c;
+  }
+
+  /** The stored records themselves: read them, never change them. */
   listView(sandboxId?: string): ReadonlyArray<Readonly<ContainerRecord>> {
-    const all = [...this.records().values()];
+    const all = this.records.values();
     return sandboxId ? all.filter((c) => c.sandboxId === sandboxId) : all;
   }
 
@@ -581,7 +581,7 @@ export class ContainerService {
    */
   private waitExit(id: string, ms: number): Promise<boolean> {
     return new Promise((resolve) => {
-      const exited = () => this.get(id)?.state !== 'CONTAINER_RUNNING';
+      const exited = () => this.records.view(id)?.state !== 'CONTAINER_RUNNING';
       if (exited()) return resolve(true);
       let settled = false;
       const finish = (v: boolean) => {

@@ -4,7 +4,7 @@
  * server) and handling anonymous bearer tokens, basic auth and identity or
  * registry tokens.
  */
-import { Agent, type Dispatcher } from 'undici';
+import type { Agent, Dispatcher } from 'undici';
 import { Transform, type Readable, type TransformCallback } from 'node:stream';
 import { SkiffError, errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -216,6 +216,9 @@ function combine(errors: unknown[]): unknown {
   return new SkiffError(kind, errors.map(errorMessage).join('; then '), { cause: last });
 }
 
+/** undici, imported at the first pull: a daemon that pulls nothing never holds the HTTP client. */
+let undici: typeof import('undici') | undefined;
+
 export class RegistryClient {
   private readonly agents = new Map<string, Agent>();
   private readonly attempts: number;
@@ -235,6 +238,7 @@ export class RegistryClient {
   /** A session for one pull; aborting `signal` stops its requests and downloads at once. */
   async session(ref: Reference, creds: Credentials, signal?: AbortSignal): Promise<RegistrySession> {
     const endpoints = await resolveEndpoints(this.opts.configRoot, ref.domain);
+    undici ??= await import('undici');
     return new RegistrySession(this, ref, endpoints, creds, this.opts.logger, signal);
   }
 
@@ -242,7 +246,8 @@ export class RegistryClient {
     const key = `${ep.skipVerify}|${ep.ca.join('')}`;
     let a = this.agents.get(key);
     if (!a) {
-      a = new Agent({
+      if (!undici) throw new Error('registry: agentFor called before a session loaded the HTTP client');
+      a = new undici.Agent({
         connections: 16,
         keepAliveTimeout: 30_000,
         // Progress, not duration: these fire only when nothing arrives for this long.

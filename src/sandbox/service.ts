@@ -11,6 +11,7 @@ import type { Db } from '../db.js';
 import { SkiffError, errorMessage, invalidArgument, isErrno, notFound, wrap } from '../errors.js';
 import type { PodSandboxConfig__Output } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { Logger } from '../log.js';
+import { RecordIndex } from '../record-index.js';
 import { KeyedLock, Registrar, Rollback } from '../registrar.js';
 import { removeRuntimeRemains } from '../sys/cgroup.js';
 import { mount as libcMount } from '../sys/libc.js';
@@ -88,9 +89,19 @@ export class SandboxService {
   private readonly names = new Registrar();
   private readonly locks = new KeyedLock();
   readonly sandboxesDir: string;
+  /** Every pod's record, in memory and written through to the sandboxes table. */
+  private readonly records: RecordIndex<SandboxRecord>;
 
   constructor(private readonly d: SandboxDeps) {
     this.sandboxesDir = path.join(d.stateDir, 'sandboxes');
+    this.records = new RecordIndex<SandboxRecord>(
+      {
+        load: () => (d.db.prepare('SELECT data FROM sandboxes ORDER BY rowid').all() as Array<{ data: string }>).map((r) => JSON.parse(r.data) as SandboxRecord),
+        put: (s, json) => void d.db.prepare('INSERT OR REPLACE INTO sandboxes (id, name, data) VALUES (?, ?, ?)').run(s.id, s.name, json),
+        remove: (id) => void d.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id),
+      },
+      'pod sandbox',
+    );
   }
 
   /** The namespace pins need a private mount to live on. */
@@ -177,22 +188,23 @@ export class SandboxService {
   }
 
   private save(s: SandboxRecord): void {
-    this.d.db.prepare('INSERT OR REPLACE INTO sandboxes (id, name, data) VALUES (?, ?, ?)').run(s.id, s.name, JSON.stringify(s));
+    this.records.save(s);
   }
 
+  /** A copy of the pod's record, to change and save. */
   get(id: string): SandboxRecord | undefined {
-    const r = this.d.db.prepare('SELECT data FROM sandboxes WHERE id = ?').get(id) as { data: string } | undefined;
-    return r ? (JSON.parse(r.data) as SandboxRecord) : undefined;
+    return this.records.get(id);
   }
 
-  /** By full id or unique prefix. */
+  /** By full id or unique prefix (a copy). */
   find(idOrPrefix: string): SandboxRecord | undefined {
-    if (!idOrPrefix) return undefined;
-    const exact = this.get(idOrPrefix);
-    if (exact) return exact;
-    const rows = this.d.db.prepare('SELECT data FROM sandboxes WHERE substr(id, 1, ?) = ?').all(idOrPrefix.length, idOrPrefix) as Array<{ data: string }>;
-    if (rows.length > 1) throw invalidArgument(`pod sandbox id prefix "${idOrPrefix}" is ambiguous: it matches ${rows.length} pod sandboxes`);
-    return rows.length === 1 ? (JSON.parse(rows[0]!.data) as SandboxRecord) : undefined;
+    const s = this.records.findView(idOrPrefix);
+    return s ? this.records.get(s.id) : undefined;
+  }
+
+  /** By full id or unique prefix: the stored record itself, to read and never change (status calls). */
+  findView(idOrPrefix: string): Readonly<SandboxRecord> | undefined {
+    return this.records.findView(idOrPrefix);
   }
 
   mustGet(id: string): SandboxRecord {
@@ -201,8 +213,20 @@ export class SandboxService {
     return s;
   }
 
+  mustView(id: string): Readonly<SandboxRecord> {
+    const s = this.records.findView(id);
+    if (!s) throw notFound(`pod sandbox "${id}" not found`);
+    return s;
+  }
+
+  /** Copies of every pod's record, in creation order. */
   list(): SandboxRecord[] {
-    return (this.d.db.prepare('SELECT data FROM sandboxes ORDER BY rowid').all() as Array<{ data: string }>).map((r) => JSON.parse(r.data) as SandboxRecord);
+    return this.records.values().map((s) => structuredClone(s) as SandboxRecord);
+  }
+
+  /** The stored records themselves, in creation order: read them, never change them. */
+  listView(): ReadonlyArray<Readonly<SandboxRecord>> {
+    return this.records.values();
   }
 
   runtimeFor(handler: string): OciRuntime {
@@ -468,7 +492,7 @@ export class SandboxService {
       await this.d.containers.removeAll(s.id);
       // The record goes before the files: a crash in between leaves a dir with no record,
       // which the next start removes, never a record without its dir.
-      this.d.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(s.id);
+      this.records.delete(s.id);
       this.names.release(s.name);
       await fs.rm(s.dir, { recursive: true, force: true }).catch((err) => {
         if (!isErrno(err, 'ENOENT')) throw err;

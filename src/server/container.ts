@@ -7,7 +7,6 @@ import type { CreateContainerResponse } from '../gen/runtime/v1/CreateContainerR
 import type { ExecSyncRequest__Output } from '../gen/runtime/v1/ExecSyncRequest.js';
 import type { ExecSyncResponse } from '../gen/runtime/v1/ExecSyncResponse.js';
 import type { ListContainersRequest__Output } from '../gen/runtime/v1/ListContainersRequest.js';
-import type { ListContainersResponse } from '../gen/runtime/v1/ListContainersResponse.js';
 import type { RemoveContainerRequest__Output } from '../gen/runtime/v1/RemoveContainerRequest.js';
 import type { StartContainerRequest__Output } from '../gen/runtime/v1/StartContainerRequest.js';
 import type { StopContainerRequest__Output } from '../gen/runtime/v1/StopContainerRequest.js';
@@ -20,6 +19,8 @@ import { checkId, checkLogPath, checkName, notTheOtherKind } from './ids.js';
 import { matchLabels } from './sandbox.js';
 import { checkCommand } from './streaming.js';
 import { whenAnswered } from './boundary.js';
+import { EncodedList } from './encoded-list.js';
+import { loadCri } from './proto.js';
 
 function toContainer(c: Readonly<ContainerRecord>): Container {
   return {
@@ -49,12 +50,15 @@ export function toContainerStatus(c: Readonly<ContainerRecord>) {
   };
 }
 
-export function containerHandlers(containers: ContainerService, sandboxes?: { find(id: string): unknown }) {
+export function containerHandlers(containers: ContainerService, sandboxes?: { findView(id: string): unknown }) {
   const need = (id: string, rpc: string) => {
     checkId(id, 'container_id', rpc);
-    if (sandboxes) notTheOtherKind(id, (i) => containers.find(i), (i) => sandboxes.find(i), 'container', 'pod sandbox', rpc);
+    if (sandboxes) notTheOtherKind(id, (i) => containers.findView(i), (i) => sandboxes.findView(i), 'container', 'pod sandbox', rpc);
     return id;
   };
+  // Each container's entry is encoded once per version of its record, not at every call.
+  const serialize = loadCri().runtime.v1.RuntimeService.service.ListContainers.responseSerialize;
+  const encoded = new EncodedList((c: Container) => serialize({ containers: [c] }), toContainer);
   return {
     CreateContainer: async (req: CreateContainerRequest__Output): Promise<CreateContainerResponse> => {
       checkId(req.podSandboxId, 'pod_sandbox_id', 'CreateContainer');
@@ -76,7 +80,7 @@ export function containerHandlers(containers: ContainerService, sandboxes?: { fi
       return {};
     },
     ContainerStatus: async (req: ContainerStatusRequest__Output): Promise<ContainerStatusResponse> => {
-      const c = containers.mustGet(need(req.containerId, 'ContainerStatus'));
+      const c = containers.mustView(need(req.containerId, 'ContainerStatus'));
       return {
         status: toContainerStatus(c),
         info: req.verbose
@@ -84,14 +88,14 @@ export function containerHandlers(containers: ContainerService, sandboxes?: { fi
           : {},
       };
     },
-    ListContainers: async (req: ListContainersRequest__Output): Promise<ListContainersResponse> => {
+    ListContainers: async (req: ListContainersRequest__Output): Promise<Buffer> => {
       const f = req.filter;
       let items = containers.listView();
       if (f?.id) items = items.filter((c) => c.id.startsWith(f.id));
       if (f?.podSandboxId) items = items.filter((c) => c.sandboxId.startsWith(f.podSandboxId));
       if (f?.state) items = items.filter((c) => c.state === f.state!.state);
       if (f && Object.keys(f.labelSelector).length) items = items.filter((c) => matchLabels(c.config.labels, f.labelSelector));
-      return { containers: items.map(toContainer) };
+      return encoded.encode(items);
     },
     UpdateContainerResources: async (req: UpdateContainerResourcesRequest__Output) => {
       if (!req.linux) throw invalidArgument('UpdateContainerResources: linux resources are required');

@@ -40,7 +40,7 @@ export class ContainerEvents {
       containerEventType: type,
       createdAt: nowWireNs(),
       podSandboxStatus: pod ? toPodSandboxStatus(pod) : null,
-      containersStatuses: this.containers.list(c.sandboxId).map(toContainerStatus),
+      containersStatuses: this.containers.listView(c.sandboxId).map(toContainerStatus),
     };
     for (const s of this.streams) {
       // A stream that cannot keep up is dropped rather than buffered without bound.

@@ -39,7 +39,14 @@ function register(server: grpc.Server, service: grpc.ServiceDefinition, serviceN
       impl[key] = unimplemented(full, log, 'see the project issues for what is planned');
     }
   }
-  server.addService(service, impl);
+  server.addService(acceptEncoded(service), impl);
+}
+
+/** A unary handler may answer with its response already encoded (a Buffer, see EncodedList): it is sent as it is. */
+function acceptEncoded(service: grpc.ServiceDefinition): grpc.ServiceDefinition {
+  const out: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
+  for (const [name, m] of Object.entries(service)) out[name] = { ...m, responseSerialize: (v: unknown) => (Buffer.isBuffer(v) ? v : m.responseSerialize(v)) };
+  return out as grpc.ServiceDefinition;
 }
 
 export function createGrpcServer(runtime: Handlers, image: Handlers, log: Logger, streams: StreamHandlers = {}, skiffImages: StreamHandlers = {}): grpc.Server {

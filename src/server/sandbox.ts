@@ -1,6 +1,5 @@
 /** RunPodSandbox, StopPodSandbox, RemovePodSandbox, PodSandboxStatus, ListPodSandbox. */
 import type { ListPodSandboxRequest__Output } from '../gen/runtime/v1/ListPodSandboxRequest.js';
-import type { ListPodSandboxResponse } from '../gen/runtime/v1/ListPodSandboxResponse.js';
 import type { PodSandbox } from '../gen/runtime/v1/PodSandbox.js';
 import type { PodSandboxStatusRequest__Output } from '../gen/runtime/v1/PodSandboxStatusRequest.js';
 import type { PodSandboxStatusResponse } from '../gen/runtime/v1/PodSandboxStatusResponse.js';
@@ -12,12 +11,14 @@ import { invalidArgument } from '../errors.js';
 import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowWireNs, wireNs } from '../container/time.js';
 import { checkHostname, checkId, checkName, checkPortMappings, notTheOtherKind } from './ids.js';
+import { EncodedList } from './encoded-list.js';
+import { loadCri } from './proto.js';
 
 export function matchLabels(labels: Record<string, string>, selector: Record<string, string>): boolean {
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
 }
 
-function toPodSandbox(s: SandboxRecord): PodSandbox {
+function toPodSandbox(s: Readonly<SandboxRecord>): PodSandbox {
   return {
     id: s.id,
     metadata: s.config.metadata,
@@ -29,7 +30,7 @@ function toPodSandbox(s: SandboxRecord): PodSandbox {
   };
 }
 
-export function toPodSandboxStatus(s: SandboxRecord) {
+export function toPodSandboxStatus(s: Readonly<SandboxRecord>) {
   const ns = s.config.linux?.securityContext?.namespaceOptions;
   return {
     ...toPodSandbox(s),
@@ -38,12 +39,15 @@ export function toPodSandboxStatus(s: SandboxRecord) {
   };
 }
 
-export function sandboxHandlers(sandboxes: SandboxService, containers?: { find(id: string): unknown }) {
+export function sandboxHandlers(sandboxes: SandboxService, containers?: { findView(id: string): unknown }) {
   const need = (id: string, rpc: string) => {
     checkId(id, 'pod_sandbox_id', rpc);
-    if (containers) notTheOtherKind(id, (i) => sandboxes.find(i), (i) => containers.find(i), 'pod sandbox', 'container', rpc);
+    if (containers) notTheOtherKind(id, (i) => sandboxes.findView(i), (i) => containers.findView(i), 'pod sandbox', 'container', rpc);
     return id;
   };
+  // Each pod's entry is encoded once per version of its record, not at every call.
+  const serialize = loadCri().runtime.v1.RuntimeService.service.ListPodSandbox.responseSerialize;
+  const encoded = new EncodedList((s: PodSandbox) => serialize({ items: [s] }), toPodSandbox);
   return {
     RunPodSandbox: async (req: RunPodSandboxRequest__Output): Promise<RunPodSandboxResponse> => {
       if (!req.config) throw invalidArgument('RunPodSandbox: config is required');
@@ -58,7 +62,7 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { find(i
     StopPodSandbox: async (req: StopPodSandboxRequest__Output) => {
       need(req.podSandboxId, 'StopPodSandbox');
       // Stopping a pod that is already gone is success: the kubelet retries stops.
-      if (sandboxes.find(req.podSandboxId)) await sandboxes.stop(req.podSandboxId);
+      if (sandboxes.findView(req.podSandboxId)) await sandboxes.stop(req.podSandboxId);
       return {};
     },
     RemovePodSandbox: async (req: RemovePodSandboxRequest__Output) => {
@@ -67,7 +71,7 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { find(i
       return {};
     },
     PodSandboxStatus: async (req: PodSandboxStatusRequest__Output): Promise<PodSandboxStatusResponse> => {
-      const s = sandboxes.mustGet(need(req.podSandboxId, 'PodSandboxStatus'));
+      const s = sandboxes.mustView(need(req.podSandboxId, 'PodSandboxStatus'));
       return {
         status: toPodSandboxStatus(s),
         info: req.verbose
@@ -77,13 +81,13 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { find(i
         timestamp: nowWireNs(),
       };
     },
-    ListPodSandbox: async (req: ListPodSandboxRequest__Output): Promise<ListPodSandboxResponse> => {
+    ListPodSandbox: async (req: ListPodSandboxRequest__Output): Promise<Buffer> => {
       const f = req.filter;
-      let items = sandboxes.list();
+      let items = sandboxes.listView();
       if (f?.id) items = items.filter((s) => s.id.startsWith(f.id));
       if (f?.state) items = items.filter((s) => s.state === f.state!.state);
       if (f && Object.keys(f.labelSelector).length) items = items.filter((s) => matchLabels(s.config.labels, f.labelSelector));
-      return { items: items.map(toPodSandbox) };
+      return encoded.encode(items);
     },
   };
 }

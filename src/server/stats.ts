@@ -99,16 +99,16 @@ async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: 
 export function statsHandlers(sandboxes: SandboxService, containers: ContainerService) {
   // The previous CPU sample of each container and pod, for usageNanoCores.
   const rates = new CpuRates();
-  const forgetGone = () => rates.retain(new Set([...containers.listView().map((c) => c.id), ...sandboxes.list().map((s) => s.id)]));
+  const forgetGone = () => rates.retain(new Set([...containers.listView().map((c) => c.id), ...sandboxes.listView().map((s) => s.id)]));
   return {
     ContainerStats: async (req: { containerId: string }) => {
       if (!req.containerId) throw invalidArgument('ContainerStats: container_id is required');
-      return { stats: await containerStats(containers.mustGet(req.containerId), rates) };
+      return { stats: await containerStats(containers.mustView(req.containerId), rates) };
     },
     ListContainerStats: async (req: { filter: { id: string; podSandboxId: string; labelSelector: Record<string, string> } | null }) => {
       const f = req.filter;
       // Every container, created and exited ones included (with zero usage), as containerd answers.
-      let items = containers.list();
+      let items = containers.listView();
       if (f?.id) items = items.filter((c) => c.id.startsWith(f.id));
       if (f?.podSandboxId) items = items.filter((c) => c.sandboxId.startsWith(f.podSandboxId));
       if (f && Object.keys(f.labelSelector).length) items = items.filter((c) => matchLabels(c.config.labels, f.labelSelector));
@@ -116,16 +116,16 @@ export function statsHandlers(sandboxes: SandboxService, containers: ContainerSe
       return { stats: await Promise.all(items.map((c) => containerStats(c, rates))) };
     },
     PodSandboxStats: async (req: { podSandboxId: string }) => {
-      const s = sandboxes.mustGet(req.podSandboxId);
-      return { stats: await podStats(s, containers.list(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates) };
+      const s = sandboxes.mustView(req.podSandboxId);
+      return { stats: await podStats(s, containers.listView(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates) };
     },
     ListPodSandboxStats: async (req: { filter: { id: string; labelSelector: Record<string, string> } | null }) => {
       const f = req.filter;
-      let items = sandboxes.list().filter((s) => s.state === 'SANDBOX_READY');
+      let items = sandboxes.listView().filter((s) => s.state === 'SANDBOX_READY');
       if (f?.id) items = items.filter((s) => s.id.startsWith(f.id));
       if (f && Object.keys(f.labelSelector).length) items = items.filter((s) => matchLabels(s.config.labels, f.labelSelector));
       forgetGone();
-      return { stats: await Promise.all(items.map((s) => podStats(s, containers.list(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates))) };
+      return { stats: await Promise.all(items.map((s) => podStats(s, containers.listView(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates))) };
     },
   };
 }
@@ -145,10 +145,10 @@ export function metricsHandlers(sandboxes: SandboxService, containers: Container
     ListMetricDescriptors: async () => ({ descriptors: METRICS.map((m) => ({ name: m.name, help: m.help, labelKeys: LABELS })) }),
     ListPodSandboxMetrics: async () => {
       const out = [];
-      for (const s of sandboxes.list().filter((x) => x.state === 'SANDBOX_READY')) {
+      for (const s of sandboxes.listView().filter((x) => x.state === 'SANDBOX_READY')) {
         const md = s.config.metadata!;
         const ctrs = [];
-        for (const c of containers.list(s.id).filter((x) => x.state === 'CONTAINER_RUNNING')) {
+        for (const c of containers.listView(s.id).filter((x) => x.state === 'CONTAINER_RUNNING')) {
           const st = await containerStats(c, rates);
           const ts = nowWireNs();
           const labels = [c.config.metadata?.name ?? '', md.name, md.namespace];

@@ -14,7 +14,7 @@ import http from 'node:http';
 import path from 'node:path';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import { WebSocketServer, type WebSocket } from 'ws';
+import type { WebSocket, WebSocketServer } from 'ws';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { runAttach, runExec, type ExecChild, type ExecTty, type Resizer } from './exec.js';
@@ -126,12 +126,8 @@ function statusText(outcome: Outcome, cmd: string[], json: boolean): string {
 export class StreamingServer {
   private readonly tokens: TokenStore<StreamTarget>;
   private readonly server: http.Server;
-  private readonly wss = new WebSocketServer({
-    noServer: true,
-    maxPayload: WS_MAX_PAYLOAD,
-    // The first protocol the client offers that skiff speaks; none means refusal.
-    handleProtocols: (offered: Set<string>) => [...offered].find((p) => WS_EXEC_PROTOCOLS.includes(p)) ?? false,
-  });
+  /** ws is imported for the first WebSocket session: crictl and kubectl speak SPDY, and an idle daemon needs neither. */
+  private wss?: Promise<WebSocketServer>;
   private readonly sockets = new Set<Duplex>();
   /** Connections without an upgrade yet, each with the timer that closes it. */
   private readonly pending = new Map<net.Socket, NodeJS.Timeout>();
@@ -158,7 +154,6 @@ export class StreamingServer {
       }
     });
     this.server.on('clientError', (_err, socket: Duplex) => socket.destroy());
-    this.wss.on('error', (err) => this.d.log.warn('WebSocket server error', { error: errorMessage(err) }));
   }
 
   async start(): Promise<void> {
@@ -189,7 +184,7 @@ export class StreamingServer {
   async close(): Promise<void> {
     for (const s of this.pending.keys()) s.destroy();
     for (const s of this.sockets) s.destroy();
-    this.wss.close();
+    void this.wss?.then((w) => w.close(), () => undefined);
     await new Promise<void>((r) => this.server.close(() => r()));
   }
 
@@ -252,7 +247,16 @@ export class StreamingServer {
     }
     const upgrade = String(req.headers.upgrade ?? '').toLowerCase();
     if (upgrade === 'websocket') {
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.onWebSocket(ws, socket, target, new URL(req.url ?? '/', 'http://x').searchParams));
+      // Until the upgrade is handled nobody reads the socket: what the client sends meanwhile waits in it.
+      this.webSockets().then(
+        (wss) => {
+          if (socket.destroyed) return;
+          wss.handleUpgrade(req, socket, head, (ws) => this.onWebSocket(ws, socket, target, new URL(req.url ?? '/', 'http://x').searchParams));
+        },
+      ).catch((err: unknown) => {
+        this.d.log.warn('streaming upgrade failed', { error: errorMessage(err) });
+        socket.destroy();
+      });
       return;
     }
     if (upgrade !== 'spdy/3.1') {
@@ -276,6 +280,20 @@ export class StreamingServer {
     if (head.length) socket.unshift(head);
     if (target.kind === 'portforward') this.spdyPortForward(session, target);
     else this.spdyExecOrAttach(session, target, protocol);
+  }
+
+  private webSockets(): Promise<WebSocketServer> {
+    this.wss ??= import('ws').then(({ WebSocketServer }) => {
+      const wss = new WebSocketServer({
+        noServer: true,
+        maxPayload: WS_MAX_PAYLOAD,
+        // The first protocol the client offers that skiff speaks; none means refusal.
+        handleProtocols: (offered: Set<string>) => [...offered].find((p) => WS_EXEC_PROTOCOLS.includes(p)) ?? false,
+      });
+      wss.on('error', (err) => this.d.log.warn('WebSocket server error', { error: errorMessage(err) }));
+      return wss;
+    });
+    return this.wss;
   }
 
   /** Closes a connection with no traffic either way for the idle timeout. */
