@@ -4,15 +4,17 @@
  * per core here: on the main thread that alone was a third of a pull of
  * large layers, and kept the one thread that also drives the sockets, the
  * decompression and the disk writes busy. Each digest lives on one thread;
- * bytes go there in 1 MiB batches (one copy, then handed over without
- * another), a few batches in flight at most, so a slow thread slows its
+ * bytes go there in 1 MiB batches, copied once into memory the thread
+ * shares with the daemon (a fixed set of slots per thread: nothing is
+ * allocated per batch, which would add garbage-collection work on both
+ * sides), a few batches in flight at most, so a slow thread slows its
  * stream rather than growing a queue.
  *
  * Small blobs (manifests, configs, small layers) never leave the main
  * thread: a digest whose bytes end before the first batch fills is
  * computed in place.
  */
-import { createHash, type Hash } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import os from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { SkiffError } from '../errors.js';
@@ -20,38 +22,39 @@ import { SkiffError } from '../errors.js';
 /** Bytes gathered before they go to a thread. */
 export const DIGEST_BATCH = 1 << 20;
 /** Batches of one digest on their way to its thread before the stream waits. */
-const WINDOW = 4;
+const WINDOW = 3;
+/** Shared batch slots per thread. */
+const SLOTS = 8;
 
 const THREAD_SOURCE = `
-const { parentPort } = require('node:worker_threads');
+const { parentPort, workerData } = require('node:worker_threads');
 const { createHash } = require('node:crypto');
+const { shared, batch } = workerData;
 const jobs = new Map();
 parentPort.on('message', (m) => {
   try {
     if (m.op === 'start') jobs.set(m.id, createHash(m.algorithm));
     else if (m.op === 'update') {
       const h = jobs.get(m.id);
-      if (h) h.update(new Uint8Array(m.data, 0, m.length));
-      parentPort.postMessage({ op: 'ack', id: m.id, data: m.data }, [m.data]);
+      const bytes = m.slot >= 0 ? new Uint8Array(shared, m.slot * batch, m.length) : new Uint8Array(m.data, 0, m.length);
+      if (h) h.update(bytes);
+      parentPort.postMessage({ op: 'ack', id: m.id, slot: m.slot });
     } else if (m.op === 'end') {
       const h = jobs.get(m.id);
       jobs.delete(m.id);
       parentPort.postMessage({ op: 'digest', id: m.id, hex: h ? h.digest('hex') : '' });
     } else if (m.op === 'drop') jobs.delete(m.id);
   } catch (err) {
-    parentPort.postMessage({ op: 'error', id: m.id, message: String(err && err.message || err) });
+    parentPort.postMessage({ op: 'error', id: m.id, slot: m.slot, message: String(err && err.message || err) });
   }
 });
 `;
 
-type Reply = { op: 'ack' | 'digest' | 'error'; id: number; hex?: string; message?: string; data?: ArrayBuffer };
-
-/** Batch buffers kept for reuse: a pull of large layers would otherwise allocate (and zero) one per MiB it hashes. */
-const SPARE_BUFFERS = 16;
+type Reply = { op: 'ack' | 'digest' | 'error'; id: number; slot?: number; hex?: string; message?: string };
 
 interface RemoteJob {
   inFlight: number;
-  /** Resolves the writer waiting for the window to open. */
+  /** Wakes the writer waiting for its window to open. */
   wake?: () => void;
   done?: { resolve: (hex: string) => void; reject: (err: Error) => void };
   failed?: Error;
@@ -60,11 +63,19 @@ interface RemoteJob {
 interface Thread {
   worker: Worker;
   jobs: Map<number, RemoteJob>;
+  /** SLOTS batches of DIGEST_BATCH bytes, shared with the thread. */
+  slots: Uint8Array[];
+  free: number[];
+  /** Writers waiting for a free slot. */
+  waiting: Array<() => void>;
 }
 
 /** A digest being computed: feed it with update, end it with digest (or abort). */
 export interface StreamDigest {
-  /** Takes `chunk` (not kept); a returned promise asks the caller to wait before the next one. */
+  /**
+   * Takes `chunk`, which must not change until the returned promise (if
+   * any) settles; the caller waits for it before the next update.
+   */
   update(chunk: Buffer): Promise<void> | undefined;
   /** The digest, `<algorithm>:<hex>`. */
   digest(): Promise<string>;
@@ -97,7 +108,6 @@ export const inlineDigester: Digester = {
  */
 export class DigestThreads implements Digester {
   private readonly threads: Thread[] = [];
-  private readonly spare: ArrayBuffer[] = [];
   private nextId = 1;
   private idleTimer?: NodeJS.Timeout;
   private closed = false;
@@ -109,11 +119,6 @@ export class DigestThreads implements Digester {
 
   create(algorithm: 'sha256' | 'sha512'): StreamDigest {
     return new BatchedDigest(this, algorithm);
-  }
-
-  /** A batch buffer, reused when one has come back. */
-  buffer(): ArrayBuffer {
-    return this.spare.pop() ?? new ArrayBuffer(DIGEST_BATCH);
   }
 
   /** Threads running now (for tests: an idle pool has none). */
@@ -149,21 +154,30 @@ export class DigestThreads implements Digester {
     thread.jobs.delete(id);
     if (thread.jobs.size === 0) thread.worker.unref();
     if (this.threads.every((t) => t.jobs.size === 0) && this.threads.length) {
+      clearTimeout(this.idleTimer);
       this.idleTimer = setTimeout(() => {
         this.idleTimer = undefined;
         if (!this.threads.every((t) => t.jobs.size === 0)) return;
         for (const t of this.threads.splice(0)) void this.stop(t);
-        this.spare.length = 0;
       }, this.idleMs);
       this.idleTimer.unref();
     }
   }
 
   private spawn(): Thread {
-    const worker = new Worker(THREAD_SOURCE, { eval: true, name: 'skiff-digest' });
-    const thread: Thread = { worker, jobs: new Map() };
+    const shared = new SharedArrayBuffer(SLOTS * DIGEST_BATCH);
+    const worker = new Worker(THREAD_SOURCE, { eval: true, name: 'skiff-digest', workerData: { shared, batch: DIGEST_BATCH } });
+    const thread: Thread = {
+      worker,
+      jobs: new Map(),
+      slots: Array.from({ length: SLOTS }, (_, i) => new Uint8Array(shared, i * DIGEST_BATCH, DIGEST_BATCH)),
+      free: Array.from({ length: SLOTS }, (_, i) => i),
+      waiting: [],
+    };
     worker.on('message', (m: Reply) => {
-      if (m.data && this.spare.length < SPARE_BUFFERS) this.spare.push(m.data);
+      if (m.slot !== undefined && m.slot >= 0) thread.free.push(m.slot);
+      // Every answer may free a slot or end a writer's last batch in flight: waiting writers look again.
+      for (const w of thread.waiting.splice(0)) w();
       const job = thread.jobs.get(m.id);
       if (!job) return;
       if (m.op === 'ack') {
@@ -182,6 +196,7 @@ export class DigestThreads implements Digester {
       const i = this.threads.indexOf(thread);
       if (i >= 0) this.threads.splice(i, 1);
       for (const [id, job] of thread.jobs) this.fail(thread, id, job, err);
+      for (const w of thread.waiting.splice(0)) w();
     };
     worker.on('error', (err) => died(new SkiffError('Internal', `hashing thread failed: ${err.message}`, { cause: err })));
     worker.on('exit', (code) => died(new SkiffError('Internal', `hashing thread exited (${code})`)));
@@ -201,17 +216,27 @@ export class DigestThreads implements Digester {
 
   private async stop(t: Thread, err?: Error): Promise<void> {
     if (err) for (const [id, job] of t.jobs) this.fail(t, id, job, err);
+    for (const w of t.waiting.splice(0)) w();
     t.worker.removeAllListeners('exit');
     t.worker.on('exit', () => {});
     await t.worker.terminate();
   }
 }
 
+/**
+ * One digest. Its first batch is only gathered (the chunks themselves, not
+ * copies): a blob that ends within it is hashed in place. From then on each
+ * batch is copied into a free slot of the digest's thread; when none is
+ * free, the digest waits for one of its own batches to come back, or, with
+ * none in flight, uses a batch of its own (so digests sharing a thread can
+ * never wait on each other in a circle).
+ */
 class BatchedDigest implements StreamDigest {
-  private batch?: Uint8Array;
-  private filled = 0;
-  private inline?: Hash;
+  private held: Buffer[] = [];
+  private heldBytes = 0;
   private remote?: { id: number; thread: Thread; job: RemoteJob };
+  private cur?: { bytes: Uint8Array; slot: number };
+  private filled = 0;
   private over = false;
 
   constructor(
@@ -221,17 +246,41 @@ class BatchedDigest implements StreamDigest {
 
   update(chunk: Buffer): Promise<void> | undefined {
     if (this.over) throw new SkiffError('Internal', 'digest updated after its end');
-    let off = 0;
-    while (off < chunk.length) {
-      this.batch ??= new Uint8Array(this.pool.buffer());
-      const n = Math.min(chunk.length - off, DIGEST_BATCH - this.filled);
-      this.batch.set(chunk.subarray(off, off + n), this.filled);
-      this.filled += n;
-      off += n;
-      if (this.filled === DIGEST_BATCH) this.send();
+    if (!this.remote) {
+      this.held.push(chunk);
+      this.heldBytes += chunk.length;
+      if (this.heldBytes < DIGEST_BATCH) return undefined;
+      this.remote = this.pool.start(this.algorithm);
+      const held = this.held;
+      this.held = [];
+      return this.copy(held, 0);
     }
-    const job = this.remote?.job;
-    if (!job) return undefined;
+    return this.copy([chunk], 0);
+  }
+
+  /** Copies `chunks` (from `off` in the first) into batches, sending each one full. */
+  private copy(chunks: Buffer[], off: number): Promise<void> | undefined {
+    const { thread, job } = this.remote!;
+    for (let i = 0; i < chunks.length; i++, off = 0) {
+      const c = chunks[i]!;
+      while (off < c.length) {
+        if (job.failed) return Promise.reject(job.failed);
+        if (!this.cur) {
+          const slot = thread.free.pop();
+          if (slot !== undefined) this.cur = { bytes: thread.slots[slot]!, slot };
+          else if (job.inFlight > 0) {
+            const rest = [c, ...chunks.slice(i + 1)];
+            const at = off;
+            return new Promise<void>((resolve) => thread.waiting.push(resolve)).then(() => (this.over ? undefined : this.copy(rest, at)));
+          } else this.cur = { bytes: new Uint8Array(DIGEST_BATCH), slot: -1 };
+        }
+        const n = Math.min(c.length - off, DIGEST_BATCH - this.filled);
+        this.cur.bytes.set(c.subarray(off, off + n), this.filled);
+        this.filled += n;
+        off += n;
+        if (this.filled === DIGEST_BATCH) this.send();
+      }
+    }
     if (job.failed) return Promise.reject(job.failed);
     if (job.inFlight < WINDOW) return undefined;
     return new Promise<void>((resolve, reject) => {
@@ -240,13 +289,12 @@ class BatchedDigest implements StreamDigest {
   }
 
   private send(): void {
-    this.remote ??= this.pool.start(this.algorithm);
-    const { id, thread, job } = this.remote;
-    if (job.failed) return;
-    const data = this.batch!.buffer as ArrayBuffer;
+    const { id, thread, job } = this.remote!;
+    const { bytes, slot } = this.cur!;
     job.inFlight++;
-    thread.worker.postMessage({ op: 'update', id, data, length: this.filled }, [data]);
-    this.batch = undefined;
+    if (slot >= 0) thread.worker.postMessage({ op: 'update', id, slot, length: this.filled });
+    else thread.worker.postMessage({ op: 'update', id, slot, data: bytes.buffer, length: this.filled }, [bytes.buffer as ArrayBuffer]);
+    this.cur = undefined;
     this.filled = 0;
   }
 
@@ -255,14 +303,14 @@ class BatchedDigest implements StreamDigest {
     this.over = true;
     if (!this.remote) {
       // Never filled a batch: not worth a thread.
-      this.inline = createHash(this.algorithm);
-      if (this.batch) this.inline.update(this.batch.subarray(0, this.filled));
-      this.batch = undefined;
-      return `${this.algorithm}:${this.inline.digest('hex')}`;
+      const h = createHash(this.algorithm);
+      for (const c of this.held) h.update(c);
+      this.held = [];
+      return `${this.algorithm}:${h.digest('hex')}`;
     }
-    if (this.filled > 0) this.send();
     const { id, thread, job } = this.remote;
     if (job.failed) throw job.failed;
+    if (this.filled > 0) this.send();
     const hex = await new Promise<string>((resolve, reject) => {
       job.done = { resolve, reject };
       thread.worker.postMessage({ op: 'end', id });
@@ -273,9 +321,14 @@ class BatchedDigest implements StreamDigest {
   abort(): void {
     if (this.over) return;
     this.over = true;
-    this.batch = undefined;
+    this.held = [];
     if (!this.remote) return;
     const { id, thread, job } = this.remote;
+    if (this.cur && this.cur.slot >= 0) {
+      thread.free.push(this.cur.slot);
+      for (const w of thread.waiting.splice(0)) w();
+    }
+    this.cur = undefined;
     if (job.failed) return;
     thread.worker.postMessage({ op: 'drop', id });
     this.pool.finish(thread, id);

@@ -50,6 +50,18 @@ describe('DigestThreads', () => {
     expect(p.running).toBeLessThanOrEqual(2);
   });
 
+  it('more digests on one thread than it has shared slots all finish, each right (none waits on another in a circle)', async () => {
+    const p = pool(1);
+    const blobs = Array.from({ length: 12 }, (_, i) => randomBytes(2 * DIGEST_BATCH + 1 + i * 7919));
+    // Each first fills and sends a batch, then holds a partly filled slot while the others do the same.
+    const digests = blobs.map(() => p.create('sha256'));
+    for (const [i, b] of blobs.entries()) await digests[i]!.update(b.subarray(0, DIGEST_BATCH + 100));
+    await Promise.all(blobs.map(async (b, i) => {
+      for (let off = DIGEST_BATCH + 100; off < b.length; off += 300_001) await digests[i]!.update(b.subarray(off, Math.min(b.length, off + 300_001)));
+    }));
+    expect(await Promise.all(digests.map((d) => d.digest()))).toEqual(blobs.map((b) => `sha256:${createHash('sha256').update(b).digest('hex')}`));
+  });
+
   it('asks the writer to wait once a few batches are in flight, rather than queueing without bound', async () => {
     const p = pool(1);
     const h = p.create('sha256');
