@@ -118,6 +118,17 @@ class TwoCoreFloor {
   }
 }
 
+/** CPU seconds (user + system) `pid` has used so far, its threads included. */
+function cpuSeconds(pid: number): number {
+  try {
+    const st = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
 const ctrArgs = ['-a', '/run/steer-containerd/containerd.sock', '-n', 'k8s.io'];
 
 /** The digests in containerd's content store, and the keys of its snapshots. */
@@ -186,12 +197,16 @@ async function benchPull(registry: Awaited<ReturnType<typeof startRegistry>>): P
     const chain = chainIds(img.diffIds);
     let ctrdNote = containerdUp ? '' : `containerd is not running (${CONTAINERD_SOCKET}); start it with shared/conformance/containerd.sh to compare`;
     const forcedRemovals: string[] = [];
+    const ctrdPid = containerdUp ? Number((await fsp.readFile('/tmp/steer-containerd/pid', 'utf8').catch(() => '')).trim()) : NaN;
+    const ctrdCpu: number[] = [];
     const containerdPull = async (): Promise<number | undefined> => {
       if (!ctrd || ctrdNote) return undefined;
       try {
+        const c0 = cpuSeconds(ctrdPid);
         const t0 = process.hrtime.bigint();
         const res = await ctrd.img.PullImage!({ image: { image: ref } });
         const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+        ctrdCpu.push(cpuSeconds(ctrdPid) - c0);
         forcedRemovals.push(...(await containerdForget(ctrd.img, res.imageRef as string, blobs, chain)));
         return secs;
       } catch (err) {
@@ -215,12 +230,15 @@ async function benchPull(registry: Awaited<ReturnType<typeof startRegistry>>): P
       const floors: number[] = [];
       const floors2: number[] = [];
       const ctrdPulls: number[] = [];
+      const skiffCpu: number[] = [];
       for (let r = 0; r < RUNS; r++) {
         floors.push(await floorOnce(files));
         floors2.push(await twoCore.run(files));
+        const c0 = cpuSeconds(skiff.child.pid!);
         const t0 = process.hrtime.bigint();
         await skiff.images.PullImage({ image: { image: ref } });
         pulls.push(Number(process.hrtime.bigint() - t0) / 1e9);
+        skiffCpu.push(cpuSeconds(skiff.child.pid!) - c0);
         await skiff.images.RemoveImage({ image: { image: ref } });
         const c = await containerdPull();
         if (c !== undefined) ctrdPulls.push(c);
@@ -240,6 +258,7 @@ async function benchPull(registry: Awaited<ReturnType<typeof startRegistry>>): P
         line('floor, two cores: sha256 + gunzip + sha256', floor2) + `  (runs: ${runs(floors2)} s)`,
         line('floor, one core, layer after layer (info)', floor),
       );
+      out.push(`CPU per pull, median (user + system, the daemon's threads included): skiff ${median(skiffCpu).toFixed(2)} s${ctrdCpu.length ? `, containerd ${median(ctrdCpu).toFixed(2)} s` : ''}`);
       if (containerd !== undefined) out.push(`ratio skiff/containerd: ${(pull / containerd).toFixed(2)}× (target ≤ 0.6×)`);
       else out.push(ctrdNote);
       out.push(`ratio skiff/two-core floor: ${(pull / floor2).toFixed(2)}× (target ≤ 1.5×)`);
