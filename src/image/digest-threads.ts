@@ -244,13 +244,18 @@ class BatchedDigest implements StreamDigest {
     private readonly algorithm: 'sha256' | 'sha512',
   ) {}
 
+  /** Never throws: it runs inside stream callbacks, where a throw would not reach the stream. */
   update(chunk: Buffer): Promise<void> | undefined {
-    if (this.over) throw new SkiffError('Internal', 'digest updated after its end');
+    if (this.over) return Promise.reject(new SkiffError('Internal', 'digest updated after its end'));
     if (!this.remote) {
       this.held.push(chunk);
       this.heldBytes += chunk.length;
       if (this.heldBytes < DIGEST_BATCH) return undefined;
-      this.remote = this.pool.start(this.algorithm);
+      try {
+        this.remote = this.pool.start(this.algorithm);
+      } catch (err) {
+        return Promise.reject(err);
+      }
       const held = this.held;
       this.held = [];
       return this.copy(held, 0);

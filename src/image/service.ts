@@ -668,10 +668,17 @@ export class ImageService {
     const dir = await this.d.snapshots.prepare();
     let stored: Promise<unknown> = Promise.resolve();
     let source: Readable;
-    if (await this.d.content.has(layer.digest)) {
+    let body: Readable | undefined;
+    try {
+      if (!(await this.d.content.has(layer.digest))) body = await session.blob(layer);
+    } catch (err) {
+      // No download (the registry failed, or another layer of the pull already did): nothing to keep.
+      await this.d.snapshots.abort(dir);
+      throw err;
+    }
+    if (!body) {
       source = this.d.content.read(layer.digest);
     } else {
-      const body = await session.blob(layer);
       const toStore = new PassThrough({ highWaterMark: 1 << 20 });
       const toUnpack = new PassThrough({ highWaterMark: 1 << 20 });
       // The consumers see these errors through pipeline; before they attach, an error must not crash the process.

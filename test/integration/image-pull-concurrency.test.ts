@@ -120,7 +120,7 @@ describe.skipIf(!isRoot)('PullImage: layers of one pull at once', () => {
       const dir = (i: number) => path.join(dirs.root, 'snapshots', String(rows[i]!.id), 'fs');
       for (let i = 0; i < 3; i++) {
         expect(await fs.readFile(path.join(dir(i), 'etc/which'), 'utf8')).toBe(`layer ${i}`);
-        expect(await fs.readFile(path.join(dir(i), `big${i}`))).toEqual((layerEntries[i]![3]!.data as Buffer));
+        expect((await fs.readFile(path.join(dir(i), `big${i}`))).equals(layerEntries[i]![3]!.data as Buffer), `big${i} in layer ${i}`).toBe(true);
       }
       // Layer 1's whiteout of layer 0's file is an overlay whiteout in layer 1's own directory.
       const wh = await fs.lstat(path.join(dir(1), 'etc/only-0'));
@@ -131,9 +131,10 @@ describe.skipIf(!isRoot)('PullImage: layers of one pull at once', () => {
     await skiff.images.RemoveImage({ image: { image: res.imageRef! } });
   });
 
-  it('a layer that fails its digest stops the other downloads at once and leaves no blob, snapshot, ingest or open file', async () => {
+  it('a layer that fails its digest stops the other downloads at once, starts no more, and leaves no blob, snapshot, ingest or open file', async () => {
+    // Four layers, three download slots: the last waits for a slot and must not start once the pull has failed.
     const img = await buildImage({
-      layers: [0, 1, 2].map((i) => ({ entries: [{ name: `f${i}`, data: randomBytes(300_000) }] })),
+      layers: [0, 1, 2, 3].map((i) => ({ entries: [{ name: `f${i}`, data: randomBytes(300_000) }] })),
     });
     reg.serve('test/bad', 'v1', img);
     const before = await inventory();
@@ -141,7 +142,7 @@ describe.skipIf(!isRoot)('PullImage: layers of one pull at once', () => {
     const stalled: SeenRequest[] = [];
     reg.handler = (req, res, seen) => {
       const i = layerIndex(img, req.url);
-      if (i < 0) return false;
+      if (i < 0 || i === 3) return false;
       const data = img.layers[i]!.data;
       if (i === 1) {
         // The right length, one byte wrong, sent at once after the others started.
@@ -163,6 +164,7 @@ describe.skipIf(!isRoot)('PullImage: layers of one pull at once', () => {
     // The stalled layers would have held the pull until the 10-minute progress timeout.
     expect(Date.now() - t0).toBeLessThan(20_000);
     expect(stalled.length).toBe(2);
+    expect(reg.requests.filter((r) => r.path.endsWith(img.layers[3]!.digest))).toEqual([]);
     for (const r of stalled) {
       const closedAt = await Promise.race([r.closed, sleep(5000).then(() => -1)]);
       expect(closedAt, `connection for ${r.path} still open`).toBeGreaterThan(0);

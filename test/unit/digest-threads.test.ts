@@ -104,6 +104,6 @@ describe('DigestThreads', () => {
     await h.update(randomBytes(2 * DIGEST_BATCH));
     await p.close();
     await expect(h.digest()).rejects.toThrow(/hashing threads stopped/);
-    expect(() => p.create('sha256').update(randomBytes(DIGEST_BATCH))).toThrow(/hashing threads stopped/);
+    await expect(p.create('sha256').update(randomBytes(DIGEST_BATCH))).rejects.toThrow(/hashing threads stopped/);
   });
 });
