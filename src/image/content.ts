@@ -124,7 +124,7 @@ export class LocalContentStore implements ContentStore {
     }
     const { algorithm, hex } = parseDigest(expected.digest);
     const tmp = path.join(this.ingestDir, `${algorithm}-${hex}-${randomBytes(6).toString('hex')}`);
-    const digest = this.digester.create(algorithm);
+    const digest = this.digester.create(algorithm, expected.size);
     let size = 0;
     const limit = expected.size;
     const meter = new Transform({

@@ -12,8 +12,9 @@
  * its stream rather than growing a queue.
  *
  * Small blobs (manifests, configs, small layers) never leave the main
- * thread: a digest whose bytes end before the first batch fills is
- * computed in place.
+ * thread: a digest whose expected size is under `minBytes` (or unknown) is
+ * computed in place, so that an 8 MiB config does not start a thread (and
+ * its memory) for a few milliseconds of hashing.
  */
 import { createHash } from 'node:crypto';
 import os from 'node:os';
@@ -85,8 +86,12 @@ export interface StreamDigest {
 }
 
 export interface Digester {
-  create(algorithm: 'sha256' | 'sha512'): StreamDigest;
+  /** `sizeHint`: about how many bytes will be hashed, when known. */
+  create(algorithm: 'sha256' | 'sha512', sizeHint?: number): StreamDigest;
 }
+
+/** Blobs from this size on are hashed on a thread. */
+export const THREAD_MIN_BYTES = 16 << 20;
 
 /** Hashing on the calling thread, as before there were threads: for tests and small tools. */
 export const inlineDigester: Digester = {
@@ -116,9 +121,11 @@ export class DigestThreads implements Digester {
   constructor(
     private readonly size = Math.max(1, Math.min(4, os.availableParallelism())),
     private readonly idleMs = 10_000,
+    private readonly minBytes = THREAD_MIN_BYTES,
   ) {}
 
-  create(algorithm: 'sha256' | 'sha512'): StreamDigest {
+  create(algorithm: 'sha256' | 'sha512', sizeHint?: number): StreamDigest {
+    if (sizeHint === undefined || sizeHint < this.minBytes) return inlineDigester.create(algorithm);
     return new BatchedDigest(this, algorithm);
   }
 
@@ -225,16 +232,12 @@ export class DigestThreads implements Digester {
 }
 
 /**
- * One digest. Its first batch is only gathered (the chunks themselves, not
- * copies): a blob that ends within it is hashed in place. From then on each
- * batch is copied into a free slot of the digest's thread; when none is
- * free, the digest waits for one of its own batches to come back, or, with
- * none in flight, uses a batch of its own (so digests sharing a thread can
- * never wait on each other in a circle).
+ * One digest on a thread. Each batch is copied into a free slot of the
+ * digest's thread; when none is free, the digest waits for one of its own
+ * batches to come back, or, with none in flight, uses a batch of its own (so
+ * digests sharing a thread can never wait on each other in a circle).
  */
 class BatchedDigest implements StreamDigest {
-  private held: Buffer[] = [];
-  private heldBytes = 0;
   private remote?: { id: number; thread: Thread; job: RemoteJob };
   private cur?: { bytes: Uint8Array; slot: number };
   private filled = 0;
@@ -249,21 +252,14 @@ class BatchedDigest implements StreamDigest {
   update(chunk: Buffer): Promise<void> | undefined {
     if (this.over) return Promise.reject(new SkiffError('Internal', 'digest updated after its end'));
     if (!this.remote) {
-      this.held.push(chunk);
-      this.heldBytes += chunk.length;
-      if (this.heldBytes < DIGEST_BATCH) return undefined;
       try {
         this.remote = this.pool.start(this.algorithm);
       } catch (err) {
         return Promise.reject(err);
       }
-      const held = this.held;
-      this.held = [];
-      return this.copy(held, 0);
     }
     return this.copy([chunk], 0);
   }
-
   /** Copies `chunks` (from `off` in the first) into batches, sending each one full. */
   private copy(chunks: Buffer[], off: number): Promise<void> | undefined {
     const { thread, job } = this.remote!;
@@ -307,13 +303,8 @@ class BatchedDigest implements StreamDigest {
   async digest(): Promise<string> {
     if (this.over) throw new SkiffError('Internal', 'digest ended twice');
     this.over = true;
-    if (!this.remote) {
-      // Never filled a batch: not worth a thread.
-      const h = createHash(this.algorithm);
-      for (const c of this.held) h.update(c);
-      this.held = [];
-      return `${this.algorithm}:${h.digest('hex')}`;
-    }
+    // Nothing was hashed.
+    if (!this.remote) return `${this.algorithm}:${createHash(this.algorithm).digest('hex')}`;
     const { id, thread, job } = this.remote;
     if (job.failed) throw job.failed;
     if (this.filled > 0) this.send();
@@ -327,7 +318,6 @@ class BatchedDigest implements StreamDigest {
   abort(): void {
     if (this.over) return;
     this.over = true;
-    this.held = [];
     if (!this.remote) return;
     const { id, thread, job } = this.remote;
     if (this.cur && this.cur.slot >= 0) {

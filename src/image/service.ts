@@ -700,6 +700,7 @@ export class ImageService {
     const [unpacked, fetched] = await Promise.allSettled([
       applyLayer(dir, source, {
         ...(this.d.digester ? { digester: this.d.digester } : {}),
+        sizeHint: layer.size,
         lookupLower: async (rel) => {
           if (!parent) return undefined;
           if (!parentReady) throw new NeedsLowerLayers();

@@ -58,6 +58,8 @@ export interface ApplyOptions {
   lookupLower?: (relPath: string) => Promise<string | undefined>;
   /** Hashes the tar into the diff id (default: on this thread). */
   digester?: Digester;
+  /** About how many bytes the tar has, when known (a compressed layer's size is a lower bound). */
+  sizeHint?: number;
 }
 
 /**
@@ -667,7 +669,7 @@ class LayerWriter {
 
 /** Applies the (possibly compressed) layer in `source` to the empty directory `root`. */
 export async function applyLayer(root: string, source: Readable, opts: ApplyOptions = {}): Promise<ApplyResult> {
-  const hash = (opts.digester ?? inlineDigester).create('sha256');
+  const hash = (opts.digester ?? inlineDigester).create('sha256', opts.sizeHint);
   const hasher = new Transform({
     transform(chunk: Buffer, _enc, cb) {
       const wait = hash.update(chunk);

@@ -11,7 +11,7 @@ const digest = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('h
 
 const digesters: Array<[string, () => Digester]> = [
   ['hashing on the calling thread', () => inlineDigester],
-  ['hashing on threads', () => new DigestThreads(2, 50)],
+  ['hashing on threads', () => new DigestThreads(2, 50, 0)],
 ];
 
 describe.each(digesters)('LocalContentStore, %s', (_label, makeDigester) => {

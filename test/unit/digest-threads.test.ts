@@ -5,11 +5,12 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DIGEST_BATCH, DigestThreads, inlineDigester, type Digester } from '../../src/image/digest-threads.js';
+import { DIGEST_BATCH, DigestThreads, inlineDigester, THREAD_MIN_BYTES, type Digester } from '../../src/image/digest-threads.js';
 
 const pools: DigestThreads[] = [];
-function pool(size = 2, idleMs = 10_000): DigestThreads {
-  const p = new DigestThreads(size, idleMs);
+/** A pool that takes every blob with a size hint, however small. */
+function pool(size = 2, idleMs = 10_000, minBytes = 0): DigestThreads {
+  const p = new DigestThreads(size, idleMs, minBytes);
   pools.push(p);
   return p;
 }
@@ -19,7 +20,7 @@ afterEach(async () => {
 });
 
 async function feed(d: Digester, algorithm: 'sha256' | 'sha512', data: Buffer, chunk: (i: number) => number): Promise<string> {
-  const h = d.create(algorithm);
+  const h = d.create(algorithm, data.length);
   for (let off = 0, i = 0; off < data.length; i++) {
     const n = Math.min(chunk(i), data.length - off);
     await h.update(data.subarray(off, off + n));
@@ -54,7 +55,7 @@ describe('DigestThreads', () => {
     const p = pool(1);
     const blobs = Array.from({ length: 12 }, (_, i) => randomBytes(2 * DIGEST_BATCH + 1 + i * 7919));
     // Each first fills and sends a batch, then holds a partly filled slot while the others do the same.
-    const digests = blobs.map(() => p.create('sha256'));
+    const digests = blobs.map(() => p.create('sha256', 1 << 30));
     for (const [i, b] of blobs.entries()) await digests[i]!.update(b.subarray(0, DIGEST_BATCH + 100));
     await Promise.all(blobs.map(async (b, i) => {
       for (let off = DIGEST_BATCH + 100; off < b.length; off += 300_001) await digests[i]!.update(b.subarray(off, Math.min(b.length, off + 300_001)));
@@ -64,7 +65,7 @@ describe('DigestThreads', () => {
 
   it('asks the writer to wait once a few batches are in flight, rather than queueing without bound', async () => {
     const p = pool(1);
-    const h = p.create('sha256');
+    const h = p.create('sha256', 1 << 30);
     // One 16 MiB write is sixteen batches: far past the window.
     const wait = h.update(randomBytes(16 * DIGEST_BATCH));
     expect(wait).toBeInstanceOf(Promise);
@@ -72,9 +73,13 @@ describe('DigestThreads', () => {
     expect(await h.digest()).toMatch(/^sha256:[0-9a-f]{64}$/);
   });
 
-  it('small blobs never start a thread', async () => {
-    const p = pool();
-    await feed(p, 'sha256', randomBytes(DIGEST_BATCH - 1), () => 4096);
+  it('blobs under the size threshold, or of unknown size, never start a thread', async () => {
+    const p = pool(2, 10_000, THREAD_MIN_BYTES);
+    const data = randomBytes(THREAD_MIN_BYTES - 1);
+    expect(await feed(p, 'sha256', data, () => 1 << 20)).toBe(`sha256:${createHash('sha256').update(data).digest('hex')}`);
+    const unknown = p.create('sha256');
+    await unknown.update(randomBytes(3 * DIGEST_BATCH));
+    await unknown.digest();
     expect(p.running).toBe(0);
   });
 
@@ -91,7 +96,7 @@ describe('DigestThreads', () => {
 
   it('an aborted digest frees its thread for the next one', async () => {
     const p = pool(1, 50);
-    const h = p.create('sha256');
+    const h = p.create('sha256', 1 << 30);
     await h.update(randomBytes(3 * DIGEST_BATCH));
     h.abort();
     const data = randomBytes(2 * DIGEST_BATCH);
@@ -100,10 +105,10 @@ describe('DigestThreads', () => {
 
   it('a pool stopped mid-hash fails the digest instead of leaving it waiting', async () => {
     const p = pool(1);
-    const h = p.create('sha256');
+    const h = p.create('sha256', 1 << 30);
     await h.update(randomBytes(2 * DIGEST_BATCH));
     await p.close();
     await expect(h.digest()).rejects.toThrow(/hashing threads stopped/);
-    await expect(p.create('sha256').update(randomBytes(DIGEST_BATCH))).rejects.toThrow(/hashing threads stopped/);
+    await expect(p.create('sha256', 1 << 30).update(randomBytes(DIGEST_BATCH))).rejects.toThrow(/hashing threads stopped/);
   });
 });
