@@ -21,7 +21,8 @@ export interface Target {
 type Call = (req: unknown) => Promise<Record<string, unknown>>;
 type Client = Record<string, Call>;
 
-function client(socket: string): { rt: Client; img: Client; close(): void } {
+/** A CRI client (runtime and image services) on `socket`, each call a promise with a two-minute deadline. */
+export function client(socket: string): { rt: Client; img: Client; close(): void } {
   const cri = loadCri();
   const wrap = (c: grpc.Client): Client =>
     new Proxy({} as Client, {

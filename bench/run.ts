@@ -1,11 +1,12 @@
 /**
- * `npm run bench`: cold pull throughput against this machine's floor.
+ * `npm run bench`: cold pull throughput against containerd and this machine's floor.
  *
  * Builds an image of three 56 MiB layers of random bytes (gzip barely shrinks
  * them), serves it from a local docker-registry, and pulls it cold with a real
- * `skiff cri` several times. The floor is the least work any runtime must do
- * for those bytes, measured in the same run: read each blob, sha256 it,
- * gunzip it and sha256 the tar.
+ * `skiff cri` several times, and with containerd 1.6 through its CRI socket
+ * when it runs here. The floor is the least work any runtime must do for
+ * those bytes, measured in the same run: read each blob, sha256 it, gunzip it
+ * and sha256 the tar, the layers spread over both cores.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
@@ -15,6 +16,8 @@ import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { Writable } from 'node:stream';
 import zlib from 'node:zlib';
+import { spawnSync } from 'node:child_process';
+import { Worker } from 'node:worker_threads';
 import { makeDirs, SkiffProcess } from '../test/helpers/daemon.js';
 import { buildImage, Pusher, tarOf } from '../test/helpers/oci.js';
 import { startRegistry } from '../test/helpers/registry.js';
@@ -24,7 +27,8 @@ import { benchKubelet, reportKubelet, type KubeletResults } from './kubelet.js';
 import { benchNode, reportNode } from './node.js';
 import { benchProxy } from './proxy.js';
 import { measureFloor, type FloorSamples } from './floor.js';
-import { benchPods, pidsMatching, report, type PodResults } from './pods.js';
+import { benchPods, client, pidsMatching, report, type PodResults } from './pods.js';
+import { chainIds } from '../src/image/service.js';
 
 const LAYERS = 3;
 const LAYER_MIB = 56;
@@ -60,10 +64,115 @@ async function floorOnce(files: string[]): Promise<number> {
   return Number(process.hrtime.bigint() - t0) / 1e9;
 }
 
+/** The per-layer floor work (read, sha256, gunzip, sha256), run on a thread of its own. */
+const FLOOR_WORKER = `
+const { parentPort } = require('node:worker_threads');
+const { createHash } = require('node:crypto');
+const fs = require('node:fs');
+const zlib = require('node:zlib');
+parentPort.on('message', (file) => {
+  const compressed = createHash('sha256');
+  const plain = createHash('sha256');
+  const gunzip = zlib.createGunzip({ chunkSize: 1 << 18 });
+  const read = fs.createReadStream(file, { highWaterMark: 1 << 20 });
+  read.on('data', (c) => compressed.update(c));
+  gunzip.on('data', (c) => plain.update(c));
+  const fail = (e) => parentPort.postMessage({ error: String(e) });
+  read.on('error', fail);
+  gunzip.on('error', fail);
+  gunzip.on('end', () => {
+    compressed.digest();
+    plain.digest();
+    parentPort.postMessage({});
+  });
+  read.pipe(gunzip);
+});
+`;
+
+/**
+ * The floor on both cores: the same per-layer work as floorOnce, the layers
+ * shared among two threads (the machine has two cores), as a runtime that
+ * hashes and decompresses layers concurrently could at best.
+ */
+class TwoCoreFloor {
+  private readonly workers = [0, 1].map(() => new Worker(FLOOR_WORKER, { eval: true }));
+
+  async run(files: string[]): Promise<number> {
+    const queue = [...files];
+    const t0 = process.hrtime.bigint();
+    await Promise.all(
+      this.workers.map(async (w) => {
+        for (let f = queue.shift(); f !== undefined; f = queue.shift()) {
+          const done = new Promise<void>((resolve, reject) => {
+            w.once('message', (m: { error?: string }) => (m.error ? reject(new Error(m.error)) : resolve()));
+          });
+          w.postMessage(f);
+          await done;
+        }
+      }),
+    );
+    return Number(process.hrtime.bigint() - t0) / 1e9;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.terminate()));
+  }
+}
+
+/** CPU seconds (user + system) `pid` has used so far, its threads included. */
+function cpuSeconds(pid: number): number {
+  try {
+    const st = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+const ctrArgs = ['-a', '/run/steer-containerd/containerd.sock', '-n', 'k8s.io'];
+
+/** The digests in containerd's content store, and the keys of its snapshots. */
+function containerdHolds(): { content: Set<string>; snapshots: Set<string> } {
+  const lines = (args: string[]) => {
+    const r = spawnSync('ctr', [...ctrArgs, ...args], { encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`ctr ${args.join(' ')}: ${r.stderr.trim()}`);
+    return r.stdout.split('\n').map((l) => l.trim()).filter(Boolean);
+  };
+  return { content: new Set(lines(['content', 'ls', '-q'])), snapshots: new Set(lines(['snapshots', 'ls']).slice(1).map((l) => l.split(/\s+/)[0]!)) };
+}
+
+/**
+ * Removes the bench image from containerd and makes sure nothing of it is
+ * left: its blobs in the content store or its layer snapshots would make the
+ * next pull warm. CRI RemoveImage deletes the last name synchronously, which
+ * runs containerd's garbage collection; anything it left is waited for, then
+ * removed with ctr. Returns what had to be removed by hand.
+ */
+async function containerdForget(img: Record<string, (r: unknown) => Promise<Record<string, unknown>>>, id: string, blobs: string[], chain: string[]): Promise<string[]> {
+  await img.RemoveImage!({ image: { image: id } });
+  const deadline = Date.now() + 5_000;
+  for (;;) {
+    const held = containerdHolds();
+    const left = [...blobs.filter((b) => held.content.has(b)), ...chain.filter((c) => held.snapshots.has(c))];
+    if (!left.length) return [];
+    if (Date.now() > deadline) {
+      for (const c of [...chain].reverse()) if (held.snapshots.has(c)) spawnSync('ctr', [...ctrArgs, 'snapshots', 'rm', c]);
+      for (const b of blobs) if (held.content.has(b)) spawnSync('ctr', [...ctrArgs, 'content', 'rm', b]);
+      const again = containerdHolds();
+      const still = [...blobs.filter((b) => again.content.has(b)), ...chain.filter((c) => again.snapshots.has(c))];
+      if (still.length) throw new Error(`containerd still holds ${still.join(', ')} after RemoveImage and ctr rm`);
+      return left;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 async function benchPull(registry: Awaited<ReturnType<typeof startRegistry>>): Promise<void> {
   const work = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-bench-'));
   const dirs = await makeDirs();
   let skiff: SkiffProcess | undefined;
+  const twoCore = new TwoCoreFloor();
   try {
     process.stdout.write(`building ${LAYERS} × ${LAYER_MIB} MiB random layers…\n`);
     const layers = [];
@@ -83,32 +192,88 @@ async function benchPull(registry: Awaited<ReturnType<typeof startRegistry>>): P
 
     skiff = await new SkiffProcess(dirs).start();
     const ref = `${registry.host}/bench/big:v1`;
-    // One uncounted round first: the daemon's first pull also pays for JIT and connection set-up.
-    await floorOnce(files);
-    await skiff.images.PullImage({ image: { image: ref } });
-    await skiff.images.RemoveImage({ image: { image: ref } });
-    const pulls: number[] = [];
-    const floors: number[] = [];
-    for (let r = 0; r < RUNS; r++) {
-      floors.push(await floorOnce(files));
-      const t0 = process.hrtime.bigint();
+    const containerdUp = await fsp.stat(CONTAINERD_SOCKET).then((s) => s.isSocket(), () => false);
+    const ctrd = containerdUp ? client(CONTAINERD_SOCKET) : undefined;
+    const blobs = [img.manifest.digest, img.config.digest, ...img.layers.map((l) => l.digest)];
+    const chain = chainIds(img.diffIds);
+    let ctrdNote = containerdUp ? '' : `containerd is not running (${CONTAINERD_SOCKET}); start it with shared/conformance/containerd.sh to compare`;
+    const forcedRemovals: string[] = [];
+    const ctrdPid = containerdUp ? Number((await fsp.readFile('/tmp/steer-containerd/pid', 'utf8').catch(() => '')).trim()) : NaN;
+    const ctrdCpu: number[] = [];
+    const containerdPull = async (): Promise<number | undefined> => {
+      if (!ctrd || ctrdNote) return undefined;
+      try {
+        const c0 = cpuSeconds(ctrdPid);
+        const t0 = process.hrtime.bigint();
+        const res = await ctrd.img.PullImage!({ image: { image: ref } });
+        const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+        ctrdCpu.push(cpuSeconds(ctrdPid) - c0);
+        forcedRemovals.push(...(await containerdForget(ctrd.img, res.imageRef as string, blobs, chain)));
+        return secs;
+      } catch (err) {
+        ctrdNote = `containerd run failed, reporting skiff alone: ${err instanceof Error ? err.message : String(err)}`;
+        return undefined;
+      }
+    };
+    try {
+      // One uncounted round first: the first pull also pays for JIT and connection set-up.
+      await floorOnce(files);
+      await twoCore.run(files);
       await skiff.images.PullImage({ image: { image: ref } });
-      pulls.push(Number(process.hrtime.bigint() - t0) / 1e9);
       await skiff.images.RemoveImage({ image: { image: ref } });
+      if (ctrd) {
+        // A cold start for containerd too: nothing of the image may be there before its first pull.
+        const held = containerdHolds();
+        if (blobs.some((b) => held.content.has(b))) ctrdNote = 'containerd already holds the bench image\'s blobs before its first pull';
+        await containerdPull();
+      }
+      const pulls: number[] = [];
+      const floors: number[] = [];
+      const floors2: number[] = [];
+      const ctrdPulls: number[] = [];
+      const skiffCpu: number[] = [];
+      for (let r = 0; r < RUNS; r++) {
+        floors.push(await floorOnce(files));
+        floors2.push(await twoCore.run(files));
+        const c0 = cpuSeconds(skiff.child.pid!);
+        const t0 = process.hrtime.bigint();
+        await skiff.images.PullImage({ image: { image: ref } });
+        pulls.push(Number(process.hrtime.bigint() - t0) / 1e9);
+        skiffCpu.push(cpuSeconds(skiff.child.pid!) - c0);
+        await skiff.images.RemoveImage({ image: { image: ref } });
+        const c = await containerdPull();
+        if (c !== undefined) ctrdPulls.push(c);
+      }
+      const pull = median(pulls);
+      const floor = median(floors);
+      const floor2 = median(floors2);
+      const runs = (xs: number[]) => xs.map((p) => p.toFixed(2)).join(', ');
+      const line = (label: string, secs: number) => `${label.padEnd(48)} ${secs.toFixed(2)} s  ${(mib / secs).toFixed(1).padStart(6)} MiB/s`;
+      const out = [
+        `cold pull of ${mib.toFixed(1)} MiB in ${LAYERS} layers, median of ${RUNS}`,
+        line('skiff PullImage (registry → verify → unpack)', pull) + `  (runs: ${runs(pulls)} s)`,
+      ];
+      const containerd = ctrdPulls.length === RUNS ? median(ctrdPulls) : undefined;
+      if (containerd !== undefined) out.push(line('containerd 1.6 PullImage (CRI, same registry)', containerd) + `  (runs: ${runs(ctrdPulls)} s)`);
+      out.push(
+        line('floor, two cores: sha256 + gunzip + sha256', floor2) + `  (runs: ${runs(floors2)} s)`,
+        line('floor, one core, layer after layer (info)', floor),
+      );
+      out.push(`CPU per pull, median (user + system, the daemon's threads included): skiff ${median(skiffCpu).toFixed(2)} s${ctrdCpu.length ? `, containerd ${median(ctrdCpu).toFixed(2)} s` : ''}`);
+      if (containerd !== undefined) out.push(`ratio skiff/containerd: ${(pull / containerd).toFixed(2)}× (target ≤ 0.6×)`);
+      else out.push(ctrdNote);
+      out.push(`ratio skiff/two-core floor: ${(pull / floor2).toFixed(2)}× (target ≤ 1.5×)`);
+      if (containerd !== undefined) {
+        out.push(forcedRemovals.length
+          ? `containerd kept ${forcedRemovals.length} blob(s)/snapshot(s) 5 s after RemoveImage; removed with ctr before the next pull`
+          : 'containerd held none of the image\'s blobs or snapshots after each RemoveImage (checked with ctr): every pull was cold');
+      }
+      process.stdout.write(`${out.join('\n')}\n\n`);
+    } finally {
+      ctrd?.close();
     }
-    const pull = median(pulls);
-    const floor = median(floors);
-    const line = (label: string, secs: number) => `${label.padEnd(48)} ${secs.toFixed(2)} s  ${(mib / secs).toFixed(1).padStart(6)} MiB/s`;
-    process.stdout.write(
-      [
-        `cold pull of ${mib.toFixed(1)} MiB in ${LAYERS} layers, median of ${RUNS} (runs: ${pulls.map((p) => p.toFixed(2)).join(', ')} s)`,
-        line('skiff PullImage (registry → verify → unpack)', pull),
-        line('floor: read + sha256 + gunzip + sha256', floor),
-        `ratio pull/floor: ${(pull / floor).toFixed(2)}× (target ≤ 2×)`,
-        '',
-      ].join('\n'),
-    );
   } finally {
+    await twoCore.close();
     await skiff?.stop();
     await fsp.rm(work, { recursive: true, force: true });
     await fsp.rm(dirs.base, { recursive: true, force: true });

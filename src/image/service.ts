@@ -14,10 +14,11 @@ import type { Db } from '../db.js';
 import { SkiffError, errorMessage, isErrno, isNoSpace, noSpaceAt, wrap } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ContentStore } from './content.js';
+import type { Digester } from './digest-threads.js';
 import { formatPlatform, hostPlatform, selectPlatform, type Platform } from './platform.js';
 import { formatReference, isImageId, parseReference, repository, tagName, type Reference } from './reference.js';
 import { Limits, MediaType, type Credentials, type FetchedManifest, type RegistryClient } from './registry.js';
-import { cancelledError, isCancellation, SharedWork } from './shared-work.js';
+import { cancelledError, isCancellation, PullCancelled, SharedWork } from './shared-work.js';
 import { ImageArchive, type ArchiveLimits } from './archive.js';
 import { readImageArchive } from './import.js';
 import { findInLowers, type Snapshot, type Snapshotter } from './snapshot.js';
@@ -83,6 +84,8 @@ export interface ImageServiceDeps {
   pinned?: string[];
   downloadConcurrency?: number;
   unpackConcurrency?: number;
+  /** Hashes layer tars into diff ids (default: on the main thread). */
+  digester?: Digester;
   /** Where a compressed archive is decompressed for import (default: the system's temporary directory). */
   importTmpDir?: string;
 }
@@ -180,6 +183,41 @@ function countingSource(source: BlobSource, progress: ProgressMeter): BlobSource
     },
     get aborted() {
       return source.aborted;
+    },
+  };
+}
+
+/**
+ * `source`, with every blob download it started stopped at once by `stop`:
+ * when one layer of a pull fails, the pull's other downloads end then,
+ * rather than running to their end (or their stall timeout) for nothing.
+ * What it stops fails as a cancellation, so that another pull sharing one
+ * of those layers fetches it again for itself.
+ */
+function stoppableSource(source: BlobSource): { source: BlobSource; stop(cause: unknown): void } {
+  const bodies = new Set<Readable>();
+  let stopped: SkiffError | undefined;
+  return {
+    source: {
+      manifest: (ref) => source.manifest(ref),
+      blob: async (desc) => {
+        if (stopped) throw stopped;
+        const body = await source.blob(desc);
+        if (stopped) {
+          body.destroy(stopped);
+          throw stopped;
+        }
+        bodies.add(body);
+        body.once('close', () => bodies.delete(body));
+        return body;
+      },
+      get aborted() {
+        return source.aborted || stopped !== undefined;
+      },
+    },
+    stop(cause) {
+      stopped ??= new PullCancelled(`download stopped: another layer of the same pull failed: ${errorMessage(cause)}`);
+      for (const b of bodies) b.destroy(stopped);
     },
   };
 }
@@ -512,16 +550,26 @@ export class ImageService {
     holder.hold(...chain, ...manifest.layers.map((l) => l.digest));
     blobs.push(...manifest.layers.map((l) => l.digest));
 
+    // Layers download, verify and unpack at once, each into a directory of its own (bounded by the
+    // download slots); the first to fail stops the others' downloads.
+    const layers = stoppableSource(source);
+    let firstFailure: { reason: unknown } | undefined;
     const committed: Array<Promise<Snapshot>> = [];
     manifest.layers.forEach((layer, i) => {
-      const done = this.layer(source, layer, diffIds[i]!, chain[i]!, i > 0 ? chain[i - 1] : undefined, committed[i - 1]);
-      if (progress) done.then(() => progress.layerDone(), () => {});
+      const done = this.layer(layers.source, layer, diffIds[i]!, chain[i]!, i > 0 ? chain[i - 1] : undefined, committed[i - 1]);
+      done.then(
+        () => progress?.layerDone(),
+        (reason: unknown) => {
+          if (firstFailure) return;
+          firstFailure = { reason };
+          layers.stop(reason);
+        },
+      );
       committed.push(done);
     });
     // Wait for all, so that a failure leaves no unpack running when we clean up.
-    const results = await Promise.allSettled(committed);
-    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failed) throw failed.reason;
+    await Promise.allSettled(committed);
+    if (firstFailure) throw firstFailure.reason;
 
     // As containerd counts it: every blob of the image, index and manifest included.
     const size =
@@ -620,10 +668,17 @@ export class ImageService {
     const dir = await this.d.snapshots.prepare();
     let stored: Promise<unknown> = Promise.resolve();
     let source: Readable;
-    if (await this.d.content.has(layer.digest)) {
+    let body: Readable | undefined;
+    try {
+      if (!(await this.d.content.has(layer.digest))) body = await session.blob(layer);
+    } catch (err) {
+      // No download (the registry failed, or another layer of the pull already did): nothing to keep.
+      await this.d.snapshots.abort(dir);
+      throw err;
+    }
+    if (!body) {
       source = this.d.content.read(layer.digest);
     } else {
-      const body = await session.blob(layer);
       const toStore = new PassThrough({ highWaterMark: 1 << 20 });
       const toUnpack = new PassThrough({ highWaterMark: 1 << 20 });
       // The consumers see these errors through pipeline; before they attach, an error must not crash the process.
@@ -644,6 +699,8 @@ export class ImageService {
     }
     const [unpacked, fetched] = await Promise.allSettled([
       applyLayer(dir, source, {
+        ...(this.d.digester ? { digester: this.d.digester } : {}),
+        sizeHint: layer.size,
         lookupLower: async (rel) => {
           if (!parent) return undefined;
           if (!parentReady) throw new NeedsLowerLayers();

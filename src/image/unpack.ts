@@ -7,7 +7,6 @@
  * with openat2(2) beneath the root and through no symlink, and the archive
  * ends where Go's archive/tar says it does.
  */
-import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
@@ -25,6 +24,7 @@ export const tarHeaders = require(path.join(path.dirname(require.resolve('tar-st
   decode: (buf: Buffer, filenameEncoding: string, allowUnknownFormat: boolean) => unknown;
 };
 import { SkiffError, isErrno } from '../errors.js';
+import { inlineDigester, type Digester } from './digest-threads.js';
 import {
   AT_FDCWD,
   fsetxattr,
@@ -56,6 +56,10 @@ export interface ApplyOptions {
    * in this layer. Returns the absolute path of a regular file, or undefined.
    */
   lookupLower?: (relPath: string) => Promise<string | undefined>;
+  /** Hashes the tar into the diff id (default: on this thread). */
+  digester?: Digester;
+  /** About how many bytes the tar has, when known (a compressed layer's size is a lower bound). */
+  sizeHint?: number;
 }
 
 /**
@@ -665,11 +669,12 @@ class LayerWriter {
 
 /** Applies the (possibly compressed) layer in `source` to the empty directory `root`. */
 export async function applyLayer(root: string, source: Readable, opts: ApplyOptions = {}): Promise<ApplyResult> {
-  const hash = createHash('sha256');
+  const hash = (opts.digester ?? inlineDigester).create('sha256', opts.sizeHint);
   const hasher = new Transform({
     transform(chunk: Buffer, _enc, cb) {
-      hash.update(chunk);
-      cb(null, chunk);
+      const wait = hash.update(chunk);
+      if (wait) wait.then(() => cb(null, chunk), cb);
+      else cb(null, chunk);
     },
   });
   const extract = tar.extract();
@@ -697,8 +702,9 @@ export async function applyLayer(root: string, source: Readable, opts: ApplyOpti
       await current;
       throw writeError ?? err;
     }
+    return { diffId: await hash.digest(), size: writer.size, inodes: writer.inodes };
   } finally {
+    hash.abort();
     writer.dispose();
   }
-  return { diffId: `sha256:${hash.digest('hex')}`, size: writer.size, inodes: writer.inodes };
 }

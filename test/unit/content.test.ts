@@ -5,18 +5,42 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { LocalContentStore } from '../../src/image/content.js';
+import { DigestThreads, inlineDigester, type Digester } from '../../src/image/digest-threads.js';
 
 const digest = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 
-describe('LocalContentStore', () => {
+const digesters: Array<[string, () => Digester]> = [
+  ['hashing on the calling thread', () => inlineDigester],
+  ['hashing on threads', () => new DigestThreads(2, 50, 0)],
+];
+
+describe.each(digesters)('LocalContentStore, %s', (_label, makeDigester) => {
   let dir: string;
   let store: LocalContentStore;
+  let digester: Digester;
   beforeEach(async () => {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-content-'));
-    store = new LocalContentStore(dir);
+    digester = makeDigester();
+    store = new LocalContentStore(dir, digester);
     await store.init();
   });
-  afterEach(() => fs.rm(dir, { recursive: true, force: true }));
+  afterEach(async () => {
+    if (digester instanceof DigestThreads) await digester.close();
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+
+  it('verifies a blob of several MiB arriving in small chunks, and refuses it under another digest', async () => {
+    const data = Buffer.alloc(5 * (1 << 20) + 777);
+    for (let i = 0; i < data.length; i++) data[i] = (i * 2654435761) >>> 24;
+    const chunks = (b: Buffer) => Readable.from(Array.from({ length: Math.ceil(b.length / 65536) }, (_, i) => b.subarray(i * 65536, (i + 1) * 65536)));
+    await store.ingest({ digest: digest(data), size: data.length }, chunks(data));
+    expect((await store.readBytes(digest(data))).equals(data)).toBe(true);
+    const changed = Buffer.from(data);
+    changed[3 << 20] ^= 1;
+    await expect(store.ingest({ digest: digest(changed), size: data.length }, chunks(data))).rejects.toThrow(/digest mismatch/);
+    expect(await store.list()).toEqual([{ digest: digest(data), size: data.length }]);
+    expect(await fs.readdir(path.join(dir, 'ingest'))).toEqual([]);
+  });
 
   it('commits a verified blob and reads it back', async () => {
     const data = Buffer.from('hello blob');
