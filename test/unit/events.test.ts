@@ -11,7 +11,7 @@ describe('ContainerEvents', () => {
   it('drops a subscriber that never reads once it holds a bounded number of events, and keeps one that reads', () => {
     const events = new ContainerEvents(log);
     const container = { id: 'c1', sandboxId: 'p1', config: { metadata: { name: 'c' }, labels: {}, annotations: {}, mounts: [] }, state: 'CONTAINER_RUNNING' } as unknown as ContainerRecord;
-    events.bind({ get: () => undefined } as unknown as SandboxService, { list: () => [] } as unknown as ContainerService);
+    events.bind({ get: () => undefined } as unknown as SandboxService, { listView: () => [] } as unknown as ContainerService);
     // A subscriber whose writes never complete (its client never reads), and one whose writes do.
     const stuck = new Writable({ objectMode: true, write: () => undefined });
     let read = 0;
