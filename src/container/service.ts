@@ -23,7 +23,7 @@ import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowNs } from '../sandbox/service.js';
 import { removeRuntimeRemains } from '../sys/cgroup.js';
 import { mountOverlay, mountsBelow, unmount } from '../sys/mount.js';
-import { idmappedBind, idmappedTree, withUsernsFd } from '../sys/idmap.js';
+import { idmappedBind, idmappedTree, passableByPodRoot, withUsernsFd } from '../sys/idmap.js';
 import { checkContainerUserns, hostIdOf } from '../sandbox/userns.js';
 import { ociIdMappings } from '../sandbox/service.js';
 import { closeFd, openpty, setCloexec } from '../sys/libc.js';
@@ -300,9 +300,11 @@ export class ContainerService {
       for (const p of ['work', 'rootfs']) await fsp.mkdir(path.join(dir, p), { mode: 0o700 });
       undo.add('dir', () => removeContainerDir(this.d.runner, dir));
       if (userns) {
-        // The pod's root is not the host's: runc, inside its user namespace, must pass through.
-        await fsp.mkdir(mountDir, { mode: 0o711 });
+        // The pod's root is not the host's: runc, inside its user namespace, must pass through
+        // (and no other host user: the rootfs and the idmapped volume clones are below).
+        await fsp.mkdir(mountDir, { mode: 0o700 });
         undo.add('userns dir', () => removeContainerDir(this.d.runner, mountDir));
+        await passableByPodRoot(mountDir, shift(0, 0).gid);
         for (const p of ['rootfs', 'idmapped']) await fsp.mkdir(path.join(mountDir, p), { mode: 0o711 });
       }
       await fsp.mkdir(bundle, { recursive: true, mode: 0o700 });

@@ -18,7 +18,7 @@ import { runChecked, type Runner } from '../sys/run.js';
 import type { OciRuntime } from '../container/oci-runtime.js';
 import { DEFAULT_MASKED, DEFAULT_READONLY } from '../container/spec.js';
 import type { CniNetwork, PortMapping } from './cni.js';
-import { createPinnedUserns } from '../sys/idmap.js';
+import { createPinnedUserns, passableByPodRoot } from '../sys/idmap.js';
 import { hostIdOf, podUserns, type PodUserns } from './userns.js';
 
 export type SandboxState = 'SANDBOX_READY' | 'SANDBOX_NOTREADY';
@@ -213,8 +213,14 @@ export class SandboxService {
       if (!support.ok) throw invalidArgument(`runtime handler "${handler || this.d.defaultRuntime}" cannot run pods in a user namespace here: ${support.reason}`);
     }
     const dir = path.join(this.sandboxesDir, id);
-    await fs.mkdir(dir, { mode: 0o711 });
+    // Nobody else passes: it holds the pod's /dev/shm (mode 1777) and the files it is given.
+    await fs.mkdir(dir, { mode: 0o700 });
     undo.add('dir', () => fs.rm(dir, { recursive: true, force: true }));
+    // The pod's root owns the files skiff writes for it (they are skiff's, not the image's).
+    const rootUid = userns ? hostIdOf(userns.uids, 0) : 0;
+    const rootGid = userns ? hostIdOf(userns.gids, 0) : 0;
+    // runc reaches the infra rootfs and the pod's files from inside the pod's user namespace.
+    if (userns) await passableByPodRoot(dir, rootGid);
     const hostname = config.hostname || (hostNetwork ? os.hostname() : md5ish(id));
     const rec: SandboxRecord = {
       id,
@@ -233,9 +239,6 @@ export class SandboxService {
       ...(userns ? { usernsMaps: userns } : {}),
     };
     await this.writeFiles(rec);
-    // The pod's root owns the files skiff writes for it (they are skiff's, not the image's).
-    const rootUid = userns ? hostIdOf(userns.uids, 0) : 0;
-    const rootGid = userns ? hostIdOf(userns.gids, 0) : 0;
     if (userns) for (const f of ['hosts', 'resolv.conf', 'hostname']) await fs.chown(path.join(dir, f), rootUid, rootGid);
 
     // Namespaces, pinned to files so they outlive every process of the pod.

@@ -144,6 +144,18 @@ export async function probeIdmappedOverlay(tmpDir: string, runner: Runner): Prom
 }
 
 /**
+ * Makes `dir` passable by the pod's root alone: owner root, group the pod's
+ * root group (`hostGid`), mode 0710. runc, inside the pod's user namespace,
+ * must pass through it to the rootfs, volumes and pod files below; with the
+ * state dir open to others (o+x) every other host user must not (a pod's
+ * idmapped volume clones would otherwise be readable by all).
+ */
+export async function passableByPodRoot(dir: string, hostGid: number): Promise<void> {
+  await fsp.chown(dir, 0, hostGid);
+  await fsp.chmod(dir, 0o710);
+}
+
+/**
  * The first directory on the way to `dir` (itself included) that other users
  * cannot pass through, or undefined. The pod's root is one of them: runc,
  * inside the pod's user namespace, must reach the rootfs and mounts under it.

@@ -1,0 +1,118 @@
+/**
+ * Pods in a user namespace, attacked from the host's other users, from the
+ * pod itself and by a confused client, through the real daemon, runc and
+ * kernel:
+ * - the state dir is open to others (o+x) so that runc, inside the pod's user
+ *   namespace, reaches the pod's rootfs: no other host user may follow it to
+ *   a pod's rootfs, its idmapped volume clones or any pod's /dev/shm (the
+ *   paths are all in /proc/self/mountinfo, readable by anyone).
+ */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { isRoot } from '../helpers/env.js';
+import { startPodFixture, type PodFixture } from '../helpers/pods.js';
+
+const HOST_ID = 300000;
+const range = (hostId = HOST_ID, length = 65536) => ({ hostId, containerId: 0, length });
+const userns = (uids = range(), gids = range()) => ({ mode: 'POD' as const, uids: [uids], gids: [gids] });
+/** An unprivileged host user: nobody. */
+const NOBODY = 65534;
+
+/** Runs `sh -c script` as the host's nobody; its exit code and output. */
+function asNobody(script: string): { status: number | null; out: string } {
+  const r = spawnSync('sh', ['-c', script], { uid: NOBODY, gid: NOBODY, encoding: 'utf8', timeout: 10_000 });
+  return { status: r.status, out: `${r.stdout}${r.stderr}` };
+}
+
+describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
+  let fx: PodFixture;
+  let secretParent: string;
+  let vol: string;
+  let pod: string;
+  let podConfig: Record<string, unknown>;
+  let plainPod: string;
+  let ctr: string;
+
+  function config(name: string, nsOpts: Record<string, unknown>) {
+    return { metadata: { name, namespace: 'attack', uid: `uid-${name}`, attempt: 0 }, hostname: name, logDirectory: path.join(fx.dirs.base, 'logs', name), linux: { securityContext: { namespaceOptions: nsOpts } } };
+  }
+
+  async function exec(id: string, script: string): Promise<string> {
+    const r = await fx.skiff.runtime.ExecSync({ containerId: id, cmd: ['sh', '-c', script], timeout: 20 });
+    return Buffer.from(r.stdout!).toString() + Buffer.from(r.stderr!).toString();
+  }
+
+  beforeAll(async () => {
+    fx = await startPodFixture(inject('registryHost'), 'test/busybox-attack-userns');
+    // As the daemon would make it on a fresh node (and as user namespaces need): o+x all the way.
+    for (const d of [fx.dirs.base, fx.dirs.state]) await fs.chmod(d, 0o711);
+    await fx.skiff.stop();
+    await fx.skiff.start();
+    // A secret-like volume: its files are 0644, but the host keeps it below a 0700 directory
+    // (as the kubelet keeps its pods' volumes under /var/lib/kubelet).
+    secretParent = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-attack-userns-'));
+    await fs.chmod(secretParent, 0o700);
+    vol = path.join(secretParent, 'secret');
+    await fs.mkdir(vol, { mode: 0o755 });
+    await fs.writeFile(path.join(vol, 'token'), 'top-secret\n', { mode: 0o644 });
+    podConfig = config('upod', { usernsOptions: userns() });
+    pod = (await fx.skiff.runtime.RunPodSandbox({ config: podConfig })).podSandboxId!;
+    ctr = (
+      await fx.skiff.runtime.CreateContainer({
+        podSandboxId: pod,
+        config: { metadata: { name: 'c' }, image: { image: fx.image }, command: ['sh', '-c', 'echo in-rootfs > /etc/written-by-pod; exec sleep 100000'], logPath: 'c.log', mounts: [{ containerPath: '/secret', hostPath: vol, readonly: true }] },
+        sandboxConfig: podConfig,
+      })
+    ).containerId!;
+    await fx.skiff.runtime.StartContainer({ containerId: ctr });
+    plainPod = (await fx.skiff.runtime.RunPodSandbox({ config: config('plain', {}) })).podSandboxId!;
+  }, 120_000);
+
+  afterAll(async () => {
+    const leaks = fx ? await fx.cleanup() : { mounts: [], processes: [] };
+    if (secretParent) await fs.rm(secretParent, { recursive: true, force: true });
+    expect(leaks.mounts, 'mounts left behind').toEqual([]);
+    expect(leaks.processes, 'processes left behind').toEqual([]);
+  });
+
+  it("keeps other host users out of a pod's rootfs, idmapped volumes and /dev/shm", async () => {
+    expect(await exec(ctr, 'cat /secret/token /etc/written-by-pod && touch /dev/shm/mine && echo shm-ok')).toBe('top-secret\nin-rootfs\nshm-ok\n');
+    const root = path.join(fx.dirs.state, 'userns', ctr);
+    // What any user learns from /proc/self/mountinfo: where the clone of the volume and the rootfs are.
+    const seen = asNobody('cat /proc/self/mountinfo').out;
+    expect(seen).toContain(`${root}/idmapped/0`);
+    for (const p of [path.join(root, 'idmapped', '0', 'token'), path.join(root, 'rootfs', 'etc', 'written-by-pod'), path.join(root, 'rootfs', 'etc', 'passwd')]) {
+      const r = asNobody(`cat '${p}'`);
+      expect(r.out, p).not.toMatch(/top-secret|in-rootfs|root:x:0/);
+      expect(r.status, p).not.toBe(0);
+    }
+    // Neither this pod's /dev/shm (1777, its root's) nor a pod's without a user namespace.
+    for (const id of [pod, plainPod]) {
+      const shm = path.join(fx.dirs.state, 'sandboxes', id, 'shm');
+      const r = asNobody(`ls '${shm}' || true; touch '${shm}/planted-by-host-user' && echo planted`);
+      expect(r.out, id).not.toMatch(/mine|planted$/m);
+      await expect(fs.stat(path.join(shm, 'planted-by-host-user'))).rejects.toThrow(/ENOENT/);
+      expect(asNobody(`cat '${path.join(fx.dirs.state, 'sandboxes', id, 'hosts')}'`).status, id).not.toBe(0);
+    }
+    // The pod's root still passes (a second container starts), and the host's root owns the way.
+    const second = (
+      await fx.skiff.runtime.CreateContainer({
+        podSandboxId: pod,
+        config: { metadata: { name: 'second' }, image: { image: fx.image }, command: ['sleep', '100000'], logPath: 'second.log', mounts: [{ containerPath: '/secret', hostPath: vol, readonly: true }] },
+        sandboxConfig: podConfig,
+      })
+    ).containerId!;
+    await fx.skiff.runtime.StartContainer({ containerId: second });
+    expect(await exec(second, 'cat /secret/token; id -u')).toBe('top-secret\n0\n');
+    for (const d of [root, path.join(fx.dirs.state, 'userns', second), path.join(fx.dirs.state, 'sandboxes', pod)]) {
+      const st = await fs.stat(d);
+      expect([st.uid, st.gid, st.mode & 0o777], d).toEqual([0, HOST_ID, 0o710]);
+    }
+    expect((await fs.stat(path.join(fx.dirs.state, 'sandboxes', plainPod))).mode & 0o777).toBe(0o700);
+    await fx.skiff.runtime.StopContainer({ containerId: second, timeout: 0 });
+    await fx.skiff.runtime.RemoveContainer({ containerId: second });
+  });
+});
