@@ -207,6 +207,14 @@ export class ContainerService {
     return hits.length === 1 ? this.get(hits[0]!) : undefined;
   }
 
+  /**
+   * The container's writable layer (overlay upper dir), always under the root dir: for a pod in
+   * a user namespace the rootfs is mounted under the state dir instead, with no upper beside it.
+   */
+  writableLayer(id: string): string {
+    return path.join(this.d.rootDir, 'containers', id, 'upper');
+  }
+
   /** The cached records themselves: read them, never change them. */
   listView(sandboxId?: string): ReadonlyArray<Readonly<ContainerRecord>> {
     const all = [...this.records().values()];

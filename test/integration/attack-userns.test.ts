@@ -5,7 +5,9 @@
  * - the state dir is open to others (o+x) so that runc, inside the pod's user
  *   namespace, reaches the pod's rootfs: no other host user may follow it to
  *   a pod's rootfs, its idmapped volume clones or any pod's /dev/shm (the
- *   paths are all in /proc/self/mountinfo, readable by anyone).
+ *   paths are all in /proc/self/mountinfo, readable by anyone);
+ * - a pod's writable layer is counted in ContainerStats (the kubelet evicts
+ *   on it), though its rootfs is mounted away from its upper dir.
  */
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -114,5 +116,15 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
     expect((await fs.stat(path.join(fx.dirs.state, 'sandboxes', plainPod))).mode & 0o777).toBe(0o700);
     await fx.skiff.runtime.StopContainer({ containerId: second, timeout: 0 });
     await fx.skiff.runtime.RemoveContainer({ containerId: second });
+  });
+
+  it("counts a user-namespaced container's writable layer in its stats", async () => {
+    await exec(ctr, 'dd if=/dev/zero of=/fill bs=1M count=6 2>/dev/null; sync');
+    const st = await fx.skiff.runtime.ContainerStats({ containerId: ctr });
+    const layer = st.stats?.writableLayer;
+    expect(layer?.fsId?.mountpoint).toBe(path.join(fx.dirs.root, 'containers', ctr, 'upper'));
+    expect(Number(layer?.usedBytes?.value ?? 0)).toBeGreaterThanOrEqual(6 << 20);
+    const pods = await fx.skiff.runtime.PodSandboxStats({ podSandboxId: pod });
+    expect(Number(pods.stats?.linux?.containers?.[0]?.writableLayer?.usedBytes?.value ?? 0)).toBeGreaterThanOrEqual(6 << 20);
   });
 });
