@@ -7,13 +7,15 @@
  *   a pod's rootfs, its idmapped volume clones or any pod's /dev/shm (the
  *   paths are all in /proc/self/mountinfo, readable by anyone);
  * - a pod's writable layer is counted in ContainerStats (the kubelet evicts
- *   on it), though its rootfs is mounted away from its upper dir.
+ *   on it), though its rootfs is mounted away from its upper dir;
+ * - mappings onto the host's own users and groups (ids below 65536) are refused.
  */
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { codeOf, grpc } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { startPodFixture, type PodFixture } from '../helpers/pods.js';
 
@@ -126,5 +128,25 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
     expect(Number(layer?.usedBytes?.value ?? 0)).toBeGreaterThanOrEqual(6 << 20);
     const pods = await fx.skiff.runtime.PodSandboxStats({ podSandboxId: pod });
     expect(Number(pods.stats?.linux?.containers?.[0]?.writableLayer?.usedBytes?.value ?? 0)).toBeGreaterThanOrEqual(6 << 20);
+  });
+
+  it("refuses mappings onto the host's own users and groups", async () => {
+    const cases: Array<[string, Record<string, unknown>, RegExp]> = [
+      ['daemon', userns(range(1)), /uid mapping's host ids start at 1, among the host's own users/],
+      ['login', userns(range(1000)), /uid mapping's host ids start at 1000,/],
+      ['disk', userns(range(), range(6)), /gid mapping's host ids start at 6,/],
+      ['nobody', userns(range(65534, 2), range(65534, 2)), /start at 65534,/],
+    ];
+    for (const [name, u, message] of cases) {
+      const r = await codeOf(fx.skiff.runtime.RunPodSandbox({ config: config(`low-${name}`, { usernsOptions: u }) }));
+      expect(r.code, name).toBe(grpc.status.INVALID_ARGUMENT);
+      expect(r.details, name).toMatch(message);
+    }
+    const ids = ((await fx.skiff.runtime.ListPodSandbox({})).items ?? []).map((p) => p.id).sort();
+    expect(ids).toEqual([pod, plainPod].sort());
+    // The first block the kubelet would give is fine.
+    const ok = (await fx.skiff.runtime.RunPodSandbox({ config: config('first-block', { usernsOptions: userns(range(65536), range(65536)) }) })).podSandboxId!;
+    await fx.skiff.runtime.StopPodSandbox({ podSandboxId: ok });
+    await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: ok });
   });
 });

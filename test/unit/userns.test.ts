@@ -49,6 +49,8 @@ describe('podUserns: what a pod may ask of its user namespace', () => {
     ['a range not at container id 0', opts({ uids: [r(100000, 10, 1)], gids: [r(100000)] }), /must start at container id 0/],
     ['an empty range', opts({ uids: [r(100000, 0)], gids: [r(100000)] }), /length 0/],
     ["the host's root", opts({ uids: [r(100000)], gids: [r(0)] }), /gid mapping would map the host's root/],
+    ["the host's users (host ids below 65536)", opts({ uids: [r(1000)], gids: [r(100000)] }), /uid mapping's host ids start at 1000, among the host's own users/],
+    ["the host's groups (host ids below 65536)", opts({ uids: [r(100000)], gids: [r(65535, 1)] }), /gid mapping's host ids start at 65535,/],
     ['a range past 2^32-2', opts({ uids: [r(0xfffffffe, 2)], gids: [r(100000)] }), /goes past the largest id/],
     ['NODE with mappings', opts({ mode: 'NODE', uids: [r(100000)], gids: [r(100000)] }), /mode NODE takes no uid\/gid mappings/],
   ])('refuses %s', (_name, o, message) => {
