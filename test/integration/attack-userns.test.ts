@@ -116,6 +116,17 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
       expect([st.uid, st.gid, st.mode & 0o777], d).toEqual([0, HOST_ID, 0o710]);
     }
     expect((await fs.stat(path.join(fx.dirs.state, 'sandboxes', plainPod))).mode & 0o777).toBe(0o700);
+    // A pod without a user namespace still gets its files and /dev/shm through its 0700 dir.
+    const plainConfig = config('plain', {});
+    const plain = (
+      await fx.skiff.runtime.CreateContainer({
+        podSandboxId: plainPod,
+        config: { metadata: { name: 'p' }, image: { image: fx.image }, command: ['sleep', '100000'], logPath: 'p.log' },
+        sandboxConfig: plainConfig,
+      })
+    ).containerId!;
+    await fx.skiff.runtime.StartContainer({ containerId: plain });
+    expect(await exec(plain, 'cat /etc/hostname && touch /dev/shm/p && id -u')).toBe('plain\n0\n');
     await fx.skiff.runtime.StopContainer({ containerId: second, timeout: 0 });
     await fx.skiff.runtime.RemoveContainer({ containerId: second });
   });
