@@ -265,7 +265,7 @@ export class ContainerService {
       else await fsp.writeFile(target, '');
       undo.add(`idmapped volume ${m.containerPath}`, () => unmount(this.d.runner, target));
       try {
-        idmappedBind(m.hostPath, target, usernsFd);
+        idmappedBind(m.hostPath, target, usernsFd, m.readonly ? { recursive: m.recursiveReadOnly ?? false } : undefined);
       } catch (err) {
         throw invalidArgument(`mount ${m.containerPath}: cannot give ${m.hostPath} to a pod in a user namespace (an idmapped mount of it failed: ${errorMessage(err)})`);
       }

@@ -15,7 +15,7 @@ import { spawn } from 'node:child_process';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { errorMessage } from '../errors.js';
-import { closeFd, mount, moveMount, mountSetIdmap, openTreeClone } from './libc.js';
+import { closeFd, mount, moveMount, mountSetIdmap, mountSetReadonly, openTreeClone } from './libc.js';
 import { isMountpoint, unmount } from './mount.js';
 import type { Runner } from './run.js';
 
@@ -90,10 +90,18 @@ export function idmappedTree(src: string, usernsFd: number): number {
   }
 }
 
-/** Mounts an idmapped copy of `src` at `target` (a file or directory that exists). */
-export function idmappedBind(src: string, target: string, usernsFd: number): void {
+/**
+ * Mounts an idmapped copy of `src` at `target` (a file or directory that exists).
+ * `readonly` makes the copy itself read-only (its submounts too when
+ * `recursive`), as the host's root: a mount namespace the pod's user namespace
+ * owns then inherits it locked, and not even the pod's root with CAP_SYS_ADMIN
+ * can remount its bind of it read-write (it could, were only that bind made
+ * read-only, by runc inside the pod's user namespace).
+ */
+export function idmappedBind(src: string, target: string, usernsFd: number, readonly?: { recursive: boolean }): void {
   const fd = idmappedTree(src, usernsFd);
   try {
+    if (readonly) mountSetReadonly(fd, readonly.recursive);
     moveMount(fd, target);
   } finally {
     closeFd(fd);

@@ -8,6 +8,8 @@
  *   paths are all in /proc/self/mountinfo, readable by anyone);
  * - a pod's writable layer is counted in ContainerStats (the kubelet evicts
  *   on it), though its rootfs is mounted away from its upper dir;
+ * - a read-only volume stays read-only for the pod's root even with
+ *   CAP_SYS_ADMIN in its user namespace (it cannot remount it read-write);
  * - mappings onto the host's own users and groups (ids below 65536) are refused.
  */
 import { spawnSync } from 'node:child_process';
@@ -35,6 +37,7 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
   let fx: PodFixture;
   let secretParent: string;
   let vol: string;
+  let roVol: string;
   let pod: string;
   let podConfig: Record<string, unknown>;
   let plainPod: string;
@@ -62,6 +65,9 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
     vol = path.join(secretParent, 'secret');
     await fs.mkdir(vol, { mode: 0o755 });
     await fs.writeFile(path.join(vol, 'token'), 'top-secret\n', { mode: 0o644 });
+    roVol = path.join(secretParent, 'ro');
+    await fs.mkdir(path.join(roVol, 'sub'), { recursive: true, mode: 0o755 });
+    expect(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'sub', path.join(roVol, 'sub')]).status).toBe(0);
     podConfig = config('upod', { usernsOptions: userns() });
     pod = (await fx.skiff.runtime.RunPodSandbox({ config: podConfig })).podSandboxId!;
     ctr = (
@@ -77,6 +83,7 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
 
   afterAll(async () => {
     const leaks = fx ? await fx.cleanup() : { mounts: [], processes: [] };
+    if (roVol) spawnSync('umount', [path.join(roVol, 'sub')]);
     if (secretParent) await fs.rm(secretParent, { recursive: true, force: true });
     expect(leaks.mounts, 'mounts left behind').toEqual([]);
     expect(leaks.processes, 'processes left behind').toEqual([]);
@@ -129,6 +136,36 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
     expect(await exec(plain, 'cat /etc/hostname && touch /dev/shm/p && id -u')).toBe('plain\n0\n');
     await fx.skiff.runtime.StopContainer({ containerId: second, timeout: 0 });
     await fx.skiff.runtime.RemoveContainer({ containerId: second });
+  });
+
+  it("keeps a read-only volume read-only for the pod's root, CAP_SYS_ADMIN and all", async () => {
+    // A host directory the host's root owns, with a file only it may read and write, and a
+    // submount (a plain read-only mount leaves submounts as they are; only `recursive_read_only` does not).
+    await fs.writeFile(path.join(roVol, 'shadow'), 'host-owned\n', { mode: 0o600 });
+    const id = (
+      await fx.skiff.runtime.CreateContainer({
+        podSandboxId: pod,
+        config: {
+          metadata: { name: 'admin' },
+          image: { image: fx.image },
+          command: ['sleep', '100000'],
+          logPath: 'admin.log',
+          mounts: [{ containerPath: '/hostro', hostPath: roVol, readonly: true }],
+          // What a pod may be given in its own user namespace: CAP_SYS_ADMIN there, no seccomp.
+          linux: { securityContext: { capabilities: { addCapabilities: ['SYS_ADMIN'] }, seccomp: { profileType: 'Unconfined' } } },
+        },
+        sandboxConfig: podConfig,
+      })
+    ).containerId!;
+    await fx.skiff.runtime.StartContainer({ containerId: id });
+    const out = await exec(id, 'cat /hostro/shadow; echo a > /hostro/shadow || echo refused; mount -o remount,bind,rw /hostro || echo no-remount; mount -o remount,rw /hostro || echo no-remount; echo pwned > /hostro/shadow || echo refused; cat /hostro/shadow; echo fine > /hostro/sub/f && cat /hostro/sub/f');
+    expect(out, out).toMatch(/^host-owned\n/);
+    expect(out).not.toMatch(/pwned/);
+    expect(out.match(/no-remount/g)).toHaveLength(2);
+    expect(out, out).toMatch(/\nhost-owned\nfine\n/);
+    expect(await fs.readFile(path.join(roVol, 'shadow'), 'utf8')).toBe('host-owned\n');
+    await fx.skiff.runtime.StopContainer({ containerId: id, timeout: 0 });
+    await fx.skiff.runtime.RemoveContainer({ containerId: id });
   });
 
   it("counts a user-namespaced container's writable layer in its stats", async () => {
