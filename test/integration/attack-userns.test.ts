@@ -150,7 +150,11 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
           image: { image: fx.image },
           command: ['sleep', '100000'],
           logPath: 'admin.log',
-          mounts: [{ containerPath: '/hostro', hostPath: roVol, readonly: true }],
+          mounts: [
+            { containerPath: '/hostro', hostPath: roVol, readonly: true },
+            // A file volume too, as the kubelet gives a configMap key.
+            { containerPath: '/ro-file', hostPath: path.join(roVol, 'shadow'), readonly: true },
+          ],
           // What a pod may be given in its own user namespace: CAP_SYS_ADMIN there, no seccomp.
           linux: { securityContext: { capabilities: { addCapabilities: ['SYS_ADMIN'] }, seccomp: { profileType: 'Unconfined' } } },
         },
@@ -163,6 +167,9 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
     expect(out).not.toMatch(/pwned/);
     expect(out.match(/no-remount/g)).toHaveLength(2);
     expect(out, out).toMatch(/\nhost-owned\nfine\n/);
+    expect(await fs.readFile(path.join(roVol, 'shadow'), 'utf8')).toBe('host-owned\n');
+    const file = await exec(id, 'mount -o remount,bind,rw /ro-file || echo no-remount; echo pwned > /ro-file || echo refused; cat /ro-file');
+    expect(file, file).toMatch(/^no-remount\nrefused\nhost-owned\n/);
     expect(await fs.readFile(path.join(roVol, 'shadow'), 'utf8')).toBe('host-owned\n');
     await fx.skiff.runtime.StopContainer({ containerId: id, timeout: 0 });
     await fx.skiff.runtime.RemoveContainer({ containerId: id });
