@@ -19,7 +19,7 @@ import type { OciRuntime } from '../container/oci-runtime.js';
 import { DEFAULT_MASKED, DEFAULT_READONLY } from '../container/spec.js';
 import type { CniNetwork, PortMapping } from './cni.js';
 import { createPinnedUserns, passableByPodRoot } from '../sys/idmap.js';
-import { hostIdOf, podUserns, type PodUserns } from './userns.js';
+import { hostIdOf, podUserns, sharedHostIds, type PodUserns } from './userns.js';
 
 export type SandboxState = 'SANDBOX_READY' | 'SANDBOX_NOTREADY';
 
@@ -202,6 +202,30 @@ export class SandboxService {
     }
   }
 
+  /** Host ids claimed by pods being created (their records are not saved yet). */
+  private readonly usernsClaims = new Map<string, { podUid: string; maps: PodUserns }>();
+
+  /**
+   * Refuses host ids that another running pod's user namespace maps (the kubelet never gives
+   * two pods the same: they would be one user to the kernel, signals, ptrace and limits
+   * included), and claims them until this pod's record holds them. A sandbox of the same pod
+   * (its next attempt) and a stopped pod's ids are no conflict, as with the kubelet. Checked
+   * and claimed with no await between, so two creates cannot both pass.
+   */
+  private claimHostIds(id: string, podUid: string, maps: PodUserns, undo: Rollback): void {
+    const others = [
+      ...this.list().filter((s) => s.state === 'SANDBOX_READY' && s.usernsMaps).map((s) => ({ id: s.id, podUid: s.config.metadata?.uid ?? '', maps: s.usernsMaps! })),
+      ...[...this.usernsClaims].map(([claimId, c]) => ({ id: claimId, ...c })),
+    ];
+    for (const o of others) {
+      if (o.podUid === podUid) continue;
+      const kind = sharedHostIds(maps, o.maps);
+      if (kind) throw invalidArgument(`user namespace: the ${kind} mapping shares host ids with the user namespace of running pod sandbox ${o.id}`);
+    }
+    this.usernsClaims.set(id, { podUid, maps });
+    undo.add('user namespace host ids', () => this.usernsClaims.delete(id));
+  }
+
   private async create(id: string, name: string, config: PodSandboxConfig__Output, runtime: OciRuntime, handler: string, undo: Rollback): Promise<string> {
     const opts = config.linux?.securityContext?.namespaceOptions;
     const hostNetwork = nsMode(opts?.network) === 'NODE';
@@ -211,6 +235,7 @@ export class SandboxService {
     if (userns) {
       const support = this.d.userNamespaces?.(handler) ?? { ok: false, reason: 'not probed' };
       if (!support.ok) throw invalidArgument(`runtime handler "${handler || this.d.defaultRuntime}" cannot run pods in a user namespace here: ${support.reason}`);
+      this.claimHostIds(id, config.metadata?.uid ?? '', userns, undo);
     }
     const dir = path.join(this.sandboxesDir, id);
     // Nobody else passes: it holds the pod's /dev/shm (mode 1777) and the files it is given.
@@ -310,6 +335,8 @@ export class SandboxService {
     rec.infraPid = infraResult.value;
     rec.state = 'SANDBOX_READY';
     this.save(rec);
+    // The record holds the pod's host ids from here on.
+    this.usernsClaims.delete(id);
     this.d.log.info('pod sandbox ready', { id, name, ips: rec.ips, infraPid: rec.infraPid });
     return id;
   }

@@ -86,3 +86,11 @@ export function hostIdOf(maps: IdMap[], id: number): number {
   for (const m of maps) if (id >= m.containerId && id < m.containerId + m.length) return m.hostId + (id - m.containerId);
   return -1;
 }
+
+/** Which of two pods' ranges share host ids ('uid' or 'gid'), if any. */
+export function sharedHostIds(a: PodUserns, b: PodUserns): 'uid' | 'gid' | undefined {
+  const meet = (x: IdMap[], y: IdMap[]) => x.some((m) => y.some((n) => m.hostId < n.hostId + n.length && n.hostId < m.hostId + m.length));
+  if (meet(a.uids, b.uids)) return 'uid';
+  if (meet(a.gids, b.gids)) return 'gid';
+  return undefined;
+}

@@ -10,7 +10,8 @@
  *   on it), though its rootfs is mounted away from its upper dir;
  * - a read-only volume stays read-only for the pod's root even with
  *   CAP_SYS_ADMIN in its user namespace (it cannot remount it read-write);
- * - mappings onto the host's own users and groups (ids below 65536) are refused.
+ * - mappings onto the host's own users and groups (ids below 65536), or onto
+ *   another running pod's host ids, are refused.
  */
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -185,7 +186,7 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
     expect(Number(pods.stats?.linux?.containers?.[0]?.writableLayer?.usedBytes?.value ?? 0)).toBeGreaterThanOrEqual(6 << 20);
   });
 
-  it("refuses mappings onto the host's own users and groups", async () => {
+  it("refuses mappings onto the host's own users and groups, or another running pod's", async () => {
     const cases: Array<[string, Record<string, unknown>, RegExp]> = [
       ['daemon', userns(range(1)), /uid mapping's host ids start at 1, among the host's own users/],
       ['login', userns(range(1000)), /uid mapping's host ids start at 1000,/],
@@ -199,6 +200,28 @@ describe.skipIf(!isRoot)('pods with a user namespace, attacked', () => {
     }
     const ids = ((await fx.skiff.runtime.ListPodSandbox({})).items ?? []).map((p) => p.id).sort();
     expect(ids).toEqual([pod, plainPod].sort());
+    // Nor the host ids of another running pod (one kernel user for two pods), uid or gid.
+    for (const [name, u, kind] of [
+      ['same', userns(), 'uid'],
+      ['inside', userns(range(HOST_ID + 1000, 10), range(900000)), 'uid'],
+      ['gids', userns(range(900000), range(HOST_ID - 10, 11)), 'gid'],
+    ] as const) {
+      const r = await codeOf(fx.skiff.runtime.RunPodSandbox({ config: config(`overlap-${name}`, { usernsOptions: u }) }));
+      expect(r.code, name).toBe(grpc.status.INVALID_ARGUMENT);
+      expect(r.details, name).toMatch(new RegExp(`the ${kind} mapping shares host ids with the user namespace of running pod sandbox ${pod}`));
+    }
+    // The same pod's next sandbox may have them (the kubelet keeps a pod's ids), and so may
+    // another pod once this one is stopped.
+    const again = (await fx.skiff.runtime.RunPodSandbox({ config: { ...podConfig, metadata: { ...(podConfig.metadata as object), attempt: 1 } } })).podSandboxId!;
+    await fx.skiff.runtime.StopPodSandbox({ podSandboxId: again });
+    const parked = (await fx.skiff.runtime.RunPodSandbox({ config: config('parked', { usernsOptions: userns(range(900000), range(900000)) }) })).podSandboxId!;
+    await fx.skiff.runtime.StopPodSandbox({ podSandboxId: parked });
+    const next = (await fx.skiff.runtime.RunPodSandbox({ config: config('next', { usernsOptions: userns(range(900000), range(900000)) }) })).podSandboxId!;
+    // Two creates at once with the same new ids: one wins.
+    const raced = await Promise.allSettled(['race-a', 'race-b'].map((n) => fx.skiff.runtime.RunPodSandbox({ config: config(n, { usernsOptions: userns(range(1_200_000), range(1_200_000)) }) })));
+    expect(raced.map((r) => r.status).sort()).toEqual(['fulfilled', 'rejected']);
+    const winner = (raced.find((r) => r.status === 'fulfilled') as PromiseFulfilledResult<{ podSandboxId?: string }>).value.podSandboxId!;
+    for (const id of [again, parked, next, winner]) await fx.skiff.runtime.RemovePodSandbox({ podSandboxId: id });
     // The first block the kubelet would give is fine.
     const ok = (await fx.skiff.runtime.RunPodSandbox({ config: config('first-block', { usernsOptions: userns(range(65536), range(65536)) }) })).podSandboxId!;
     await fx.skiff.runtime.StopPodSandbox({ podSandboxId: ok });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SkiffError } from '../../src/errors.js';
-import { checkContainerUserns, hostIdOf, podUserns } from '../../src/sandbox/userns.js';
+import { checkContainerUserns, hostIdOf, podUserns, sharedHostIds } from '../../src/sandbox/userns.js';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -75,6 +75,17 @@ describe('checkContainerUserns: a container joins its pod user namespace', () =>
     expect(refusal(() => checkContainerUserns(opts({ uids: [r(200000)], gids: [r(100000)] }), pod))).toMatch(/differ from its pod's/);
     expect(refusal(() => checkContainerUserns(opts({ mode: 'NODE' }), pod))).toMatch(/differ from its pod's/);
     expect(refusal(() => checkContainerUserns(opts({ uids: [r(100000)], gids: [r(100000)] }), undefined))).toMatch(/differ from its pod's/);
+  });
+});
+
+describe('sharedHostIds: two pods are one kernel user where their host ranges meet', () => {
+  const pod = (u: number, g = u, len = 65536) => ({ uids: [r(u, len)], gids: [r(g, len)] });
+  it('finds uid or gid ranges that meet, and none for ranges side by side', () => {
+    expect(sharedHostIds(pod(65536), pod(65536 * 2))).toBeUndefined();
+    expect(sharedHostIds(pod(65536), pod(65536 * 2 - 1))).toBe('uid');
+    expect(sharedHostIds(pod(100000, 300000), pod(500000, 300000, 1))).toBe('gid');
+    expect(sharedHostIds(pod(100000, 300000, 10), pod(100009, 400000, 1))).toBe('uid');
+    expect(sharedHostIds(pod(100000, 300000, 10), pod(100010, 400000, 1))).toBeUndefined();
   });
 });
 
