@@ -24,7 +24,7 @@ import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowNs } from '../sandbox/service.js';
 import { removeRuntimeRemains } from '../sys/cgroup.js';
 import { mountOverlay, mountsBelow, unmount } from '../sys/mount.js';
-import { idmappedBind, idmappedTree, withUsernsFd } from '../sys/idmap.js';
+import { idmappedBind, idmappedTree, passableByPodRoot, withUsernsFd } from '../sys/idmap.js';
 import { checkContainerUserns, hostIdOf } from '../sandbox/userns.js';
 import { ociIdMappings } from '../sandbox/service.js';
 import { closeFd, openpty, setCloexec } from '../sys/libc.js';
@@ -208,6 +208,14 @@ export class ContainerService {
     return c;
   }
 
+  /**
+   * The container's writable layer (overlay upper dir), always under the root dir: for a pod in
+   * a user namespace the rootfs is mounted under the state dir instead, with no upper beside it.
+   */
+  writableLayer(id: string): string {
+    return path.join(this.d.rootDir, 'containers', id, 'upper');
+  }
+
   /** The stored records themselves: read them, never change them. */
   listView(sandboxId?: string): ReadonlyArray<Readonly<ContainerRecord>> {
     const all = this.records.values();
@@ -258,7 +266,7 @@ export class ContainerService {
       else await fsp.writeFile(target, '');
       undo.add(`idmapped volume ${m.containerPath}`, () => unmount(this.d.runner, target));
       try {
-        idmappedBind(m.hostPath, target, usernsFd);
+        idmappedBind(m.hostPath, target, usernsFd, m.readonly ? { recursive: m.recursiveReadOnly ?? false } : undefined);
       } catch (err) {
         throw invalidArgument(`mount ${m.containerPath}: cannot give ${m.hostPath} to a pod in a user namespace (an idmapped mount of it failed: ${errorMessage(err)})`);
       }
@@ -309,9 +317,11 @@ export class ContainerService {
       ]);
       for (const r of made) if (r.status === 'rejected') throw r.reason;
       if (userns) {
-        // The pod's root is not the host's: runc, inside its user namespace, must pass through.
-        await fsp.mkdir(mountDir, { mode: 0o711 });
+        // The pod's root is not the host's: runc, inside its user namespace, must pass through
+        // (and no other host user: the rootfs and the idmapped volume clones are below).
+        await fsp.mkdir(mountDir, { mode: 0o700 });
         undo.add('userns dir', () => removeContainerDir(this.d.runner, mountDir));
+        await passableByPodRoot(mountDir, shift(0, 0).gid);
         for (const p of ['rootfs', 'idmapped']) await fsp.mkdir(path.join(mountDir, p), { mode: 0o711 });
       }
       const top = image.chainIds[image.chainIds.length - 1];

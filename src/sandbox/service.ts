@@ -21,8 +21,8 @@ import type { OciRuntime } from '../container/oci-runtime.js';
 import { DEFAULT_MASKED, DEFAULT_READONLY } from '../container/spec.js';
 import { PhaseTrace } from '../trace.js';
 import type { CniNetwork, PortMapping } from './cni.js';
-import { createPinnedUserns } from '../sys/idmap.js';
-import { hostIdOf, podUserns, type PodUserns } from './userns.js';
+import { createPinnedUserns, passableByPodRoot } from '../sys/idmap.js';
+import { hostIdOf, podUserns, sharedHostIds, type PodUserns } from './userns.js';
 import { needsInfra } from './infra.js';
 
 export type SandboxState = 'SANDBOX_READY' | 'SANDBOX_NOTREADY';
@@ -255,6 +255,30 @@ export class SandboxService {
     }
   }
 
+  /** Host ids claimed by pods being created (their records are not saved yet). */
+  private readonly usernsClaims = new Map<string, { podUid: string; maps: PodUserns }>();
+
+  /**
+   * Refuses host ids that another running pod's user namespace maps (the kubelet never gives
+   * two pods the same: they would be one user to the kernel, signals, ptrace and limits
+   * included), and claims them until this pod's record holds them. A sandbox of the same pod
+   * (its next attempt) and a stopped pod's ids are no conflict, as with the kubelet. Checked
+   * and claimed with no await between, so two creates cannot both pass.
+   */
+  private claimHostIds(id: string, podUid: string, maps: PodUserns, undo: Rollback): void {
+    const others = [
+      ...this.list().filter((s) => s.state === 'SANDBOX_READY' && s.usernsMaps).map((s) => ({ id: s.id, podUid: s.config.metadata?.uid ?? '', maps: s.usernsMaps! })),
+      ...[...this.usernsClaims].map(([claimId, c]) => ({ id: claimId, ...c })),
+    ];
+    for (const o of others) {
+      if (o.podUid === podUid) continue;
+      const kind = sharedHostIds(maps, o.maps);
+      if (kind) throw invalidArgument(`user namespace: the ${kind} mapping shares host ids with the user namespace of running pod sandbox ${o.id}`);
+    }
+    this.usernsClaims.set(id, { podUid, maps });
+    undo.add('user namespace host ids', () => this.usernsClaims.delete(id));
+  }
+
   private async create(id: string, name: string, config: PodSandboxConfig__Output, runtime: OciRuntime, handler: string, undo: Rollback): Promise<string> {
     const trace = new PhaseTrace();
     const opts = config.linux?.securityContext?.namespaceOptions;
@@ -265,6 +289,7 @@ export class SandboxService {
     if (userns) {
       const support = this.d.userNamespaces?.(handler) ?? { ok: false, reason: 'not probed' };
       if (!support.ok) throw invalidArgument(`runtime handler "${handler || this.d.defaultRuntime}" cannot run pods in a user namespace here: ${support.reason}`);
+      this.claimHostIds(id, config.metadata?.uid ?? '', userns, undo);
     }
     const withInfra = needsInfra(config);
     // Only mappings with a host port concern the network (as containerd passes them).
@@ -278,8 +303,14 @@ export class SandboxService {
     const networkList = hostNetwork ? undefined : this.d.cni.prepare(ports);
     networkList?.catch(() => undefined);
     const dir = path.join(this.sandboxesDir, id);
-    await fs.mkdir(dir, { mode: 0o711 });
+    // Nobody else passes: it holds the pod's /dev/shm (mode 1777) and the files it is given.
+    await fs.mkdir(dir, { mode: 0o700 });
     undo.add('dir', () => fs.rm(dir, { recursive: true, force: true }));
+    // The pod's root owns the files skiff writes for it (they are skiff's, not the image's).
+    const rootUid = userns ? hostIdOf(userns.uids, 0) : 0;
+    const rootGid = userns ? hostIdOf(userns.gids, 0) : 0;
+    // runc reaches the infra rootfs and the pod's files from inside the pod's user namespace.
+    if (userns) await passableByPodRoot(dir, rootGid);
     const hostname = config.hostname || (hostNetwork ? os.hostname() : md5ish(id));
     const rec: SandboxRecord = {
       id,
@@ -316,9 +347,6 @@ export class SandboxService {
       undo.add('user namespace', () => unmount(this.d.runner, rec.userns!));
     }
     if (!hostIpc) rec.shm = path.join(dir, 'shm');
-    // The pod's root owns the files skiff writes for it (they are skiff's, not the image's).
-    const rootUid = userns ? hostIdOf(userns.uids, 0) : 0;
-    const rootGid = userns ? hostIdOf(userns.gids, 0) : 0;
     // The pod's files (hosts, resolv.conf, hostname) are written while its namespaces are made;
     // a failure waits for them, so that the rollback removes a directory nobody writes in.
     const files = trace.time('files', async () => {
@@ -379,6 +407,8 @@ export class SandboxService {
     rec.state = 'SANDBOX_READY';
     this.save(rec);
     trace.mark('db');
+    // The record holds the pod's host ids from here on.
+    this.usernsClaims.delete(id);
     this.d.log.info('pod sandbox ready', { id, name, ips: rec.ips, infraPid: rec.infraPid, infra: withInfra });
     this.d.log.debug('RunPodSandbox phases (ms)', { id, ...trace.fields() });
     return id;

@@ -8,7 +8,8 @@
  * half-applied: CONTAINER and TARGET modes (the kubelet never asks for them),
  * POD without mappings (skiff does not pick host ids itself), several ranges,
  * ranges that do not start at container id 0, and ranges that would map the
- * host's root or wrap past the 32-bit id space.
+ * host's root or its other users and groups (ids below 65536), or wrap past
+ * the 32-bit id space.
  */
 import { invalidArgument } from '../errors.js';
 import type { UserNamespace__Output } from '../gen/runtime/v1/UserNamespace.js';
@@ -18,6 +19,14 @@ export interface PodUserns {
   uids: IdMap[];
   gids: IdMap[];
 }
+
+/**
+ * Host ids below this are the host's own: system users and groups (daemon, disk, shadow, nobody)
+ * and login users. A pod mapped onto them would be, on the host, whoever has those ids (a process
+ * running as one could ptrace the pod's, a socket would take the pod for it). The kubelet keeps
+ * them for the host and gives pods blocks of 65536 above them.
+ */
+const HOST_RESERVED = 65536;
 
 /** The largest valid id is 2^32 - 2: (uid_t)-1 means "no id". */
 const MAX_ID = 0xfffffffe;
@@ -30,6 +39,9 @@ function oneRange(kind: 'uid' | 'gid', maps: UserNamespace__Output['uids']): IdM
   if (r.containerId !== 0) throw invalidArgument(`user namespace: the ${kind} mapping must start at container id 0 (the pod's root), not ${r.containerId}`);
   if (r.length < 1) throw invalidArgument(`user namespace: the ${kind} mapping has length ${r.length}`);
   if (r.hostId === 0) throw invalidArgument(`user namespace: the ${kind} mapping would map the host's root (host id 0) into the pod`);
+  if (r.hostId < HOST_RESERVED) {
+    throw invalidArgument(`user namespace: the ${kind} mapping's host ids start at ${r.hostId}, among the host's own users and groups (below ${HOST_RESERVED}, which the kubelet never gives a pod): the pod's processes would be those host ${kind}s`);
+  }
   if (r.hostId + r.length - 1 > MAX_ID) throw invalidArgument(`user namespace: the ${kind} mapping ${r.hostId}+${r.length} goes past the largest id ${MAX_ID}`);
   return r;
 }
@@ -73,4 +85,12 @@ export function checkContainerUserns(opts: UserNamespace__Output | null | undefi
 export function hostIdOf(maps: IdMap[], id: number): number {
   for (const m of maps) if (id >= m.containerId && id < m.containerId + m.length) return m.hostId + (id - m.containerId);
   return -1;
+}
+
+/** Which of two pods' ranges share host ids ('uid' or 'gid'), if any. */
+export function sharedHostIds(a: PodUserns, b: PodUserns): 'uid' | 'gid' | undefined {
+  const meet = (x: IdMap[], y: IdMap[]) => x.some((m) => y.some((n) => m.hostId < n.hostId + n.length && n.hostId < m.hostId + m.length));
+  if (meet(a.uids, b.uids)) return 'uid';
+  if (meet(a.gids, b.gids)) return 'gid';
+  return undefined;
 }

@@ -25,13 +25,15 @@ async function cpuRate(rates: CpuRates, key: string, cgroupsPath: string, cpuNs:
   return again === undefined ? undefined : rates.sample(key, again);
 }
 
-async function containerStats(c: ContainerRecord, rates: CpuRates, processes?: { count: number }): Promise<ContainerStats> {
+type Layers = Pick<ContainerService, 'writableLayer'>;
+
+async function containerStats(c: ContainerRecord, rates: CpuRates, layers: Layers, processes?: { count: number }): Promise<ContainerStats> {
   const ts = nowWireNs();
   const running = c.state === 'CONTAINER_RUNNING';
   const cg = running ? await cgroupUsage(c.spec.linux.cgroupsPath) : {};
   if (processes) processes.count += cg.pids ?? 0;
   const nanoCores = running ? await cpuRate(rates, c.id, c.spec.linux.cgroupsPath, cg.cpuNs) : undefined;
-  const upper = path.join(path.dirname(c.rootfs), 'upper');
+  const upper = layers.writableLayer(c.id);
   const disk = await diskUsage(upper);
   return {
     attributes: { id: c.id, metadata: c.config.metadata, labels: c.config.labels, annotations: c.config.annotations },
@@ -69,11 +71,11 @@ async function podNetDev(s: SandboxRecord, running: ContainerRecord[]): Promise<
   });
 }
 
-async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: CpuRates): Promise<PodSandboxStats> {
+async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: CpuRates, layers: Layers): Promise<PodSandboxStats> {
   const ts = nowWireNs();
   // The pod's processes: its containers' and, if it has one, the infra process's.
   const processes = { count: 0 };
-  const cs = await Promise.all(containers.map((c) => containerStats(c, rates, processes)));
+  const cs = await Promise.all(containers.map((c) => containerStats(c, rates, layers, processes)));
   const infraCgroup = `${s.cgroupParent.replace(/\/+$/, '')}/skiff-${s.id}`;
   const infra = s.infraPid ? await cgroupUsage(infraCgroup) : {};
   const infraRate = s.infraPid ? await cpuRate(rates, s.id, infraCgroup, infra.cpuNs) : undefined;
@@ -103,7 +105,7 @@ export function statsHandlers(sandboxes: SandboxService, containers: ContainerSe
   return {
     ContainerStats: async (req: { containerId: string }) => {
       if (!req.containerId) throw invalidArgument('ContainerStats: container_id is required');
-      return { stats: await containerStats(containers.mustView(req.containerId), rates) };
+      return { stats: await containerStats(containers.mustView(req.containerId), rates, containers) };
     },
     ListContainerStats: async (req: { filter: { id: string; podSandboxId: string; labelSelector: Record<string, string> } | null }) => {
       const f = req.filter;
@@ -113,11 +115,11 @@ export function statsHandlers(sandboxes: SandboxService, containers: ContainerSe
       if (f?.podSandboxId) items = items.filter((c) => c.sandboxId.startsWith(f.podSandboxId));
       if (f && Object.keys(f.labelSelector).length) items = items.filter((c) => matchLabels(c.config.labels, f.labelSelector));
       forgetGone();
-      return { stats: await Promise.all(items.map((c) => containerStats(c, rates))) };
+      return { stats: await Promise.all(items.map((c) => containerStats(c, rates, containers))) };
     },
     PodSandboxStats: async (req: { podSandboxId: string }) => {
       const s = sandboxes.mustView(req.podSandboxId);
-      return { stats: await podStats(s, containers.listView(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates) };
+      return { stats: await podStats(s, containers.listView(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates, containers) };
     },
     ListPodSandboxStats: async (req: { filter: { id: string; labelSelector: Record<string, string> } | null }) => {
       const f = req.filter;
@@ -125,7 +127,7 @@ export function statsHandlers(sandboxes: SandboxService, containers: ContainerSe
       if (f?.id) items = items.filter((s) => s.id.startsWith(f.id));
       if (f && Object.keys(f.labelSelector).length) items = items.filter((s) => matchLabels(s.config.labels, f.labelSelector));
       forgetGone();
-      return { stats: await Promise.all(items.map((s) => podStats(s, containers.listView(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates))) };
+      return { stats: await Promise.all(items.map((s) => podStats(s, containers.listView(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates, containers))) };
     },
   };
 }
@@ -149,7 +151,7 @@ export function metricsHandlers(sandboxes: SandboxService, containers: Container
         const md = s.config.metadata!;
         const ctrs = [];
         for (const c of containers.listView(s.id).filter((x) => x.state === 'CONTAINER_RUNNING')) {
-          const st = await containerStats(c, rates);
+          const st = await containerStats(c, rates, containers);
           const ts = nowWireNs();
           const labels = [c.config.metadata?.name ?? '', md.name, md.namespace];
           const values: Record<string, number> = {

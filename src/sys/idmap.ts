@@ -15,7 +15,7 @@ import { spawn } from 'node:child_process';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { errorMessage } from '../errors.js';
-import { closeFd, mount, moveMount, mountSetIdmap, openTreeClone } from './libc.js';
+import { closeFd, mount, moveMount, mountSetIdmap, mountSetReadonly, openTreeClone } from './libc.js';
 import { isMountpoint, unmount } from './mount.js';
 import type { Runner } from './run.js';
 
@@ -90,10 +90,18 @@ export function idmappedTree(src: string, usernsFd: number): number {
   }
 }
 
-/** Mounts an idmapped copy of `src` at `target` (a file or directory that exists). */
-export function idmappedBind(src: string, target: string, usernsFd: number): void {
+/**
+ * Mounts an idmapped copy of `src` at `target` (a file or directory that exists).
+ * `readonly` makes the copy itself read-only (its submounts too when
+ * `recursive`), as the host's root: a mount namespace the pod's user namespace
+ * owns then inherits it locked, and not even the pod's root with CAP_SYS_ADMIN
+ * can remount its bind of it read-write (it could, were only that bind made
+ * read-only, by runc inside the pod's user namespace).
+ */
+export function idmappedBind(src: string, target: string, usernsFd: number, readonly?: { recursive: boolean }): void {
   const fd = idmappedTree(src, usernsFd);
   try {
+    if (readonly) mountSetReadonly(fd, readonly.recursive);
     moveMount(fd, target);
   } finally {
     closeFd(fd);
@@ -141,6 +149,18 @@ export async function probeIdmappedOverlay(tmpDir: string, runner: Runner): Prom
     // Never removed through a mount that stayed (the next start retries).
     if (!(await isMountpoint(merged)) && !(await isMountpoint(pin))) await fsp.rm(dir, { recursive: true, force: true }).catch(() => undefined);
   }
+}
+
+/**
+ * Makes `dir` passable by the pod's root alone: owner root, group the pod's
+ * root group (`hostGid`), mode 0710. runc, inside the pod's user namespace,
+ * must pass through it to the rootfs, volumes and pod files below; with the
+ * state dir open to others (o+x) every other host user must not (a pod's
+ * idmapped volume clones would otherwise be readable by all).
+ */
+export async function passableByPodRoot(dir: string, hostGid: number): Promise<void> {
+  await fsp.chown(dir, 0, hostGid);
+  await fsp.chmod(dir, 0o710);
 }
 
 /**

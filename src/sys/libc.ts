@@ -375,6 +375,20 @@ export function mountSetIdmap(fd: number, usernsFd: number, recursive: boolean):
   if (r < 0) throw errnoError('mount_setattr', `fd ${fd}`);
 }
 
+const MOUNT_ATTR_RDONLY = 0x1;
+
+/**
+ * mount_setattr(2) with MOUNT_ATTR_RDONLY: the mount behind `fd` (and its
+ * submounts when `recursive`) is read-only.
+ */
+export function mountSetReadonly(fd: number, recursive: boolean): void {
+  const attr = Buffer.alloc(32);
+  attr.writeBigUInt64LE(BigInt(MOUNT_ATTR_RDONLY), 0);
+  const flags = AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0);
+  const r = Number(syscallRaw(SYS_mount_setattr, 'int', fd, 'const char *', '', 'unsigned int', flags, 'void *', attr, 'size_t', attr.length));
+  if (r < 0) throw errnoError('mount_setattr', `fd ${fd}`);
+}
+
 /** move_mount(2): attaches the detached mount behind `fd` at `target`. */
 export function moveMount(fd: number, target: string): void {
   const r = Number(syscallRaw(SYS_move_mount, 'int', fd, 'const char *', '', 'int', AT_FDCWD, 'const char *', target, 'unsigned int', MOVE_MOUNT_F_EMPTY_PATH));

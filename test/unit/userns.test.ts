@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SkiffError } from '../../src/errors.js';
-import { checkContainerUserns, hostIdOf, podUserns } from '../../src/sandbox/userns.js';
+import { checkContainerUserns, hostIdOf, podUserns, sharedHostIds } from '../../src/sandbox/userns.js';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -49,6 +49,8 @@ describe('podUserns: what a pod may ask of its user namespace', () => {
     ['a range not at container id 0', opts({ uids: [r(100000, 10, 1)], gids: [r(100000)] }), /must start at container id 0/],
     ['an empty range', opts({ uids: [r(100000, 0)], gids: [r(100000)] }), /length 0/],
     ["the host's root", opts({ uids: [r(100000)], gids: [r(0)] }), /gid mapping would map the host's root/],
+    ["the host's users (host ids below 65536)", opts({ uids: [r(1000)], gids: [r(100000)] }), /uid mapping's host ids start at 1000, among the host's own users/],
+    ["the host's groups (host ids below 65536)", opts({ uids: [r(100000)], gids: [r(65535, 1)] }), /gid mapping's host ids start at 65535,/],
     ['a range past 2^32-2', opts({ uids: [r(0xfffffffe, 2)], gids: [r(100000)] }), /goes past the largest id/],
     ['NODE with mappings', opts({ mode: 'NODE', uids: [r(100000)], gids: [r(100000)] }), /mode NODE takes no uid\/gid mappings/],
   ])('refuses %s', (_name, o, message) => {
@@ -73,6 +75,17 @@ describe('checkContainerUserns: a container joins its pod user namespace', () =>
     expect(refusal(() => checkContainerUserns(opts({ uids: [r(200000)], gids: [r(100000)] }), pod))).toMatch(/differ from its pod's/);
     expect(refusal(() => checkContainerUserns(opts({ mode: 'NODE' }), pod))).toMatch(/differ from its pod's/);
     expect(refusal(() => checkContainerUserns(opts({ uids: [r(100000)], gids: [r(100000)] }), undefined))).toMatch(/differ from its pod's/);
+  });
+});
+
+describe('sharedHostIds: two pods are one kernel user where their host ranges meet', () => {
+  const pod = (u: number, g = u, len = 65536) => ({ uids: [r(u, len)], gids: [r(g, len)] });
+  it('finds uid or gid ranges that meet, and none for ranges side by side', () => {
+    expect(sharedHostIds(pod(65536), pod(65536 * 2))).toBeUndefined();
+    expect(sharedHostIds(pod(65536), pod(65536 * 2 - 1))).toBe('uid');
+    expect(sharedHostIds(pod(100000, 300000), pod(500000, 300000, 1))).toBe('gid');
+    expect(sharedHostIds(pod(100000, 300000, 10), pod(100009, 400000, 1))).toBe('uid');
+    expect(sharedHostIds(pod(100000, 300000, 10), pod(100010, 400000, 1))).toBeUndefined();
   });
 });
 
