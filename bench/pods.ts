@@ -85,6 +85,8 @@ export interface PodResults {
   parallelWallMs: number;
   parallelPodMs: number[];
   rssIdleKiB: number;
+  /** After QUIET_MS with no calls at all: what a daemon settles to between bursts. */
+  rssQuietKiB: number;
   rss50KiB: number;
   pssIdleKiB: number;
   pss50KiB: number;
@@ -96,6 +98,7 @@ export interface PodResults {
 }
 
 let uniq = 0;
+const QUIET_MS = 30_000;
 
 export async function benchPods(t: Target, image: string, logDir: string, serialRuns = 20, pods = 50, parallel = 8): Promise<PodResults> {
   const { rt, img, close } = client(t.socket);
@@ -152,6 +155,8 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
     const idlePids = await t.processes();
     const rssIdleKiB = await rssKiB(idlePids);
     const pssIdleKiB = await pssKiB(idlePids);
+    await new Promise((r) => setTimeout(r, QUIET_MS));
+    const rssQuietKiB = await rssKiB(await t.processes());
     const limit = pLimit(parallel);
     const podMs: number[] = [];
     const up: Array<{ podId: string; ctrId: string }> = [];
@@ -200,7 +205,7 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
       busy.close();
     }
     await Promise.all(up.map((p) => limit(() => stop(p))));
-    return { serial, parallelWallMs, parallelPodMs: podMs, rssIdleKiB, rss50KiB, pssIdleKiB, pss50KiB, execMs, listMs, listBusyMs, statusBusyMs };
+    return { serial, parallelWallMs, parallelPodMs: podMs, rssIdleKiB, rssQuietKiB, rss50KiB, pssIdleKiB, pss50KiB, execMs, listMs, listBusyMs, statusBusyMs };
   } finally {
     close();
   }
@@ -216,6 +221,7 @@ export function report(results: Array<[string, PodResults]>, floor?: FloorSample
   row(`${pods} pods, 8 at a time: wall s`, results.map(([, r]) => (r.parallelWallMs / 1000).toFixed(2)));
   row('  per pod start p50/p95 ms', results.map(([, r]) => `${pct(r.parallelPodMs, 50).toFixed(0)} / ${pct(r.parallelPodMs, 95).toFixed(0)}`));
   row('memory idle MiB RSS (daemon+monitors)', results.map(([, r]) => (r.rssIdleKiB / 1024).toFixed(1)));
+  row(`  the same after ${QUIET_MS / 1000} s with no calls`, results.map(([, r]) => (r.rssQuietKiB / 1024).toFixed(1)));
   row(`memory with ${pods} pods MiB RSS`, results.map(([, r]) => (r.rss50KiB / 1024).toFixed(1)));
   row('memory per running pod MiB (RSS)', results.map(([, r]) => ((r.rss50KiB - r.rssIdleKiB) / 1024 / pods).toFixed(2)));
   row('memory per running pod MiB (PSS)', results.map(([, r]) => ((r.pss50KiB - r.pssIdleKiB) / 1024 / pods).toFixed(2)));
@@ -239,7 +245,7 @@ export function report(results: Array<[string, PodResults]>, floor?: FloorSample
     lines.push(`  memory per pod ${r(a.rss50KiB - a.rssIdleKiB, b.rss50KiB - b.rssIdleKiB)} (RSS), ${r(a.pss50KiB - a.pssIdleKiB, b.pss50KiB - b.pssIdleKiB)} (PSS) (no regression)`);
     lines.push(`  ExecSync p50 ${r(pct(a.execMs, 50), pct(b.execMs, 50))} (no regression)`);
     lines.push(`  ListContainers p50 while ExecSync runs ${r(pct(a.listBusyMs, 50), pct(b.listBusyMs, 50))} (target ≤ 1×)`);
-    lines.push(`  idle RSS ${r(a.rssIdleKiB, b.rssIdleKiB)}; ${names[0]} ${(a.rssIdleKiB / 1024).toFixed(1)} MiB (target ≤ 60 MiB)`);
+    lines.push(`  idle RSS right after the serial runs ${r(a.rssIdleKiB, b.rssIdleKiB)}, after ${QUIET_MS / 1000} s quiet ${r(a.rssQuietKiB, b.rssQuietKiB)}; ${names[0]} ${(a.rssQuietKiB / 1024).toFixed(1)} MiB quiet (target ≤ 60 MiB)`);
   }
   return lines.join('\n') + '\n';
 }
