@@ -139,4 +139,34 @@ describe.skipIf(!isRoot)('a pod with CAP_NET_ADMIN against the node\'s nat table
     await skiff.runtime.RemovePodSandbox({ podSandboxId: hostile.id });
     expect(podLines(hostile.id, chains)).toEqual([]);
   });
+
+  it('the DEL of an orphaned pod at start removes the rules its renamed eth0 kept', async () => {
+    const hostile = await runPodWithNetAdmin();
+    const chains = podChains(hostile.id);
+    expect(chains).toHaveLength(1);
+    await exec(hostile.containerId, 'ip link set eth0 down && ip link set eth0 name foo0');
+    // The container goes (the rename stays with the pinned namespace); then the daemon dies with the pod's record lost.
+    await skiff.runtime.RemoveContainer({ containerId: hostile.containerId });
+    await skiff.stop('SIGKILL');
+    const Database = (await import('better-sqlite3')).default;
+    const db = new Database(path.join(dirs.root, 'metadata.db'));
+    db.prepare('DELETE FROM sandboxes WHERE id = ?').run(hostile.id);
+    db.close();
+    await skiff.start();
+    expect(skiff.log).toMatch(/removing the remains of a pod sandbox with no record/);
+    expect(podLines(hostile.id, chains)).toEqual([]);
+    expect(mountsUnder(path.join(dirs.state, 'sandboxes', hostile.id))).toEqual([]);
+  });
+
+  it('a pod whose namespace pin is gone at stop leaves no rules either (DEL without a namespace)', async () => {
+    const { podSandboxId } = await skiff.runtime.RunPodSandbox({ config: podConfig(dirs) });
+    const id = podSandboxId!;
+    const chains = podChains(id);
+    expect(chains).toHaveLength(1);
+    const pin = path.join(dirs.state, 'sandboxes', id, 'ns', 'net');
+    expect(spawnSync('umount', [pin]).status).toBe(0);
+    await skiff.runtime.StopPodSandbox({ podSandboxId: id });
+    expect(podLines(id, chains)).toEqual([]);
+    await skiff.runtime.RemovePodSandbox({ podSandboxId: id });
+  });
 });
