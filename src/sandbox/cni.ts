@@ -13,6 +13,7 @@ import path from 'node:path';
 import { SkiffError, errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
 import { findExecutable, type Runner } from '../sys/run.js';
+import { removeMasqRules, type IpFamily } from './masq.js';
 import type { PhaseTrace } from '../trace.js';
 
 export interface PortMapping {
@@ -317,6 +318,26 @@ export class CniNetwork {
   }
 
   /**
+   * After a DEL that succeeded: the masquerade rules the plugins tagged with
+   * this pod's id, which their DEL leaves when it finds no interface (a pod
+   * with CAP_NET_ADMIN renamed or deleted its eth0) or no namespace. Only for
+   * lists with a plugin that masquerades; one `iptables -S POSTROUTING` when
+   * nothing is left. A failure is logged, not returned: the plugins' own
+   * teardown is done, a stale rule costs space but routes nothing of another
+   * pod's, and a StopPodSandbox that failed for it would fail on every retry
+   * where iptables is broken, keeping the pod forever.
+   */
+  private async removeLeftMasq(id: string, entry: CacheEntry): Promise<void> {
+    if (!entry.list.plugins.some((p) => p.ipMasq === true)) return;
+    try {
+      const removed = await removeMasqRules(this.o.runner, entry.list.name, id, masqFamilies(entry));
+      if (removed.length) this.o.log.warn('removed masquerade rules the CNI DEL left behind (the pod renamed or deleted its interface?)', { id, network: entry.list.name, rules: removed.length });
+    } catch (err) {
+      this.o.log.error('could not check for masquerade rules the CNI DEL left behind; they may leak', { id, network: entry.list.name, error: errorMessage(err) });
+    }
+  }
+
+  /**
    * Undoes an ADD; retried, bounded. With the cached ADD it runs the cached
    * list with the cached result. Without it (lost, or empty after a crash),
    * DEL runs from the current network config with no prevResult, given the
@@ -347,6 +368,7 @@ export class CniNetwork {
     for (let i = 0; i < attempts; i++) {
       try {
         for (const p of [...entry.list.plugins].reverse()) await this.exec('DEL', entry.list, p, entry, id, entry.result);
+        await this.removeLeftMasq(id, entry);
         await fs.rm(this.cacheFile(id), { force: true });
         return;
       } catch (err) {
@@ -357,6 +379,13 @@ export class CniNetwork {
     }
     throw lastErr;
   }
+}
+
+/** Families a pod on this list may have masquerade rules for: IPv4, and IPv6 when it had or could get such an address. */
+function masqFamilies(entry: CacheEntry): IpFamily[] {
+  const ips = (entry.result as { ips?: Array<{ address?: unknown }> } | undefined)?.ips;
+  const v6 = Array.isArray(ips) ? ips.some((i) => String(i?.address ?? '').includes(':')) : /"subnet":"[0-9A-Fa-f]*:[^"]*"/.test(JSON.stringify(entry.list.plugins));
+  return v6 ? [4, 6] : [4];
 }
 
 function ipv4ToInt(a: string): number {

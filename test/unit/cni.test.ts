@@ -3,7 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CniNetwork, checkBridgeName, defaultBridgeName, insideCidr, parseNetworkConfig } from '../../src/sandbox/cni.js';
-import { silentLogger } from '../../src/log.js';
+import { masqCleanup, masqComment } from '../../src/sandbox/masq.js';
+import { silentLogger, type Logger } from '../../src/log.js';
 import type { RunOptions, RunResult, Runner } from '../../src/sys/run.js';
 
 describe('CNI network configs', () => {
@@ -61,8 +62,16 @@ describe('CNI DEL', () => {
   let links: unknown[];
   let calls: Array<{ cmd: string; env: NodeJS.ProcessEnv; conf: Record<string, unknown> }>;
   let fail: string | undefined;
-  const runner: Runner = async (cmd: string, _args: string[], opts: RunOptions = {}): Promise<RunResult> => {
+  /** What `iptables -S POSTROUTING` prints, and the iptables commands run. */
+  let postrouting: string;
+  let iptables: Array<{ cmd: string; args: string[]; input?: string }>;
+  const runner: Runner = async (cmd: string, args: string[], opts: RunOptions = {}): Promise<RunResult> => {
     if (cmd === 'ip') return { code: 0, signal: null, stdout: JSON.stringify(links), stderr: '', timedOut: false };
+    if (/^ip6?tables/.test(cmd)) {
+      iptables.push({ cmd, args, input: opts.input === undefined ? undefined : String(opts.input) });
+      if (fail === cmd) return { code: 4, signal: null, stdout: '', stderr: 'iptables: lock held', timedOut: false };
+      return { code: 0, signal: null, stdout: cmd.endsWith('-restore') ? '' : postrouting, stderr: '', timedOut: false };
+    }
     const conf = JSON.parse(String(opts.input)) as Record<string, unknown>;
     calls.push({ cmd: path.basename(cmd), env: opts.env ?? {}, conf });
     if (fail && fail === `${path.basename(cmd)}:${opts.env?.CNI_COMMAND}`) return { code: 1, signal: null, stdout: '{"code":11,"msg":"boom"}', stderr: '', timedOut: false };
@@ -70,8 +79,8 @@ describe('CNI DEL', () => {
     return { code: 0, signal: null, stdout, stderr: '', timedOut: false };
   };
 
-  function network(): CniNetwork {
-    return new CniNetwork({ confDir: path.join(dir, 'net.d'), binDirs: [path.join(dir, 'bin')], dataDir: path.join(dir, 'data'), podCidr: '10.1.0.0/24', bridge: 'skifftest0', runner, log: silentLogger });
+  function network(log: Logger = silentLogger): CniNetwork {
+    return new CniNetwork({ confDir: path.join(dir, 'net.d'), binDirs: [path.join(dir, 'bin')], dataDir: path.join(dir, 'data'), podCidr: '10.1.0.0/24', bridge: 'skifftest0', runner, log });
   }
   const cache = (id: string) => path.join(dir, 'data', 'cache', `${id}.json`);
 
@@ -81,6 +90,8 @@ describe('CNI DEL', () => {
     for (const p of ['bridge', 'portmap']) await fs.writeFile(path.join(dir, 'bin', p), '', { mode: 0o755 });
     calls = [];
     fail = undefined;
+    postrouting = '-P POSTROUTING ACCEPT\n';
+    iptables = [];
     links = [{ ifname: 'lo', addr_info: [{ family: 'inet', local: '127.0.0.1', prefixlen: 8 }] }];
   });
   afterEach(async () => {
@@ -98,6 +109,52 @@ describe('CNI DEL', () => {
     await expect(fs.access(cache('p1'))).rejects.toThrow();
     // The cache is written whole: no temporary file stays behind.
     expect(await fs.readdir(path.join(dir, 'data', 'cache'))).toEqual([]);
+  });
+
+  it('after DEL, removes the masquerade jump and chain the plugin left for this pod, and nothing when none is left', async () => {
+    const cni = network();
+    await cni.add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
+    await cni.del('p1');
+    expect(iptables.map((c) => [c.cmd, ...c.args].join(' '))).toEqual(['iptables -w 5 -t nat -S POSTROUTING']);
+
+    await cni.add('p2', '/run/netns/p2', { name: 'a', namespace: 'b', uid: 'c' }, []);
+    const left = `-A POSTROUTING -s 10.1.0.5/32 -m comment --comment ${masqComment('skiff', 'p2')} -j CNI-0123456789abcdef01234567`;
+    postrouting = `-P POSTROUTING ACCEPT\n-A POSTROUTING -s 10.1.0.6/32 -m comment --comment ${masqComment('skiff', 'p3')} -j CNI-00000000000000000000000f\n${left}\n`;
+    iptables = [];
+    const warnings: string[] = [];
+    await network({ ...silentLogger, warn: (m) => warnings.push(m) }).del('p2');
+    expect(iptables.map((c) => c.cmd)).toEqual(['iptables', 'iptables-restore']);
+    expect(iptables[1]!.args).toEqual(['-w', '5', '--noflush']);
+    expect(iptables[1]!.input).toBe(`*nat\n-D ${left.slice(3)}\n-F CNI-0123456789abcdef01234567\n-X CNI-0123456789abcdef01234567\nCOMMIT\n`);
+    expect(warnings.join()).toMatch(/removed masquerade rules the CNI DEL left behind/);
+    await expect(fs.access(cache('p2'))).rejects.toThrow();
+  });
+
+  it('a failing iptables is logged and does not fail the DEL', async () => {
+    const errors: string[] = [];
+    const cni = network({ ...silentLogger, error: (m) => errors.push(m) });
+    await cni.add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
+    fail = 'iptables';
+    await cni.del('p1');
+    expect(calls.map((c) => `${c.cmd}:${c.env.CNI_COMMAND}`)).toEqual(['bridge:ADD', 'bridge:DEL']);
+    expect(errors.join()).toMatch(/could not check for masquerade rules/);
+    await expect(fs.access(cache('p1'))).rejects.toThrow();
+  });
+
+  it('checks IPv6 too when the pod had an IPv6 address, and nothing for a list that does not masquerade', async () => {
+    await fs.mkdir(path.join(dir, 'net.d'));
+    await fs.writeFile(path.join(dir, 'net.d', '10-plain.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'plain', plugins: [{ type: 'bridge' }] }));
+    const cni = network();
+    await cni.add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
+    await cni.del('p1');
+    expect(iptables).toEqual([]);
+
+    await fs.writeFile(path.join(dir, 'net.d', '10-plain.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'dual', plugins: [{ type: 'bridge', ipMasq: true }] }));
+    await fs.mkdir(path.dirname(cache('p6')), { recursive: true });
+    const list = { ...parseNetworkConfig(await fs.readFile(path.join(dir, 'net.d', '10-plain.conflist'), 'utf8'), 'x') };
+    await fs.writeFile(cache('p6'), JSON.stringify({ list, netns: '/run/netns/p6', args: '', ifname: 'eth0', portMappings: [], result: { ips: [{ address: '10.1.0.5/24' }, { address: 'fd00::5/64' }] } }));
+    await cni.del('p6');
+    expect(iptables.map((c) => c.cmd)).toEqual(['iptables', 'ip6tables']);
   });
 
   it('runs DEL from the config alone, without prevResult, when the cache is empty or gone', async () => {
@@ -152,3 +209,36 @@ describe('CNI DEL', () => {
     expect(calls).toEqual([]);
   });
 });
+
+describe('masquerade rules a DEL left behind', () => {
+  const id = 'a'.repeat(64);
+  const other = `${'a'.repeat(63)}b`;
+  const jump = (i: string, chain: string, src = '10.88.0.4/32', net = 'skiff') => `-A POSTROUTING -s ${src} -m comment --comment ${masqComment(net, i)} -j ${chain}`;
+
+  it('quotes the comment as iptables prints it', () => {
+    expect(masqComment('skiff', 'ab')).toBe(String.raw`"name: \"skiff\" id: \"ab\""`);
+    expect(masqComment('a"b\\c', 'x')).toBe(String.raw`"name: \"a\"b\\c\" id: \"x\""`);
+  });
+
+  it('removes only the jumps naming exactly this network and id, and only CNI- chains', () => {
+    const text = [
+      '-P POSTROUTING ACCEPT',
+      '-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
+      jump(other, 'CNI-000000000000000000000002'),
+      jump(id.slice(0, 63), 'CNI-000000000000000000000003'),
+      jump(id, 'CNI-000000000000000000000004', '10.88.0.4/32', 'other-net'),
+      jump(id, 'CNI-000000000000000000000001'),
+      jump(id, 'CNI-000000000000000000000001', 'fd00::4/128'),
+      jump(id, 'MASQUERADE'),
+    ].join('\n');
+    expect(masqCleanup(text, 'skiff', id)).toEqual([
+      `-D POSTROUTING -s 10.88.0.4/32 -m comment --comment ${masqComment('skiff', id)} -j CNI-000000000000000000000001`,
+      `-D POSTROUTING -s fd00::4/128 -m comment --comment ${masqComment('skiff', id)} -j CNI-000000000000000000000001`,
+      `-D POSTROUTING -s 10.88.0.4/32 -m comment --comment ${masqComment('skiff', id)} -j MASQUERADE`,
+      '-F CNI-000000000000000000000001',
+      '-X CNI-000000000000000000000001',
+    ]);
+    expect(masqCleanup(text, 'skiff', 'c'.repeat(64))).toEqual([]);
+  });
+});
+
