@@ -30,6 +30,7 @@ import { objectUid } from './store.js';
 import type { ControllerDriver } from '../controllers/driver.js';
 import { WORKLOAD_KINDS, type WorkloadStatus } from '../controllers/types.js';
 import { RuntimeObserver } from './runtime-state.js';
+import type { UsernsAllocator } from './userns.js';
 
 /** Where manifests come from: the directory store and its watcher, behind one face. */
 export interface ManifestSource {
@@ -70,6 +71,8 @@ export interface AgentParts {
   saveControllerState?: (pods: Array<{ uid: string; pod: Pod }>) => void;
   /** The controllers' pods as the last agent saved them: adopted, not re-created, after a restart. */
   savedControllerPods?: Array<{ uid: string; pod: Pod }>;
+  /** Host id ranges for `hostUsers: false` pods; without it such pods never run. */
+  userns?: UsernsAllocator;
   /** Metrics hooks. */
   onPodRunning?: (pod: Pod, latencyMs: number) => void;
   onRestart?: (pod: Pod, container: string) => void;
@@ -164,6 +167,14 @@ export class Agent {
       if (!this.workers.has(uid)) {
         log.info('stopping a pod no manifest wants any more', { uid });
         this.terminateOrphan(uid);
+      }
+    }
+    // Ranges of pods that are gone (removed while the agent was down): neither wanted nor in the runtime.
+    const live = new Set([...this.known, ...[...this.pods.values()].map((e) => e.uid)]);
+    for (const uid of this.parts.userns?.uids() ?? []) {
+      if (!live.has(uid)) {
+        log.info('releasing the user namespace range of a pod that is gone', { uid });
+        await this.parts.userns!.release(uid);
       }
     }
     this.scheduleRelist();
@@ -327,6 +338,7 @@ export class Agent {
       hostResolvConf: this.opts.hostResolvConf,
       podDir: `${this.opts.rootDir}/pods/${uid}`,
       objects: this.parts.manifests.objects,
+      userns: pod.spec?.hostUsers === false ? this.parts.userns?.get(uid) : undefined,
     };
   }
 
@@ -346,6 +358,13 @@ export class Agent {
       runtimeName: () => this.runtimeName,
       qosClass: p.qosClass,
       terminationLogPath: p.terminationLogPath,
+      userns: p.userns && {
+        prepare: async (pod, id) => {
+          await this.checkUsernsSupport(pod.spec?.runtimeClassName ?? '');
+          return p.userns!.allocate(id);
+        },
+        release: (id) => p.userns!.release(id),
+      },
       now: this.now,
       onStatus: (id, pod, status) => this.onStatus(id, pod, status),
       onStarted: (pod, c, restart) => {
@@ -355,6 +374,23 @@ export class Agent {
     }, ctx);
     this.workers.set(uid, w);
     return w;
+  }
+
+  /**
+   * Throws unless the runtime says the handler can run pods in user
+   * namespaces (RuntimeStatus features), as the kubelet checks before it
+   * asks: an older runtime would otherwise run the pod in the host's.
+   * A runtime that lists no "" entry for its default handler is taken at
+   * its word only when every handler it lists supports them.
+   */
+  private async checkUsernsSupport(handler: string): Promise<void> {
+    const st = await this.parts.cri.runtime.status({ verbose: false }, 10_000);
+    const handlers = st.runtimeHandlers ?? [];
+    const named = handlers.find((h) => h.name === handler);
+    const ok = named ? named.features?.userNamespaces === true : handler === '' && handlers.length > 0 && handlers.every((h) => h.features?.userNamespaces === true);
+    if (!ok) {
+      throw new Error(handler ? `can't set \`spec.hostUsers: false\`, RuntimeClass handler "${handler}" does not support user namespaces` : "can't set `spec.hostUsers: false`, runtime does not support user namespaces");
+    }
   }
 
   private onStatus(uid: string, pod: Pod, status: PodStatus): void {

@@ -102,14 +102,27 @@ function podNamespace(pod: Pod): string {
   return pod.metadata?.namespace || 'default';
 }
 
-/** Network and IPC: the pod's unless on the host's; PID: per container unless shared in the pod or the host's. */
-export function namespacesForPod(pod: Pod): NamespaceOption {
+/**
+ * Network and IPC: the pod's unless on the host's; PID: per container unless
+ * shared in the pod or the host's. A `hostUsers: false` pod also gets its own
+ * user namespace, mapping its ids 0..length-1 to the block allocated to it;
+ * without a block it cannot be configured (never silently the host's).
+ */
+export function namespacesForPod(pod: Pod, userns?: PodContext['userns']): NamespaceOption {
   const s = pod.spec;
-  return {
+  const out: NamespaceOption = {
     network: s?.hostNetwork ? 'NODE' : 'POD',
     pid: s?.hostPID ? 'NODE' : s?.shareProcessNamespace ? 'POD' : 'CONTAINER',
     ipc: s?.hostIPC ? 'NODE' : 'POD',
   };
+  if (s?.hostUsers === false) {
+    if (!userns) throw new ContainerConfigError('no user namespace range has been allocated for the pod (spec.hostUsers: false)');
+    const range = [{ hostId: userns.hostId, containerId: 0, length: userns.length }];
+    out.usernsOptions = { mode: 'POD', uids: range, gids: range.map((r) => ({ ...r })) };
+  } else if (s?.hostUsers === true) {
+    out.usernsOptions = { mode: 'NODE', uids: [], gids: [] };
+  }
+  return out;
 }
 
 /** The container's seccomp profile, else the pod's, else Unconfined (the kubelet's default without SeccompDefault). */
@@ -227,7 +240,7 @@ export class KubeletConfigBuilder implements ConfigBuilder {
         cgroupParent: '',
         sysctls,
         securityContext: {
-          namespaceOptions: namespacesForPod(pod),
+          namespaceOptions: namespacesForPod(pod, ctx.userns),
           ...(podSc?.runAsUser !== undefined ? { runAsUser: { value: podSc.runAsUser } } : {}),
           ...(podSc?.runAsGroup !== undefined ? { runAsGroup: { value: podSc.runAsGroup } } : {}),
           supplementalGroups: supplementalGroups(podSc),
@@ -285,7 +298,7 @@ export class KubeletConfigBuilder implements ConfigBuilder {
   private securityContext(ctx: PodContext, c: Container, opts: ContainerConfigOptions): LinuxContainerSecurityContext {
     const podSc = ctx.pod.spec?.securityContext;
     const sc = c.securityContext;
-    const out: LinuxContainerSecurityContext = { namespaceOptions: namespacesForPod(ctx.pod) };
+    const out: LinuxContainerSecurityContext = { namespaceOptions: namespacesForPod(ctx.pod, ctx.userns) };
     const runAsUser = sc?.runAsUser ?? podSc?.runAsUser;
     const runAsGroup = sc?.runAsGroup ?? podSc?.runAsGroup;
     if (runAsUser !== undefined) out.runAsUser = { value: runAsUser };

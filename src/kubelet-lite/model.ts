@@ -93,6 +93,8 @@ export interface PodContext {
   hostResolvConf: string;
   /** <root-dir>/pods/<uid>: volumes, etc-hosts, termination logs. */
   podDir: string;
+  /** The host ids of a `hostUsers: false` pod's user namespace, once allocated (the same for uids and gids). */
+  userns?: { hostId: number; length: number };
   objects: ObjectLookup;
 }
 

@@ -56,6 +56,16 @@ export interface WorkerDeps {
   runtimeName: () => string;
   qosClass: (pod: Pod) => string;
   terminationLogPath: (podDir: string, name: string, restartCount: number) => string;
+  /**
+   * User namespaces for `hostUsers: false` pods: `prepare` checks the runtime
+   * can make one and gives the pod its id range (throws with the reason
+   * otherwise); `release` gives the range back once the pod is gone.
+   * Without it such a pod never runs.
+   */
+  userns?: {
+    prepare(pod: Pod, uid: string): Promise<{ hostId: number; length: number }>;
+    release(uid: string): Promise<void>;
+  };
   now: () => number;
   /** Called after every sync with the pod's new status. */
   onStatus: (uid: string, pod: Pod, status: PodStatus) => void;
@@ -312,6 +322,19 @@ export class PodWorker {
   }
 
   private async makeSandbox(ctx: PodContext, attempt: number): Promise<boolean> {
+    if (ctx.pod.spec?.hostUsers === false) {
+      try {
+        if (!this.deps.userns) throw new Error("can't set `spec.hostUsers: false`: this agent has no user namespace allocator");
+        ctx.userns = await this.deps.userns.prepare(ctx.pod, this.uid);
+      } catch (err) {
+        // As the kubelet: the sandbox config cannot be made; the pod waits and is tried again.
+        const message = `Failed to generate sandbox config for pod: ${errorMessage(err)}`;
+        this.podMessage = { reason: 'CreatePodSandboxConfigError', message };
+        this.event('Warning', 'CreatePodSandboxConfigError', message);
+        this.report(ctx, { sandboxes: [], containers: [] });
+        return false;
+      }
+    }
     try {
       await this.deps.volumes.setUp(ctx);
     } catch (err) {
@@ -534,6 +557,8 @@ export class PodWorker {
     this.deps.backoff.forget(`${this.uid}/`);
     this.deps.images.forgetPod(this.uid);
     await this.deps.volumes.tearDown(this.uid);
+    // Its sandboxes are gone: no process uses the pod's host ids any more.
+    await this.deps.userns?.release(this.uid);
     this.terminated = true;
     if (this.timer) clearTimeout(this.timer);
   }

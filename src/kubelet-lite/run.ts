@@ -24,6 +24,7 @@ import { SummaryBuilder } from './stats-summary.js';
 import { StatusServer } from './status-server.js';
 import { ObjectStore } from './store.js';
 import { validatePod } from './validate.js';
+import { UsernsAllocator } from './userns.js';
 import { HostVolumeManager } from './volumes.js';
 import { ManifestWatcher } from './watch.js';
 
@@ -191,6 +192,8 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       await fs.rename(tmp, stateFile);
     }).catch((err) => log.warn('could not save the controllers\' state', { err: String(err) }));
   };
+  // The host id ranges of hostUsers:false pods: the same ones after a restart.
+  const userns = await UsernsAllocator.load({ file: path.join(opts.rootDir, 'userns-ranges.json'), log });
   agent = new Agent(
     {
       nodeName: opts.nodeName,
@@ -214,6 +217,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       controllers,
       saveControllerState,
       savedControllerPods: savedPods,
+      userns,
       log,
       onPodRunning: (_pod, ms) => metrics.observePodStart(ms / 1000),
       onRestart: (pod, c) => metrics.incRestart(pod.metadata?.namespace ?? '', pod.metadata?.name ?? '', c),

@@ -855,7 +855,20 @@ export function podErrors(pod: Obj): FieldError[] {
     const i = (spec.hostAliases as unknown[]).indexOf(a);
     if (typeof a.ip !== 'string' || !isIP(a.ip)) e.invalid(['spec', 'hostAliases', i, 'ip'], a.ip, 'must be valid IP address');
   });
+  validateHostUsers(spec, e);
   return e.list;
+}
+
+/**
+ * A pod in its own user namespace (`hostUsers: false`) shares none of the
+ * host's other namespaces, and is a Linux pod: the API server refuses these.
+ */
+function validateHostUsers(spec: Obj, e: Errors): void {
+  if (spec.hostUsers !== false) return;
+  for (const k of ['hostNetwork', 'hostPID', 'hostIPC'] as const) {
+    if (spec[k] === true) e.add(['spec', k], 'Forbidden: when `hostUsers` is false');
+  }
+  if (isObj(spec.os) && spec.os.name === 'windows') e.add(['spec', 'hostUsers'], 'Forbidden: cannot be set for a windows pod');
 }
 
 /** A deep copy of a stored Pod with the API server's defaults applied, validated. */

@@ -156,6 +156,35 @@ describe('sandbox config', () => {
     expect(builder.containerConfig(ctx(pod), pod.spec!.containers[0], opts({ volumes: vols() })).linux?.securityContext?.namespaceOptions).toEqual(want);
   });
 
+  it('gives a hostUsers:false pod and each of its containers the user namespace of its allocated range', () => {
+    const pod = webPod();
+    pod.spec!.hostUsers = false;
+    const range = { hostId: 131072, containerId: 0, length: 65536 };
+    const want = { network: 'POD', pid: 'CONTAINER', ipc: 'POD', usernsOptions: { mode: 'POD', uids: [range], gids: [range] } };
+    const c = ctx(pod, { userns: { hostId: 131072, length: 65536 } });
+    expect(builder.sandboxConfig(c, 0).linux?.securityContext?.namespaceOptions).toEqual(want);
+    for (const spec of [pod.spec!.containers[0]!, { name: 'init', image: 'busybox' }]) {
+      expect(builder.containerConfig(c, spec, opts({ volumes: vols() })).linux?.securityContext?.namespaceOptions).toEqual(want);
+    }
+    // The uid and gid lists are separate objects (a caller changing one must not change the other).
+    const opt = builder.sandboxConfig(c, 0).linux?.securityContext?.namespaceOptions?.usernsOptions;
+    expect(opt?.uids?.[0]).not.toBe(opt?.gids?.[0]);
+  });
+
+  it('never configures a hostUsers:false pod without a range (it would run in the host user namespace)', () => {
+    const pod = webPod();
+    pod.spec!.hostUsers = false;
+    expect(() => builder.sandboxConfig(ctx(pod), 0)).toThrow(ContainerConfigError);
+    expect(() => builder.containerConfig(ctx(pod), pod.spec!.containers[0]!, opts({ volumes: vols() }))).toThrow(/no user namespace range has been allocated/);
+  });
+
+  it('asks for the node user namespace for hostUsers:true, and says nothing when it is unset', () => {
+    const pod = webPod();
+    pod.spec!.hostUsers = true;
+    expect(builder.sandboxConfig(ctx(pod, { userns: { hostId: 65536, length: 65536 } }), 0).linux?.securityContext?.namespaceOptions?.usernsOptions).toEqual({ mode: 'NODE', uids: [], gids: [] });
+    expect(builder.sandboxConfig(ctx(webPod()), 0).linux?.securityContext?.namespaceOptions).not.toHaveProperty('usernsOptions');
+  });
+
   it('uses spec.hostname, cuts long names to 63 without a trailing dash, and leaves the host name to host-network pods', () => {
     expect(podHostname({ metadata: { name: 'p' }, spec: { hostname: 'h1', containers: [] } })).toBe('h1');
     const long = 'a'.repeat(62) + '-b' + 'c'.repeat(10);

@@ -133,6 +133,11 @@ describe('validatePod defaults (SetDefaults_*)', () => {
     expect(pod.spec!.initContainers![0]!.imagePullPolicy).toBe('Always');
   });
 
+  it('accepts hostUsers false alone, and hostUsers true with the host namespaces', () => {
+    expect(valid(podWith((spec) => (spec.hostUsers = false))).spec!.hostUsers).toBe(false);
+    valid(podWith((spec) => ((spec.hostUsers = true), (spec.hostNetwork = true), (spec.hostPID = true), (spec.hostIPC = true))));
+  });
+
   it('defaults host ports to container ports on the host network', () => {
     const pod = valid(
       podWith((spec) => {
@@ -198,6 +203,10 @@ describe('validatePod validation (ValidatePod)', () => {
       podWith((spec) => ((spec.hostNetwork = true), (c0(spec).ports = [{ containerPort: 80, hostPort: 8080 }]))),
       'spec.containers[0].ports[0].hostPort: Invalid value: 8080: must match `containerPort` when `hostNetwork` is true',
     ],
+    ['hostUsers false on the host network', podWith((spec) => ((spec.hostUsers = false), (spec.hostNetwork = true))), 'spec.hostNetwork: Forbidden: when `hostUsers` is false'],
+    ['hostUsers false with the host PID namespace', podWith((spec) => ((spec.hostUsers = false), (spec.hostPID = true))), 'spec.hostPID: Forbidden: when `hostUsers` is false'],
+    ['hostUsers false with the host IPC namespace', podWith((spec) => ((spec.hostUsers = false), (spec.hostIPC = true))), 'spec.hostIPC: Forbidden: when `hostUsers` is false'],
+    ['hostUsers false on a windows pod', podWith((spec) => ((spec.hostUsers = false), (spec.os = { name: 'windows' }))), 'spec.hostUsers: Forbidden: cannot be set for a windows pod'],
     ['an env resourceFieldRef without a resource', podWith((spec) => (c0(spec).env = [{ name: 'A', valueFrom: { resourceFieldRef: {} } }])), 'spec.containers[0].env[0].valueFrom.resourceFieldRef.resource: Required value'],
     ['a huge invalid name, quoted short', podWith((_, p) => ((p.metadata as Obj).name = 'X'.repeat(100_000))), 'metadata.name: Invalid value: "XXXXXXXX'],
     ['protocol HTTP', podWith((spec) => (c0(spec).ports = [{ containerPort: 80, protocol: 'HTTP' }])), 'spec.containers[0].ports[0].protocol: Unsupported value: "HTTP": supported values: "SCTP", "TCP", "UDP"'],
