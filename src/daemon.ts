@@ -228,6 +228,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     },
     network: () => cni.status(),
     handlers: () => [...runtimes].filter(([, r]) => !('unavailable' in r)).map(([n]) => n),
+    defaultHandler: 'runc',
     features: (name) => features.get(name) ?? NO_FEATURES,
     userNamespaces: (name) => userns.get(name)?.ok ?? false,
     info: () => ({

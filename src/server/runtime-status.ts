@@ -10,6 +10,8 @@ export interface Readiness {
   network(): Condition | Promise<Condition>;
   /** The runtime handlers that work on this host. */
   handlers(): string[];
+  /** The handler a pod without one gets; listed a second time under the name "", as containerd does. */
+  defaultHandler?: string;
   /** What a handler supports, as its runtime reported at start. */
   features?(handler: string): HandlerFeatures;
   /** Whether a handler's pods may have a user namespace (runtime and kernel probed at start). */
@@ -22,14 +24,21 @@ function condition(type: string, c: Condition): RuntimeCondition {
   return { type, status: c.ready, reason: c.ready ? '' : (c.reason ?? ''), message: c.ready ? '' : (c.message ?? '') };
 }
 
+/** [name as listed, handler it stands for]: every working handler, then "" for the default one. */
+function handlerNames(readiness: Readiness): Array<[string, string]> {
+  const names = readiness.handlers();
+  const listed = names.map((n): [string, string] => [n, n]);
+  return readiness.defaultHandler && names.includes(readiness.defaultHandler) ? [...listed, ['', readiness.defaultHandler]] : listed;
+}
+
 export function status(readiness: Readiness) {
   return async (req: StatusRequest__Output): Promise<StatusResponse> => ({
     status: {
       conditions: [condition('RuntimeReady', await readiness.runtime()), condition('NetworkReady', await readiness.network())],
     },
-    runtimeHandlers: readiness.handlers().map((name) => ({
+    runtimeHandlers: handlerNames(readiness).map(([name, handler]) => ({
       name,
-      features: { recursiveReadOnlyMounts: (readiness.features?.(name) ?? NO_FEATURES).recursiveReadOnlyMounts, userNamespaces: readiness.userNamespaces?.(name) ?? false },
+      features: { recursiveReadOnlyMounts: (readiness.features?.(handler) ?? NO_FEATURES).recursiveReadOnlyMounts, userNamespaces: readiness.userNamespaces?.(handler) ?? false },
     })),
     info: req.verbose ? { config: JSON.stringify(readiness.info()) } : {},
   });

@@ -145,6 +145,24 @@ describe('Status and the start-up probes', () => {
     ]);
   });
 
+  it('lists the default handler a second time under the name "", as containerd does, for pods that name none', async () => {
+    const handler = status({
+      runtime: () => ({ ready: true }),
+      network: () => ({ ready: true }),
+      handlers: () => ['runc', 'crun'],
+      defaultHandler: 'crun',
+      features: (n) => ({ recursiveReadOnlyMounts: n === 'runc' }),
+      userNamespaces: (n) => n === 'crun',
+      info: () => ({}),
+    });
+    const r = await handler({ verbose: false });
+    expect(r.runtimeHandlers?.map((h) => [h.name, h.features?.userNamespaces, h.features?.recursiveReadOnlyMounts])).toEqual([
+      ['runc', false, true],
+      ['crun', true, false],
+      ['', true, false],
+    ]);
+  });
+
   it('needs the runtime to list the user namespace among its features', async () => {
     expect(joinsUserNamespaces(JSON.stringify({ linux: { namespaces: ['mount', 'user', 'pid'] } }))).toBe(true);
     expect(joinsUserNamespaces(JSON.stringify({ linux: { namespaces: ['mount', 'pid'] } }))).toBe(false);
