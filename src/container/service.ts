@@ -530,13 +530,16 @@ export class ContainerService {
       const state = await this.d.runtimeFor(c.runtimeHandler).state(c.id);
       const alive = state !== undefined && state.status !== 'stopped' && (c.pidStartTime === undefined || (await isSameProcess(c.pid, c.pidStartTime)));
       if (alive) return 'orphaned';
-      this.recordLost(c);
+      this.recordLost(c.id);
       return 'exited';
     });
   }
 
   /** An exit nobody saw: the CRI's way to say so is exit code 255, reason Unknown. */
-  private recordLost(c: ContainerRecord): void {
+  private recordLost(id: string): void {
+    // The record as it is now, not as it was before the awaits that found the exit.
+    const c = this.get(id);
+    if (!c || c.state !== 'CONTAINER_RUNNING') return;
     this.d.log.warn('container exited while its monitor was gone: exit code unknown', { id: c.id });
     c.state = 'CONTAINER_EXITED';
     c.exitCode = 255;
@@ -561,6 +564,9 @@ export class ContainerService {
       return false;
     }
     if (text.trim() === '') return false;
+    const seen = this.records.view(id);
+    const oom = seen?.state === 'CONTAINER_RUNNING' && (await oomKilled(seen.spec.linux.cgroupsPath));
+    // Read after the await: an UpdateContainerResources saved meanwhile is kept.
     const c = this.get(id);
     if (!c || c.state !== 'CONTAINER_RUNNING') {
       this.wake(id);
@@ -571,7 +577,7 @@ export class ContainerService {
     c.exitCode = Number.isFinite(code) ? code : -1;
     // When conmon wrote the exit file; never before the start (that clock had milliseconds only).
     c.finishedAt = Math.max(Math.round(mtimeMs * 1000) * 1000, c.startedAt);
-    c.reason = (await oomKilled(c.spec.linux.cgroupsPath)) ? 'OOMKilled' : c.exitCode === 0 ? 'Completed' : 'Error';
+    c.reason = oom ? 'OOMKilled' : c.exitCode === 0 ? 'Completed' : 'Error';
     c.pid = undefined;
     this.save(c);
     this.d.onEvent?.('CONTAINER_STOPPED_EVENT', c);
@@ -755,7 +761,11 @@ export class ContainerService {
       c.spec.linux.resources = { ...c.spec.linux.resources, ...r };
       c.config.linux = { ...(c.config.linux ?? ({} as NonNullable<ContainerConfig__Output['linux']>)), resources: res };
       await fsp.writeFile(path.join(c.bundle, 'config.json'), JSON.stringify(c.spec));
-      this.save(c);
+      // The container may have exited while runc updated it: the exit recorded meanwhile stays, only the resources change.
+      const cur = this.get(c.id)!;
+      cur.spec.linux.resources = c.spec.linux.resources;
+      cur.config.linux = c.config.linux;
+      this.save(cur);
     });
   }
 
