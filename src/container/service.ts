@@ -128,7 +128,7 @@ export class ContainerService {
     await fsp.mkdir(this.usernsDir, { recursive: true, mode: 0o711 });
     for (const c of this.list()) this.names.reserve(c.name, c.id, 'container');
     this.watcher = fs.watch(this.exitDir, (_ev, file) => {
-      if (file) void this.onExitFile(String(file));
+      if (file) this.recordExitOrRetry(String(file));
     });
     this.watcher.unref();
     // Containers may have exited while skiff was down: conmon left their exit files, or,
@@ -167,6 +167,7 @@ export class ContainerService {
 
   close(): void {
     this.watcher?.close();
+    for (const id of [...this.exitRetries.keys()]) this.stopExitRetry(id);
   }
 
   private locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
@@ -499,8 +500,36 @@ export class ContainerService {
         throw err;
       }
     });
-    // It may have exited before we saved it as running.
-    await this.onExitFile(found.id);
+    // It may have exited before we saved it as running (the container did start: a failure to record that goes to the retries).
+    await this.onExitFile(found.id).catch(() => this.recordExitOrRetry(found.id));
+  }
+
+  /** Exits whose recording failed (the metadata database could not be written), retried each second. */
+  private readonly exitRetries = new Map<string, NodeJS.Timeout>();
+
+  /**
+   * Records the exit in `id`'s exit file, if any. When that fails (a full
+   * disk: SQLite cannot write), the exit is tried again every second until
+   * it is recorded or the container is gone: nothing else would look at the
+   * file again, and the container would stay RUNNING for good.
+   */
+  private recordExitOrRetry(id: string): void {
+    if (this.exitRetries.has(id)) return;
+    this.onExitFile(id).catch((err) => {
+      if (this.exitRetries.has(id) || !this.records.view(id)) return;
+      this.d.log.warn('could not record a container exit; retrying', { id, error: errorMessage(err) });
+      const timer = setInterval(() => {
+        if (!this.records.view(id)) return this.stopExitRetry(id);
+        this.onExitFile(id).then(() => this.stopExitRetry(id), () => undefined);
+      }, 1_000);
+      timer.unref();
+      this.exitRetries.set(id, timer);
+    });
+  }
+
+  private stopExitRetry(id: string): void {
+    clearInterval(this.exitRetries.get(id));
+    this.exitRetries.delete(id);
   }
 
   /**

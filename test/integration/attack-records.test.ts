@@ -93,3 +93,88 @@ describe.skipIf(!isRoot)('container records against racing RPCs', () => {
     await skiff.runtime.RemovePodSandbox({ podSandboxId: pod });
   });
 });
+
+/**
+ * A container exits while the disk under --root is full (a pod can fill it
+ * itself: its writable layer lives there). Recording the exit cannot write
+ * the metadata database; that failure reached the crash guard, and the
+ * container stayed CONTAINER_RUNNING for good, even once there was room.
+ */
+describe.skipIf(!isRoot)('a container exit on a full disk', () => {
+  let dirs: DaemonDirs;
+  let skiff: SkiffProcess;
+  let ns: TestNetns;
+  let image: string;
+  let mounted = false;
+  const filler = () => path.join(dirs.root, 'filler');
+
+  beforeAll(async () => {
+    const reg = inject('registryHost');
+    await new Pusher(`http://${reg}`).image('test/records-full-busybox', 'v1', await busyboxImage());
+    image = `${reg}/test/records-full-busybox:v1`;
+    dirs = await makeDirs();
+    await fs.mkdir(dirs.root, { recursive: true });
+    const m = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=8m,mode=0700', 'tmpfs', dirs.root], { encoding: 'utf8' });
+    if (m.status !== 0) throw new Error(`mount tmpfs: ${m.stderr}`);
+    mounted = true;
+    ns = new TestNetns().create();
+    await ns.bridgePort(Number(reg.split(':')[1]), dirs.base);
+    await fs.mkdir(path.join(dirs.base, 'net.d'));
+    skiff = await new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d')], (a) => ns.wrap(a)).start();
+    await skiff.images.PullImage({ image: { image } });
+  });
+
+  afterAll(async () => {
+    if (dirs) await fs.rm(filler(), { force: true }).catch(() => undefined);
+    if (skiff?.child) {
+      const pods = await skiff.runtime.ListPodSandbox({}).catch(() => ({ items: [] }));
+      for (const p of pods.items ?? []) await skiff.runtime.RemovePodSandbox({ podSandboxId: p.id! }).catch(() => undefined);
+      await skiff.stop();
+    }
+    await ns?.destroy();
+    if (mounted) spawnSync('umount', ['-l', dirs.root]);
+    if (!dirs) return;
+    await new Promise((r) => setTimeout(r, 200));
+    const mounts = mountsUnder(dirs.base);
+    const procs = processesMentioning(dirs.base);
+    await fs.rm(dirs.base, { recursive: true, force: true });
+    expect(mounts, 'mounts left behind').toEqual([]);
+    expect(procs, 'processes left behind').toEqual([]);
+  });
+
+  it('is recorded once there is room again, and never reaches the crash guard', async () => {
+    const n = 'fullexit';
+    const config = {
+      metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
+      hostname: n,
+      logDirectory: path.join(dirs.base, 'logs', n),
+      linux: {},
+    };
+    const pod = (await skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
+    const id = (
+      await skiff.runtime.CreateContainer({
+        podSandboxId: pod,
+        config: { metadata: { name: 'short' }, image: { image }, command: ['sleep', '1'], logPath: 'short.log' },
+        sandboxConfig: config,
+      })
+    ).containerId!;
+    await skiff.runtime.StartContainer({ containerId: id });
+    // Fill every block left under --root; the container exits meanwhile.
+    spawnSync('dd', ['if=/dev/zero', `of=${filler()}`, 'bs=64k']);
+    await new Promise((r) => setTimeout(r, 2_000));
+    // No room: still running as far as the record goes (it cannot be written), but nothing escaped.
+    expect(skiff.log).toContain('could not record a container exit');
+    await fs.rm(filler(), { force: true });
+    const deadline = Date.now() + 5_000;
+    let state = '';
+    while (Date.now() < deadline) {
+      state = String((await skiff.runtime.ContainerStatus({ containerId: id })).status!.state);
+      if (state === 'CONTAINER_EXITED') break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(state).toBe('CONTAINER_EXITED');
+    expect((await skiff.runtime.ContainerStatus({ containerId: id })).status!.exitCode).toBe(0);
+    expect(skiff.log).not.toContain('crash guard');
+    await skiff.runtime.RemovePodSandbox({ podSandboxId: pod });
+  });
+});
