@@ -447,7 +447,9 @@ export class ContainerService {
   async start(id: string): Promise<void> {
     const found = this.mustGet(id);
     await this.locked(found.id, async () => {
-      const c = this.get(found.id)!;
+      // Removed while this call waited for the lock.
+      const c = this.get(found.id);
+      if (!c) throw notFound(`container "${id}" not found`);
       if (c.state !== 'CONTAINER_CREATED') throw failedPrecondition(`container ${c.id} is ${c.state}, not CONTAINER_CREATED`);
       const runtime = this.d.runtimeFor(c.runtimeHandler);
       const trace = new PhaseTrace();
@@ -767,7 +769,9 @@ export class ContainerService {
   async updateResources(id: string, res: NonNullable<NonNullable<ContainerConfig__Output['linux']>['resources']>): Promise<void> {
     const found = this.mustGet(id);
     await this.locked(found.id, async () => {
-      const c = this.get(found.id)!;
+      // Removed while this call waited for the lock.
+      const c = this.get(found.id);
+      if (!c) throw notFound(`container "${id}" not found`);
       if (c.state === 'CONTAINER_EXITED') throw failedPrecondition(`container ${c.id} has exited`);
       const r: Record<string, unknown> = {};
       const cpu: Record<string, unknown> = {};

@@ -13,7 +13,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
+import { grpc, makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { busyboxImage } from '../helpers/busybox.js';
 import { isRoot } from '../helpers/env.js';
 import { TestNetns } from '../helpers/netns.js';
@@ -89,6 +89,46 @@ describe.skipIf(!isRoot)('container records against racing RPCs', () => {
     // What it was updated to is kept all the same.
     const verbose = JSON.parse((await skiff.runtime.ContainerStatus({ containerId: id, verbose: true })).info!.info!);
     expect(verbose.runtimeSpec.linux.resources.cpu.shares).toBe(512);
+    expect(skiff.log).not.toContain('crash guard');
+    await skiff.runtime.RemovePodSandbox({ podSandboxId: pod });
+  });
+
+  it('a StartContainer or UpdateContainerResources that waited behind RemoveContainer answers NotFound, not a TypeError', async () => {
+    const n = 'records-gone';
+    const config = {
+      metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
+      hostname: n,
+      logDirectory: path.join(dirs.base, 'logs', n),
+      linux: {},
+    };
+    const pod = (await skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
+    const create = async (name: string) =>
+      (
+        await skiff.runtime.CreateContainer({
+          podSandboxId: pod,
+          config: { metadata: { name }, image: { image }, command: ['sleep', '1000'], logPath: `${name}.log` },
+          sandboxConfig: config,
+        })
+      ).containerId!;
+    // A running container: the first update holds its lock for half a second (the slow runc).
+    const running = await create('running');
+    await skiff.runtime.StartContainer({ containerId: running });
+    const created = await create('created');
+    const results = await Promise.allSettled([
+      skiff.runtime.UpdateContainerResources({ containerId: running, linux: { cpuShares: 300 } }),
+      skiff.runtime.RemoveContainer({ containerId: running }),
+      skiff.runtime.UpdateContainerResources({ containerId: running, linux: { cpuShares: 400 } }),
+      skiff.runtime.RemoveContainer({ containerId: created }),
+      skiff.runtime.StartContainer({ containerId: created }),
+    ]);
+    const failures = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as { code: number; details: string }] : []));
+    for (const e of failures) {
+      expect(e.details).not.toMatch(/Cannot read properties|TypeError/);
+      expect(e.code, e.details).toBe(grpc.status.NOT_FOUND);
+    }
+    // The update that came after the removal, at least, found nothing.
+    expect(results[2]!.status).toBe('rejected');
+    expect((await skiff.runtime.ListContainers({ filter: { podSandboxId: pod } })).containers ?? []).toEqual([]);
     expect(skiff.log).not.toContain('crash guard');
     await skiff.runtime.RemovePodSandbox({ podSandboxId: pod });
   });
