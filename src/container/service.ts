@@ -128,7 +128,7 @@ export class ContainerService {
     await fsp.mkdir(this.usernsDir, { recursive: true, mode: 0o711 });
     for (const c of this.list()) this.names.reserve(c.name, c.id, 'container');
     this.watcher = fs.watch(this.exitDir, (_ev, file) => {
-      if (file) void this.onExitFile(String(file));
+      if (file) this.recordExitOrRetry(String(file));
     });
     this.watcher.unref();
     // Containers may have exited while skiff was down: conmon left their exit files, or,
@@ -167,6 +167,7 @@ export class ContainerService {
 
   close(): void {
     this.watcher?.close();
+    for (const id of [...this.exitRetries.keys()]) this.stopExitRetry(id);
   }
 
   private locked<T>(id: string, fn: () => Promise<T>): Promise<T> {
@@ -446,7 +447,9 @@ export class ContainerService {
   async start(id: string): Promise<void> {
     const found = this.mustGet(id);
     await this.locked(found.id, async () => {
-      const c = this.get(found.id)!;
+      // Removed while this call waited for the lock.
+      const c = this.get(found.id);
+      if (!c) throw notFound(`container "${id}" not found`);
       if (c.state !== 'CONTAINER_CREATED') throw failedPrecondition(`container ${c.id} is ${c.state}, not CONTAINER_CREATED`);
       const runtime = this.d.runtimeFor(c.runtimeHandler);
       const trace = new PhaseTrace();
@@ -499,8 +502,36 @@ export class ContainerService {
         throw err;
       }
     });
-    // It may have exited before we saved it as running.
-    await this.onExitFile(found.id);
+    // It may have exited before we saved it as running (the container did start: a failure to record that goes to the retries).
+    await this.onExitFile(found.id).catch(() => this.recordExitOrRetry(found.id));
+  }
+
+  /** Exits whose recording failed (the metadata database could not be written), retried each second. */
+  private readonly exitRetries = new Map<string, NodeJS.Timeout>();
+
+  /**
+   * Records the exit in `id`'s exit file, if any. When that fails (a full
+   * disk: SQLite cannot write), the exit is tried again every second until
+   * it is recorded or the container is gone: nothing else would look at the
+   * file again, and the container would stay RUNNING for good.
+   */
+  private recordExitOrRetry(id: string): void {
+    if (this.exitRetries.has(id)) return;
+    this.onExitFile(id).catch((err) => {
+      if (this.exitRetries.has(id) || !this.records.view(id)) return;
+      this.d.log.warn('could not record a container exit; retrying', { id, error: errorMessage(err) });
+      const timer = setInterval(() => {
+        if (!this.records.view(id)) return this.stopExitRetry(id);
+        this.onExitFile(id).then(() => this.stopExitRetry(id), () => undefined);
+      }, 1_000);
+      timer.unref();
+      this.exitRetries.set(id, timer);
+    });
+  }
+
+  private stopExitRetry(id: string): void {
+    clearInterval(this.exitRetries.get(id));
+    this.exitRetries.delete(id);
   }
 
   /**
@@ -530,13 +561,16 @@ export class ContainerService {
       const state = await this.d.runtimeFor(c.runtimeHandler).state(c.id);
       const alive = state !== undefined && state.status !== 'stopped' && (c.pidStartTime === undefined || (await isSameProcess(c.pid, c.pidStartTime)));
       if (alive) return 'orphaned';
-      this.recordLost(c);
+      this.recordLost(c.id);
       return 'exited';
     });
   }
 
   /** An exit nobody saw: the CRI's way to say so is exit code 255, reason Unknown. */
-  private recordLost(c: ContainerRecord): void {
+  private recordLost(id: string): void {
+    // The record as it is now, not as it was before the awaits that found the exit.
+    const c = this.get(id);
+    if (!c || c.state !== 'CONTAINER_RUNNING') return;
     this.d.log.warn('container exited while its monitor was gone: exit code unknown', { id: c.id });
     c.state = 'CONTAINER_EXITED';
     c.exitCode = 255;
@@ -561,6 +595,9 @@ export class ContainerService {
       return false;
     }
     if (text.trim() === '') return false;
+    const seen = this.records.view(id);
+    const oom = seen?.state === 'CONTAINER_RUNNING' && (await oomKilled(seen.spec.linux.cgroupsPath));
+    // Read after the await: an UpdateContainerResources saved meanwhile is kept.
     const c = this.get(id);
     if (!c || c.state !== 'CONTAINER_RUNNING') {
       this.wake(id);
@@ -571,7 +608,7 @@ export class ContainerService {
     c.exitCode = Number.isFinite(code) ? code : -1;
     // When conmon wrote the exit file; never before the start (that clock had milliseconds only).
     c.finishedAt = Math.max(Math.round(mtimeMs * 1000) * 1000, c.startedAt);
-    c.reason = (await oomKilled(c.spec.linux.cgroupsPath)) ? 'OOMKilled' : c.exitCode === 0 ? 'Completed' : 'Error';
+    c.reason = oom ? 'OOMKilled' : c.exitCode === 0 ? 'Completed' : 'Error';
     c.pid = undefined;
     this.save(c);
     this.d.onEvent?.('CONTAINER_STOPPED_EVENT', c);
@@ -732,7 +769,9 @@ export class ContainerService {
   async updateResources(id: string, res: NonNullable<NonNullable<ContainerConfig__Output['linux']>['resources']>): Promise<void> {
     const found = this.mustGet(id);
     await this.locked(found.id, async () => {
-      const c = this.get(found.id)!;
+      // Removed while this call waited for the lock.
+      const c = this.get(found.id);
+      if (!c) throw notFound(`container "${id}" not found`);
       if (c.state === 'CONTAINER_EXITED') throw failedPrecondition(`container ${c.id} has exited`);
       const r: Record<string, unknown> = {};
       const cpu: Record<string, unknown> = {};
@@ -755,7 +794,11 @@ export class ContainerService {
       c.spec.linux.resources = { ...c.spec.linux.resources, ...r };
       c.config.linux = { ...(c.config.linux ?? ({} as NonNullable<ContainerConfig__Output['linux']>)), resources: res };
       await fsp.writeFile(path.join(c.bundle, 'config.json'), JSON.stringify(c.spec));
-      this.save(c);
+      // The container may have exited while runc updated it: the exit recorded meanwhile stays, only the resources change.
+      const cur = this.get(c.id)!;
+      cur.spec.linux.resources = c.spec.linux.resources;
+      cur.config.linux = c.config.linux;
+      this.save(cur);
     });
   }
 

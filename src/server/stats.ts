@@ -1,6 +1,7 @@
 /** ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats. */
 import { execFile } from 'node:child_process';
 import path from 'node:path';
+import pLimit from 'p-limit';
 import type { ContainerStats } from '../gen/runtime/v1/ContainerStats.js';
 import type { PodSandboxStats } from '../gen/runtime/v1/PodSandboxStats.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
@@ -65,10 +66,32 @@ async function podNetDev(s: SandboxRecord, running: ContainerRecord[]): Promise<
     const ifaces = await netDev(c.pid);
     if (ifaces.length) return ifaces;
   }
-  const netns = s.netns;
-  return new Promise((resolve) => {
-    execFile('nsenter', [`--net=${netns}`, 'cat', '/proc/net/dev'], { timeout: 5_000, maxBuffer: 1 << 20 }, (err, stdout) => resolve(err ? [] : parseNetDev(stdout)));
-  });
+  return pinnedNetDev(s.netns);
+}
+
+/**
+ * The helper reads of pinned namespaces under way, by pin: every stats call
+ * on a pod without a running process asked for its own `nsenter`, so a burst
+ * of PodSandboxStats (or ListPodSandboxStats over many such pods) forked one
+ * helper per call at once (1000 calls: ~500 helpers alive, ~1600 fds, other
+ * RPCs waiting over a second). Calls for the same pin share one read, and at
+ * most two helpers run at a time.
+ */
+const pinReads = new Map<string, Promise<NetDevCounters>>();
+const pinHelpers = pLimit(2);
+
+function pinnedNetDev(netns: string): Promise<NetDevCounters> {
+  let read = pinReads.get(netns);
+  if (!read) {
+    read = pinHelpers(
+      () =>
+        new Promise<NetDevCounters>((resolve) => {
+          execFile('nsenter', [`--net=${netns}`, 'cat', '/proc/net/dev'], { timeout: 5_000, maxBuffer: 1 << 20 }, (err, stdout) => resolve(err ? [] : parseNetDev(stdout)));
+        }),
+    ).finally(() => pinReads.delete(netns));
+    pinReads.set(netns, read);
+  }
+  return read;
 }
 
 async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: CpuRates, layers: Layers): Promise<PodSandboxStats> {
