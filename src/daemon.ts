@@ -9,7 +9,6 @@ import { SkiffError } from './errors.js';
 import { tryLockExclusive } from './sys/libc.js';
 import type { Logger } from './log.js';
 import { LocalContentStore } from './image/content.js';
-import { DigestThreads } from './image/digest-threads.js';
 import { RegistryClient } from './image/registry.js';
 import { ImageService } from './image/service.js';
 import { OverlaySnapshotter } from './image/snapshot.js';
@@ -135,9 +134,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   await fsp.rm(privateSocket, { force: true });
 
   const db: Db = openDb(path.join(opts.root, 'metadata.db'));
-  // Layer digests are computed off the main thread, which drives the sockets and the disk during a pull.
-  const digester = new DigestThreads();
-  const content = new LocalContentStore(path.join(opts.root, 'content'), digester);
+  const content = new LocalContentStore(path.join(opts.root, 'content'));
   await content.init();
   const snapshots = new OverlaySnapshotter(opts.root, db);
   await snapshots.init();
@@ -146,7 +143,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   // Decompressed copies of archives being imported live here (unlinked at once; a crash leaves none).
   const importTmpDir = path.join(opts.root, 'import-tmp');
   await fsp.rm(importTmpDir, { recursive: true, force: true });
-  const images = new ImageService({ db, content, snapshots, registry, log, pinned: opts.pinnedImages, importTmpDir, digester });
+  const images = new ImageService({ db, content, snapshots, registry, log, pinned: opts.pinnedImages, importTmpDir });
   await images.gc();
 
   const runner = run;
@@ -315,7 +312,6 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
         proxy.destroyConnections();
         await streaming.close();
         await registry.close();
-        await digester.close();
         containers.close();
         await sandboxes.close();
         db.close();

@@ -10,7 +10,6 @@ import path from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { SkiffError, isErrno, noSpaceAt } from '../errors.js';
-import { inlineDigester, type Digester } from './digest-threads.js';
 
 export interface BlobInfo {
   digest: string;
@@ -72,11 +71,7 @@ export class LocalContentStore implements ContentStore {
   /** Two ingests of one digest share a single write. */
   private readonly active = new Map<string, Promise<BlobInfo>>();
 
-  /** `digester` hashes what is ingested (on worker threads in the daemon). */
-  constructor(
-    root: string,
-    private readonly digester: Digester = inlineDigester,
-  ) {
+  constructor(root: string) {
     this.blobs = path.join(root, 'blobs');
     this.ingestDir = path.join(root, 'ingest');
   }
@@ -124,7 +119,7 @@ export class LocalContentStore implements ContentStore {
     }
     const { algorithm, hex } = parseDigest(expected.digest);
     const tmp = path.join(this.ingestDir, `${algorithm}-${hex}-${randomBytes(6).toString('hex')}`);
-    const digest = this.digester.create(algorithm, expected.size);
+    const hash = createHash(algorithm);
     let size = 0;
     const limit = expected.size;
     const meter = new Transform({
@@ -134,9 +129,8 @@ export class LocalContentStore implements ContentStore {
           cb(new SkiffError('InvalidArgument', `blob ${expected.digest} is larger than the ${limit} bytes its descriptor says`));
           return;
         }
-        const wait = digest.update(chunk);
-        if (wait) wait.then(() => cb(null, chunk), cb);
-        else cb(null, chunk);
+        hash.update(chunk);
+        cb(null, chunk);
       },
     });
     try {
@@ -144,14 +138,13 @@ export class LocalContentStore implements ContentStore {
       if (limit !== undefined && size !== limit) {
         throw new SkiffError('InvalidArgument', `blob ${expected.digest} is ${size} bytes, its descriptor says ${limit}`);
       }
-      const actual = await digest.digest();
+      const actual = `${algorithm}:${hash.digest('hex')}`;
       if (actual !== expected.digest) {
         throw new SkiffError('InvalidArgument', `digest mismatch: expected ${expected.digest}, got ${actual}`);
       }
       await fsp.rename(tmp, target);
       return { digest: expected.digest, size };
     } catch (err) {
-      digest.abort();
       await fsp.rm(tmp, { force: true });
       throw noSpaceAt(err, `blob ${expected.digest} (writing ${tmp})`);
     }

@@ -14,7 +14,6 @@ import type { Db } from '../db.js';
 import { SkiffError, errorMessage, isErrno, isNoSpace, noSpaceAt, wrap } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ContentStore } from './content.js';
-import type { Digester } from './digest-threads.js';
 import { formatPlatform, hostPlatform, selectPlatform, type Platform } from './platform.js';
 import { formatReference, isImageId, parseReference, repository, tagName, type Reference } from './reference.js';
 import { Limits, MediaType, type Credentials, type FetchedManifest, type RegistryClient } from './registry.js';
@@ -84,8 +83,6 @@ export interface ImageServiceDeps {
   pinned?: string[];
   downloadConcurrency?: number;
   unpackConcurrency?: number;
-  /** Hashes layer tars into diff ids (default: on the main thread). */
-  digester?: Digester;
   /** Where a compressed archive is decompressed for import (default: the system's temporary directory). */
   importTmpDir?: string;
 }
@@ -699,8 +696,6 @@ export class ImageService {
     }
     const [unpacked, fetched] = await Promise.allSettled([
       applyLayer(dir, source, {
-        ...(this.d.digester ? { digester: this.d.digester } : {}),
-        sizeHint: layer.size,
         lookupLower: async (rel) => {
           if (!parent) return undefined;
           if (!parentReady) throw new NeedsLowerLayers();

@@ -7,6 +7,7 @@
  * with openat2(2) beneath the root and through no symlink, and the archive
  * ends where Go's archive/tar says it does.
  */
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
@@ -24,7 +25,6 @@ export const tarHeaders = require(path.join(path.dirname(require.resolve('tar-st
   decode: (buf: Buffer, filenameEncoding: string, allowUnknownFormat: boolean) => unknown;
 };
 import { SkiffError, isErrno } from '../errors.js';
-import { inlineDigester, type Digester } from './digest-threads.js';
 import {
   AT_FDCWD,
   fsetxattr,
@@ -56,10 +56,6 @@ export interface ApplyOptions {
    * in this layer. Returns the absolute path of a regular file, or undefined.
    */
   lookupLower?: (relPath: string) => Promise<string | undefined>;
-  /** Hashes the tar into the diff id (default: on this thread). */
-  digester?: Digester;
-  /** About how many bytes the tar has, when known (a compressed layer's size is a lower bound). */
-  sizeHint?: number;
 }
 
 /**
@@ -669,12 +665,11 @@ class LayerWriter {
 
 /** Applies the (possibly compressed) layer in `source` to the empty directory `root`. */
 export async function applyLayer(root: string, source: Readable, opts: ApplyOptions = {}): Promise<ApplyResult> {
-  const hash = (opts.digester ?? inlineDigester).create('sha256', opts.sizeHint);
+  const hash = createHash('sha256');
   const hasher = new Transform({
     transform(chunk: Buffer, _enc, cb) {
-      const wait = hash.update(chunk);
-      if (wait) wait.then(() => cb(null, chunk), cb);
-      else cb(null, chunk);
+      hash.update(chunk);
+      cb(null, chunk);
     },
   });
   const extract = tar.extract();
@@ -702,9 +697,8 @@ export async function applyLayer(root: string, source: Readable, opts: ApplyOpti
       await current;
       throw writeError ?? err;
     }
-    return { diffId: await hash.digest(), size: writer.size, inodes: writer.inodes };
   } finally {
-    hash.abort();
     writer.dispose();
   }
+  return { diffId: `sha256:${hash.digest('hex')}`, size: writer.size, inodes: writer.inodes };
 }

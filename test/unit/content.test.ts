@@ -5,29 +5,18 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { LocalContentStore } from '../../src/image/content.js';
-import { DigestThreads, inlineDigester, type Digester } from '../../src/image/digest-threads.js';
 
 const digest = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 
-const digesters: Array<[string, () => Digester]> = [
-  ['hashing on the calling thread', () => inlineDigester],
-  ['hashing on threads', () => new DigestThreads(2, 50, 0)],
-];
-
-describe.each(digesters)('LocalContentStore, %s', (_label, makeDigester) => {
+describe('LocalContentStore', () => {
   let dir: string;
   let store: LocalContentStore;
-  let digester: Digester;
   beforeEach(async () => {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-content-'));
-    digester = makeDigester();
-    store = new LocalContentStore(dir, digester);
+    store = new LocalContentStore(dir);
     await store.init();
   });
-  afterEach(async () => {
-    if (digester instanceof DigestThreads) await digester.close();
-    await fs.rm(dir, { recursive: true, force: true });
-  });
+  afterEach(() => fs.rm(dir, { recursive: true, force: true }));
 
   it('verifies a blob of several MiB arriving in small chunks, and refuses it under another digest', async () => {
     const data = Buffer.alloc(5 * (1 << 20) + 777);
