@@ -87,6 +87,7 @@ export interface PodResults {
   rssIdleKiB: number;
   /** After QUIET_MS with no calls at all: what a daemon settles to between bursts. */
   rssQuietKiB: number;
+  pssQuietKiB: number;
   rss50KiB: number;
   pssIdleKiB: number;
   pss50KiB: number;
@@ -156,7 +157,9 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
     const rssIdleKiB = await rssKiB(idlePids);
     const pssIdleKiB = await pssKiB(idlePids);
     await new Promise((r) => setTimeout(r, QUIET_MS));
-    const rssQuietKiB = await rssKiB(await t.processes());
+    const quietPids = await t.processes();
+    const rssQuietKiB = await rssKiB(quietPids);
+    const pssQuietKiB = await pssKiB(quietPids);
     const limit = pLimit(parallel);
     const podMs: number[] = [];
     const up: Array<{ podId: string; ctrId: string }> = [];
@@ -171,7 +174,8 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
       ),
     );
     const parallelWallMs = Number(process.hrtime.bigint() - w0) / 1e6;
-    await new Promise((r) => setTimeout(r, 1000));
+    // Measured as the idle figures are, once the burst of starts has settled.
+    await new Promise((r) => setTimeout(r, QUIET_MS));
     const upPids = await t.processes();
     const rss50KiB = await rssKiB(upPids);
     const pss50KiB = await pssKiB(upPids);
@@ -205,7 +209,7 @@ export async function benchPods(t: Target, image: string, logDir: string, serial
       busy.close();
     }
     await Promise.all(up.map((p) => limit(() => stop(p))));
-    return { serial, parallelWallMs, parallelPodMs: podMs, rssIdleKiB, rssQuietKiB, rss50KiB, pssIdleKiB, pss50KiB, execMs, listMs, listBusyMs, statusBusyMs };
+    return { serial, parallelWallMs, parallelPodMs: podMs, rssIdleKiB, rssQuietKiB, pssQuietKiB, rss50KiB, pssIdleKiB, pss50KiB, execMs, listMs, listBusyMs, statusBusyMs };
   } finally {
     close();
   }
@@ -222,9 +226,9 @@ export function report(results: Array<[string, PodResults]>, floor?: FloorSample
   row('  per pod start p50/p95 ms', results.map(([, r]) => `${pct(r.parallelPodMs, 50).toFixed(0)} / ${pct(r.parallelPodMs, 95).toFixed(0)}`));
   row('memory idle MiB RSS (daemon+monitors)', results.map(([, r]) => (r.rssIdleKiB / 1024).toFixed(1)));
   row(`  the same after ${QUIET_MS / 1000} s with no calls`, results.map(([, r]) => (r.rssQuietKiB / 1024).toFixed(1)));
-  row(`memory with ${pods} pods MiB RSS`, results.map(([, r]) => (r.rss50KiB / 1024).toFixed(1)));
-  row('memory per running pod MiB (RSS)', results.map(([, r]) => ((r.rss50KiB - r.rssIdleKiB) / 1024 / pods).toFixed(2)));
-  row('memory per running pod MiB (PSS)', results.map(([, r]) => ((r.pss50KiB - r.pssIdleKiB) / 1024 / pods).toFixed(2)));
+  row(`memory with ${pods} pods MiB RSS (settled)`, results.map(([, r]) => (r.rss50KiB / 1024).toFixed(1)));
+  row('memory per running pod MiB (RSS)', results.map(([, r]) => ((r.rss50KiB - r.rssQuietKiB) / 1024 / pods).toFixed(2)));
+  row('memory per running pod MiB (PSS)', results.map(([, r]) => ((r.pss50KiB - r.pssQuietKiB) / 1024 / pods).toFixed(2)));
   row(`ExecSync p50/p95 ms (${pods} pods)`, results.map(([, r]) => `${pct(r.execMs, 50).toFixed(1)} / ${pct(r.execMs, 95).toFixed(1)}`));
   row(`ListContainers p50/p95 ms (${pods} pods)`, results.map(([, r]) => `${pct(r.listMs, 50).toFixed(2)} / ${pct(r.listMs, 95).toFixed(2)}`));
   row('  while ExecSync runs p50/p95 ms', results.map(([, r]) => `${pct(r.listBusyMs, 50).toFixed(2)} / ${pct(r.listBusyMs, 95).toFixed(2)}`));
@@ -242,7 +246,7 @@ export function report(results: Array<[string, PodResults]>, floor?: FloorSample
     lines.push('');
     lines.push(`ratios ${names[0]}/${names[1]}:`);
     lines.push(`  pod start p50 ${r(pct(a.serial[start]!, 50), pct(b.serial[start]!, 50))} (target ≤ 0.45×)`);
-    lines.push(`  memory per pod ${r(a.rss50KiB - a.rssIdleKiB, b.rss50KiB - b.rssIdleKiB)} (RSS), ${r(a.pss50KiB - a.pssIdleKiB, b.pss50KiB - b.pssIdleKiB)} (PSS) (no regression)`);
+    lines.push(`  memory per pod ${r(a.rss50KiB - a.rssQuietKiB, b.rss50KiB - b.rssQuietKiB)} (RSS), ${r(a.pss50KiB - a.pssQuietKiB, b.pss50KiB - b.pssQuietKiB)} (PSS) (no regression)`);
     lines.push(`  ExecSync p50 ${r(pct(a.execMs, 50), pct(b.execMs, 50))} (no regression)`);
     lines.push(`  ListContainers p50 while ExecSync runs ${r(pct(a.listBusyMs, 50), pct(b.listBusyMs, 50))} (target ≤ 1×)`);
     lines.push(`  idle RSS right after the serial runs ${r(a.rssIdleKiB, b.rssIdleKiB)}, after ${QUIET_MS / 1000} s quiet ${r(a.rssQuietKiB, b.rssQuietKiB)}; ${names[0]} ${(a.rssQuietKiB / 1024).toFixed(1)} MiB quiet (target ≤ 60 MiB)`);
