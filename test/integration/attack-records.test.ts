@@ -21,6 +21,44 @@ import { Pusher } from '../helpers/oci.js';
 import { spawnSync } from 'node:child_process';
 import { mountsUnder, processesMentioning } from '../helpers/pods.js';
 
+/** Removes every pod, stops the daemon, and checks that nothing of it is left under `dirs`. */
+async function teardown(skiff: SkiffProcess | undefined, ns: TestNetns | undefined, dirs: DaemonDirs | undefined, beforeCheck?: () => void): Promise<void> {
+  if (skiff?.child) {
+    const pods = await skiff.runtime.ListPodSandbox({}).catch(() => ({ items: [] }));
+    for (const p of pods.items ?? []) await skiff.runtime.RemovePodSandbox({ podSandboxId: p.id! }).catch(() => undefined);
+    await skiff.stop();
+  }
+  await ns?.destroy();
+  beforeCheck?.();
+  if (!dirs) return;
+  await new Promise((r) => setTimeout(r, 200));
+  const mounts = mountsUnder(dirs.base);
+  const procs = processesMentioning(dirs.base);
+  await fs.rm(dirs.base, { recursive: true, force: true });
+  expect(mounts, 'mounts left behind').toEqual([]);
+  expect(procs, 'processes left behind').toEqual([]);
+}
+
+/** A pod with one container running `command`, started. */
+async function podRunning(skiff: SkiffProcess, dirs: DaemonDirs, image: string, n: string, command: string[]): Promise<{ pod: string; id: string }> {
+  const config = {
+    metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
+    hostname: n,
+    logDirectory: path.join(dirs.base, 'logs', n),
+    linux: {},
+  };
+  const pod = (await skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
+  const id = (
+    await skiff.runtime.CreateContainer({
+      podSandboxId: pod,
+      config: { metadata: { name: 'short' }, image: { image }, command, logPath: 'short.log' },
+      sandboxConfig: config,
+    })
+  ).containerId!;
+  await skiff.runtime.StartContainer({ containerId: id });
+  return { pod, id };
+}
+
 describe.skipIf(!isRoot)('container records against racing RPCs', () => {
   let dirs: DaemonDirs;
   let skiff: SkiffProcess;
@@ -48,39 +86,10 @@ describe.skipIf(!isRoot)('container records against racing RPCs', () => {
     await skiff.images.PullImage({ image: { image } });
   });
 
-  afterAll(async () => {
-    if (skiff?.child) {
-      const pods = await skiff.runtime.ListPodSandbox({}).catch(() => ({ items: [] }));
-      for (const p of pods.items ?? []) await skiff.runtime.RemovePodSandbox({ podSandboxId: p.id! }).catch(() => undefined);
-      await skiff.stop();
-    }
-    await ns?.destroy();
-    if (!dirs) return;
-    await new Promise((r) => setTimeout(r, 200));
-    const mounts = mountsUnder(dirs.base);
-    const procs = processesMentioning(dirs.base);
-    await fs.rm(dirs.base, { recursive: true, force: true });
-    expect(mounts, 'mounts left behind').toEqual([]);
-    expect(procs, 'processes left behind').toEqual([]);
-  });
+  afterAll(() => teardown(skiff, ns, dirs));
 
   it('UpdateContainerResources racing the container\'s exit never brings back CONTAINER_RUNNING', async () => {
-    const n = 'records';
-    const config = {
-      metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
-      hostname: n,
-      logDirectory: path.join(dirs.base, 'logs', n),
-      linux: {},
-    };
-    const pod = (await skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
-    const id = (
-      await skiff.runtime.CreateContainer({
-        podSandboxId: pod,
-        config: { metadata: { name: 'short' }, image: { image }, command: ['sleep', '0.3'], logPath: 'short.log' },
-        sandboxConfig: config,
-      })
-    ).containerId!;
-    await skiff.runtime.StartContainer({ containerId: id });
+    const { pod, id } = await podRunning(skiff, dirs, image, 'records', ['sleep', '0.3']);
     // runc's update finds it running; it exits while runc's wrapper still takes its time.
     await skiff.runtime.UpdateContainerResources({ containerId: id, linux: { cpuShares: 512 } });
     const st = (await skiff.runtime.ContainerStatus({ containerId: id })).status!;
@@ -166,39 +175,13 @@ describe.skipIf(!isRoot)('a container exit on a full disk', () => {
 
   afterAll(async () => {
     if (dirs) await fs.rm(filler(), { force: true }).catch(() => undefined);
-    if (skiff?.child) {
-      const pods = await skiff.runtime.ListPodSandbox({}).catch(() => ({ items: [] }));
-      for (const p of pods.items ?? []) await skiff.runtime.RemovePodSandbox({ podSandboxId: p.id! }).catch(() => undefined);
-      await skiff.stop();
-    }
-    await ns?.destroy();
-    if (mounted) spawnSync('umount', ['-l', dirs.root]);
-    if (!dirs) return;
-    await new Promise((r) => setTimeout(r, 200));
-    const mounts = mountsUnder(dirs.base);
-    const procs = processesMentioning(dirs.base);
-    await fs.rm(dirs.base, { recursive: true, force: true });
-    expect(mounts, 'mounts left behind').toEqual([]);
-    expect(procs, 'processes left behind').toEqual([]);
+    await teardown(skiff, ns, dirs, () => {
+      if (mounted) spawnSync('umount', ['-l', dirs.root]);
+    });
   });
 
   it('is recorded once there is room again, and never reaches the crash guard', async () => {
-    const n = 'fullexit';
-    const config = {
-      metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
-      hostname: n,
-      logDirectory: path.join(dirs.base, 'logs', n),
-      linux: {},
-    };
-    const pod = (await skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
-    const id = (
-      await skiff.runtime.CreateContainer({
-        podSandboxId: pod,
-        config: { metadata: { name: 'short' }, image: { image }, command: ['sleep', '1'], logPath: 'short.log' },
-        sandboxConfig: config,
-      })
-    ).containerId!;
-    await skiff.runtime.StartContainer({ containerId: id });
+    const { pod, id } = await podRunning(skiff, dirs, image, 'fullexit', ['sleep', '1']);
     // Fill every block left under --root; the container exits meanwhile.
     spawnSync('dd', ['if=/dev/zero', `of=${filler()}`, 'bs=64k']);
     await new Promise((r) => setTimeout(r, 2_000));
