@@ -1,5 +1,6 @@
 /** ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats. */
 import { execFile } from 'node:child_process';
+import fsp from 'node:fs/promises';
 import path from 'node:path';
 import pLimit from 'p-limit';
 import type { ContainerStats } from '../gen/runtime/v1/ContainerStats.js';
@@ -60,13 +61,19 @@ async function containerStats(c: ContainerRecord, rates: CpuRates, layers: Layer
  */
 async function podNetDev(s: SandboxRecord, running: ContainerRecord[]): Promise<NetDevCounters> {
   if (!s.netns) return [];
-  if (hasInfra(s)) return s.infraPid ? netDev(s.infraPid) : [];
-  for (const c of running) {
-    if (!c.pid) continue;
-    const ifaces = await netDev(c.pid);
+  const pin = await fsp.stat(s.netns).catch(() => undefined);
+  if (!pin) return [];
+  // A recorded pid may be stale and reused by another process: it counts only while it is in the pod's namespace.
+  const inPod = async (pid: number) => {
+    const ns = await fsp.stat(`/proc/${pid}/ns/net`).catch(() => undefined);
+    return ns !== undefined && ns.ino === pin.ino && ns.dev === pin.dev;
+  };
+  for (const pid of [...(hasInfra(s) && s.infraPid ? [s.infraPid] : []), ...running.map((c) => c.pid ?? 0).filter(Boolean)]) {
+    if (!(await inPod(pid))) continue;
+    const ifaces = await netDev(pid);
     if (ifaces.length) return ifaces;
   }
-  return pinnedNetDev(s.netns);
+  return hasInfra(s) ? [] : pinnedNetDev(s.netns);
 }
 
 /**
