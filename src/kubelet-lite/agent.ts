@@ -91,6 +91,8 @@ interface PodEntry {
 }
 
 const podKey = (ns: string, name: string) => `${ns}/${name}`;
+/** How long a starting agent waits for its adopted pods' first syncs before the controllers run. */
+const ADOPTION_SYNC_MS = 5_000;
 
 /** The first non-loopback IPv4 address of this host, as the kubelet picks its node IP. */
 export function detectHostIP(): string {
@@ -122,6 +124,8 @@ export class Agent {
   private controllerPods = new Map<string, Pod>();
   private readonly savedUids = new Map<string, string>();
   private starting = false;
+  /** Until the adopted pods' first syncs are done, the controllers do not run (see start). */
+  private adopting = false;
   private workloadStatuses: WorkloadStatus[] = [];
   private controllersTimer: NodeJS.Timeout | undefined;
 
@@ -162,6 +166,12 @@ export class Agent {
     await this.parts.manifests.start((changes) => this.onChanges(changes));
     this.starting = false;
     this.onChanges([]);
+    // The controllers first look once the adopted pods have learnt their state from the runtime:
+    // before its first sync a pod looks Pending, and a finished Job keeps only the pods it sees
+    // finished, so it would drop (and so remove) its own succeeded pod.
+    this.adopting = true;
+    await this.adoptedSettled(ADOPTION_SYNC_MS);
+    this.adopting = false;
     this.runControllers();
     for (const uid of this.known) {
       if (!this.workers.has(uid)) {
@@ -411,8 +421,16 @@ export class Agent {
 
   // ------------------------------------------------------------ workload controllers
 
+  /** Resolves once every controller pod's worker has nothing left to do, or after `ms`. */
+  private async adoptedSettled(ms: number): Promise<void> {
+    const settled = [...this.pods.values()].filter((e) => e.controlled).map((e) => this.workers.get(e.uid)?.settled());
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(settled), new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+    clearTimeout(timer);
+  }
+
   private scheduleControllers(): void {
-    if (!this.parts.controllers || this.stopped || this.controllersTimer) return;
+    if (!this.parts.controllers || this.stopped || this.adopting || this.controllersTimer) return;
     this.controllersTimer = setTimeout(() => {
       this.controllersTimer = undefined;
       this.runControllers();
