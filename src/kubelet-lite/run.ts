@@ -24,6 +24,7 @@ import { SummaryBuilder } from './stats-summary.js';
 import { StatusServer } from './status-server.js';
 import { ObjectStore } from './store.js';
 import { validatePod } from './validate.js';
+import { StateFile } from './state-file.js';
 import { UsernsAllocator } from './userns.js';
 import { HostVolumeManager } from './volumes.js';
 import { ManifestWatcher } from './watch.js';
@@ -94,16 +95,9 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       () => [],
     ),
   );
-  let probeSaving = Promise.resolve();
-  const flushProbeResults = () => {
-    const text = JSON.stringify(Object.fromEntries(probeResults));
-    const tmp = `${probeFile}.tmp`;
-    probeSaving = probeSaving
-      .then(() => fs.writeFile(tmp, text, { mode: 0o600 }))
-      .then(() => fs.rename(tmp, probeFile))
-      .catch((err) => log.warn('could not save probe results', { err: String(err) }));
-    return probeSaving;
-  };
+  const probeState = new StateFile(probeFile);
+  const flushProbeResults = () =>
+    probeState.write(JSON.stringify(Object.fromEntries(probeResults))).catch((err) => log.warn('could not save probe results', { err: String(err) }));
   // Written at once (a crash right after a pod became Ready must not lose it); changes that
   // come while a write is running are coalesced into the next one.
   let probeWriting = false;
@@ -181,16 +175,12 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   const savedPods = Array.isArray(saved.pods) ? saved.pods.filter((p) => typeof p?.uid === 'string' && typeof p?.pod?.metadata?.name === 'string') : [];
   const controllers = new ControllerDriver({ nodeName: opts.nodeName, state: saved.controllers, onRequeue: () => agent?.controllersDue() });
   let lastSaved = '';
-  let saving = Promise.resolve();
+  const workloadsState = new StateFile(stateFile);
   const saveControllerState = (pods: Array<{ uid: string; pod: Pod }>) => {
     const text = JSON.stringify({ controllers: controllers.state, pods });
     if (text === lastSaved) return;
     lastSaved = text;
-    saving = saving.then(async () => {
-      const tmp = `${stateFile}.tmp`;
-      await fs.writeFile(tmp, text, { mode: 0o600 });
-      await fs.rename(tmp, stateFile);
-    }).catch((err) => log.warn('could not save the controllers\' state', { err: String(err) }));
+    workloadsState.write(text).catch((err) => log.warn('could not save the controllers\' state', { err: String(err) }));
   };
   // The host id ranges of hostUsers:false pods: the same ones after a restart.
   const userns = await UsernsAllocator.load({ file: path.join(opts.rootDir, 'userns-ranges.json'), log });
@@ -262,9 +252,9 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     },
     async stop() {
       clearInterval(gauges);
-      await probeSaving;
+      await probeState.settled();
       stopGc();
-      await saving;
+      await workloadsState.settled();
       agent!.stop();
       manager.stopAll();
       await status.close();

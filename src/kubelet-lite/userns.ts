@@ -10,6 +10,7 @@
  */
 import fs from 'node:fs/promises';
 import type { Logger } from '../log.js';
+import { StateFile } from './state-file.js';
 
 /** Ids per pod: a whole 16-bit id space, so images' users (nobody is 65534) all map. */
 export const USERNS_LENGTH = 65536;
@@ -46,9 +47,10 @@ export class UsernsAllocator {
   private readonly byUid = new Map<string, number>();
   private readonly used = new Set<number>();
   readonly max: number;
-  private writing: Promise<void> = Promise.resolve();
+  private readonly stateFile: StateFile;
 
   private constructor(private readonly opts: UsernsAllocatorOptions) {
+    this.stateFile = new StateFile(opts.file, { sync: true });
     this.max = opts.max ?? DEFAULT_MAX_USERNS_PODS;
     if (!Number.isSafeInteger(this.max) || this.max < 1 || (this.max + 1) * USERNS_LENGTH > 2 ** 32) {
       throw new Error(`user namespace ranges: max ${this.max} must be between 1 and ${2 ** 16 - 1}`);
@@ -124,23 +126,10 @@ export class UsernsAllocator {
     await this.save().catch((err) => this.opts.log?.warn('could not save user namespace allocations', { err: String(err) }));
   }
 
-  /** Writes the allocations (atomically: a temporary file renamed over the old one); writes run one at a time. */
+  /** Writes the allocations (atomically, one write at a time, synced: a block in use must not be handed out twice). */
   private save(): Promise<void> {
-    const run = async () => {
-      const pods: Record<string, number> = {};
-      for (const uid of this.byUid.keys()) pods[uid] = this.get(uid)!.hostId;
-      const tmp = `${this.opts.file}.tmp`;
-      const fh = await fs.open(tmp, 'w', 0o600);
-      try {
-        await fh.writeFile(JSON.stringify({ pods } satisfies Saved));
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await fs.rename(tmp, this.opts.file);
-    };
-    const next = this.writing.then(run, run);
-    this.writing = next.catch(() => undefined);
-    return next;
+    const pods: Record<string, number> = {};
+    for (const uid of this.byUid.keys()) pods[uid] = this.get(uid)!.hostId;
+    return this.stateFile.write(JSON.stringify({ pods } satisfies Saved));
   }
 }

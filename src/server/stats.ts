@@ -1,7 +1,6 @@
 /** ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats. */
 import { execFile } from 'node:child_process';
 import fsp from 'node:fs/promises';
-import path from 'node:path';
 import pLimit from 'p-limit';
 import type { ContainerStats } from '../gen/runtime/v1/ContainerStats.js';
 import type { PodSandboxStats } from '../gen/runtime/v1/PodSandboxStats.js';
