@@ -39,14 +39,19 @@ async function teardown(skiff: SkiffProcess | undefined, ns: TestNetns | undefin
   expect(procs, 'processes left behind').toEqual([]);
 }
 
-/** A pod with one container running `command`, started. */
-async function podRunning(skiff: SkiffProcess, dirs: DaemonDirs, image: string, n: string, command: string[]): Promise<{ pod: string; id: string }> {
-  const config = {
+/** The sandbox config of a test pod named `n`. */
+function podConfig(dirs: DaemonDirs, n: string) {
+  return {
     metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
     hostname: n,
     logDirectory: path.join(dirs.base, 'logs', n),
     linux: {},
   };
+}
+
+/** A pod with one container running `command`, started. */
+async function podRunning(skiff: SkiffProcess, dirs: DaemonDirs, image: string, n: string, command: string[]): Promise<{ pod: string; id: string }> {
+  const config = podConfig(dirs, n);
   const pod = (await skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
   const id = (
     await skiff.runtime.CreateContainer({
@@ -103,13 +108,7 @@ describe.skipIf(!isRoot)('container records against racing RPCs', () => {
   });
 
   it('a StartContainer or UpdateContainerResources that waited behind RemoveContainer answers NotFound, not a TypeError', async () => {
-    const n = 'records-gone';
-    const config = {
-      metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
-      hostname: n,
-      logDirectory: path.join(dirs.base, 'logs', n),
-      linux: {},
-    };
+    const config = podConfig(dirs, 'records-gone');
     const pod = (await skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
     const create = async (name: string) =>
       (
