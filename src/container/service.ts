@@ -473,13 +473,14 @@ export class ContainerService {
         const startedAt = nowNs();
         trace.mark('conmon+create');
         c.pid = pid;
-        // What identifies the processes later is read while the runtime starts the container.
+        // The init's start time names it for the runtime start (which watches it) and for later.
+        c.pidStartTime = await processStartTime(pid);
+        // What identifies conmon later is read while the runtime starts the container.
         const ids = (async () => {
-          c.pidStartTime = await processStartTime(pid);
           c.conmonPid = Number((await fsp.readFile(path.join(c.bundle, 'conmon.pid'), 'utf8').catch(() => '')).trim()) || undefined;
           c.conmonStartTime = await processStartTime(c.conmonPid);
         })();
-        const [started, identified] = await Promise.allSettled([trace.time('runtime start', () => runtime.start(c.id)), ids]);
+        const [started, identified] = await Promise.allSettled([trace.time('runtime start', () => runtime.startCreated(c.id, pid, c.pidStartTime)), ids]);
         if (started.status === 'rejected') throw started.reason;
         if (identified.status === 'rejected') throw identified.reason;
         trace.mark('start');
