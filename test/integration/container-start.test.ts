@@ -1,4 +1,6 @@
 /**
+ * The daemon's own steps of a pod start. RunPodSandbox makes the pod's
+ * namespaces in-process (no helper), leaving every daemon thread in its own.
  * StartContainer's hand-off to the container's init (runc's exec fifo, read
  * by skiff itself): a started container is one runc reports running; an
  * init that died between create and start fails the call with a clear
@@ -23,7 +25,7 @@ import { waitFor } from '../helpers/registry.js';
 
 const KILL_MARK = 'SKIFF_TEST_KILL_INIT_BEFORE_START=1';
 
-describe.skipIf(!isRoot)('StartContainer hands the start signal to the init itself', () => {
+describe.skipIf(!isRoot)('pod start: in-process namespaces, and the start signal handed to the init by the daemon', () => {
   let dirs: DaemonDirs | undefined;
   let ns: TestNetns | undefined;
   let skiff: SkiffProcess | undefined;
@@ -88,10 +90,11 @@ describe.skipIf(!isRoot)('StartContainer hands the start signal to the init itse
   });
 
   /** A pod without an infra process (pid CONTAINER, as a kubelet asks by default) and one container in it. */
-  async function podWith(command: string[], envs: Array<{ key: string; value: Buffer }> = []) {
+  async function podWith(command: string[], envs: Array<{ key: string; value: Buffer }> = [], hostname = '') {
     const n = `st${++seq}`;
     const config = {
       metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
+      hostname,
       logDirectory: path.join(dirs!.base, 'logs', n),
       linux: { securityContext: { namespaceOptions: { pid: 'CONTAINER' as const } } },
     };
@@ -106,6 +109,51 @@ describe.skipIf(!isRoot)('StartContainer hands the start signal to the init itse
 
   const runcState = (id: string) => spawnSync('runc', [`--root=${runcRoot}`, 'state', id], { encoding: 'utf8' });
   const status = async (id: string) => (await skiff!.runtime.ContainerStatus({ containerId: id })).status!;
+
+  it('makes a pod\'s namespaces in the daemon itself: named, loopback up, and every daemon thread back in its own', async () => {
+    const pid = skiff!.child.pid!;
+    expect((await fs.readFile(`/proc/${pid}/comm`, 'utf8')).trim()).toBe('node');
+    const own = { net: (await fs.stat(ns!.path)).ino, ipc: (await fs.stat('/proc/self/ns/ipc')).ino, uts: (await fs.stat('/proc/self/ns/uts')).ino };
+    const threadsElsewhere = async () => {
+      const out: string[] = [];
+      for (const t of await fs.readdir(`/proc/${pid}/task`)) {
+        for (const [kind, ino] of Object.entries(own)) {
+          const got = (await fs.stat(`/proc/${pid}/task/${t}/ns/${kind}`).catch(() => undefined))?.ino;
+          if (got !== undefined && got !== ino) out.push(`${t} ${kind}`);
+        }
+      }
+      return out;
+    };
+    expect(await threadsElsewhere()).toEqual([]);
+    // The longest name the kernel keeps (64 bytes; RunPodSandbox refuses longer ones).
+    const long = `h${'x'.repeat(63)}`;
+    for (const hostname of ['pin-ns-host', long]) {
+      const { podId, containerId } = await podWith(['sleep', '1000'], [], hostname);
+      await skiff!.runtime.StartContainer({ containerId });
+      const r = await skiff!.runtime.ExecSync({ containerId, cmd: ['sh', '-c', 'hostname; cat /sys/class/net/lo/flags; ping -c1 -W2 127.0.0.1 >/dev/null && echo pong'], timeout: 10 });
+      expect(r.exitCode, Buffer.from(r.stderr ?? '').toString()).toBe(0);
+      const [name, flags, pong] = Buffer.from(r.stdout!).toString().trim().split('\n');
+      expect(name).toBe(hostname);
+      expect(Number(flags) & 1).toBe(1);
+      expect(pong).toBe('pong');
+      // The pod's namespaces are its own, not the daemon's.
+      const st = await skiff!.runtime.PodSandboxStatus({ podSandboxId: podId, verbose: true });
+      const info = JSON.parse(st.info!.info!) as { netns?: string };
+      expect((await fs.stat(info.netns!)).ino).not.toBe(own.net);
+      expect(await threadsElsewhere()).toEqual([]);
+      await skiff!.runtime.RemovePodSandbox({ podSandboxId: podId });
+    }
+    // A pod on the node's network still gets an IPC namespace of its own, and the node's name.
+    const n = `hn${++seq}`;
+    const config = {
+      metadata: { name: n, namespace: 'test', uid: `uid-${n}`, attempt: 0 },
+      logDirectory: path.join(dirs!.base, 'logs', n),
+      linux: { securityContext: { namespaceOptions: { network: 'NODE' as const, pid: 'CONTAINER' as const } } },
+    };
+    const podId = (await skiff!.runtime.RunPodSandbox({ config })).podSandboxId!;
+    expect(await threadsElsewhere()).toEqual([]);
+    await skiff!.runtime.RemovePodSandbox({ podSandboxId: podId });
+  });
 
   it('starts a created container: runc reports it running, its fifo is gone and its process runs', async () => {
     const { podId, containerId } = await podWith(['sleep', '1000']);
