@@ -14,6 +14,7 @@ import { SkiffError, errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
 import { findExecutable, type Runner } from '../sys/run.js';
 import { removeMasqRules, type IpFamily } from './masq.js';
+import { ipv4Addresses, type Ipv4Address } from '../sys/netlink.js';
 import type { PhaseTrace } from '../trace.js';
 
 export interface PortMapping {
@@ -34,6 +35,8 @@ export interface CniOptions {
   runner: Runner;
   log: Logger;
   pluginTimeoutMs?: number;
+  /** The node's IPv4 addresses, for the pod CIDR check (default: one rtnetlink dump, in this thread's network namespace). */
+  addresses?: () => Ipv4Address[] | Promise<Ipv4Address[]>;
 }
 
 export interface NetworkList {
@@ -186,20 +189,17 @@ export class CniNetwork {
    * daemon's pods: their replies would go out the wrong bridge.
    */
   private async podCidrClash(): Promise<string | undefined> {
-    const r = await this.o.runner('ip', ['-j', '-4', 'addr', 'show']).catch(() => undefined);
-    if (!r || r.code !== 0) return undefined;
-    let links: Array<{ ifname?: string; addr_info?: Array<{ family?: string; local?: string; prefixlen?: number }> }>;
+    let addrs: Ipv4Address[];
     try {
-      links = JSON.parse(r.stdout) as typeof links;
-    } catch {
+      addrs = await (this.o.addresses ?? ipv4Addresses)();
+    } catch (err) {
+      this.o.log.debug('cannot list the node\'s addresses for the pod CIDR check', { error: errorMessage(err) });
       return undefined;
     }
-    for (const l of links) {
-      if (l.ifname === this.o.bridge) continue;
-      for (const a of l.addr_info ?? []) {
-        if (a.family === 'inet' && a.local && a.prefixlen !== undefined && insideCidr(a.local, a.prefixlen, this.podCidr)) {
-          return `pod CIDR ${this.podCidr} is already used by ${a.local}/${a.prefixlen} on ${l.ifname} (another skiff daemon's bridge?); give this daemon its own --pod-cidr`;
-        }
+    for (const a of addrs) {
+      if (a.ifname === this.o.bridge) continue;
+      if (insideCidr(a.local, a.prefixlen, this.podCidr)) {
+        return `pod CIDR ${this.podCidr} is already used by ${a.local}/${a.prefixlen} on ${a.ifname} (another skiff daemon's bridge?); give this daemon its own --pod-cidr`;
       }
     }
     return undefined;

@@ -66,7 +66,6 @@ describe('CNI DEL', () => {
   let postrouting: string;
   let iptables: Array<{ cmd: string; args: string[]; input?: string }>;
   const runner: Runner = async (cmd: string, args: string[], opts: RunOptions = {}): Promise<RunResult> => {
-    if (cmd === 'ip') return { code: 0, signal: null, stdout: JSON.stringify(links), stderr: '', timedOut: false };
     if (/^ip6?tables/.test(cmd)) {
       iptables.push({ cmd, args, input: opts.input === undefined ? undefined : String(opts.input) });
       if (fail === cmd) return { code: 4, signal: null, stdout: '', stderr: 'iptables: lock held', timedOut: false };
@@ -80,7 +79,9 @@ describe('CNI DEL', () => {
   };
 
   function network(log: Logger = silentLogger): CniNetwork {
-    return new CniNetwork({ confDir: path.join(dir, 'net.d'), binDirs: [path.join(dir, 'bin')], dataDir: path.join(dir, 'data'), podCidr: '10.1.0.0/24', bridge: 'skifftest0', runner, log });
+    // The node's addresses as the test sets them in `links`.
+    const addresses = () => (links as Array<{ ifname: string; addr_info: Array<{ local: string; prefixlen: number }> }>).flatMap((l) => l.addr_info.map((a) => ({ ifname: l.ifname, local: a.local, prefixlen: a.prefixlen })));
+    return new CniNetwork({ confDir: path.join(dir, 'net.d'), binDirs: [path.join(dir, 'bin')], dataDir: path.join(dir, 'data'), podCidr: '10.1.0.0/24', bridge: 'skifftest0', runner, log, addresses });
   }
   const cache = (id: string) => path.join(dir, 'data', 'cache', `${id}.json`);
 
