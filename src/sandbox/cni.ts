@@ -13,7 +13,7 @@ import path from 'node:path';
 import { SkiffError, errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
 import { findExecutable, type Runner } from '../sys/run.js';
-import { removeMasqRules, type IpFamily } from './masq.js';
+import { addMasqRules, removeMasqRules, type IpFamily } from './masq.js';
 import { ipv4Addresses, type Ipv4Address } from '../sys/netlink.js';
 import type { PhaseTrace } from '../trace.js';
 
@@ -274,7 +274,14 @@ export class CniNetwork {
       await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
     });
     let result: unknown;
-    for (const p of list.plugins) result = await timed(`cni ${p.type}`, () => this.exec('ADD', list, p, entry, id, result));
+    for (const p of list.plugins) {
+      // skiff's own network: the bridge plugin's masquerade (nine iptables runs, about 15 ms here)
+      // is written by skiff in one iptables-restore, as the same rules (DEL runs the cached list,
+      // with ipMasq, and the plugin removes them as its own).
+      const ownMasq = p.type === 'bridge' && p.ipMasq === true && this.isDefault(list);
+      result = await timed(`cni ${p.type}`, () => this.exec('ADD', list, ownMasq ? { ...p, ipMasq: false } : p, entry, id, result));
+      if (ownMasq) await timed('cni masquerade', () => addMasqRules(this.o.runner, list.name, id, result));
+    }
     entry.result = result;
     // Not synced: losing it to a power cut leaves the entry written before the plugins ran (or an
     // unreadable one), from which DEL still runs; only a process crash can interrupt, and it keeps the page cache.

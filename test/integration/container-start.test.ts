@@ -12,7 +12,7 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
@@ -152,6 +152,27 @@ describe.skipIf(!isRoot)('pod start: in-process namespaces, and the start signal
     };
     const podId = (await skiff!.runtime.RunPodSandbox({ config })).podSandboxId!;
     expect(await threadsElsewhere()).toEqual([]);
+    await skiff!.runtime.RemovePodSandbox({ podSandboxId: podId });
+  });
+
+  it('writes a pod\'s masquerade rules as the bridge plugin would, and the plugin\'s DEL removes them', async () => {
+    const { podId } = await podWith(['sleep', '1000']);
+    const nat = () => spawnSync('nsenter', [`--net=${ns!.path}`, 'iptables', '-t', 'nat', '-S'], { encoding: 'utf8' }).stdout;
+    const ip = (await skiff!.runtime.PodSandboxStatus({ podSandboxId: podId })).status!.network!.ip!;
+    const chain = `CNI-${createHash('sha512').update(`skiff${podId}`).digest('hex').slice(0, 24)}`;
+    const comment = `-m comment --comment "name: \\"skiff\\" id: \\"${podId}\\""`;
+    const rules = nat().split('\n').filter((l) => l.includes(podId));
+    expect(rules).toEqual([
+      `-A POSTROUTING -s ${ip}/32 ${comment} -j ${chain}`,
+      `-A ${chain} -d 10.88.0.0/16 ${comment} -j ACCEPT`,
+      `-A ${chain} ! -d 224.0.0.0/4 ${comment} -j MASQUERADE`,
+    ]);
+    const logFrom = skiff!.log.length;
+    await skiff!.runtime.StopPodSandbox({ podSandboxId: podId });
+    expect(nat()).not.toContain(podId);
+    expect(nat()).not.toContain(chain);
+    // Removed by the plugin's DEL, not found left behind afterwards.
+    expect(skiff!.log.slice(logFrom)).not.toMatch(/left behind/);
     await skiff!.runtime.RemovePodSandbox({ podSandboxId: podId });
   });
 
