@@ -6,9 +6,11 @@
  * both alike. Prints p50/p90 per RPC and the daemons' StartContainer and
  * RunPodSandbox phase traces (median per phase).
  *
- *   tsx bench/start-ab.ts <A repo dir> <B repo dir> [rounds]
+ *   tsx bench/start-ab.ts <A repo dir> <B repo dir> [rounds] [--containerd]
  *
- * A repo dir is any directory with bin/skiff.js, dist/ and proto/.
+ * A repo dir is any directory with bin/skiff.js, dist/ and proto/. With
+ * --containerd, the containerd 1.6 of shared/conformance/containerd.sh (its
+ * socket at CONTAINERD_SOCKET) takes its turn in each round too.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fsp from 'node:fs/promises';
@@ -20,11 +22,14 @@ import { busyboxImage } from '../test/helpers/busybox.js';
 import { TestNetns } from '../test/helpers/netns.js';
 import { client } from './pods.js';
 
+const CONTAINERD_SOCKET = '/run/steer-containerd/containerd.sock';
+
 interface Side {
   label: string;
   dirs: DaemonDirs;
-  ns: TestNetns;
-  child: ChildProcess;
+  /** Absent for containerd, which runs on its own. */
+  ns?: TestNetns;
+  child?: ChildProcess;
   log: string;
   cri: ReturnType<typeof client>;
   rpc: Record<string, number[]>;
@@ -41,14 +46,16 @@ const ms = async (f: () => Promise<unknown>) => {
 };
 
 async function main(): Promise<void> {
-  const [aDir, bDir, roundsArg] = process.argv.slice(2);
-  if (!aDir || !bDir) throw new Error('usage: start-ab.ts <A dir> <B dir> [rounds]');
+  const withContainerd = process.argv.includes('--containerd');
+  const [aDir, bDir, roundsArg] = process.argv.slice(2).filter((a) => a !== '--containerd');
+  if (!aDir || !bDir) throw new Error('usage: start-ab.ts <A dir> <B dir> [rounds] [--containerd]');
   const rounds = Number(roundsArg ?? 20);
   const registry = await startRegistry();
   const sides: Side[] = [];
+  let image = '';
   try {
     await new Pusher(registry.url).image('ab/busybox', 'v1', await busyboxImage());
-    const image = `${registry.host}/ab/busybox:v1`;
+    image = `${registry.host}/ab/busybox:v1`;
     for (const [label, dir] of [['A', aDir], ['B', bDir]] as const) {
       const dirs = await makeDirs();
       const ns = new TestNetns().create();
@@ -62,6 +69,12 @@ async function main(): Promise<void> {
       sides.push(side);
       await waitFor(`skiff ${label}`, async () => side.log.includes('skiff cri serving'));
       side.cri = client(dirs.socket);
+      await side.cri.img.PullImage({ image: { image } });
+    }
+    if (withContainerd) {
+      const dirs = await makeDirs();
+      const side: Side = { label: 'containerd', dirs, log: '', cri: client(CONTAINERD_SOCKET), rpc: {} };
+      sides.push(side);
       await side.cri.img.PullImage({ image: { image } });
     }
     const ownPid = { network: 'POD', pid: 'CONTAINER', ipc: 'POD' };
@@ -87,13 +100,13 @@ async function main(): Promise<void> {
     for (const s of sides) await podStart(s, false);
     const logMark = sides.map((s) => s.log.length);
     for (let i = 0; i < rounds; i++) {
-      // Alternate which side goes first.
-      const order = i % 2 === 0 ? sides : [...sides].reverse();
+      // Rotate which side goes first.
+      const order = sides.map((_, j) => sides[(i + j) % sides.length]!);
       for (const s of order) await podStart(s, true);
     }
     for (const [i, s] of sides.entries()) {
       const line = Object.entries(s.rpc).map(([k, v]) => `${k} p50 ${pct(v, 50).toFixed(1)} p90 ${pct(v, 90).toFixed(1)}`).join(' | ');
-      process.stdout.write(`${s.label} (${[aDir, bDir][i]}): ${line}\n`);
+      process.stdout.write(`${s.label} (${[aDir, bDir, CONTAINERD_SOCKET][i]}): ${line}\n`);
       const phases: Record<string, Record<string, number[]>> = {};
       for (const l of s.log.slice(logMark[i]).split('\n')) {
         const m = /"msg":"(\w+) phases \(ms\)"/.exec(l);
@@ -107,13 +120,15 @@ async function main(): Promise<void> {
     }
   } finally {
     for (const s of sides) {
+      // containerd keeps what it pulled: this run's image goes.
+      if (!s.child) await s.cri?.img.RemoveImage({ image: { image } }).catch(() => undefined);
       s.cri?.close();
-      if (s.child.exitCode === null) {
-        const exited = new Promise((r) => s.child.once('exit', r));
+      if (s.child && s.child.exitCode === null) {
+        const exited = new Promise((r) => s.child!.once('exit', r));
         s.child.kill('SIGTERM');
         await exited;
       }
-      await s.ns.destroy();
+      await s.ns?.destroy();
       await fsp.rm(s.dirs.base, { recursive: true, force: true });
     }
     await registry.stop();
