@@ -257,22 +257,38 @@ export class CniNetwork {
     return portMappings.length ? list : { ...this.defaultList(false), file: list.file };
   }
 
+  /**
+   * Writes (synced) the cache entry of the ADD that `add` will run: it needs
+   * only the network list and the path of the namespace's pin, so a caller
+   * may write it while the namespace is being made and pass it to add. Until
+   * add runs, undoing it is `discard` (no plugin has run).
+   */
+  async begin(
+    id: string,
+    netns: string,
+    meta: { name: string; namespace: string; uid: string },
+    portMappings: PortMapping[],
+    listPromise?: Promise<NetworkList>,
+  ): Promise<CacheEntry> {
+    const list = await (listPromise ?? this.prepare(portMappings));
+    const args = `IgnoreUnknown=1;K8S_POD_NAMESPACE=${meta.namespace};K8S_POD_NAME=${meta.name};K8S_POD_INFRA_CONTAINER_ID=${id};K8S_POD_UID=${meta.uid}`;
+    const entry: CacheEntry = { list, netns, args, ifname: 'eth0', portMappings };
+    // Written before the first plugin runs: a DEL after a crash mid-ADD still knows what to undo.
+    await fs.mkdir(path.dirname(this.cacheFile(id)), { recursive: true });
+    await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
+    return entry;
+  }
+
   async add(
     id: string,
     netns: string,
     meta: { name: string; namespace: string; uid: string },
     portMappings: PortMapping[],
-    opts: { list?: Promise<NetworkList>; trace?: PhaseTrace } = {},
+    opts: { list?: Promise<NetworkList>; begun?: Promise<CacheEntry>; trace?: PhaseTrace } = {},
   ): Promise<AddResult> {
     const timed = <T>(what: string, step: () => Promise<T>) => (opts.trace ? opts.trace.time(what, step) : step());
-    const list = await timed('cni prepare', () => opts.list ?? this.prepare(portMappings));
-    const args = `IgnoreUnknown=1;K8S_POD_NAMESPACE=${meta.namespace};K8S_POD_NAME=${meta.name};K8S_POD_INFRA_CONTAINER_ID=${id};K8S_POD_UID=${meta.uid}`;
-    const entry: CacheEntry = { list, netns, args, ifname: 'eth0', portMappings };
-    // Written before the first plugin runs: a DEL after a crash mid-ADD still knows what to undo.
-    await timed('cni cache', async () => {
-      await fs.mkdir(path.dirname(this.cacheFile(id)), { recursive: true });
-      await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
-    });
+    const entry = await timed('cni prepare+cache', () => opts.begun ?? this.begin(id, netns, meta, portMappings, opts.list));
+    const list = entry.list;
     let result: unknown;
     for (const p of list.plugins) {
       // skiff's own network: the bridge plugin's masquerade (nine iptables runs, about 15 ms here)

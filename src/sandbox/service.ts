@@ -354,6 +354,12 @@ export class SandboxService {
       await this.writeFiles(rec);
       if (userns) for (const f of ['hosts', 'resolv.conf', 'hostname']) await fs.chown(path.join(dir, f), rootUid, rootGid);
     });
+    // The CNI cache entry (synced) needs only the network list and the pin's path: written while
+    // the namespaces are made. Until the network step owns it, undoing it is dropping it.
+    const podMeta = { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid };
+    const begun = rec.netns ? this.d.cni.begin(id, rec.netns, podMeta, ports, networkList) : undefined;
+    begun?.catch(() => undefined);
+    if (begun) undo.add('network cache', () => begun.then(() => this.d.cni.discard(id), () => undefined));
     try {
       const made = await Promise.allSettled([
         ...[...pins, ...(userns ? ['user'] : [])].map((kind) => fs.writeFile(path.join(nsDir, kind), '')),
@@ -379,7 +385,7 @@ export class SandboxService {
         pinNamespaces({ net: rec.netns, ipc: rec.ipcns, uts: rec.utsns }, hostname);
       }
     } catch (err) {
-      await files.catch(() => undefined);
+      await Promise.allSettled([files, begun]);
       throw err;
     }
     trace.mark('namespaces');
@@ -396,7 +402,7 @@ export class SandboxService {
           await this.d.cni.discard(id);
         }),
       );
-      const res = await this.d.cni.add(id, rec.netns, { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid }, ports, { list: networkList, trace });
+      const res = await this.d.cni.add(id, rec.netns, podMeta, ports, { list: networkList, begun, trace });
       rec.ips = res.ips;
     });
     const [infraResult, networkResult, filesResult] = await Promise.allSettled([infra, network, files]);
