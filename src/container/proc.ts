@@ -2,6 +2,7 @@
  * Which process a pid names. A pid alone can be reused once its process is
  * reaped; the pair (pid, start time) cannot, so records keep both.
  */
+import { readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 
 /**
@@ -12,6 +13,21 @@ import fs from 'node:fs/promises';
 export async function processStartTime(pid: number | undefined): Promise<number | undefined> {
   if (!pid || pid <= 0) return undefined;
   const text = await fs.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+  return parseStartTime(text);
+}
+
+/**
+ * processStartTime read in place: a /proc read never waits on a disk, and
+ * on a busy machine the thread pool's round trip costs more than the read.
+ */
+export function processStartTimeSync(pid: number | undefined): number | undefined {
+  if (!pid || pid <= 0) return undefined;
+  let text = '';
+  try {
+    text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return undefined;
+  }
   return parseStartTime(text);
 }
 

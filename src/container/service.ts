@@ -35,7 +35,7 @@ import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
 import { loadSeccomp, seccompChoice } from './seccomp.js';
 import type { HandlerFeatures } from './runtime-features.js';
 import { resolveUser } from './user.js';
-import { isSameProcess, processStartTime } from './proc.js';
+import { isSameProcess, processStartTimeSync } from './proc.js';
 import { oomKilled } from './stats.js';
 import { runExecSync, type ExecSyncResult } from './exec-sync.js';
 
@@ -473,15 +473,12 @@ export class ContainerService {
         const startedAt = nowNs();
         trace.mark('conmon+create');
         c.pid = pid;
-        // What identifies the processes later is read while the runtime starts the container.
-        const ids = (async () => {
-          c.pidStartTime = await processStartTime(pid);
-          c.conmonPid = Number((await fsp.readFile(path.join(c.bundle, 'conmon.pid'), 'utf8').catch(() => '')).trim()) || undefined;
-          c.conmonStartTime = await processStartTime(c.conmonPid);
-        })();
-        const [started, identified] = await Promise.allSettled([trace.time('runtime start', () => runtime.start(c.id)), ids]);
-        if (started.status === 'rejected') throw started.reason;
-        if (identified.status === 'rejected') throw identified.reason;
+        // What names the init (for the runtime start, which watches it, and later) and conmon:
+        // small reads of files just written and of /proc, done in place.
+        c.pidStartTime = processStartTimeSync(pid);
+        c.conmonPid = Number(readSmall(path.join(c.bundle, 'conmon.pid')).trim()) || undefined;
+        c.conmonStartTime = processStartTimeSync(c.conmonPid);
+        await trace.time('runtime start', () => runtime.startCreated(c.id, pid, c.pidStartTime));
         trace.mark('start');
         c.state = 'CONTAINER_RUNNING';
         c.startedAt = startedAt;
@@ -955,5 +952,14 @@ async function ensureDirInRoot(rootfs: string, dir: string, uid: number, gid: nu
     } else if (!st.isDirectory()) {
       throw invalidArgument(`working directory "${dir}" is not a directory in the image`);
     }
+  }
+}
+
+/** A small file's text read in place (one just written: its pages are in memory), or '' when it cannot be read. */
+function readSmall(file: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch {
+    return '';
   }
 }

@@ -13,7 +13,8 @@ import path from 'node:path';
 import { SkiffError, errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
 import { findExecutable, type Runner } from '../sys/run.js';
-import { removeMasqRules, type IpFamily } from './masq.js';
+import { addMasqRules, removeMasqRules, type IpFamily } from './masq.js';
+import { ipv4Addresses, type Ipv4Address } from '../sys/netlink.js';
 import type { PhaseTrace } from '../trace.js';
 
 export interface PortMapping {
@@ -34,6 +35,8 @@ export interface CniOptions {
   runner: Runner;
   log: Logger;
   pluginTimeoutMs?: number;
+  /** The node's IPv4 addresses, for the pod CIDR check (default: one rtnetlink dump, in this thread's network namespace). */
+  addresses?: () => Ipv4Address[] | Promise<Ipv4Address[]>;
 }
 
 export interface NetworkList {
@@ -186,20 +189,17 @@ export class CniNetwork {
    * daemon's pods: their replies would go out the wrong bridge.
    */
   private async podCidrClash(): Promise<string | undefined> {
-    const r = await this.o.runner('ip', ['-j', '-4', 'addr', 'show']).catch(() => undefined);
-    if (!r || r.code !== 0) return undefined;
-    let links: Array<{ ifname?: string; addr_info?: Array<{ family?: string; local?: string; prefixlen?: number }> }>;
+    let addrs: Ipv4Address[];
     try {
-      links = JSON.parse(r.stdout) as typeof links;
-    } catch {
+      addrs = await (this.o.addresses ?? ipv4Addresses)();
+    } catch (err) {
+      this.o.log.debug('cannot list the node\'s addresses for the pod CIDR check', { error: errorMessage(err) });
       return undefined;
     }
-    for (const l of links) {
-      if (l.ifname === this.o.bridge) continue;
-      for (const a of l.addr_info ?? []) {
-        if (a.family === 'inet' && a.local && a.prefixlen !== undefined && insideCidr(a.local, a.prefixlen, this.podCidr)) {
-          return `pod CIDR ${this.podCidr} is already used by ${a.local}/${a.prefixlen} on ${l.ifname} (another skiff daemon's bridge?); give this daemon its own --pod-cidr`;
-        }
+    for (const a of addrs) {
+      if (a.ifname === this.o.bridge) continue;
+      if (insideCidr(a.local, a.prefixlen, this.podCidr)) {
+        return `pod CIDR ${this.podCidr} is already used by ${a.local}/${a.prefixlen} on ${a.ifname} (another skiff daemon's bridge?); give this daemon its own --pod-cidr`;
       }
     }
     return undefined;
@@ -257,24 +257,47 @@ export class CniNetwork {
     return portMappings.length ? list : { ...this.defaultList(false), file: list.file };
   }
 
+  /**
+   * Writes (synced) the cache entry of the ADD that `add` will run: it needs
+   * only the network list and the path of the namespace's pin, so a caller
+   * may write it while the namespace is being made and pass it to add. Until
+   * add runs, undoing it is `discard` (no plugin has run).
+   */
+  async begin(
+    id: string,
+    netns: string,
+    meta: { name: string; namespace: string; uid: string },
+    portMappings: PortMapping[],
+    listPromise?: Promise<NetworkList>,
+  ): Promise<CacheEntry> {
+    const list = await (listPromise ?? this.prepare(portMappings));
+    const args = `IgnoreUnknown=1;K8S_POD_NAMESPACE=${meta.namespace};K8S_POD_NAME=${meta.name};K8S_POD_INFRA_CONTAINER_ID=${id};K8S_POD_UID=${meta.uid}`;
+    const entry: CacheEntry = { list, netns, args, ifname: 'eth0', portMappings };
+    // Written before the first plugin runs: a DEL after a crash mid-ADD still knows what to undo.
+    await fs.mkdir(path.dirname(this.cacheFile(id)), { recursive: true });
+    await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
+    return entry;
+  }
+
   async add(
     id: string,
     netns: string,
     meta: { name: string; namespace: string; uid: string },
     portMappings: PortMapping[],
-    opts: { list?: Promise<NetworkList>; trace?: PhaseTrace } = {},
+    opts: { list?: Promise<NetworkList>; begun?: Promise<CacheEntry>; trace?: PhaseTrace } = {},
   ): Promise<AddResult> {
     const timed = <T>(what: string, step: () => Promise<T>) => (opts.trace ? opts.trace.time(what, step) : step());
-    const list = await timed('cni prepare', () => opts.list ?? this.prepare(portMappings));
-    const args = `IgnoreUnknown=1;K8S_POD_NAMESPACE=${meta.namespace};K8S_POD_NAME=${meta.name};K8S_POD_INFRA_CONTAINER_ID=${id};K8S_POD_UID=${meta.uid}`;
-    const entry: CacheEntry = { list, netns, args, ifname: 'eth0', portMappings };
-    // Written before the first plugin runs: a DEL after a crash mid-ADD still knows what to undo.
-    await timed('cni cache', async () => {
-      await fs.mkdir(path.dirname(this.cacheFile(id)), { recursive: true });
-      await writeAtomic(this.cacheFile(id), JSON.stringify(entry));
-    });
+    const entry = await timed('cni prepare+cache', () => opts.begun ?? this.begin(id, netns, meta, portMappings, opts.list));
+    const list = entry.list;
     let result: unknown;
-    for (const p of list.plugins) result = await timed(`cni ${p.type}`, () => this.exec('ADD', list, p, entry, id, result));
+    for (const p of list.plugins) {
+      // skiff's own network: the bridge plugin's masquerade (nine iptables runs, about 15 ms here)
+      // is written by skiff in one iptables-restore, as the same rules (DEL runs the cached list,
+      // with ipMasq, and the plugin removes them as its own).
+      const ownMasq = p.type === 'bridge' && p.ipMasq === true && this.isDefault(list);
+      result = await timed(`cni ${p.type}`, () => this.exec('ADD', list, ownMasq ? { ...p, ipMasq: false } : p, entry, id, result));
+      if (ownMasq) await timed('cni masquerade', () => addMasqRules(this.o.runner, list.name, id, result));
+    }
     entry.result = result;
     // Not synced: losing it to a power cut leaves the entry written before the plugins ran (or an
     // unreadable one), from which DEL still runs; only a process crash can interrupt, and it keeps the page cache.

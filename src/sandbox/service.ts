@@ -24,6 +24,7 @@ import type { CniNetwork, PortMapping } from './cni.js';
 import { createPinnedUserns, passableByPodRoot } from '../sys/idmap.js';
 import { hostIdOf, podUserns, sharedHostIds, type PodUserns } from './userns.js';
 import { needsInfra } from './infra.js';
+import { pinNamespaces } from './pin-ns.js';
 
 export type SandboxState = 'SANDBOX_READY' | 'SANDBOX_NOTREADY';
 
@@ -353,6 +354,12 @@ export class SandboxService {
       await this.writeFiles(rec);
       if (userns) for (const f of ['hosts', 'resolv.conf', 'hostname']) await fs.chown(path.join(dir, f), rootUid, rootGid);
     });
+    // The CNI cache entry (synced) needs only the network list and the pin's path: written while
+    // the namespaces are made. Until the network step owns it, undoing it is dropping it.
+    const podMeta = { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid };
+    const begun = rec.netns ? this.d.cni.begin(id, rec.netns, podMeta, ports, networkList) : undefined;
+    begun?.catch(() => undefined);
+    if (begun) undo.add('network cache', () => begun.then(() => this.d.cni.discard(id), () => undefined));
     try {
       const made = await Promise.allSettled([
         ...[...pins, ...(userns ? ['user'] : [])].map((kind) => fs.writeFile(path.join(nsDir, kind), '')),
@@ -364,21 +371,21 @@ export class SandboxService {
         undo.add('shm', () => unmount(this.d.runner, rec.shm!));
         libcMount('shm', rec.shm, 'tmpfs', MS_NOSUID | MS_NODEV | MS_NOEXEC, `mode=1777,size=65536k${userns ? `,uid=${rootUid},gid=${rootGid}` : ''}`);
       }
-      // One helper names the pod (the UTS namespace's /proc/sys/kernel/hostname, a shell
-      // builtin's write) and brings its loopback up.
-      const setup = rec.netns ? ['sh', '-c', 'printf %s "$1" > /proc/sys/kernel/hostname && ip link set lo up', 'sh', hostname] : ['true'];
       if (userns) {
+        // One helper names the pod (the UTS namespace's /proc/sys/kernel/hostname, a shell
+        // builtin's write) and brings its loopback up.
+        const setup = ['sh', '-c', 'printf %s "$1" > /proc/sys/kernel/hostname && ip link set lo up', 'sh', hostname];
         // The user namespace is made with the others, which it then owns: the pod's root
         // administers its own network (sysfs, mqueue) as with containerd 2 and CRI-O. They
         // exist once it returns, so the setup enters them instead of making them.
         await createPinnedUserns({ user: rec.userns!, net: rec.netns, ipc: rec.ipcns, uts: rec.utsns }, userns.uids, userns.gids);
         if (rec.netns) await runChecked(this.d.runner, 'nsenter', [...unshareArgs, ...setup]);
-      } else if (unshareArgs.length) {
-        // One helper creates and pins the namespaces and runs the setup in them.
-        await runChecked(this.d.runner, 'unshare', [...unshareArgs, ...setup]);
+      } else {
+        // Made, named and pinned by the daemon itself: no helper process.
+        pinNamespaces({ net: rec.netns, ipc: rec.ipcns, uts: rec.utsns }, hostname);
       }
     } catch (err) {
-      await files.catch(() => undefined);
+      await Promise.allSettled([files, begun]);
       throw err;
     }
     trace.mark('namespaces');
@@ -395,7 +402,7 @@ export class SandboxService {
           await this.d.cni.discard(id);
         }),
       );
-      const res = await this.d.cni.add(id, rec.netns, { name: config.metadata!.name, namespace: config.metadata!.namespace, uid: config.metadata!.uid }, ports, { list: networkList, trace });
+      const res = await this.d.cni.add(id, rec.netns, podMeta, ports, { list: networkList, begun, trace });
       rec.ips = res.ips;
     });
     const [infraResult, networkResult, filesResult] = await Promise.allSettled([infra, network, files]);

@@ -394,3 +394,48 @@ export function moveMount(fd: number, target: string): void {
   const r = Number(syscallRaw(SYS_move_mount, 'int', fd, 'const char *', '', 'int', AT_FDCWD, 'const char *', target, 'unsigned int', MOVE_MOUNT_F_EMPTY_PATH));
   if (r < 0) throw errnoError('move_mount', target);
 }
+
+// --- The calling thread's net, IPC and UTS namespaces: per thread, so a multi-threaded process may change them. ---
+
+const unshareRaw = libc.func('int unshare(int flags)');
+const setnsRaw = libc.func('int setns(int fd, int nstype)');
+const sethostnameRaw = libc.func('int sethostname(const char *name, size_t len)');
+
+export const CLONE_NEWUTS = 0x04000000;
+export const CLONE_NEWIPC = 0x08000000;
+export const CLONE_NEWNET = 0x40000000;
+
+export function unshare(flags: number): void {
+  if (unshareRaw(flags) !== 0) throw errnoError('unshare', `flags 0x${flags.toString(16)}`);
+}
+
+export function setns(fd: number, nstype: number): void {
+  if (setnsRaw(fd, nstype) !== 0) throw errnoError('setns', `fd ${fd}`);
+}
+
+export function sethostname(name: string | Buffer): void {
+  const b = Buffer.from(name);
+  if (sethostnameRaw(b, b.length) !== 0) throw errnoError('sethostname', b.toString());
+}
+
+const AF_INET = 2;
+const SOCK_DGRAM = 2;
+const SIOCGIFFLAGS = 0x8913;
+const SIOCSIFFLAGS = 0x8914;
+const IFF_UP = 0x1;
+
+/** Sets the loopback interface of the calling thread's network namespace up (what `ip link set lo up` does). */
+export function loopbackUp(): void {
+  const fd = socketRaw(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0) as number;
+  if (fd < 0) throw errnoError('socket', 'lo');
+  try {
+    // struct ifreq: the name (16 bytes), then the flags (a short) in the union.
+    const ifr = Buffer.alloc(40);
+    ifr.write('lo', 0);
+    if (ioctlRaw(fd, SIOCGIFFLAGS, ifr) !== 0) throw errnoError('ioctl SIOCGIFFLAGS', 'lo');
+    ifr.writeUInt16LE(ifr.readUInt16LE(16) | IFF_UP, 16);
+    if (ioctlRaw(fd, SIOCSIFFLAGS, ifr) !== 0) throw errnoError('ioctl SIOCSIFFLAGS', 'lo');
+  } finally {
+    closeRaw(fd);
+  }
+}

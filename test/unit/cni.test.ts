@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CniNetwork, checkBridgeName, defaultBridgeName, insideCidr, parseNetworkConfig } from '../../src/sandbox/cni.js';
-import { masqCleanup, masqComment } from '../../src/sandbox/masq.js';
+import { masqChain, masqCleanup, masqComment } from '../../src/sandbox/masq.js';
 import { silentLogger, type Logger } from '../../src/log.js';
 import type { RunOptions, RunResult, Runner } from '../../src/sys/run.js';
 
@@ -66,7 +66,6 @@ describe('CNI DEL', () => {
   let postrouting: string;
   let iptables: Array<{ cmd: string; args: string[]; input?: string }>;
   const runner: Runner = async (cmd: string, args: string[], opts: RunOptions = {}): Promise<RunResult> => {
-    if (cmd === 'ip') return { code: 0, signal: null, stdout: JSON.stringify(links), stderr: '', timedOut: false };
     if (/^ip6?tables/.test(cmd)) {
       iptables.push({ cmd, args, input: opts.input === undefined ? undefined : String(opts.input) });
       if (fail === cmd) return { code: 4, signal: null, stdout: '', stderr: 'iptables: lock held', timedOut: false };
@@ -80,7 +79,9 @@ describe('CNI DEL', () => {
   };
 
   function network(log: Logger = silentLogger): CniNetwork {
-    return new CniNetwork({ confDir: path.join(dir, 'net.d'), binDirs: [path.join(dir, 'bin')], dataDir: path.join(dir, 'data'), podCidr: '10.1.0.0/24', bridge: 'skifftest0', runner, log });
+    // The node's addresses as the test sets them in `links`.
+    const addresses = () => (links as Array<{ ifname: string; addr_info: Array<{ local: string; prefixlen: number }> }>).flatMap((l) => l.addr_info.map((a) => ({ ifname: l.ifname, local: a.local, prefixlen: a.prefixlen })));
+    return new CniNetwork({ confDir: path.join(dir, 'net.d'), binDirs: [path.join(dir, 'bin')], dataDir: path.join(dir, 'data'), podCidr: '10.1.0.0/24', bridge: 'skifftest0', runner, log, addresses });
   }
   const cache = (id: string) => path.join(dir, 'data', 'cache', `${id}.json`);
 
@@ -114,6 +115,7 @@ describe('CNI DEL', () => {
   it('after DEL, removes the masquerade jump and chain the plugin left for this pod, and nothing when none is left', async () => {
     const cni = network();
     await cni.add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
+    iptables = [];
     await cni.del('p1');
     expect(iptables.map((c) => [c.cmd, ...c.args].join(' '))).toEqual(['iptables -w 5 -t nat -S POSTROUTING']);
 
@@ -128,6 +130,35 @@ describe('CNI DEL', () => {
     expect(iptables[1]!.input).toBe(`*nat\n-D ${left.slice(3)}\n-F CNI-0123456789abcdef01234567\n-X CNI-0123456789abcdef01234567\nCOMMIT\n`);
     expect(warnings.join()).toMatch(/removed masquerade rules the CNI DEL left behind/);
     await expect(fs.access(cache('p2'))).rejects.toThrow();
+  });
+
+  it('on its own network, runs the bridge without ipMasq and writes the same masquerade rules in one iptables-restore; DEL runs the plugin with ipMasq', async () => {
+    const cni = network();
+    await cni.add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
+    expect(calls.map((c) => [c.cmd, c.env.CNI_COMMAND, c.conf.ipMasq])).toEqual([['bridge', 'ADD', false]]);
+    const chain = masqChain('skiff', 'p1');
+    const comment = `-m comment --comment ${masqComment('skiff', 'p1')}`;
+    expect(iptables.map((c) => [c.cmd, ...c.args].join(' '))).toEqual(['iptables-restore -w 5 --noflush']);
+    expect(iptables[0]!.input).toBe(
+      `*nat\n:${chain} - [0:0]\n-A ${chain} -d 10.1.0.0/24 ${comment} -j ACCEPT\n-A ${chain} ! -d 224.0.0.0/4 ${comment} -j MASQUERADE\n-A POSTROUTING -s 10.1.0.5/32 ${comment} -j ${chain}\nCOMMIT\n`,
+    );
+    await cni.del('p1');
+    expect(calls.map((c) => [c.cmd, c.env.CNI_COMMAND, c.conf.ipMasq])).toEqual([['bridge', 'ADD', false], ['bridge', 'DEL', true]]);
+    // The plugin's own name for the chain (checked against the bridge plugin's), so its DEL removes it.
+    expect(masqChain('m', 'abc')).toBe('CNI-961aa3bb6786d53ae927db74');
+  });
+
+  it('runs an operator\'s network list as written, masquerade included', async () => {
+    await fs.mkdir(path.join(dir, 'net.d'), { recursive: true });
+    await fs.writeFile(path.join(dir, 'net.d', '10-op.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'op', plugins: [{ type: 'bridge', ipMasq: true }] }));
+    await network().add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
+    expect(calls.map((c) => [c.cmd, c.env.CNI_COMMAND, c.conf.ipMasq])).toEqual([['bridge', 'ADD', true]]);
+    expect(iptables).toEqual([]);
+  });
+
+  it('fails the ADD when its masquerade rules cannot be written', async () => {
+    fail = 'iptables-restore';
+    await expect(network().add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, [])).rejects.toThrow(/masquerade rules for pod p1: iptables-restore failed: iptables: lock held/);
   });
 
   it('a failing iptables is logged and does not fail the DEL', async () => {
