@@ -3,7 +3,7 @@
  * with the pod's status and its containers' statuses, for the kubelet's
  * evented PLEG. Every open stream gets every event from the moment it opens.
  */
-import type * as grpc from '@grpc/grpc-js';
+import type { ServerStream } from './rpc.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
 import type { SandboxService } from '../sandbox/service.js';
 import type { Logger } from '../log.js';
@@ -17,7 +17,7 @@ export type ContainerEventType = 'CONTAINER_CREATED_EVENT' | 'CONTAINER_STARTED_
 export const MAX_PENDING_EVENTS = 256;
 
 export class ContainerEvents {
-  private readonly streams = new Set<grpc.ServerWritableStream<unknown, unknown>>();
+  private readonly streams = new Set<ServerStream>();
   private sandboxes?: SandboxService;
   private containers?: ContainerService;
 
@@ -53,12 +53,11 @@ export class ContainerEvents {
     }
   }
 
-  handler = (call: grpc.ServerWritableStream<unknown, unknown>): void => {
+  handler = (call: ServerStream): void => {
     this.streams.add(call);
     const drop = () => this.streams.delete(call);
     call.on('cancelled', drop);
     call.on('close', drop);
-    call.on('error', drop);
   };
 
   close(): void {

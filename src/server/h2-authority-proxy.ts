@@ -1,14 +1,14 @@
 /**
  * Go's gRPC clients dialing a Unix socket (crictl, the kubelet) send the
  * socket path as HTTP/2 `:authority`. Node's HTTP/2 layer treats that as a
- * malformed header and resets the stream before grpc-js sees it. skiff
- * therefore owns the public socket, rewrites such an `:authority` to
- * `localhost` in the client's header blocks, and forwards every byte else
- * unchanged to grpc-js listening on a private socket.
+ * malformed header and resets the stream before any handler sees it. skiff
+ * therefore reads the public socket itself, rewrites such an `:authority` to
+ * `localhost` in the client's header blocks, and hands every byte else
+ * unchanged to the HTTP/2 server in the same process.
  */
 import net from 'node:net';
 import { createRequire } from 'node:module';
-import { Transform, type TransformCallback } from 'node:stream';
+import { Duplex, Transform, type TransformCallback } from 'node:stream';
 import type { Logger } from '../log.js';
 import { BoundedHpackDecoder, DEFAULT_MAX_HEADER_LIST, HpackError, type Header } from './hpack-decoder.js';
 
@@ -312,17 +312,17 @@ export function goaway(code: number, lastStream = 0): Buffer {
 
 export interface AuthorityProxy {
   server: net.Server;
-  /** Closes every relayed connection (after the gRPC server has drained). */
+  /** Closes every client connection (after the gRPC server has drained). */
   destroyConnections(): void;
 }
 
-/** Client connections relayed at once; more are closed as they come. Each costs three descriptors. */
+/** Client connections served at once; more are closed as they come. */
 export const MAX_CRI_CONNECTIONS = 1024;
 /** How long a client has to send the HTTP/2 preface. */
 export const PREFACE_TIMEOUT_MS = 10_000;
 
-/** Listens on `publicPath` and relays each connection to `privatePath`. */
-export function startAuthorityProxy(publicPath: string, privatePath: string, log: Logger, limits: Partial<RewriterLimits> = {}): AuthorityProxy {
+/** Listens on `publicPath` and hands each connection, rewritten, to `serve`. */
+export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) => void, log: Logger, limits: Partial<RewriterLimits> = {}): AuthorityProxy {
   const sockets = new Set<net.Socket>();
   let dropped = 0;
   const server = net.createServer((client) => {
@@ -330,7 +330,6 @@ export function startAuthorityProxy(publicPath: string, privatePath: string, log
       log.info('CRI connections accepted again', { refused: dropped });
       dropped = 0;
     }
-    const upstream = net.connect(privatePath);
     const rewriter = new AuthorityRewriter(limits);
     const watcher = new ServerFrameWatcher((id, value) => rewriter.serverSettings(id, value));
     sockets.add(client);
@@ -347,7 +346,7 @@ export function startAuthorityProxy(publicPath: string, privatePath: string, log
       closed = true;
       clearTimeout(prefaceTimer);
       sockets.delete(client);
-      upstream.destroy();
+      conn.destroy();
       if (err instanceof H2ConnectionError) {
         log.warn('HTTP/2 client broke the protocol; closing its connection', { error: err.message });
         // Tell the client why, when that can be said between two frames; then close whatever it does.
@@ -363,13 +362,16 @@ export function startAuthorityProxy(publicPath: string, privatePath: string, log
       client.destroy();
     };
     client.on('error', close);
-    upstream.on('error', close);
     rewriter.on('error', close);
     watcher.on('error', close);
+    // What the server reads is the rewritten client; what it writes goes out through the watcher.
+    const conn = Duplex.from({ readable: rewriter, writable: watcher });
+    conn.on('error', close);
+    conn.on('close', () => close());
     client.on('close', () => close());
-    upstream.on('close', () => close());
-    client.pipe(rewriter).pipe(upstream);
-    upstream.pipe(watcher).pipe(client);
+    client.pipe(rewriter);
+    watcher.pipe(client);
+    serve(conn);
   });
   server.maxConnections = MAX_CRI_CONNECTIONS;
   server.on('drop', () => {
