@@ -7,26 +7,50 @@
  * unchanged to the HTTP/2 server in the same process.
  */
 import net from 'node:net';
-import { createRequire } from 'node:module';
 import { Duplex, Transform, type TransformCallback } from 'node:stream';
 import type { Logger } from '../log.js';
 import { BoundedHpackDecoder, DEFAULT_MAX_HEADER_LIST, HpackError, type Header } from './hpack-decoder.js';
 
-const require = createRequire(import.meta.url);
-// hpack.js has no type declarations; this is the one call used here.
 interface HpackHeader {
   name: string;
   value: string;
-  huffman?: boolean;
-  neverIndex?: boolean;
 }
-interface HpackCompressor {
-  write(h: HpackHeader[]): void;
-  read(): Buffer | null;
+
+/** An HPACK integer with an `n`-bit prefix, the prefix's other bits set to `high`. */
+function hpackInt(out: number[], v: number, n: number, high: number): void {
+  const max = (1 << n) - 1;
+  if (v < max) {
+    out.push(high | v);
+    return;
+  }
+  out.push(high | max);
+  v -= max;
+  while (v >= 128) {
+    out.push((v % 128) + 128);
+    v = Math.floor(v / 128);
+  }
+  out.push(v);
 }
-const hpack = require('hpack.js') as {
-  compressor: { create(o: { table: { maxSize: number } }): HpackCompressor };
-};
+
+/**
+ * A header block of literals that are never indexed, with new names and
+ * plain (not Huffman) strings: the server's dynamic table is never touched,
+ * so nothing about it needs to be known or kept.
+ */
+export function encodeLiterals(headers: readonly HpackHeader[]): Buffer {
+  const parts: Buffer[] = [];
+  for (const h of headers) {
+    const name = Buffer.from(h.name, 'latin1');
+    const value = Buffer.from(h.value, 'latin1');
+    const head: number[] = [0x10];
+    hpackInt(head, name.length, 7, 0);
+    parts.push(Buffer.from(head), name);
+    const vhead: number[] = [];
+    hpackInt(vhead, value.length, 7, 0);
+    parts.push(Buffer.from(vhead), value);
+  }
+  return Buffer.concat(parts);
+}
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
 const FRAME_HEADERS = 0x1;
@@ -107,8 +131,6 @@ export class AuthorityRewriter extends Transform {
   private prefaceDone = false;
   private readonly limits: RewriterLimits;
   private readonly decoder: BoundedHpackDecoder;
-  // Literals that are never indexed: the server's table is never touched, so its size does not matter.
-  private readonly encoder = hpack.compressor.create({ table: { maxSize: 4096 } });
   private block: Buffer[] = [];
   /** The largest frame the server accepts: a longer one is refused before it is buffered. */
   private maxFrameSize = MAX_FRAME;
@@ -238,10 +260,7 @@ export class AuthorityRewriter extends Transform {
   }
 
   private encode(headers: HpackHeader[]): Buffer[] {
-    this.encoder.write(headers.map((h) => ({ name: h.name, value: h.value, huffman: false, neverIndex: true })));
-    const parts: Buffer[] = [];
-    for (let b = this.encoder.read(); b !== null; b = this.encoder.read()) parts.push(b);
-    let block = Buffer.concat(parts);
+    let block = encodeLiterals(headers);
     const frames: Buffer[] = [];
     const prio = this.blockPriority;
     const firstRoom = MAX_FRAME - (prio ? 5 : 0);
@@ -350,7 +369,8 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       if (err instanceof H2ConnectionError) {
         log.warn('HTTP/2 client broke the protocol; closing its connection', { error: err.message });
         // Tell the client why, when that can be said between two frames; then close whatever it does.
-        watcher.unpipe(client);
+        watcher.removeAllListeners('data');
+        watcher.pause();
         if (watcher.atFrameBoundary && client.writable) {
           client.end(goaway(err.h2Code));
           setTimeout(() => client.destroy(), 1000).unref();
@@ -370,7 +390,22 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
     conn.on('close', () => close());
     client.on('close', () => close());
     client.pipe(rewriter);
-    watcher.pipe(client);
+    // The frames of one answer (headers, data, trailers) leave in one write where they come in one turn.
+    let corked = false;
+    watcher.on('data', (chunk: Buffer) => {
+      if (!corked) {
+        corked = true;
+        client.cork();
+        process.nextTick(() => {
+          corked = false;
+          client.uncork();
+        });
+      }
+      if (!client.write(chunk)) {
+        watcher.pause();
+        client.once('drain', () => watcher.resume());
+      }
+    });
     serve(conn);
   });
   server.maxConnections = MAX_CRI_CONNECTIONS;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AuthorityRewriter, ServerFrameWatcher } from '../../src/server/h2-authority-proxy.js';
+import { AuthorityRewriter, ServerFrameWatcher, encodeLiterals } from '../../src/server/h2-authority-proxy.js';
 import { BoundedHpackDecoder, HpackError } from '../../src/server/hpack-decoder.js';
 import { frame, hpack, PREFACE } from '../helpers/h2-frames.js';
 
@@ -303,4 +303,26 @@ describe('ServerFrameWatcher', () => {
       expect(w.atFrameBoundary).toBe(true);
     }
   });
+
+  it('encodes header literals any HPACK decoder reads back, lengths past one byte and latin1 included', () => {
+    const headers = [
+      { name: ':path', value: '/runtime.v1.RuntimeService/Version' },
+      { name: 'x-long', value: 'v'.repeat(127) },
+      { name: 'x-longer', value: 'w'.repeat(20_000) },
+      { name: 'x-empty', value: '' },
+      { name: 'x-latin1', value: 'caf\u00e9' },
+    ];
+    const d = hpack.decompressor.create({ table: { size: 4096 } });
+    d.write(encodeLiterals(headers));
+    d.execute();
+    const got: Array<{ name: string; value: string }> = [];
+    for (let h = d.read(); h !== null; h = d.read()) got.push({ name: h.name, value: h.value });
+    expect(got.map((h) => h.name)).toEqual(headers.map((h) => h.name));
+    expect(got.slice(0, 4).map((h) => h.value)).toEqual(headers.slice(0, 4).map((h) => h.value));
+    // Values go out as the latin1 bytes the decoder here read them as: one byte per character.
+    expect(encodeLiterals([{ name: 'x', value: 'caf\u00e9' }])).toEqual(Buffer.from([0x10, 1, 0x78, 4, 0x63, 0x61, 0x66, 0xe9]));
+    // Nothing went into the dynamic table: every field is a never-indexed literal.
+    expect(encodeLiterals([{ name: 'a', value: 'b' }])).toEqual(Buffer.from([0x10, 1, 0x61, 1, 0x62]));
+  });
 });
+
