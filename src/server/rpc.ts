@@ -34,9 +34,14 @@ export interface RpcLimits {
   maxSend: number;
   /** Request bytes buffered and not yet handed to a handler, over all calls at once. */
   maxPending: number;
+  /** Streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS); past it nghttp2 refuses them. */
+  maxStreamsPerConnection?: number;
+  /** Streams open at once over all connections; a connection opening one more is ended (GOAWAY ENHANCE_YOUR_CALM). */
+  maxStreams?: number;
 }
 
-export const DEFAULT_RPC_LIMITS: RpcLimits = { maxReceive: 16 << 20, maxSend: 16 << 20, maxPending: 64 << 20 };
+/** An open stream costs ~4.5 KiB of Node's and nghttp2's memory before any request byte: 4096 of them ~18 MiB. */
+export const DEFAULT_RPC_LIMITS: RpcLimits = { maxReceive: 16 << 20, maxSend: 16 << 20, maxPending: 64 << 20, maxStreamsPerConnection: 128, maxStreams: 4096 };
 
 /** What a handler sees of a call. 'cancelled' fires once if the client goes away or the deadline passes first. */
 export class CallBase<Req = unknown> extends EventEmitter {
@@ -167,6 +172,7 @@ export class RpcServer {
   private readonly sessions = new Set<http2.ServerHttp2Session>();
   private readonly calls = new Set<CallBase>();
   private pendingBytes = 0;
+  private openStreams = 0;
   private draining = false;
   private readonly idle = new EventEmitter();
 
@@ -176,7 +182,11 @@ export class RpcServer {
     private readonly onError: (what: string, err: Error) => void = () => {},
   ) {
     // Node's own per-session cap on queued data behaves badly when reached; bounds are kept here instead.
-    this.h2 = http2.createServer({ maxSessionMemory: Number.MAX_SAFE_INTEGER });
+    this.h2 = http2.createServer({
+      maxSessionMemory: Number.MAX_SAFE_INTEGER,
+      // Node's default is no limit: one client could open streams until the daemon ran out of memory.
+      settings: { maxConcurrentStreams: limits.maxStreamsPerConnection ?? DEFAULT_RPC_LIMITS.maxStreamsPerConnection! },
+    });
     this.h2.on('session', (s) => {
       this.sessions.add(s);
       s.on('close', () => this.sessions.delete(s));
@@ -216,6 +226,21 @@ export class RpcServer {
 
   private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
     stream.on('error', () => {});
+    // Many connections each at their own limit still add up: over all of them, streams are bounded too.
+    if (this.openStreams >= (this.limits.maxStreams ?? DEFAULT_RPC_LIMITS.maxStreams!)) {
+      // Refused one by one, each stream would still cost what Node builds for it (~5 KiB) for as long as
+      // the client keeps sending: the connection asking for more at the limit is ended instead
+      // (ENHANCE_YOUR_CALM), which frees its streams and stops reading what else it sent.
+      const session = stream.session;
+      stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      if (session && !session.destroyed) {
+        session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+        session.destroy();
+      }
+      return;
+    }
+    this.openStreams++;
+    stream.once('close', () => this.openStreams--);
     const path = String(headers[HTTP2_HEADER_PATH] ?? '');
     if (headers[HTTP2_HEADER_METHOD] !== 'POST') return this.plain(stream, 405);
     const ct = headers[HTTP2_HEADER_CONTENT_TYPE];
@@ -234,18 +259,20 @@ export class RpcServer {
   }
 
   private readRequest(stream: http2.ServerHttp2Stream, route: Route, enc: string, deadline: number): void {
-    const chunks: Buffer[] = [];
-    let held = 0;
+    // The request is copied into one buffer of its own as it comes: HTTP/2 hands each DATA frame over as a
+    // view of the whole read it came in, so keeping the chunks would keep ~100 bytes of objects per frame and
+    // every read a one-byte frame arrived in, far more than the bytes counted.
+    let buf = Buffer.alloc(0);
+    let used = 0;
     let failed = false;
     const release = () => {
-      this.pendingBytes -= held;
-      held = 0;
+      this.pendingBytes -= buf.length;
+      buf = Buffer.alloc(0);
     };
     const fail = (err: ServiceError) => {
       if (failed) return;
       failed = true;
       release();
-      chunks.length = 0;
       this.trailersOnly(stream, err);
     };
     // A client that never finishes its request is not waited on past its deadline.
@@ -255,17 +282,25 @@ export class RpcServer {
     }
     stream.on('data', (c: Buffer) => {
       if (failed) return;
-      held += c.length;
-      this.pendingBytes += c.length;
-      if (held > this.limits.maxReceive + 5) {
+      const need = used + c.length;
+      if (need > this.limits.maxReceive + 5) {
         fail(grpcError(Status.RESOURCE_EXHAUSTED, `request larger than the ${this.limits.maxReceive} bytes skiff accepts`));
         return;
       }
-      if (this.pendingBytes > this.limits.maxPending) {
-        fail(grpcError(Status.RESOURCE_EXHAUSTED, 'too many request bytes in flight; try again'));
-        return;
+      if (need > buf.length) {
+        // Doubling: what is held is at most twice what came, and each byte is copied a bounded number of times.
+        const size = Math.min(Math.max(need, 2 * buf.length, 256), this.limits.maxReceive + 5);
+        if (this.pendingBytes + size - buf.length > this.limits.maxPending) {
+          fail(grpcError(Status.RESOURCE_EXHAUSTED, 'too many request bytes in flight; try again'));
+          return;
+        }
+        const grown = Buffer.allocUnsafeSlow(size);
+        buf.copy(grown, 0, 0, used);
+        this.pendingBytes += size - buf.length;
+        buf = grown;
       }
-      chunks.push(c);
+      c.copy(buf, used);
+      used = need;
     });
     stream.on('close', () => {
       clearTimeout(timer);
@@ -277,11 +312,10 @@ export class RpcServer {
     stream.on('end', () => {
       clearTimeout(timer);
       if (failed) return;
-      const buf = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-      chunks.length = 0;
+      const whole = buf.subarray(0, used);
       let msg: Buffer;
       try {
-        msg = this.oneMessage(buf, enc);
+        msg = this.oneMessage(whole, enc);
       } catch (err) {
         fail(err as ServiceError);
         return;

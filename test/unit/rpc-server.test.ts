@@ -327,3 +327,47 @@ describe('RpcServer shutdown', () => {
     l.close();
   });
 });
+
+describe('RpcServer stream limits', () => {
+  it('advertises a per-connection stream limit, and ends a connection that opens one past the limit over all of them', async () => {
+    const local = new RpcServer(routes, { ...limits, maxStreamsPerConnection: 3, maxStreams: 4 });
+    const lsock = path.join(dir, 'streams.sock');
+    const l = net.createServer((c) => local.attach(c));
+    await new Promise<void>((r) => l.listen(lsock, r));
+    const connect = () => {
+      const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
+      s.on('error', () => {});
+      return s;
+    };
+    const hang = (s: http2.ClientHttp2Session, n: number) => {
+      for (let i = 0; i < n; i++) {
+        const req = s.request({ ':method': 'POST', ':path': '/t.S/Hang', 'content-type': 'application/grpc' });
+        req.on('error', () => {});
+        // Headers only: the request is never finished.
+        req.write(Buffer.alloc(1));
+      }
+    };
+    const a = connect();
+    await new Promise<void>((r) => a.once('remoteSettings', () => r()));
+    // Node's default is no limit at all.
+    expect(a.remoteSettings.maxConcurrentStreams).toBe(3);
+    hang(a, 3);
+    const b = connect();
+    hang(b, 1);
+    await new Promise((r) => setTimeout(r, 200));
+    // Four streams are open over two connections: a third connection asking for one more is ended.
+    const c = connect();
+    const goaway = new Promise<number>((r) => c.once('goaway', (code: number) => r(code)));
+    hang(c, 1);
+    expect(await goaway).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    expect(a.destroyed || a.closed).toBe(false);
+    expect(b.destroyed || b.closed).toBe(false);
+    for (const s of [a, b, c]) s.destroy();
+    await new Promise((r) => setTimeout(r, 100));
+    // Their streams are given back: a new call is answered.
+    const answered = await call('/t.S/Echo', framed('again'), {}, connect());
+    expect(answered.messages).toEqual(['echo:again']);
+    await local.shutdown(100);
+    l.close();
+  });
+});

@@ -1,0 +1,140 @@
+/**
+ * Hostile HTTP/2 clients against skiff's own gRPC server on the CRI socket:
+ * requests sent one byte per DATA frame, and connections that open streams
+ * and never finish them. What the daemon holds stays bounded, and other
+ * clients keep getting answers.
+ */
+import { spawnSync } from 'node:child_process';
+import net from 'node:net';
+import fs from 'node:fs/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
+import { isRoot } from '../helpers/env.js';
+import { frame, PREFACE } from '../helpers/h2-frames.js';
+import { fdCount, rssBytes } from '../helpers/streaming-probe.js';
+
+const MiB = 1 << 20;
+
+/** A header block of plain literals (no indexing, no Huffman): short names and values only. */
+function literals(headers: Array<[string, string]>): Buffer {
+  return Buffer.concat(
+    headers.map(([n, v]) => {
+      const name = Buffer.from(n);
+      const value = Buffer.from(v);
+      return Buffer.concat([Buffer.from([0x00, name.length]), name, Buffer.from([value.length]), value]);
+    }),
+  );
+}
+
+const versionHeaders = literals([
+  [':method', 'POST'],
+  [':scheme', 'http'],
+  [':path', '/runtime.v1.RuntimeService/Version'],
+  [':authority', 'localhost'],
+  ['content-type', 'application/grpc'],
+  ['te', 'trailers'],
+]);
+
+interface RawConn {
+  sock: net.Socket;
+  closed: Promise<void>;
+}
+
+function connect(path: string): Promise<RawConn> {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(path);
+    const closed = new Promise<void>((r) => sock.once('close', () => r()));
+    sock.resume();
+    sock.on('error', () => {});
+    sock.once('connect', () => resolve({ sock, closed }));
+    sock.once('error', reject);
+  });
+}
+
+/** Writes `frames` in batches, waiting for the socket to drain; stops early when it closes or after `ms`. */
+async function pour(c: RawConn, batches: number, batch: (i: number) => Buffer, ms: number): Promise<number> {
+  const t0 = Date.now();
+  let i = 0;
+  for (; i < batches && !c.sock.destroyed && Date.now() - t0 < ms; i++) {
+    if (!c.sock.write(batch(i))) {
+      await new Promise<void>((r) => {
+        const t = setTimeout(r, 1000);
+        c.sock.once('drain', () => {
+          clearTimeout(t);
+          r();
+        });
+      });
+    }
+  }
+  return i;
+}
+
+describe.skipIf(!isRoot)('the gRPC server under clients that hold requests open', () => {
+  let dirs: DaemonDirs;
+  let skiff: SkiffProcess;
+  const open: RawConn[] = [];
+
+  async function versionMs(): Promise<number> {
+    const t = performance.now();
+    const v = await skiff.runtime.Version({});
+    expect(v.runtimeName).toBe('skiff');
+    return performance.now() - t;
+  }
+
+  beforeAll(async () => {
+    dirs = await makeDirs();
+    skiff = await new SkiffProcess(dirs).start();
+    await versionMs();
+  });
+
+  afterAll(async () => {
+    for (const c of open) c.sock.destroy();
+    await skiff?.stop();
+    if (dirs) {
+      const mounts = (await fs.readFile('/proc/self/mounts', 'utf8')).split('\n').map((l) => l.split(' ')[1] ?? '');
+      for (const m of mounts.filter((m) => m.startsWith(dirs.base)).reverse()) spawnSync('umount', ['-l', m]);
+      await fs.rm(dirs.base, { recursive: true, force: true });
+    }
+  });
+
+  it('holds a request sent one byte per DATA frame at what it is, not ~100 bytes of objects per frame', async () => {
+    const pid = skiff.child.pid!;
+    const rss0 = rssBytes(pid);
+    const c = await connect(dirs.socket);
+    open.push(c);
+    // One request that announces 16 MiB and never ends, fed one byte per frame: 1.2 million frames, 12 MB sent.
+    const head = Buffer.alloc(5);
+    head.writeUInt32BE(16 * MiB - 64, 1);
+    c.sock.write(Buffer.concat([PREFACE, frame(4, 0, 0, Buffer.alloc(0)), frame(1, 0x4, 1, versionHeaders), frame(0, 0, 1, head)]));
+    const one = frame(0, 0, 1, Buffer.from([0]));
+    const batch = Buffer.concat(Array.from({ length: 4000 }, () => one));
+    const sent = await pour(c, 300, () => batch, 30_000);
+    await new Promise((r) => setTimeout(r, 500));
+    const grown = (rssBytes(pid) - rss0) / MiB;
+    console.info(`${sent * 4000} one-byte DATA frames: daemon RSS grew ${grown.toFixed(1)} MiB`);
+    expect(sent).toBeGreaterThan(200);
+    // Before: every frame kept its own Buffer in a list, ~125 bytes each (+150 MiB here).
+    expect(grown).toBeLessThan(48);
+    expect(await versionMs()).toBeLessThan(1000);
+    c.sock.destroy();
+  }, 60_000);
+
+  it('bounds the streams one connection may hold open: past its limit it is ended', async () => {
+    const pid = skiff.child.pid!;
+    const rss0 = rssBytes(pid);
+    const fds0 = fdCount(pid);
+    const c = await connect(dirs.socket);
+    open.push(c);
+    c.sock.write(Buffer.concat([PREFACE, frame(4, 0, 0, Buffer.alloc(0))]));
+    // 40,000 requests whose headers come and whose bodies never do.
+    const sent = await pour(c, 40, (b) => Buffer.concat(Array.from({ length: 1000 }, (_, i) => frame(1, 0x4, 2 * (b * 1000 + i) + 1, versionHeaders))), 20_000);
+    const closed = await Promise.race([c.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 3000))]);
+    const grown = (rssBytes(pid) - rss0) / MiB;
+    console.info(`${sent * 1000} streams left open on one connection: closed ${closed}, daemon RSS grew ${grown.toFixed(1)} MiB`);
+    // Before: every stream was kept (~4.5 KiB each, +180 MiB here) and the connection stayed.
+    expect(closed).toBe(true);
+    expect(grown).toBeLessThan(32);
+    expect(await versionMs()).toBeLessThan(1000);
+    expect(fdCount(pid)).toBeLessThanOrEqual(fds0);
+  }, 60_000);
+});
