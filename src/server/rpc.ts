@@ -149,6 +149,9 @@ const { HTTP2_HEADER_PATH, HTTP2_HEADER_METHOD, HTTP2_HEADER_CONTENT_TYPE, HTTP2
 const TIMEOUT = /^(\d{1,8})([HMSmun])$/;
 const UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 };
 
+/** The longest delay setTimeout takes as it is. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export function parseTimeout(v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
   const m = TIMEOUT.exec(v);
@@ -254,7 +257,8 @@ export class RpcServer {
       return this.trailersOnly(stream, grpcError(Status.UNIMPLEMENTED, `request compression "${enc}" is not supported`));
     }
     const timeoutMs = parseTimeout(headers['grpc-timeout'] as string | undefined);
-    const deadline = timeoutMs === undefined ? Infinity : Date.now() + timeoutMs;
+    // Node fires a timer set past 2^31-1 ms (~24.8 days) after 1 ms: a deadline that far off is taken as none.
+    const deadline = timeoutMs === undefined || timeoutMs > MAX_TIMER_MS ? Infinity : Date.now() + timeoutMs;
     this.readRequest(stream, route, enc, deadline);
   }
 

@@ -229,6 +229,26 @@ describe('RpcServer', () => {
     expect(seen.answered).toEqual(['d1']);
   });
 
+  it('takes a grpc-timeout longer than a Node timer can wait (~24.8 days) as no deadline, not as one passing at once', async () => {
+    for (const t of ['99999999H', '2160000S']) {
+      const s = session();
+      const req = s.request({ ':method': 'POST', ':path': '/t.S/Late', 'content-type': 'application/grpc', 'grpc-timeout': t });
+      const got = new Promise<string>((resolve) => {
+        let status = '';
+        req.on('response', (h) => (status = String(h['grpc-status'] ?? status)));
+        req.on('trailers', (tr) => (status = String(tr['grpc-status'])));
+        req.on('error', (e) => (status = e.message));
+        req.on('close', () => resolve(status));
+        req.resume();
+      });
+      // The request and the answer each take a while: a timer clamped to 1 ms would have fired.
+      await new Promise((r) => setTimeout(r, 50));
+      req.end(framed('50'));
+      expect(await got, t).toBe('0');
+      s.close();
+    }
+  });
+
   it('tells the handler when the client cancels, and drops the answer that comes later', async () => {
     const s = session();
     const req = s.request({ ':method': 'POST', ':path': '/t.S/Hang', 'content-type': 'application/grpc' });
