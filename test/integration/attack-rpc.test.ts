@@ -7,6 +7,7 @@
 import { spawnSync } from 'node:child_process';
 import net from 'node:net';
 import fs from 'node:fs/promises';
+import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
@@ -136,5 +137,42 @@ describe.skipIf(!isRoot)('the gRPC server under clients that hold requests open'
     expect(grown).toBeLessThan(32);
     expect(await versionMs()).toBeLessThan(1000);
     expect(fdCount(pid)).toBeLessThanOrEqual(fds0);
+  }, 60_000);
+
+  it('inflates compressed requests off the event loop: a flood of 16 KiB requests inflating to 16 MiB keeps others answered', async () => {
+    const bomb = zlib.gzipSync(Buffer.alloc(16 * MiB - 100), { level: 9 });
+    const msg = Buffer.concat([Buffer.from([1, 0, 0, 0, 0]), bomb]);
+    msg.writeUInt32BE(bomb.length, 1);
+    const headers = Buffer.concat([versionHeaders, literals([['grpc-encoding', 'gzip']])]);
+    const request = (id: number): Buffer => {
+      const parts = [frame(1, 0x4, id, headers)];
+      for (let off = 0; off < msg.length; off += 16_384) parts.push(frame(0, off + 16_384 >= msg.length ? 0x1 : 0, id, msg.subarray(off, off + 16_384)));
+      return Buffer.concat(parts);
+    };
+    const conns = [await connect(dirs.socket), await connect(dirs.socket)];
+    open.push(...conns);
+    const t0 = Date.now();
+    let sent = 0;
+    const floods = conns.map(async (c) => {
+      c.sock.write(Buffer.concat([PREFACE, frame(4, 0, 0, Buffer.alloc(0))]));
+      // Never more than 100 requests in flight on the connection (its limit is 128).
+      for (let id = 1; Date.now() - t0 < 4000 && !c.sock.destroyed && id < 200; id += 2) {
+        if (!c.sock.write(request(id))) await new Promise((r) => c.sock.once('drain', r));
+        else await new Promise((r) => setTimeout(r, 10));
+        sent++;
+      }
+    });
+    let slowest = 0;
+    while (Date.now() - t0 < 4000) {
+      slowest = Math.max(slowest, await versionMs());
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await Promise.all(floods);
+    console.info(`${sent} gzip bombs sent; slowest Version meanwhile ${slowest.toFixed(0)} ms`);
+    for (const c of conns) c.sock.destroy();
+    // Before: each bomb took ~60 ms of the event loop, and Version waited over a second behind them.
+    expect(sent).toBeGreaterThan(50);
+    expect(slowest).toBeLessThan(1000);
+    expect(skiff.child.exitCode).toBeNull();
   }, 60_000);
 });
