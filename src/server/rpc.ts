@@ -212,19 +212,27 @@ export class RpcServer {
     return this.calls.size;
   }
 
-  /** New calls are refused (UNAVAILABLE); resolves once the running ones end, or after `graceMs` with them cut off. */
-  async shutdown(graceMs: number): Promise<void> {
+  /**
+   * New calls are refused (UNAVAILABLE); resolves once the running ones are answered and their answers
+   * taken, or after `graceMs` with them cut off. An answer its client does not take (it stopped reading)
+   * is waited for at most `flushMs` once every handler is done: such a client cannot hold the daemon's
+   * exit for the whole grace period.
+   */
+  async shutdown(graceMs: number, flushMs = 1000): Promise<void> {
     this.draining = true;
     for (const s of this.sessions) s.close();
-    if (this.calls.size > 0) {
+    const until = Date.now() + graceMs;
+    let flushUntil = Infinity;
+    while (this.calls.size > 0 && Date.now() < Math.min(until, flushUntil)) {
+      if (flushUntil === Infinity && [...this.calls].every((c) => c.ended)) flushUntil = Date.now() + flushMs;
       await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, graceMs);
-        t.unref();
+        const t = setTimeout(resolve, 50);
         this.idle.once('idle', () => {
           clearTimeout(t);
           resolve();
         });
       });
+      this.idle.removeAllListeners('idle');
     }
     for (const s of this.sessions) s.destroy();
   }

@@ -176,3 +176,52 @@ describe.skipIf(!isRoot)('the gRPC server under clients that hold requests open'
     expect(skiff.child.exitCode).toBeNull();
   }, 60_000);
 });
+
+describe.skipIf(!isRoot)('stopping the daemon while clients hold their answers unread', () => {
+  let dirs: DaemonDirs;
+  let skiff: SkiffProcess;
+  const open: RawConn[] = [];
+
+  beforeAll(async () => {
+    dirs = await makeDirs();
+    skiff = await new SkiffProcess(dirs).start();
+  });
+
+  afterAll(async () => {
+    for (const c of open) c.sock.destroy();
+    await skiff?.stop('SIGKILL');
+    if (dirs) await fs.rm(dirs.base, { recursive: true, force: true });
+  });
+
+  it('exits on SIGTERM in seconds, not after the whole 30 s grace, when clients never read what they asked for', async () => {
+    const eventsHeaders = literals([
+      [':method', 'POST'],
+      [':scheme', 'http'],
+      [':path', '/runtime.v1.RuntimeService/GetContainerEvents'],
+      [':authority', 'localhost'],
+      ['content-type', 'application/grpc'],
+      ['te', 'trailers'],
+    ]);
+    const empty = Buffer.alloc(5);
+    // Event subscribers and a burst of answered calls, on connections whose clients read nothing: no stream ever closes.
+    for (const path of ['events', 'calls']) {
+      const c = await connect(dirs.socket);
+      c.sock.pause();
+      open.push(c);
+      const frames = [PREFACE, frame(4, 0, 0, Buffer.from([0, 4, 0, 0, 0, 0]))];
+      for (let i = 0; i < 100; i++) {
+        if (path === 'events') frames.push(frame(1, 0x4, 2 * i + 1, eventsHeaders), frame(0, 0x1, 2 * i + 1, empty));
+        else frames.push(frame(1, 0x5, 2 * i + 1, versionHeaders));
+      }
+      c.sock.write(Buffer.concat(frames));
+    }
+    await new Promise((r) => setTimeout(r, 500));
+    const t0 = Date.now();
+    skiff.child.kill('SIGTERM');
+    const exited = await Promise.race([skiff.exit.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 20_000))]);
+    console.info(`SIGTERM with unread answers: exited ${exited} after ${Date.now() - t0} ms`);
+    // Before: shutdown waited its whole 30 s grace for streams only the client could close.
+    expect(exited).toBe(true);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+  }, 60_000);
+});
