@@ -286,9 +286,14 @@ export class AuthorityRewriter extends Transform {
 export class ServerFrameWatcher extends Transform {
   private head = Buffer.alloc(0);
   private remaining = 0;
-  private settings: Buffer[] | undefined;
+  /** The payload of a SETTINGS or GOAWAY frame being read, and which of them it is. */
+  private collecting: { type: number; parts: Buffer[] } | undefined;
 
-  constructor(private readonly onSetting: (id: number, value: number) => void) {
+  constructor(
+    private readonly onSetting: (id: number, value: number) => void,
+    /** The server sent GOAWAY with this error code. */
+    private readonly onGoaway: (code: number) => void = () => {},
+  ) {
     super();
   }
 
@@ -299,23 +304,29 @@ export class ServerFrameWatcher extends Transform {
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
     let off = 0;
     while (off < chunk.length) {
-      if (this.remaining === 0 && this.settings === undefined) {
+      if (this.remaining === 0 && this.collecting === undefined) {
         const need = 9 - this.head.length;
         this.head = Buffer.concat([this.head, chunk.subarray(off, off + need)]);
         off += Math.min(need, chunk.length - off);
         if (this.head.length < 9) break;
         this.remaining = this.head.readUIntBE(0, 3);
-        if (this.head[3] === FRAME_SETTINGS && !(this.head[4]! & FLAG_ACK)) this.settings = [];
+        const type = this.head[3]!;
+        if ((type === FRAME_SETTINGS && !(this.head[4]! & FLAG_ACK)) || type === FRAME_GOAWAY) this.collecting = { type, parts: [] };
         this.head = Buffer.alloc(0);
       }
       const take = Math.min(this.remaining, chunk.length - off);
-      if (this.settings) this.settings.push(chunk.subarray(off, off + take));
+      if (this.collecting) this.collecting.parts.push(chunk.subarray(off, off + take));
       off += take;
       this.remaining -= take;
-      if (this.remaining === 0 && this.settings) {
-        const p = Buffer.concat(this.settings);
-        this.settings = undefined;
-        for (let i = 0; i + 6 <= p.length; i += 6) this.onSetting(p.readUInt16BE(i), p.readUInt32BE(i + 2));
+      if (this.remaining === 0 && this.collecting) {
+        const { type, parts } = this.collecting;
+        const p = Buffer.concat(parts);
+        this.collecting = undefined;
+        if (type === FRAME_SETTINGS) {
+          for (let i = 0; i + 6 <= p.length; i += 6) this.onSetting(p.readUInt16BE(i), p.readUInt32BE(i + 2));
+        } else if (p.length >= 8) {
+          this.onGoaway(p.readUInt32BE(4));
+        }
       }
     }
     cb(null, chunk);
@@ -350,7 +361,16 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       dropped = 0;
     }
     const rewriter = new AuthorityRewriter(limits);
-    const watcher = new ServerFrameWatcher((id, value) => rewriter.serverSettings(id, value));
+    // After a GOAWAY for an error, Node's HTTP/2 session neither reads the connection nor closes it: a client
+    // that kept sending until it was paused, then left, was never noticed, and its descriptor and connection
+    // slot stayed taken for good. The connection is ended here once that GOAWAY has gone out.
+    let serverGaveUp = false;
+    const watcher = new ServerFrameWatcher(
+      (id, value) => rewriter.serverSettings(id, value),
+      (code) => {
+        if (code !== 0) serverGaveUp = true;
+      },
+    );
     sockets.add(client);
     let closed = false;
     // A client that never starts speaking HTTP/2 is not held for ever.
@@ -404,6 +424,17 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       if (!client.write(chunk)) {
         watcher.pause();
         client.once('drain', () => watcher.resume());
+      }
+      if (serverGaveUp && !closed) {
+        closed = true;
+        clearTimeout(prefaceTimer);
+        sockets.delete(client);
+        log.debug('HTTP/2 server ended a client connection for an error; closing it');
+        client.end();
+        setTimeout(() => {
+          conn.destroy();
+          client.destroy();
+        }, 1000).unref();
       }
     });
     serve(conn);

@@ -139,6 +139,26 @@ describe.skipIf(!isRoot)('the gRPC server under clients that hold requests open'
     expect(fdCount(pid)).toBeLessThanOrEqual(fds0);
   }, 60_000);
 
+  it('closes a connection the HTTP/2 server gave up on, even when its client stopped reading and left', async () => {
+    const pid = skiff.child.pid!;
+    const fds0 = fdCount(pid);
+    // DATA on a stream never opened is a connection error: the server sends GOAWAY and reads no more. A client
+    // that keeps sending until its writes stall, reads nothing and leaves, used to keep its descriptor for good.
+    const junk = Buffer.concat(Array.from({ length: 4000 }, () => frame(0, 0, 1, Buffer.alloc(0))));
+    for (let i = 0; i < 10; i++) {
+      const c = await connect(dirs.socket);
+      c.sock.pause();
+      c.sock.write(Buffer.concat([PREFACE, frame(4, 0, 0, Buffer.alloc(0))]));
+      await pour(c, 50, () => junk, 1500);
+      c.sock.destroy();
+    }
+    await new Promise((r) => setTimeout(r, 2500));
+    const fds = fdCount(pid);
+    console.info(`descriptors before ${fds0}, after ten abandoned connections ${fds}`);
+    expect(fds).toBeLessThanOrEqual(fds0);
+    expect(await versionMs()).toBeLessThan(1000);
+  }, 60_000);
+
   it('inflates compressed requests off the event loop: a flood of 16 KiB requests inflating to 16 MiB keeps others answered', async () => {
     const bomb = zlib.gzipSync(Buffer.alloc(16 * MiB - 100), { level: 9 });
     const msg = Buffer.concat([Buffer.from([1, 0, 0, 0, 0]), bomb]);

@@ -304,6 +304,30 @@ describe('ServerFrameWatcher', () => {
     }
   });
 
+  it('reports the error code of each GOAWAY the server sends, however the bytes are split', async () => {
+    const goaway = (code: number) => {
+      const p = Buffer.alloc(8 + 5, 0x61);
+      p.writeUInt32BE(0, 0);
+      p.writeUInt32BE(code, 4);
+      return frame(7, 0, 0, p);
+    };
+    const input = Buffer.concat([frame(4, 0, 0, Buffer.alloc(0)), goaway(0), frame(0, 0, 1, Buffer.alloc(20)), goaway(1)]);
+    for (const step of [1, 7, 13, 1000]) {
+      const codes: number[] = [];
+      const w = new ServerFrameWatcher(
+        () => {},
+        (code) => codes.push(code),
+      );
+      const out: Buffer[] = [];
+      w.on('data', (d: Buffer) => out.push(d));
+      for (let off = 0; off < input.length; off += step) w.write(input.subarray(off, off + step));
+      w.end();
+      await new Promise((r) => w.on('end', r));
+      expect(Buffer.concat(out)).toEqual(input);
+      expect(codes).toEqual([0, 1]);
+    }
+  });
+
   it('encodes header literals any HPACK decoder reads back, lengths past one byte and latin1 included', () => {
     const headers = [
       { name: ':path', value: '/runtime.v1.RuntimeService/Version' },
