@@ -34,6 +34,8 @@ export interface RpcLimits {
   maxSend: number;
   /** Request bytes buffered and not yet handed to a handler, over all calls at once. */
   maxPending: number;
+  /** Milliseconds a client has to take a unary answer once it is sent (its deadline, if sooner); then the stream is reset. */
+  answerTakeMs?: number;
   /** Streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS); past it nghttp2 refuses them. */
   maxStreamsPerConnection?: number;
   /** Streams open at once over all connections; a connection opening one more is ended (GOAWAY ENHANCE_YOUR_CALM). */
@@ -41,7 +43,7 @@ export interface RpcLimits {
 }
 
 /** An open stream costs ~4.5 KiB of Node's and nghttp2's memory before any request byte: 4096 of them ~18 MiB. */
-export const DEFAULT_RPC_LIMITS: RpcLimits = { maxReceive: 16 << 20, maxSend: 16 << 20, maxPending: 64 << 20, maxStreamsPerConnection: 128, maxStreams: 4096 };
+export const DEFAULT_RPC_LIMITS: RpcLimits = { maxReceive: 16 << 20, maxSend: 16 << 20, maxPending: 64 << 20, maxStreamsPerConnection: 128, maxStreams: 4096, answerTakeMs: 60_000 };
 
 /** What a handler sees of a call. 'cancelled' fires once if the client goes away or the deadline passes first. */
 export class CallBase<Req = unknown> extends EventEmitter {
@@ -408,6 +410,7 @@ export class RpcServer {
   }
 
   private dispatch(stream: http2.ServerHttp2Stream, route: Route, request: unknown, deadline: number): void {
+    let takeTimer: NodeJS.Timeout | undefined;
     let call: CallBase;
     let answerError: (err: ServiceError) => void;
     if (route.responseStream) {
@@ -428,6 +431,13 @@ export class RpcServer {
           return this.trailersOnly(stream, grpcError(Status.RESOURCE_EXHAUSTED, `answer of ${body.length} bytes is larger than the ${this.limits.maxSend} bytes skiff sends`));
         }
         sendOne(stream, body);
+        // An answer the client does not take is not held for ever: what it holds (the daemon's memory, and
+        // budgets released only once it is taken, like ExecSync's output) comes back at the client's
+        // deadline, or `answerTakeMs` after the answer was sent if that comes first.
+        if (!stream.closed && !stream.destroyed) {
+          const by = Math.min(deadline, Date.now() + (this.limits.answerTakeMs ?? DEFAULT_RPC_LIMITS.answerTakeMs!));
+          takeTimer = setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), Math.max(0, by - Date.now()));
+        }
       });
       answerError = (err) => (call as UnaryCall).respond(err);
     }
@@ -435,6 +445,7 @@ export class RpcServer {
     let timer: NodeJS.Timeout | undefined;
     const ended = () => {
       clearTimeout(timer);
+      clearTimeout(takeTimer);
       if (!this.calls.delete(call)) return;
       call.cancel();
       call.closeCall();

@@ -8,11 +8,14 @@ import { spawnSync } from 'node:child_process';
 import net from 'node:net';
 import fs from 'node:fs/promises';
 import zlib from 'node:zlib';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { frame, PREFACE } from '../helpers/h2-frames.js';
-import { fdCount, rssBytes } from '../helpers/streaming-probe.js';
+import { startPodFixture, type PodFixture } from '../helpers/pods.js';
+import { cleanupUnguarded, fdCount, rssBytes } from '../helpers/streaming-probe.js';
+import { protoPath, serviceMethods } from '../../src/server/proto.js';
 
 const MiB = 1 << 20;
 
@@ -244,4 +247,53 @@ describe.skipIf(!isRoot)('stopping the daemon while clients hold their answers u
     expect(exited).toBe(true);
     expect(Date.now() - t0).toBeLessThan(10_000);
   }, 60_000);
+});
+
+describe.skipIf(!isRoot)('ExecSync answers a client never reads', () => {
+  let f: PodFixture;
+  let ctr: string;
+  const open: RawConn[] = [];
+
+  beforeAll(async () => {
+    f = await startPodFixture(inject('registryHost'), 'test/busybox-attack-rpc');
+    const config = { metadata: { name: 'unread', namespace: 'test', uid: 'unread-uid', attempt: 0 }, logDirectory: path.join(f.dirs.base, 'logs'), linux: {} };
+    const podId = (await f.skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
+    ctr = (await f.skiff.runtime.CreateContainer({ podSandboxId: podId, config: { metadata: { name: 'sleeper' }, image: { image: f.image }, command: ['sleep', '100000'], logPath: 'sleeper.log', linux: {} }, sandboxConfig: config })).containerId!;
+    await f.skiff.runtime.StartContainer({ containerId: ctr });
+  });
+
+  afterAll(async () => {
+    for (const c of open) c.sock.destroy();
+    await cleanupUnguarded(f);
+  });
+
+  it('gives the ExecSync output budget back at the client deadline: other large outputs do not wait for ever', async () => {
+    const exec = serviceMethods(protoPath, 'runtime.v1.RuntimeService').ExecSync!;
+    const body = exec.requestSerialize({ containerId: ctr, cmd: ['sh', '-c', 'head -c 9000000 /dev/zero'], timeout: 30 });
+    const msg = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), body]);
+    msg.writeUInt32BE(body.length, 1);
+    const headers = literals([
+      [':method', 'POST'],
+      [':scheme', 'http'],
+      [':path', '/runtime.v1.RuntimeService/ExecSync'],
+      [':authority', 'localhost'],
+      ['content-type', 'application/grpc'],
+      ['te', 'trailers'],
+      ['grpc-timeout', '3S'],
+    ]);
+    // A client with a zero window that never reads: its 8 MiB answer (all of the ExecSync output budget) stays unsent.
+    const c = await connect(f.dirs.socket);
+    open.push(c);
+    c.sock.pause();
+    c.sock.write(Buffer.concat([PREFACE, frame(4, 0, 0, Buffer.from([0, 4, 0, 0, 0, 0])), frame(1, 0x4, 1, headers), frame(0, 0x1, 1, msg)]));
+    await new Promise((r) => setTimeout(r, 1500));
+    // Another command with more than the 64 KiB never counted waits for that budget.
+    const t0 = Date.now();
+    const other = await f.skiff.runtime.ExecSync({ containerId: ctr, cmd: ['sh', '-c', 'head -c 200000 /dev/zero'], timeout: 20 });
+    const waited = Date.now() - t0;
+    console.info(`ExecSync printing 200 kB behind an unread 8 MiB answer: answered after ${waited} ms`);
+    // Before: the unread answer held the budget for good, and this call ran into its own deadline.
+    expect((other.stdout as Buffer).length).toBe(200_000);
+    expect(waited).toBeLessThan(10_000);
+  }, 90_000);
 });

@@ -299,6 +299,46 @@ describe('RpcServer', () => {
     l.close();
   });
 
+  it('resets an answer its client does not take, at its deadline or after answerTakeMs, and calls it answered', async () => {
+    const huge = new Map<string, Route>([
+      [
+        '/t.S/Huge',
+        route('/t.S/Huge', {
+          unary: (c) => {
+            c.whenAnswered(() => seen.answered.push(`huge:${String(c.request)}`));
+            c.respond(null, 'h'.repeat(1 << 20));
+          },
+        }),
+      ],
+    ]);
+    const local = new RpcServer(huge, { maxReceive: 1024, maxSend: 2 << 20, maxPending: 4096, answerTakeMs: 400 });
+    const lsock = path.join(dir, 'untaken.sock');
+    const l = net.createServer((c) => local.attach(c));
+    await new Promise<void>((r) => l.listen(lsock, r));
+    const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
+    s.on('error', () => {});
+    const t0 = Date.now();
+    const closedAt = (name: string, headers: Record<string, string>) => {
+      const req = s.request({ ':method': 'POST', ':path': '/t.S/Huge', 'content-type': 'application/grpc', ...headers });
+      req.on('error', () => {});
+      // Never read: the client's window fills and the rest of the megabyte stays with the server.
+      req.pause();
+      req.end(framed(name));
+      return new Promise<number>((r) => req.on('close', () => r(Date.now() - t0)));
+    };
+    const [byDeadline, byTake] = await Promise.all([closedAt('deadline', { 'grpc-timeout': '150m' }), closedAt('take', {})]);
+    await new Promise((r) => setTimeout(r, 50));
+    // Before: both waited for ever, and whatever waited on their being answered with them.
+    expect(byDeadline).toBeGreaterThanOrEqual(140);
+    expect(byDeadline).toBeLessThan(380);
+    expect(byTake).toBeGreaterThanOrEqual(390);
+    expect(byTake).toBeLessThan(2000);
+    expect(seen.answered.sort()).toEqual(['huge:deadline', 'huge:take']);
+    s.destroy();
+    await local.shutdown(100);
+    l.close();
+  });
+
   it('refuses to send an answer over the send limit', async () => {
     expect((await call('/t.S/Big', framed('2000'))).messages).toEqual(['x'.repeat(2000)]);
     const a = await call('/t.S/Big', framed('3000'));
