@@ -162,6 +162,50 @@ describe.skipIf(!isRoot)('the gRPC server under clients that hold requests open'
     expect(await versionMs()).toBeLessThan(1000);
   }, 60_000);
 
+  it('closes connections that rapid-reset streams (CVE-2023-44487) once nghttp2 gives up on them: no descriptor is left behind', async () => {
+    const pid = skiff.child.pid!;
+    const fds0 = fdCount(pid);
+    const cancel = Buffer.alloc(4);
+    cancel.writeUInt32BE(0x8);
+    const listHeaders = literals([
+      [':method', 'POST'],
+      [':scheme', 'http'],
+      [':path', '/runtime.v1.RuntimeService/ListContainers'],
+      [':authority', 'localhost'],
+      ['content-type', 'application/grpc'],
+    ]);
+    let closedByDaemon = 0;
+    const t0 = Date.now();
+    // Connections opening and resetting streams as fast as they can, reconnecting when the daemon ends them.
+    await Promise.all(
+      Array.from({ length: 10 }, async () => {
+        while (Date.now() - t0 < 2000) {
+          const c = await connect(dirs.socket);
+          c.closed.then(() => closedByDaemon++);
+          c.sock.write(Buffer.concat([PREFACE, frame(4, 0, 0, Buffer.alloc(0))]));
+          let id = 1;
+          await pour(
+            c,
+            100,
+            () => {
+              const out: Buffer[] = [];
+              for (let i = 0; i < 200; i++, id += 2) out.push(frame(1, 0x4, id, listHeaders), frame(3, 0, id, cancel));
+              return Buffer.concat(out);
+            },
+            2000 - (Date.now() - t0),
+          );
+          c.sock.destroy();
+        }
+      }),
+    );
+    await new Promise((r) => setTimeout(r, 2500));
+    const fds = fdCount(pid);
+    console.info(`rapid reset for 2 s on 10 reconnecting connections (${closedByDaemon} closed): descriptors ${fds0} -> ${fds}`);
+    // Before: each connection nghttp2 sent GOAWAY on stayed open, unread, after its client left.
+    expect(fds).toBeLessThanOrEqual(fds0);
+    expect(await versionMs()).toBeLessThan(1000);
+  }, 60_000);
+
   it('inflates compressed requests off the event loop: a flood of 16 KiB requests inflating to 16 MiB keeps others answered', async () => {
     const bomb = zlib.gzipSync(Buffer.alloc(16 * MiB - 100), { level: 9 });
     const msg = Buffer.concat([Buffer.from([1, 0, 0, 0, 0]), bomb]);
