@@ -5,6 +5,7 @@
  * clients keep getting answers.
  */
 import { spawnSync } from 'node:child_process';
+import http2 from 'node:http2';
 import net from 'node:net';
 import fs from 'node:fs/promises';
 import zlib from 'node:zlib';
@@ -293,7 +294,7 @@ describe.skipIf(!isRoot)('stopping the daemon while clients hold their answers u
   }, 60_000);
 });
 
-describe.skipIf(!isRoot)('ExecSync answers a client never reads', () => {
+describe.skipIf(!isRoot)('ExecSync answers and container events a client never reads', () => {
   let f: PodFixture;
   let ctr: string;
   const open: RawConn[] = [];
@@ -310,6 +311,44 @@ describe.skipIf(!isRoot)('ExecSync answers a client never reads', () => {
     for (const c of open) c.sock.destroy();
     await cleanupUnguarded(f);
   });
+
+  it('bounds the container event streams open at once: 300 never read are not each handed every event', async () => {
+    const pid = f.skiff.child.pid!;
+    const sessions: http2.ClientHttp2Session[] = [];
+    const statuses: string[] = [];
+    // Three connections with a zero window, a hundred GetContainerEvents streams each, none ever read.
+    for (let k = 0; k < 3; k++) {
+      const s = http2.connect('http://localhost', { createConnection: () => net.connect(f.dirs.socket), settings: { initialWindowSize: 0 } });
+      s.on('error', () => {});
+      sessions.push(s);
+      for (let i = 0; i < 100; i++) {
+        const req = s.request({ ':method': 'POST', ':path': '/runtime.v1.RuntimeService/GetContainerEvents', 'content-type': 'application/grpc', te: 'trailers' });
+        req.on('error', () => {});
+        req.on('response', (h) => statuses.push(String(h['grpc-status'] ?? 'open')));
+        req.pause();
+        req.end(Buffer.alloc(5));
+      }
+    }
+    await new Promise((r) => setTimeout(r, 1500));
+    const rss0 = rssBytes(pid);
+    const podId = (await f.skiff.runtime.ListPodSandbox({})).items![0]!.id!;
+    const config = { metadata: { name: 'unread', namespace: 'test', uid: 'unread-uid', attempt: 0 }, logDirectory: path.join(f.dirs.base, 'logs'), linux: {} };
+    for (let i = 0; i < 8; i++) {
+      const id = (await f.skiff.runtime.CreateContainer({ podSandboxId: podId, config: { metadata: { name: `churn${i}` }, image: { image: f.image }, command: ['true'], logPath: `churn${i}.log`, linux: {} }, sandboxConfig: config })).containerId!;
+      await f.skiff.runtime.StartContainer({ containerId: id });
+      await f.skiff.runtime.StopContainer({ containerId: id, timeout: 1 });
+      await f.skiff.runtime.RemoveContainer({ containerId: id });
+    }
+    const grown = (rssBytes(pid) - rss0) / MiB;
+    const refused = statuses.filter((st) => st === String(8)).length;
+    console.info(`300 unread event streams: ${refused} refused; 32 container events grew the daemon by ${grown.toFixed(1)} MiB`);
+    for (const s of sessions) s.destroy();
+    // Before: all 300 were served, and each held a copy of every event.
+    expect(refused).toBeGreaterThanOrEqual(300 - 16);
+    // Before: +24.9 MiB for these 32 events (~2.6 KiB a copy), and a stream is dropped only after 256.
+    expect(grown).toBeLessThan(12);
+    expect(await f.skiff.runtime.Version({})).toBeTruthy();
+  }, 120_000);
 
   it('gives the ExecSync output budget back at the client deadline: other large outputs do not wait for ever', async () => {
     const exec = serviceMethods(protoPath, 'runtime.v1.RuntimeService').ExecSync!;
