@@ -3,7 +3,6 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
-import type * as grpc from '@grpc/grpc-js';
 import { openDb, type Db } from './db.js';
 import { SkiffError } from './errors.js';
 import { tryLockExclusive } from './sys/libc.js';
@@ -12,7 +11,7 @@ import { LocalContentStore } from './image/content.js';
 import { RegistryClient } from './image/registry.js';
 import { ImageService } from './image/service.js';
 import { OverlaySnapshotter } from './image/snapshot.js';
-import { createGrpcServer, bindUnix } from './server/grpc-server.js';
+import { createGrpcServer } from './server/grpc-server.js';
 import { startAuthorityProxy, type AuthorityProxy } from './server/h2-authority-proxy.js';
 import { imageFsInfo } from './server/image-fs-info.js';
 import { listImages } from './server/image-list.js';
@@ -130,8 +129,8 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     throw new SkiffError('FailedPrecondition', `another process is serving ${opts.socket}; stop it first`);
   }
   await fsp.rm(opts.socket, { force: true });
-  const privateSocket = path.join(opts.state, 'grpc.sock');
-  await fsp.rm(privateSocket, { force: true });
+  // Left by versions that served gRPC on a private socket behind the public one.
+  await fsp.rm(path.join(opts.state, 'grpc.sock'), { force: true });
 
   const db: Db = openDb(path.join(opts.root, 'metadata.db'));
   const content = new LocalContentStore(path.join(opts.root, 'content'));
@@ -250,7 +249,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     startExecTty: (id, cmd) => containers.execTty(id, cmd),
   });
   await streaming.start();
-  const server: grpc.Server = createGrpcServer(
+  const server = createGrpcServer(
     {
       Version: version,
       Status: status(readiness),
@@ -277,13 +276,11 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     { GetContainerEvents: events.handler },
     skiffImagesHandlers(images, log),
   );
-  await bindUnix(server, privateSocket);
-  await fsp.chmod(privateSocket, 0o600);
 
   const oldMask = process.umask(0o117);
   let proxy: AuthorityProxy;
   try {
-    proxy = startAuthorityProxy(opts.socket, privateSocket, log);
+    proxy = startAuthorityProxy(opts.socket, (conn) => server.attach(conn), log);
     await listen(proxy.server);
   } finally {
     process.umask(oldMask);
@@ -306,9 +303,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
         events.close();
         await imagesDir?.close();
         // In-flight RPCs finish; a call still running after the grace period is cut off.
-        const grace = setTimeout(() => server.forceShutdown(), 30_000);
-        await new Promise<void>((r) => server.tryShutdown(() => r()));
-        clearTimeout(grace);
+        await server.shutdown(30_000);
         proxy.destroyConnections();
         await streaming.close();
         await registry.close();
@@ -316,7 +311,6 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
         await sandboxes.close();
         db.close();
         await fsp.rm(opts.socket, { force: true });
-        await fsp.rm(privateSocket, { force: true });
         await lock.close();
       })()),
   };

@@ -34,7 +34,7 @@ export interface ExecSyncResult {
 /**
  * The most output (stdout and stderr together) one ExecSync returns; the
  * rest is cut. An answer is held three times on its way out (the output,
- * its protobuf encoding, grpc-js' framed copy), and freed only when V8
+ * its protobuf encoding, the copy the HTTP/2 layer queues), and freed only when V8
  * next collects: at 16 MiB (CRI-O's cut) one answer alone could cost the
  * daemon 48 MiB and more, so 8 MiB. The kubelet reads 10 KiB of a probe's.
  */

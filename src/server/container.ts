@@ -11,7 +11,7 @@ import type { RemoveContainerRequest__Output } from '../gen/runtime/v1/RemoveCon
 import type { StartContainerRequest__Output } from '../gen/runtime/v1/StartContainerRequest.js';
 import type { StopContainerRequest__Output } from '../gen/runtime/v1/StopContainerRequest.js';
 import type { UpdateContainerResourcesRequest__Output } from '../gen/runtime/v1/UpdateContainerResourcesRequest.js';
-import type { ServerUnaryCall } from '@grpc/grpc-js';
+import type { UnaryCall } from './rpc.js';
 import { invalidArgument } from '../errors.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
 import { wireNs } from '../container/time.js';
@@ -20,7 +20,7 @@ import { matchLabels } from './sandbox.js';
 import { checkCommand } from './streaming.js';
 import { whenAnswered } from './boundary.js';
 import { EncodedList } from './encoded-list.js';
-import { loadCri } from './proto.js';
+import { protoPath, serviceMethods } from './proto.js';
 
 function toContainer(c: Readonly<ContainerRecord>): Container {
   return {
@@ -57,7 +57,7 @@ export function containerHandlers(containers: ContainerService, sandboxes?: { fi
     return id;
   };
   // Each container's entry is encoded once per version of its record, not at every call.
-  const serialize = loadCri().runtime.v1.RuntimeService.service.ListContainers.responseSerialize;
+  const serialize = serviceMethods(protoPath, 'runtime.v1.RuntimeService').ListContainers!.responseSerialize;
   const encoded = new EncodedList((c: Container) => serialize({ containers: [c] }), toContainer);
   return {
     CreateContainer: async (req: CreateContainerRequest__Output): Promise<CreateContainerResponse> => {
@@ -106,7 +106,7 @@ export function containerHandlers(containers: ContainerService, sandboxes?: { fi
       await containers.reopenLog(need(req.containerId, 'ReopenContainerLog'));
       return {};
     },
-    ExecSync: async (req: ExecSyncRequest__Output, call?: ServerUnaryCall<ExecSyncRequest__Output, ExecSyncResponse>): Promise<ExecSyncResponse> => {
+    ExecSync: async (req: ExecSyncRequest__Output, call?: UnaryCall): Promise<ExecSyncResponse> => {
       // A client that gives up (its deadline passed, or it cancelled) takes the command with it.
       const cancel = new AbortController();
       call?.on('cancelled', () => cancel.abort());
@@ -115,7 +115,7 @@ export function containerHandlers(containers: ContainerService, sandboxes?: { fi
       checkCommand('ExecSync', req.cmd);
       const r = await containers.execSync(id, req.cmd, Number(req.timeout), cancel.signal);
       // The output counts against the daemon's ExecSync budget until the answer has left.
-      whenAnswered(req, r.release);
+      whenAnswered(call, r.release);
       return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
     },
   };

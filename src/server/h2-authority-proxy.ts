@@ -1,32 +1,56 @@
 /**
  * Go's gRPC clients dialing a Unix socket (crictl, the kubelet) send the
  * socket path as HTTP/2 `:authority`. Node's HTTP/2 layer treats that as a
- * malformed header and resets the stream before grpc-js sees it. skiff
- * therefore owns the public socket, rewrites such an `:authority` to
- * `localhost` in the client's header blocks, and forwards every byte else
- * unchanged to grpc-js listening on a private socket.
+ * malformed header and resets the stream before any handler sees it. skiff
+ * therefore reads the public socket itself, rewrites such an `:authority` to
+ * `localhost` in the client's header blocks, and hands every byte else
+ * unchanged to the HTTP/2 server in the same process.
  */
 import net from 'node:net';
-import { createRequire } from 'node:module';
-import { Transform, type TransformCallback } from 'node:stream';
+import { Duplex, Transform, type TransformCallback } from 'node:stream';
 import type { Logger } from '../log.js';
 import { BoundedHpackDecoder, DEFAULT_MAX_HEADER_LIST, HpackError, type Header } from './hpack-decoder.js';
 
-const require = createRequire(import.meta.url);
-// hpack.js has no type declarations; this is the one call used here.
 interface HpackHeader {
   name: string;
   value: string;
-  huffman?: boolean;
-  neverIndex?: boolean;
 }
-interface HpackCompressor {
-  write(h: HpackHeader[]): void;
-  read(): Buffer | null;
+
+/** An HPACK integer with an `n`-bit prefix, the prefix's other bits set to `high`. */
+function hpackInt(out: number[], v: number, n: number, high: number): void {
+  const max = (1 << n) - 1;
+  if (v < max) {
+    out.push(high | v);
+    return;
+  }
+  out.push(high | max);
+  v -= max;
+  while (v >= 128) {
+    out.push((v % 128) + 128);
+    v = Math.floor(v / 128);
+  }
+  out.push(v);
 }
-const hpack = require('hpack.js') as {
-  compressor: { create(o: { table: { maxSize: number } }): HpackCompressor };
-};
+
+/**
+ * A header block of literals that are never indexed, with new names and
+ * plain (not Huffman) strings: the server's dynamic table is never touched,
+ * so nothing about it needs to be known or kept.
+ */
+export function encodeLiterals(headers: readonly HpackHeader[]): Buffer {
+  const parts: Buffer[] = [];
+  for (const h of headers) {
+    const name = Buffer.from(h.name, 'latin1');
+    const value = Buffer.from(h.value, 'latin1');
+    const head: number[] = [0x10];
+    hpackInt(head, name.length, 7, 0);
+    parts.push(Buffer.from(head), name);
+    const vhead: number[] = [];
+    hpackInt(vhead, value.length, 7, 0);
+    parts.push(Buffer.from(vhead), value);
+  }
+  return Buffer.concat(parts);
+}
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
 const FRAME_HEADERS = 0x1;
@@ -107,8 +131,6 @@ export class AuthorityRewriter extends Transform {
   private prefaceDone = false;
   private readonly limits: RewriterLimits;
   private readonly decoder: BoundedHpackDecoder;
-  // Literals that are never indexed: the server's table is never touched, so its size does not matter.
-  private readonly encoder = hpack.compressor.create({ table: { maxSize: 4096 } });
   private block: Buffer[] = [];
   /** The largest frame the server accepts: a longer one is refused before it is buffered. */
   private maxFrameSize = MAX_FRAME;
@@ -238,10 +260,7 @@ export class AuthorityRewriter extends Transform {
   }
 
   private encode(headers: HpackHeader[]): Buffer[] {
-    this.encoder.write(headers.map((h) => ({ name: h.name, value: h.value, huffman: false, neverIndex: true })));
-    const parts: Buffer[] = [];
-    for (let b = this.encoder.read(); b !== null; b = this.encoder.read()) parts.push(b);
-    let block = Buffer.concat(parts);
+    let block = encodeLiterals(headers);
     const frames: Buffer[] = [];
     const prio = this.blockPriority;
     const firstRoom = MAX_FRAME - (prio ? 5 : 0);
@@ -267,9 +286,14 @@ export class AuthorityRewriter extends Transform {
 export class ServerFrameWatcher extends Transform {
   private head = Buffer.alloc(0);
   private remaining = 0;
-  private settings: Buffer[] | undefined;
+  /** The payload of a SETTINGS or GOAWAY frame being read, and which of them it is. */
+  private collecting: { type: number; parts: Buffer[] } | undefined;
 
-  constructor(private readonly onSetting: (id: number, value: number) => void) {
+  constructor(
+    private readonly onSetting: (id: number, value: number) => void,
+    /** The server sent GOAWAY with this error code. */
+    private readonly onGoaway: (code: number) => void = () => {},
+  ) {
     super();
   }
 
@@ -280,23 +304,29 @@ export class ServerFrameWatcher extends Transform {
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
     let off = 0;
     while (off < chunk.length) {
-      if (this.remaining === 0 && this.settings === undefined) {
+      if (this.remaining === 0 && this.collecting === undefined) {
         const need = 9 - this.head.length;
         this.head = Buffer.concat([this.head, chunk.subarray(off, off + need)]);
         off += Math.min(need, chunk.length - off);
         if (this.head.length < 9) break;
         this.remaining = this.head.readUIntBE(0, 3);
-        if (this.head[3] === FRAME_SETTINGS && !(this.head[4]! & FLAG_ACK)) this.settings = [];
+        const type = this.head[3]!;
+        if ((type === FRAME_SETTINGS && !(this.head[4]! & FLAG_ACK)) || type === FRAME_GOAWAY) this.collecting = { type, parts: [] };
         this.head = Buffer.alloc(0);
       }
       const take = Math.min(this.remaining, chunk.length - off);
-      if (this.settings) this.settings.push(chunk.subarray(off, off + take));
+      if (this.collecting) this.collecting.parts.push(chunk.subarray(off, off + take));
       off += take;
       this.remaining -= take;
-      if (this.remaining === 0 && this.settings) {
-        const p = Buffer.concat(this.settings);
-        this.settings = undefined;
-        for (let i = 0; i + 6 <= p.length; i += 6) this.onSetting(p.readUInt16BE(i), p.readUInt32BE(i + 2));
+      if (this.remaining === 0 && this.collecting) {
+        const { type, parts } = this.collecting;
+        const p = Buffer.concat(parts);
+        this.collecting = undefined;
+        if (type === FRAME_SETTINGS) {
+          for (let i = 0; i + 6 <= p.length; i += 6) this.onSetting(p.readUInt16BE(i), p.readUInt32BE(i + 2));
+        } else if (p.length >= 8) {
+          this.onGoaway(p.readUInt32BE(4));
+        }
       }
     }
     cb(null, chunk);
@@ -312,17 +342,17 @@ export function goaway(code: number, lastStream = 0): Buffer {
 
 export interface AuthorityProxy {
   server: net.Server;
-  /** Closes every relayed connection (after the gRPC server has drained). */
+  /** Closes every client connection (after the gRPC server has drained). */
   destroyConnections(): void;
 }
 
-/** Client connections relayed at once; more are closed as they come. Each costs three descriptors. */
+/** Client connections served at once; more are closed as they come. */
 export const MAX_CRI_CONNECTIONS = 1024;
 /** How long a client has to send the HTTP/2 preface. */
 export const PREFACE_TIMEOUT_MS = 10_000;
 
-/** Listens on `publicPath` and relays each connection to `privatePath`. */
-export function startAuthorityProxy(publicPath: string, privatePath: string, log: Logger, limits: Partial<RewriterLimits> = {}): AuthorityProxy {
+/** Listens on `publicPath` and hands each connection, rewritten, to `serve`. */
+export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) => void, log: Logger, limits: Partial<RewriterLimits> = {}): AuthorityProxy {
   const sockets = new Set<net.Socket>();
   let dropped = 0;
   const server = net.createServer((client) => {
@@ -330,9 +360,17 @@ export function startAuthorityProxy(publicPath: string, privatePath: string, log
       log.info('CRI connections accepted again', { refused: dropped });
       dropped = 0;
     }
-    const upstream = net.connect(privatePath);
     const rewriter = new AuthorityRewriter(limits);
-    const watcher = new ServerFrameWatcher((id, value) => rewriter.serverSettings(id, value));
+    // After a GOAWAY for an error, Node's HTTP/2 session neither reads the connection nor closes it: a client
+    // that kept sending until it was paused, then left, was never noticed, and its descriptor and connection
+    // slot stayed taken for good. The connection is ended here once that GOAWAY has gone out.
+    let serverGaveUp = false;
+    const watcher = new ServerFrameWatcher(
+      (id, value) => rewriter.serverSettings(id, value),
+      (code) => {
+        if (code !== 0) serverGaveUp = true;
+      },
+    );
     sockets.add(client);
     let closed = false;
     // A client that never starts speaking HTTP/2 is not held for ever.
@@ -347,11 +385,12 @@ export function startAuthorityProxy(publicPath: string, privatePath: string, log
       closed = true;
       clearTimeout(prefaceTimer);
       sockets.delete(client);
-      upstream.destroy();
+      conn.destroy();
       if (err instanceof H2ConnectionError) {
         log.warn('HTTP/2 client broke the protocol; closing its connection', { error: err.message });
         // Tell the client why, when that can be said between two frames; then close whatever it does.
-        watcher.unpipe(client);
+        watcher.removeAllListeners('data');
+        watcher.pause();
         if (watcher.atFrameBoundary && client.writable) {
           client.end(goaway(err.h2Code));
           setTimeout(() => client.destroy(), 1000).unref();
@@ -363,13 +402,42 @@ export function startAuthorityProxy(publicPath: string, privatePath: string, log
       client.destroy();
     };
     client.on('error', close);
-    upstream.on('error', close);
     rewriter.on('error', close);
     watcher.on('error', close);
+    // What the server reads is the rewritten client; what it writes goes out through the watcher.
+    const conn = Duplex.from({ readable: rewriter, writable: watcher });
+    conn.on('error', close);
+    conn.on('close', () => close());
     client.on('close', () => close());
-    upstream.on('close', () => close());
-    client.pipe(rewriter).pipe(upstream);
-    upstream.pipe(watcher).pipe(client);
+    client.pipe(rewriter);
+    // The frames of one answer (headers, data, trailers) leave in one write where they come in one turn.
+    let corked = false;
+    watcher.on('data', (chunk: Buffer) => {
+      if (!corked) {
+        corked = true;
+        client.cork();
+        process.nextTick(() => {
+          corked = false;
+          client.uncork();
+        });
+      }
+      if (!client.write(chunk)) {
+        watcher.pause();
+        client.once('drain', () => watcher.resume());
+      }
+      if (serverGaveUp && !closed) {
+        closed = true;
+        clearTimeout(prefaceTimer);
+        sockets.delete(client);
+        log.debug('HTTP/2 server ended a client connection for an error; closing it');
+        client.end();
+        setTimeout(() => {
+          conn.destroy();
+          client.destroy();
+        }, 1000).unref();
+      }
+    });
+    serve(conn);
   });
   server.maxConnections = MAX_CRI_CONNECTIONS;
   server.on('drop', () => {

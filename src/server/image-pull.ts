@@ -28,7 +28,7 @@ export function pullImage(images: ImageService) {
   return async (req: PullImageRequest__Output, call?: EventEmitter): Promise<PullImageResponse> => {
     const image = req.image?.image ?? '';
     if (!image) throw invalidArgument('PullImage: image.image is empty');
-    // grpc-js says 'cancelled' when the client hangs up or its deadline passes: stop downloading for it then.
+    // The call says 'cancelled' when the client hangs up or its deadline passes: stop downloading for it then.
     const gone = new AbortController();
     const cancel = () => gone.abort(new PullCancelled(`pull of "${image}" cancelled: the client went away or its deadline passed`));
     call?.once('cancelled', cancel);

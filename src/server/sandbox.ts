@@ -12,7 +12,7 @@ import type { SandboxRecord, SandboxService } from '../sandbox/service.js';
 import { nowWireNs, wireNs } from '../container/time.js';
 import { checkHostname, checkId, checkName, checkPortMappings, notTheOtherKind } from './ids.js';
 import { EncodedList } from './encoded-list.js';
-import { loadCri } from './proto.js';
+import { protoPath, serviceMethods } from './proto.js';
 
 export function matchLabels(labels: Record<string, string>, selector: Record<string, string>): boolean {
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
@@ -46,7 +46,7 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { findVi
     return id;
   };
   // Each pod's entry is encoded once per version of its record, not at every call.
-  const serialize = loadCri().runtime.v1.RuntimeService.service.ListPodSandbox.responseSerialize;
+  const serialize = serviceMethods(protoPath, 'runtime.v1.RuntimeService').ListPodSandbox!.responseSerialize;
   const encoded = new EncodedList((s: PodSandbox) => serialize({ items: [s] }), toPodSandbox);
   return {
     RunPodSandbox: async (req: RunPodSandboxRequest__Output): Promise<RunPodSandboxResponse> => {

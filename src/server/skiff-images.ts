@@ -3,7 +3,7 @@
  * progress, for the `skiff images` command. The daemon reads the archive
  * itself; the socket is root's alone, so the caller could read it too.
  */
-import type * as grpc from '@grpc/grpc-js';
+import type { ServerStream } from './rpc.js';
 import path from 'node:path';
 import { SkiffError, errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -14,6 +14,7 @@ import type { PullProgress as PullProgressMessage } from '../gen/skiff/v1/PullPr
 import type { ImageService, PullProgress } from '../image/service.js';
 import { PullCancelled } from '../image/shared-work.js';
 import { toServiceError } from './boundary.js';
+import { statusName } from './status.js';
 
 /** Progress messages are sent at most this often; the last one always. */
 const PROGRESS_INTERVAL_MS = 100;
@@ -22,7 +23,7 @@ const PROGRESS_INTERVAL_MS = 100;
  * Sends progress no faster than the interval, and none while the client is
  * not reading: a slow reader gets fewer updates, never a growing buffer.
  */
-function progressWriter<T>(call: grpc.ServerWritableStream<unknown, T>, make: (p: PullProgress) => T): (p: PullProgress) => void {
+function progressWriter<T>(call: ServerStream, make: (p: PullProgress) => T): (p: PullProgress) => void {
   let last = 0;
   return (p) => {
     const now = Date.now();
@@ -36,7 +37,7 @@ function toProgress(p: PullProgress) {
   return { bytesDone: p.bytesDone, bytesTotal: p.bytesTotal, layersDone: p.layersDone, layersTotal: p.layersTotal };
 }
 
-function finish<T>(call: grpc.ServerWritableStream<unknown, T>, method: string, log: Logger, started: number, work: Promise<T>): void {
+function finish<T>(call: ServerStream, method: string, log: Logger, started: number, work: Promise<T>): void {
   work.then(
     (last) => {
       log.info('rpc', { method, ms: Date.now() - started, code: 'OK' });
@@ -47,15 +48,15 @@ function finish<T>(call: grpc.ServerWritableStream<unknown, T>, method: string, 
     },
     (err: unknown) => {
       const e = toServiceError(err);
-      log.info('rpc', { method, ms: Date.now() - started, code: String(e.code), error: errorMessage(err) });
-      if (!call.cancelled) call.emit('error', e);
+      log.info('rpc', { method, ms: Date.now() - started, code: statusName(e.code), error: errorMessage(err) });
+      if (!call.cancelled) call.fail(e);
     },
   );
 }
 
 export function skiffImagesHandlers(images: ImageService, log: Logger) {
   return {
-    Import: (call: grpc.ServerWritableStream<ImportRequest__Output, ImportProgress>) => {
+    Import: (call: ServerStream<ImportRequest__Output>) => {
       const started = Date.now();
       const file = call.request.path ?? '';
       const gone = new AbortController();
@@ -75,7 +76,7 @@ export function skiffImagesHandlers(images: ImageService, log: Logger) {
       })();
       finish(call, 'skiff.v1.Images/Import', log, started, work);
     },
-    Pull: (call: grpc.ServerWritableStream<PullRequest__Output, PullProgressMessage>) => {
+    Pull: (call: ServerStream<PullRequest__Output>) => {
       const started = Date.now();
       const image = call.request.image ?? '';
       const gone = new AbortController();

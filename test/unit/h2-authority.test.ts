@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AuthorityRewriter, ServerFrameWatcher } from '../../src/server/h2-authority-proxy.js';
+import { AuthorityRewriter, ServerFrameWatcher, encodeLiterals } from '../../src/server/h2-authority-proxy.js';
 import { BoundedHpackDecoder, HpackError } from '../../src/server/hpack-decoder.js';
 import { frame, hpack, PREFACE } from '../helpers/h2-frames.js';
 
@@ -303,4 +303,50 @@ describe('ServerFrameWatcher', () => {
       expect(w.atFrameBoundary).toBe(true);
     }
   });
+
+  it('reports the error code of each GOAWAY the server sends, however the bytes are split', async () => {
+    const goaway = (code: number) => {
+      const p = Buffer.alloc(8 + 5, 0x61);
+      p.writeUInt32BE(0, 0);
+      p.writeUInt32BE(code, 4);
+      return frame(7, 0, 0, p);
+    };
+    const input = Buffer.concat([frame(4, 0, 0, Buffer.alloc(0)), goaway(0), frame(0, 0, 1, Buffer.alloc(20)), goaway(1)]);
+    for (const step of [1, 7, 13, 1000]) {
+      const codes: number[] = [];
+      const w = new ServerFrameWatcher(
+        () => {},
+        (code) => codes.push(code),
+      );
+      const out: Buffer[] = [];
+      w.on('data', (d: Buffer) => out.push(d));
+      for (let off = 0; off < input.length; off += step) w.write(input.subarray(off, off + step));
+      w.end();
+      await new Promise((r) => w.on('end', r));
+      expect(Buffer.concat(out)).toEqual(input);
+      expect(codes).toEqual([0, 1]);
+    }
+  });
+
+  it('encodes header literals any HPACK decoder reads back, lengths past one byte and latin1 included', () => {
+    const headers = [
+      { name: ':path', value: '/runtime.v1.RuntimeService/Version' },
+      { name: 'x-long', value: 'v'.repeat(127) },
+      { name: 'x-longer', value: 'w'.repeat(20_000) },
+      { name: 'x-empty', value: '' },
+      { name: 'x-latin1', value: 'caf\u00e9' },
+    ];
+    const d = hpack.decompressor.create({ table: { size: 4096 } });
+    d.write(encodeLiterals(headers));
+    d.execute();
+    const got: Array<{ name: string; value: string }> = [];
+    for (let h = d.read(); h !== null; h = d.read()) got.push({ name: h.name, value: h.value });
+    expect(got.map((h) => h.name)).toEqual(headers.map((h) => h.name));
+    expect(got.slice(0, 4).map((h) => h.value)).toEqual(headers.slice(0, 4).map((h) => h.value));
+    // Values go out as the latin1 bytes the decoder here read them as: one byte per character.
+    expect(encodeLiterals([{ name: 'x', value: 'caf\u00e9' }])).toEqual(Buffer.from([0x10, 1, 0x78, 4, 0x63, 0x61, 0x66, 0xe9]));
+    // Nothing went into the dynamic table: every field is a never-indexed literal.
+    expect(encodeLiterals([{ name: 'a', value: 'b' }])).toEqual(Buffer.from([0x10, 1, 0x61, 1, 0x62]));
+  });
 });
+
