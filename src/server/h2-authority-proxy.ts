@@ -346,8 +346,13 @@ export interface AuthorityProxy {
   destroyConnections(): void;
 }
 
-/** Client connections served at once; more are closed as they come. */
-export const MAX_CRI_CONNECTIONS = 1024;
+/**
+ * Client connections served at once; more are closed as they come. A kubelet keeps one or two, a
+ * crictl run one. Node builds ~4 KiB of objects for each stream a connection opens before any limit
+ * of skiff's can refuse it: 1000 connections opening 100 streams each at once cost the daemon
+ * ~400 MiB, most of which the allocator then kept. 128 connections bound that burst to ~50 MiB.
+ */
+export const MAX_CRI_CONNECTIONS = 128;
 /** How long a client has to send the HTTP/2 preface. */
 export const PREFACE_TIMEOUT_MS = 10_000;
 

@@ -16,6 +16,7 @@ import { startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
 import { cleanupUnguarded, fdCount, GUARD, rssBytes } from '../helpers/streaming-probe.js';
 import { loadCri } from '../../src/server/proto.js';
+import { MAX_CRI_CONNECTIONS } from '../../src/server/h2-authority-proxy.js';
 import { dataFrame, FLAG_FIN } from '../../src/streaming/spdy.js';
 import { SpdyTestClient } from '../helpers/spdy-client.js';
 
@@ -330,9 +331,9 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
       await new Promise((r) => setTimeout(r, 1000));
       const during = fdCount(pid);
       console.info(`daemon descriptors: ${before} before, ${during} with 1500 silent CRI connections (${closed} closed so far)`);
-      // Each relayed connection costs three descriptors (client, relay, gRPC side): at most 1024 of them.
-      expect(during - before).toBeLessThanOrEqual(3 * 1024 + 20);
-      expect(closed).toBeGreaterThanOrEqual(1500 - 1024);
+      // Each served connection costs one descriptor: at most MAX_CRI_CONNECTIONS of them.
+      expect(during - before).toBeLessThanOrEqual(MAX_CRI_CONNECTIONS + 20);
+      expect(closed).toBeGreaterThanOrEqual(1500 - MAX_CRI_CONNECTIONS);
       await stillServing();
       await waitFor('every silent connection closed', async () => closed === 1500, 15_000);
       await waitFor('descriptors back to where they were', async () => fdCount(pid) <= before + 5, 5000);

@@ -143,6 +143,38 @@ describe.skipIf(!isRoot)('the gRPC server under clients that hold requests open'
     expect(fdCount(pid)).toBeLessThanOrEqual(fds0);
   }, 60_000);
 
+  it('bounds a burst of connections each opening a hundred streams: the connections served at once are capped', async () => {
+    const pid = skiff.child.pid!;
+    const rss0 = rssBytes(pid);
+    let peak = rss0;
+    const watch = setInterval(() => (peak = Math.max(peak, rssBytes(pid))), 50);
+    const head = Buffer.alloc(5);
+    head.writeUInt32BE(10, 1);
+    const streams = Buffer.concat(Array.from({ length: 100 }, (_, i) => Buffer.concat([frame(1, 0x4, 2 * i + 1, versionHeaders), frame(0, 0, 2 * i + 1, head)])));
+    const burst: net.Socket[] = [];
+    try {
+      // A thousand clients at once: each opens 100 requests that never end.
+      for (let i = 0; i < 1000; i++) {
+        const sock = net.connect(dirs.socket);
+        sock.on('error', () => {});
+        sock.resume();
+        sock.once('connect', () => sock.write(Buffer.concat([PREFACE, frame(4, 0, 0, Buffer.alloc(0)), streams])));
+        burst.push(sock);
+        if (i % 100 === 99) await new Promise((r) => setTimeout(r, 50));
+      }
+      await new Promise((r) => setTimeout(r, 3000));
+      // The client opened before the burst keeps its connection and its answers.
+      expect(await versionMs()).toBeLessThan(1000);
+    } finally {
+      clearInterval(watch);
+      for (const sock of burst) sock.destroy();
+    }
+    const grown = (peak - rss0) / MiB;
+    console.info(`1000 connections x 100 open streams: daemon RSS peak grew ${grown.toFixed(1)} MiB`);
+    // Before: 1024 connections were served at once, and such a burst cost the daemon ~400 MiB.
+    expect(grown).toBeLessThan(128);
+  }, 60_000);
+
   it('closes a connection the HTTP/2 server gave up on, even when its client stopped reading and left', async () => {
     const pid = skiff.child.pid!;
     const fds0 = fdCount(pid);
