@@ -1,0 +1,12 @@
+import { client } from './pods.js';
+const sock = process.argv[2]!;
+const n = Number(process.argv[3] ?? 300);
+const c = client(sock);
+const ms = async (f: () => Promise<unknown>) => { const t = process.hrtime.bigint(); await f(); return Number(process.hrtime.bigint() - t) / 1e6; };
+await c.rt.Version({});
+for (let i = 0; i < 50; i++) await c.rt.ListContainers({});
+const xs: number[] = [];
+for (let i = 0; i < n; i++) xs.push(await ms(() => c.rt.ListContainers({})));
+xs.sort((a, b) => a - b);
+console.log(sock, 'p50', xs[Math.floor(n / 2)]!.toFixed(3), 'p90', xs[Math.floor(n * 0.9)]!.toFixed(3));
+c.close();
