@@ -29,8 +29,34 @@ export function toServiceError(err: unknown): ServiceError {
 
 export type UnaryHandler<Req, Res> = (req: Req, call: UnaryCall) => Promise<Res>;
 
+/**
+ * The calls a kubelet makes over and over (relists, statuses, stats, probes): logged at debug when they
+ * succeed, so that a node's log at info says what changed rather than every poll. Failures are logged at
+ * info (or error) like any other call.
+ */
+const POLLED = new Set([
+  'Version',
+  'Status',
+  'RuntimeConfig',
+  'ListPodSandbox',
+  'PodSandboxStatus',
+  'ListContainers',
+  'ContainerStatus',
+  'ContainerStats',
+  'ListContainerStats',
+  'PodSandboxStats',
+  'ListPodSandboxStats',
+  'ListMetricDescriptors',
+  'ListPodSandboxMetrics',
+  'ExecSync',
+  'ListImages',
+  'ImageStatus',
+  'ImageFsInfo',
+]);
+
 /** Runs a handler for a unary call, answers with its result or its error as a status, and logs the call. */
 export function unary<Req, Res>(method: string, log: Logger, fn: UnaryHandler<Req, Res>): (call: UnaryCall) => void {
+  const polled = POLLED.has(method.slice(method.lastIndexOf('/') + 1));
   return (call) => {
     const started = process.hrtime.bigint();
     const done = (err: ServiceError | null, res?: Res) => {
@@ -38,6 +64,7 @@ export function unary<Req, Res>(method: string, log: Logger, fn: UnaryHandler<Re
       const code = err ? statusName(err.code) : call.cancelled ? 'CANCELLED' : 'OK';
       const fields = { method, ms: Math.round(ms * 100) / 100, code, ...(err ? { error: err.details } : {}) };
       if (err && err.code === Status.UNKNOWN) log.error('rpc', fields);
+      else if (polled && !err) log.debug('rpc', fields);
       else log.info('rpc', fields);
       call.respond(err, res);
     };

@@ -150,12 +150,16 @@ describe.skipIf(!isRoot)('skiff cri: the daemon', () => {
     expect(r.stdout).toMatch(/RuntimeName:\s+skiff/);
   });
 
-  it('logs one structured line per RPC with method, duration and code', async () => {
+  it('logs one structured line per RPC with method, duration and code: polled calls at debug, changes and failures at info', async () => {
     await skiff.runtime.Version({});
+    await skiff.runtime.UpdateRuntimeConfig({ runtimeConfig: {} });
+    await skiff.runtime.ContainerStatus({ containerId: 'no-such-container' }).catch(() => undefined);
     const lines = skiff.log.split('\n').filter((l) => l.includes('"msg":"rpc"')).map((l) => JSON.parse(l) as Record<string, unknown>);
-    const v = lines.filter((l) => l.method === 'runtime.v1.RuntimeService/Version').at(-1);
-    expect(v).toMatchObject({ code: 'OK', level: 'info' });
-    expect(typeof v?.ms).toBe('number');
+    const last = (m: string) => lines.filter((l) => l.method === `runtime.v1.RuntimeService/${m}`).at(-1);
+    expect(last('Version')).toMatchObject({ code: 'OK', level: 'debug' });
+    expect(typeof last('Version')?.ms).toBe('number');
+    expect(last('UpdateRuntimeConfig')).toMatchObject({ code: 'OK', level: 'info' });
+    expect(last('ContainerStatus')).toMatchObject({ code: 'NOT_FOUND', level: 'info' });
   });
 
   it('refuses to start a second daemon on a socket in use', async () => {
