@@ -221,11 +221,16 @@ export class CpuRates {
     return this.last.has(key);
   }
 
-  /** Records a sample; returns the rate since the previous one, if there is one far enough back. */
-  sample(key: string, cpuNs: number): number | undefined {
+  /**
+   * Records a sample; returns the rate since the previous one, if there is one at least `minWindowNs`
+   * back, else the last rate. A short window measures the scheduler, not the load: two stats calls a
+   * few milliseconds apart (ListContainerStats, then PodSandboxStats) gave a busy container 0 cores
+   * when it had not run in between.
+   */
+  sample(key: string, cpuNs: number, minWindowNs = 500_000_000n): number | undefined {
     const atNs = this.clock();
     const prev = this.last.get(key);
-    if (prev && atNs - prev.atNs < 10_000_000n) return prev.rate; // too close: the last rate stands
+    if (prev && atNs - prev.atNs < minWindowNs) return prev.rate; // too close: the last rate stands
     let rate: number | undefined;
     if (prev && cpuNs >= prev.cpuNs) rate = Math.round(((cpuNs - prev.cpuNs) * 1e9) / Number(atNs - prev.atNs));
     this.last.set(key, { cpuNs, atNs, rate: rate ?? prev?.rate });

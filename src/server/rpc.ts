@@ -300,7 +300,7 @@ export class RpcServer {
       if (failed) return;
       const need = used + c.length;
       if (need > this.limits.maxReceive + 5) {
-        fail(grpcError(Status.RESOURCE_EXHAUSTED, `request larger than the ${this.limits.maxReceive} bytes skiff accepts`));
+        fail(grpcError(Status.RESOURCE_EXHAUSTED, `received message larger than max (more than ${this.limits.maxReceive} bytes)`));
         return;
       }
       if (need > buf.length) {
@@ -336,7 +336,7 @@ export class RpcServer {
         try {
           request = route.decode(msg);
         } catch (err) {
-          fail(grpcError(Status.INTERNAL, `cannot decode the request: ${(err as Error).message}`));
+          fail(grpcError(Status.INTERNAL, `cannot parse the request to ${route.path}: ${(err as Error).message}`));
           return;
         }
         failed = true;
@@ -378,7 +378,7 @@ export class RpcServer {
         next();
         if (!err) return done(null, out);
         const big = (err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE' || err instanceof RangeError;
-        done(grpcError(big ? Status.RESOURCE_EXHAUSTED : Status.INTERNAL, big ? `request larger than the ${this.limits.maxReceive} bytes skiff accepts` : `cannot decompress the request: ${err.message}`));
+        done(grpcError(big ? Status.RESOURCE_EXHAUSTED : Status.INTERNAL, big ? `received message larger than max once inflated (more than ${this.limits.maxReceive} bytes)` : `cannot decompress the request: ${err.message}`));
       };
       if (enc === 'gzip') zlib.gunzip(body, opts, cb);
       else zlib.inflate(body, opts, cb);
@@ -401,7 +401,7 @@ export class RpcServer {
     if (buf.length < 5) throw grpcError(Status.INTERNAL, 'the request carries no message');
     const compressed = buf[0]!;
     const len = buf.readUInt32BE(1);
-    if (len > this.limits.maxReceive) throw grpcError(Status.RESOURCE_EXHAUSTED, `request larger than the ${this.limits.maxReceive} bytes skiff accepts`);
+    if (len > this.limits.maxReceive) throw grpcError(Status.RESOURCE_EXHAUSTED, `received message larger than max (${len} vs. ${this.limits.maxReceive})`);
     if (buf.length !== 5 + len) throw grpcError(Status.INTERNAL, buf.length < 5 + len ? 'the request message is cut short' : 'expected one request message, got more');
     const body = buf.subarray(5);
     if (compressed === 0) return { body, compressed: false };

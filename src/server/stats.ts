@@ -20,10 +20,11 @@ const u64 = (v: number | undefined) => (v === undefined ? null : { value: v });
 async function cpuRate(rates: CpuRates, key: string, cgroupsPath: string, cpuNs: number | undefined): Promise<number | undefined> {
   if (cpuNs === undefined) return undefined;
   if (rates.has(key)) return rates.sample(key, cpuNs);
+  // A first call measures over 100 ms of its own, so that it has a rate to give.
   rates.sample(key, cpuNs);
   await new Promise((r) => setTimeout(r, 100));
   const again = (await cgroupUsage(cgroupsPath)).cpuNs;
-  return again === undefined ? undefined : rates.sample(key, again);
+  return again === undefined ? undefined : rates.sample(key, again, 50_000_000n);
 }
 
 type Layers = Pick<ContainerService, 'writableLayer'>;

@@ -42,6 +42,12 @@ describe('CpuRates', () => {
     expect(rates.sample('c', 6e9)).toBe(5e8);
     t += 1_000_000n; // 1 ms later: too short to measure
     expect(rates.sample('c', 6.1e9)).toBe(5e8);
+    t += 299_000_000n; // 300 ms after the last kept sample, and no CPU used meanwhile: still too short
+    expect(rates.sample('c', 6e9)).toBe(5e8);
+    t += 700_000_000n; // a whole second after it: 0.5 s of CPU more, half a core
+    expect(rates.sample('c', 6.5e9)).toBe(5e8);
+    t += 60_000_000n; // a first call's own short window is allowed when asked for
+    expect(rates.sample('c', 6.56e9, 50_000_000n)).toBe(1e9);
     rates.retain(new Set());
     expect(rates.has('c')).toBe(false);
   });
