@@ -347,12 +347,13 @@ export interface AuthorityProxy {
 }
 
 /**
- * Client connections served at once; more are closed as they come. A kubelet keeps one or two, a
- * crictl run one. Node builds ~4 KiB of objects for each stream a connection opens before any limit
- * of skiff's can refuse it: 1000 connections opening 100 streams each at once cost the daemon
- * ~400 MiB, most of which the allocator then kept. 128 connections bound that burst to ~50 MiB.
+ * Client connections served at once; more are closed as they come. A kubelet keeps one or two, but
+ * clients that open a connection per call and keep it (critest opens one per spec) need hundreds:
+ * critest failed 17 specs with 128. Node builds ~4 KiB of objects for each stream a connection opens
+ * before any limit of skiff's can refuse it, so a burst of 1000 connections opening 100 streams each
+ * costs the daemon ~115 MiB at this bound.
  */
-export const MAX_CRI_CONNECTIONS = 128;
+export const MAX_CRI_CONNECTIONS = 1024;
 /** How long a client has to send the HTTP/2 preface. */
 export const PREFACE_TIMEOUT_MS = 10_000;
 
