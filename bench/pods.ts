@@ -70,11 +70,13 @@ export async function pidsMatching(re: RegExp): Promise<number[]> {
   return out;
 }
 
-const pct = (xs: number[], p: number) => {
+/** The p-th percentile of `xs`. */
+export const pct = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN;
 };
-const ms = async (f: () => Promise<unknown>) => {
+/** How long `f` takes, in milliseconds. */
+export const ms = async (f: () => Promise<unknown>) => {
   const t = process.hrtime.bigint();
   await f();
   return Number(process.hrtime.bigint() - t) / 1e6;

@@ -20,7 +20,7 @@ import { Pusher } from '../test/helpers/oci.js';
 import { startRegistry, waitFor } from '../test/helpers/registry.js';
 import { busyboxImage } from '../test/helpers/busybox.js';
 import { TestNetns } from '../test/helpers/netns.js';
-import { client } from './pods.js';
+import { client, ms, pct } from './pods.js';
 
 const CONTAINERD_SOCKET = '/run/steer-containerd/containerd.sock';
 
@@ -34,16 +34,6 @@ interface Side {
   cri: ReturnType<typeof client>;
   rpc: Record<string, number[]>;
 }
-
-const pct = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN;
-};
-const ms = async (f: () => Promise<unknown>) => {
-  const t = process.hrtime.bigint();
-  await f();
-  return Number(process.hrtime.bigint() - t) / 1e6;
-};
 
 async function main(): Promise<void> {
   const withContainerd = process.argv.includes('--containerd');

@@ -3,6 +3,16 @@ import { AuthorityRewriter, ServerFrameWatcher, encodeLiterals } from '../../src
 import { BoundedHpackDecoder, HpackError } from '../../src/server/hpack-decoder.js';
 import { frame, hpack, PREFACE } from '../helpers/h2-frames.js';
 
+/** Feeds `input` to `w` `step` bytes at a time and returns all it passed on. */
+async function feed(w: ServerFrameWatcher, input: Buffer, step: number): Promise<Buffer> {
+  const out: Buffer[] = [];
+  w.on('data', (d: Buffer) => out.push(d));
+  for (let off = 0; off < input.length; off += step) w.write(input.subarray(off, off + step));
+  w.end();
+  await new Promise((r) => w.on('end', r));
+  return Buffer.concat(out);
+}
+
 /** Encodes like a Go client: Huffman strings and a dynamic table that carries across requests. */
 function goLikeEncoder() {
   const c = hpack.compressor.create({ table: { size: 4096 } });
@@ -293,12 +303,7 @@ describe('ServerFrameWatcher', () => {
     for (const step of [1, 5, 9, 10, 1000]) {
       const seen: Array<[number, number]> = [];
       const w = new ServerFrameWatcher((id, v) => seen.push([id, v]));
-      const out: Buffer[] = [];
-      w.on('data', (d: Buffer) => out.push(d));
-      for (let off = 0; off < input.length; off += step) w.write(input.subarray(off, off + step));
-      w.end();
-      await new Promise((r) => w.on('end', r));
-      expect(Buffer.concat(out)).toEqual(input);
+      expect(await feed(w, input, step)).toEqual(input);
       expect(seen).toEqual([[1, 8192], [5, 65536], [1, 8192]]);
       expect(w.atFrameBoundary).toBe(true);
     }
@@ -318,12 +323,7 @@ describe('ServerFrameWatcher', () => {
         () => {},
         (code) => codes.push(code),
       );
-      const out: Buffer[] = [];
-      w.on('data', (d: Buffer) => out.push(d));
-      for (let off = 0; off < input.length; off += step) w.write(input.subarray(off, off + step));
-      w.end();
-      await new Promise((r) => w.on('end', r));
-      expect(Buffer.concat(out)).toEqual(input);
+      expect(await feed(w, input, step)).toEqual(input);
       expect(codes).toEqual([0, 1]);
     }
   });
