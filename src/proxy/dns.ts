@@ -8,7 +8,7 @@ import dgram from 'node:dgram';
 import net from 'node:net';
 import dnsPacket, { type Answer, type Packet, type Question } from 'dns-packet';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import { errorMessage } from '../errors.js';
+import { errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
 import { PodIndex, podAddress, resolveTargetPort, selectedPods } from './endpoints.js';
 import type { ServiceInfo } from './service.js';
@@ -223,7 +223,23 @@ export class DnsServer {
   }
 
   /** Listens on UDP and TCP at the same port. */
+  /**
+   * Serves UDP and TCP on the same port. Asked for port 0, it takes the port the kernel gives UDP,
+   * which TCP may already use (another connection's ephemeral port): it then tries another, a few times.
+   */
   async start(): Promise<{ port: number }> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.bindBoth();
+      } catch (err) {
+        await this.close();
+        this.closed = false;
+        if (this.opts.port || !isErrno(err, 'EADDRINUSE') || attempt >= 5) throw err;
+      }
+    }
+  }
+
+  private async bindBoth(): Promise<{ port: number }> {
     const type = net.isIPv6(this.opts.address) ? 'udp6' : 'udp4';
     const udp = dgram.createSocket({ type });
     this.udp = udp;
@@ -238,7 +254,6 @@ export class DnsServer {
     });
     const port = udp.address().port;
     const tcp = net.createServer((sock) => this.onTcp(sock));
-    this.tcp = tcp;
     await new Promise<void>((resolve, reject) => {
       tcp.once('error', reject);
       tcp.listen(port, this.opts.address, () => {
@@ -246,6 +261,7 @@ export class DnsServer {
         resolve();
       });
     });
+    this.tcp = tcp;
     return { port };
   }
 
