@@ -6,6 +6,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { makeDirs, SkiffProcess, type DaemonDirs } from './daemon.js';
 import { busyboxImage } from './busybox.js';
 import { TestNetns } from './netns.js';
@@ -31,6 +32,16 @@ export function processesMentioning(text: string): string[] {
   return spawnSync('ps', ['-eo', 'pid,args'], { encoding: 'utf8' })
     .stdout.split('\n')
     .filter((l) => l.includes(text) && !l.includes('ps -eo'));
+}
+
+/** The sandbox config of a test pod named `n`, its logs under the daemon's test dir; the uid is unique per call. */
+export function podConfig(dirs: DaemonDirs, n: string) {
+  return {
+    metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
+    hostname: n,
+    logDirectory: path.join(dirs.base, 'logs', n),
+    linux: {},
+  };
 }
 
 export async function startPodFixture(registryHost: string, repo = 'test/busybox', daemonArgs: string[] = []): Promise<PodFixture> {

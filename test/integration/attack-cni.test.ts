@@ -5,28 +5,16 @@
  * in the node's nat table: one set per such pod, without bound. The daemon
  * runs in a network namespace of the test's own, with the real plugins.
  */
-import fs from 'node:fs/promises';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
-import { busyboxImage } from '../helpers/busybox.js';
+import type { DaemonDirs, SkiffProcess } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
-import { TestNetns } from '../helpers/netns.js';
-import { Pusher } from '../helpers/oci.js';
-import { mountsUnder, processesMentioning } from '../helpers/pods.js';
+import type { TestNetns } from '../helpers/netns.js';
+import { mountsUnder, podConfig, startPodFixture, type PodFixture } from '../helpers/pods.js';
 
 let seq = 0;
-function podConfig(dirs: DaemonDirs) {
-  const n = `cnipod${++seq}`;
-  return {
-    metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
-    hostname: n,
-    logDirectory: path.join(dirs.base, 'logs', n),
-    linux: {},
-  };
-}
+const nextPod = (dirs: DaemonDirs) => podConfig(dirs, `cnipod${++seq}`);
 
 describe.skipIf(!isRoot)('a pod with CAP_NET_ADMIN against the node\'s nat table', () => {
   let dirs: DaemonDirs;
@@ -34,31 +22,18 @@ describe.skipIf(!isRoot)('a pod with CAP_NET_ADMIN against the node\'s nat table
   let ns: TestNetns;
   let image: string;
 
+  let fx: PodFixture | undefined;
+
   beforeAll(async () => {
-    const reg = inject('registryHost');
-    await new Pusher(`http://${reg}`).image('test/cni-busybox', 'v1', await busyboxImage());
-    image = `${reg}/test/cni-busybox:v1`;
-    dirs = await makeDirs();
-    ns = new TestNetns().create();
-    await ns.bridgePort(Number(reg.split(':')[1]), dirs.base);
-    await fs.mkdir(path.join(dirs.base, 'net.d'));
-    skiff = await new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d'), '--cni-bin-dir', '/usr/lib/cni'], (a) => ns.wrap(a)).start();
-    await skiff.images.PullImage({ image: { image } });
+    fx = await startPodFixture(inject('registryHost'), 'test/cni-busybox', ['--cni-bin-dir', '/usr/lib/cni']);
+    ({ dirs, skiff, ns, image } = fx);
   });
 
   afterAll(async () => {
-    if (skiff?.child) {
-      const pods = await skiff.runtime.ListPodSandbox({}).catch(() => ({ items: [] }));
-      for (const p of pods.items ?? []) await skiff.runtime.RemovePodSandbox({ podSandboxId: p.id! }).catch(() => undefined);
-      await skiff.stop();
-    }
-    await ns?.destroy();
-    if (!dirs) return;
-    const mounts = mountsUnder(dirs.base);
-    const procs = processesMentioning(dirs.base);
-    await fs.rm(dirs.base, { recursive: true, force: true });
-    expect(mounts, 'mounts left behind').toEqual([]);
-    expect(procs, 'processes left behind').toEqual([]);
+    if (!fx) return;
+    const leaks = await fx.cleanup();
+    expect(leaks.mounts, 'mounts left behind').toEqual([]);
+    expect(leaks.processes, 'processes left behind').toEqual([]);
   });
 
   function natTable(): string {
@@ -83,7 +58,7 @@ describe.skipIf(!isRoot)('a pod with CAP_NET_ADMIN against the node\'s nat table
   }
 
   async function runPodWithNetAdmin() {
-    const config = podConfig(dirs);
+    const config = nextPod(dirs);
     const { podSandboxId } = await skiff.runtime.RunPodSandbox({ config });
     const { containerId } = await skiff.runtime.CreateContainer({
       podSandboxId,
@@ -106,7 +81,7 @@ describe.skipIf(!isRoot)('a pod with CAP_NET_ADMIN against the node\'s nat table
   }
 
   it('a pod that renames its eth0 leaves no nat rule or chain behind, and other pods keep theirs until they stop', async () => {
-    const normal = await skiff.runtime.RunPodSandbox({ config: podConfig(dirs) });
+    const normal = await skiff.runtime.RunPodSandbox({ config: nextPod(dirs) });
     const normalId = normal.podSandboxId!;
     const normalChains = podChains(normalId);
     expect(normalChains, 'the normal pod has a masquerade chain').toHaveLength(1);
@@ -159,7 +134,7 @@ describe.skipIf(!isRoot)('a pod with CAP_NET_ADMIN against the node\'s nat table
   });
 
   it('a pod whose namespace pin is gone at stop leaves no rules either (DEL without a namespace)', async () => {
-    const { podSandboxId } = await skiff.runtime.RunPodSandbox({ config: podConfig(dirs) });
+    const { podSandboxId } = await skiff.runtime.RunPodSandbox({ config: nextPod(dirs) });
     const id = podSandboxId!;
     const chains = podChains(id);
     expect(chains).toHaveLength(1);

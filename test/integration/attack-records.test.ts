@@ -11,7 +11,6 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { grpc, makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { busyboxImage } from '../helpers/busybox.js';
@@ -19,7 +18,7 @@ import { isRoot } from '../helpers/env.js';
 import { TestNetns } from '../helpers/netns.js';
 import { Pusher } from '../helpers/oci.js';
 import { spawnSync } from 'node:child_process';
-import { mountsUnder, processesMentioning } from '../helpers/pods.js';
+import { mountsUnder, podConfig, processesMentioning } from '../helpers/pods.js';
 
 /** Removes every pod, stops the daemon, and checks that nothing of it is left under `dirs`. */
 async function teardown(skiff: SkiffProcess | undefined, ns: TestNetns | undefined, dirs: DaemonDirs | undefined, beforeCheck?: () => void): Promise<void> {
@@ -37,16 +36,6 @@ async function teardown(skiff: SkiffProcess | undefined, ns: TestNetns | undefin
   await fs.rm(dirs.base, { recursive: true, force: true });
   expect(mounts, 'mounts left behind').toEqual([]);
   expect(procs, 'processes left behind').toEqual([]);
-}
-
-/** The sandbox config of a test pod named `n`. */
-function podConfig(dirs: DaemonDirs, n: string) {
-  return {
-    metadata: { name: n, namespace: 'test', uid: `uid-${n}-${randomBytes(3).toString('hex')}`, attempt: 0 },
-    hostname: n,
-    logDirectory: path.join(dirs.base, 'logs', n),
-    linux: {},
-  };
 }
 
 /** A pod with one container running `command`, started. */
