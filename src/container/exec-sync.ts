@@ -12,11 +12,11 @@
  * child: that pidfd names the command and no later process reusing its pid.
  * conmon then reaps it: nothing is left, not even a zombie.
  */
-import { spawn } from 'node:child_process';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { SkiffError } from '../errors.js';
 import { closeFd, pidfdOpen, pidfdSendSignal } from '../sys/libc.js';
+import { spawnChild } from '../sys/spawn.js';
 import { parentPid } from './proc.js';
 
 export interface ExecSyncResult {
@@ -220,13 +220,14 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
       // conmon stays our child: its exit is the end of the exec.
       '--sync',
     ];
-    const child = spawn(o.conmon ?? 'conmon', args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe'], env: { ...process.env, _OCI_SYNCPIPE: '3' }, cwd: o.workDir });
-    const sync = child.stdio[3] as (NodeJS.ReadableStream & { destroy(): void }) | null;
-    if (!sync || !child.stderr) {
-      // No pipes: the daemon is out of descriptors (EMFILE); Node reports it as 'error' shortly.
+    const child = spawnChild(o.conmon ?? 'conmon', args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe'], env: { ...process.env, _OCI_SYNCPIPE: '3' }, cwd: o.workDir });
+    const sync = child.stdio[3];
+    if (child.spawnError || !sync || !child.stderr) {
+      // Out of descriptors (EMFILE) is the daemon's state, not the request's fault: worth a retry.
+      const e = child.spawnError;
       child.on('error', () => undefined);
-      child.kill('SIGKILL');
-      return reject(new SkiffError('Unavailable', 'could not start conmon: no pipes for it (out of file descriptors?)'));
+      const busy = e?.code === 'EMFILE' || e?.code === 'ENFILE';
+      return reject(new SkiffError(busy ? 'Unavailable' : 'Internal', `could not run conmon: ${e?.message ?? 'no pipes for it'}`));
     }
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));

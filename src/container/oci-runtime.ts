@@ -3,13 +3,13 @@
  * conmon as each container's monitor. Missing containers are success in the
  * teardown verbs, so stop and remove stay idempotent.
  */
-import { spawn } from 'node:child_process';
 import { constants as fsc, open as openCb } from 'node:fs';
 import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import { SkiffError, isErrno } from '../errors.js';
 import type { Runner } from '../sys/run.js';
+import { spawnChild } from '../sys/spawn.js';
 import { isSameProcess } from './proc.js';
 
 export interface RuntimeState {
@@ -48,7 +48,7 @@ export class OciRuntime {
   async runDetached(id: string, bundle: string, pidFile: string): Promise<number> {
     const logFile = path.join(bundle, 'runtime.log');
     const code = await new Promise<number | null>((resolve, reject) => {
-      const child = spawn(this.binary, [`--root=${this.root}`, `--log=${logFile}`, 'run', '--detach', '--bundle', bundle, '--pid-file', pidFile, id], { stdio: 'ignore' });
+      const child = spawnChild(this.binary, [`--root=${this.root}`, `--log=${logFile}`, 'run', '--detach', '--bundle', bundle, '--pid-file', pidFile, id], { stdio: ['ignore', 'ignore', 'ignore'] });
       child.on('error', (e) => reject(new SkiffError('Internal', `could not run ${this.binary}: ${e.message}`)));
       child.on('exit', (c) => resolve(c));
     });
@@ -178,17 +178,21 @@ export function startConmon(a: ConmonArgs, conmonBinary = 'conmon'): Promise<num
   if (a.stdin) args.push('-i');
   if (a.stdin && !a.stdinOnce) args.push('--leave-stdin-open');
   return new Promise((resolve, reject) => {
-    const child = spawn(conmonBinary, args, {
+    const child = spawnChild(conmonBinary, args, {
       stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
       env: { ...process.env, _OCI_SYNCPIPE: '3' },
       // conmon writes some files (an `oom` marker) relative to its working directory: keep them in the bundle.
       cwd: a.bundle,
       detached: true,
     });
+    const sync = child.stdio[3];
+    if (child.spawnError || !sync || !child.stderr) {
+      child.on('error', () => undefined);
+      return reject(new SkiffError('Internal', `could not run conmon: ${child.spawnError?.message ?? 'no pipes for it'}`));
+    }
     let stderr = '';
     let buf = '';
     let settled = false;
-    const sync = child.stdio[3] as NodeJS.ReadableStream & { destroy(): void };
     const finish = (err: Error | undefined, pid?: number) => {
       if (settled) return;
       settled = true;

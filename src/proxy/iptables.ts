@@ -3,8 +3,8 @@
  * command runner so tests can run them inside a network namespace
  * (`nsenter --net=...`) or record them.
  */
-import { spawn } from 'node:child_process';
 import { SkiffError } from '../errors.js';
+import { spawnChild } from '../sys/spawn.js';
 import { JUMPS, type Jump } from './rules.js';
 
 export interface CommandResult {
@@ -23,23 +23,23 @@ export function processRunner(prefix: string[] = []): CommandRunner {
   return (argv, input) =>
     new Promise((resolve, reject) => {
       const full = [...prefix, ...argv];
-      const child = spawn(full[0]!, full.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+      const child = spawnChild(full[0]!, full.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
       const out: Buffer[] = [];
       const err: Buffer[] = [];
       let outLen = 0;
       let errLen = 0;
-      child.stdout.on('data', (b: Buffer) => {
+      child.stdout?.on('data', (b: Buffer) => {
         if ((outLen += b.length) <= MAX_CAPTURE) out.push(b);
       });
-      child.stderr.on('data', (b: Buffer) => {
+      child.stderr?.on('data', (b: Buffer) => {
         if ((errLen += b.length) <= 1024 * 1024) err.push(b);
       });
       child.on('error', (e) => reject(new SkiffError('FailedPrecondition', `cannot run ${full[0]}: ${e.message}`, { cause: e })));
       child.on('close', (code, signal) =>
         resolve({ code: code ?? (signal ? 128 : 1), stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') }),
       );
-      child.stdin.on('error', () => {}); // a child that dies early closes its stdin: the exit code tells
-      child.stdin.end(input ?? '');
+      child.stdin?.on('error', () => {}); // a child that dies early closes its stdin: the exit code tells
+      child.stdin?.end(input ?? '');
     });
 }
 

@@ -1,5 +1,4 @@
 /** ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats. */
-import { execFile } from 'node:child_process';
 import fsp from 'node:fs/promises';
 import pLimit from 'p-limit';
 import type { ContainerStats } from '../gen/runtime/v1/ContainerStats.js';
@@ -9,6 +8,7 @@ import { cgroupUsage, CpuRates, diskUsage, netDev, parseNetDev, type NetDevCount
 import { nowWireNs } from '../container/time.js';
 import { hasInfra, type SandboxRecord, type SandboxService } from '../sandbox/service.js';
 import { invalidArgument } from '../errors.js';
+import { run } from '../sys/run.js';
 import { matchLabels } from './sandbox.js';
 
 const u64 = (v: number | undefined) => (v === undefined ? null : { value: v });
@@ -92,9 +92,10 @@ function pinnedNetDev(netns: string): Promise<NetDevCounters> {
   if (!read) {
     read = pinHelpers(
       () =>
-        new Promise<NetDevCounters>((resolve) => {
-          execFile('nsenter', [`--net=${netns}`, 'cat', '/proc/net/dev'], { timeout: 5_000, maxBuffer: 1 << 20 }, (err, stdout) => resolve(err ? [] : parseNetDev(stdout)));
-        }),
+        run('nsenter', [`--net=${netns}`, 'cat', '/proc/net/dev'], { timeoutMs: 5_000, maxOutput: 1 << 20 }).then(
+          (r) => (r.code === 0 ? parseNetDev(r.stdout) : []),
+          () => [],
+        ),
     ).finally(() => pinReads.delete(netns));
     pinReads.set(netns, read);
   }

@@ -439,3 +439,124 @@ export function loopbackUp(): void {
     closeRaw(fd);
   }
 }
+
+// --- Starting programs with posix_spawn: the daemon's pages are shared, not copied (see spawn.ts). ---
+
+const posixSpawnRaw = libc.func('int posix_spawn(_Out_ int *pid, const char *path, void *actions, void *attr, const char **argv, const char **envp)');
+const actionsInitRaw = libc.func('int posix_spawn_file_actions_init(void *actions)');
+const actionsDestroyRaw = libc.func('int posix_spawn_file_actions_destroy(void *actions)');
+const actionsDup2Raw = libc.func('int posix_spawn_file_actions_adddup2(void *actions, int fd, int newfd)');
+const actionsOpenRaw = libc.func('int posix_spawn_file_actions_addopen(void *actions, int fd, const char *path, int oflag, uint32_t mode)');
+const actionsChdirRaw = libc.func('int posix_spawn_file_actions_addchdir_np(void *actions, const char *path)');
+const attrInitRaw = libc.func('int posix_spawnattr_init(void *attr)');
+const attrDestroyRaw = libc.func('int posix_spawnattr_destroy(void *attr)');
+const attrSetFlagsRaw = libc.func('int posix_spawnattr_setflags(void *attr, short flags)');
+const attrSetSigDefaultRaw = libc.func('int posix_spawnattr_setsigdefault(void *attr, const void *sigset)');
+const attrSetSigMaskRaw = libc.func('int posix_spawnattr_setsigmask(void *attr, const void *sigset)');
+const sigemptysetRaw = libc.func('int sigemptyset(void *sigset)');
+const pipe2Raw = libc.func('int pipe2(void *fds, int flags)');
+const waitpidRaw = libc.func('int waitpid(int pid, void *status, int options)');
+
+const POSIX_SPAWN_SETSIGDEF = 0x04;
+const POSIX_SPAWN_SETSIGMASK = 0x08;
+const POSIX_SPAWN_SETSID = 0x80;
+const F_DUPFD_CLOEXEC = 1030;
+const WNOHANG = 1;
+
+function errnoName(errno: number): string {
+  const entry = Object.entries(os.constants.errno).find(([, v]) => v === errno);
+  return entry ? entry[0] : `ERRNO${errno}`;
+}
+
+/** A close-on-exec pipe: [read end, write end]. */
+export function pipe(): [number, number] {
+  const fds = Buffer.alloc(8);
+  if (pipe2Raw(fds, O_CLOEXEC) !== 0) throw errnoError('pipe2', '');
+  return [fds.readInt32LE(0), fds.readInt32LE(4)];
+}
+
+/** A close-on-exec copy of `fd` numbered `min` or above. */
+export function dupAbove(fd: number, min: number): number {
+  const copy = fcntlRaw(fd, F_DUPFD_CLOEXEC, min) as number;
+  if (copy < 0) throw errnoError('fcntl(F_DUPFD_CLOEXEC)', `fd ${fd}`);
+  return copy;
+}
+
+/** What the child's descriptor `fd` is: a descriptor of ours to copy there, or /dev/null. */
+export type SpawnFd = { fd: number; from: number } | { fd: number; devNull: true };
+
+export interface SpawnPlan {
+  /** An absolute path: posix_spawn does not search PATH. */
+  file: string;
+  argv: string[];
+  /** `NAME=value` strings. */
+  env: string[];
+  cwd?: string;
+  /** Descriptors not listed stay as inherited; everything skiff opens is close-on-exec. */
+  fds: SpawnFd[];
+  /** Make the child a session (and process group) leader. */
+  setsid?: boolean;
+}
+
+/**
+ * posix_spawn(3): glibc starts the child with clone(CLONE_VM | CLONE_VFORK),
+ * so no page tables are copied and the calling thread waits only until the
+ * exec. Every signal is back at its default disposition and unblocked in the
+ * child. Returns the pid, or throws with the errno (ENOENT for a missing
+ * program or working directory) as the code.
+ */
+export function posixSpawn(plan: SpawnPlan): number {
+  const actions = Buffer.alloc(256);
+  const attr = Buffer.alloc(512);
+  const sigs = Buffer.alloc(128); // a sigset_t
+  actionsInitRaw(actions);
+  attrInitRaw(attr);
+  try {
+    // The copies come first, and every source is numbered above the child's fds (the
+    // caller sees to that), so no copy can overwrite the source of a later one.
+    let r = 0;
+    for (const f of plan.fds) {
+      r ||= 'from' in f ? (actionsDup2Raw(actions, f.from, f.fd) as number) : (actionsOpenRaw(actions, f.fd, '/dev/null', 2 /* O_RDWR */, 0) as number);
+    }
+    if (plan.cwd !== undefined) r ||= actionsChdirRaw(actions, plan.cwd) as number;
+    // Every signal back to its default, glibc's own two (32, 33) too: sigfillset leaves
+    // them out, and glibc then ignores them in the child, which an exec keeps.
+    sigs.fill(0xff, 0, 8);
+    r ||= attrSetSigDefaultRaw(attr, sigs) as number;
+    sigemptysetRaw(sigs);
+    r ||= attrSetSigMaskRaw(attr, sigs) as number;
+    r ||= attrSetFlagsRaw(attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | (plan.setsid ? POSIX_SPAWN_SETSID : 0)) as number;
+    const pid = [0];
+    r ||= posixSpawnRaw(pid, plan.file, actions, attr, [...plan.argv, null], [...plan.env, null]) as number;
+    if (r !== 0) {
+      const code = errnoName(r);
+      const err = new Error(`spawn ${plan.file} ${code}`) as NodeJS.ErrnoException;
+      err.code = code;
+      err.errno = -r;
+      err.syscall = `spawn ${plan.file}`;
+      err.path = plan.file;
+      throw err;
+    }
+    return pid[0]!;
+  } finally {
+    actionsDestroyRaw(actions);
+    attrDestroyRaw(attr);
+  }
+}
+
+/**
+ * waitpid(pid, WNOHANG): undefined while the child runs; its exit code or
+ * signal number once it has ended (and is reaped); 'gone' when it is not a
+ * child of ours (ECHILD).
+ */
+export function reapChild(pid: number): { code: number | null; signal: number | null } | 'gone' | undefined {
+  const status = Buffer.alloc(4);
+  const r = waitpidRaw(pid, status, WNOHANG) as number;
+  if (r === 0) return undefined;
+  if (r < 0) return lastErrno() === os.constants.errno.EINTR ? undefined : 'gone';
+  const st = status.readInt32LE(0);
+  const sig = st & 0x7f;
+  if (sig === 0) return { code: (st >> 8) & 0xff, signal: null };
+  if (sig !== 0x7f) return { code: null, signal: sig };
+  return undefined; // stopped, not ended
+}

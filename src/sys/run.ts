@@ -3,10 +3,10 @@
  * is an error; one that ran and exited non-zero is a result with its (bounded)
  * output, unless `check` asks for it to be an error too.
  */
-import { spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { SkiffError } from '../errors.js';
+import { spawnChild } from './spawn.js';
 
 export interface RunResult {
   code: number | null;
@@ -31,14 +31,14 @@ export type Runner = (cmd: string, args: string[], opts?: RunOptions) => Promise
 export const run: Runner = (cmd, args, opts = {}) =>
   new Promise((resolve, reject) => {
     const max = opts.maxOutput ?? 1 << 20;
-    const child = spawn(cmd, args, { env: opts.env ?? process.env, cwd: opts.cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawnChild(cmd, args, { env: opts.env ?? process.env, cwd: opts.cwd, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     let timedOut = false;
-    child.stdout.on('data', (d: Buffer) => {
+    child.stdout?.on('data', (d: Buffer) => {
       if (stdout.length < max) stdout += d.toString().slice(0, max - stdout.length);
     });
-    child.stderr.on('data', (d: Buffer) => {
+    child.stderr?.on('data', (d: Buffer) => {
       if (stderr.length < max) stderr += d.toString().slice(0, max - stderr.length);
     });
     const timer = opts.timeoutMs
@@ -61,8 +61,8 @@ export const run: Runner = (cmd, args, opts = {}) =>
       }
       resolve(res);
     });
-    child.stdin.on('error', () => undefined);
-    child.stdin.end(opts.input ?? '');
+    child.stdin?.on('error', () => undefined);
+    child.stdin?.end(opts.input ?? '');
   });
 
 /** Runs and throws on a non-zero exit. */

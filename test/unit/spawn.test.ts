@@ -1,0 +1,112 @@
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { spawnChild, type Child } from '../../src/sys/spawn.js';
+
+const ended = (c: Child) => new Promise<[number | null, NodeJS.Signals | null]>((resolve) => c.on('close', (code, sig) => resolve([code, sig])));
+const read = (s: NodeJS.ReadableStream | null) =>
+  new Promise<string>((resolve) => {
+    let out = '';
+    s!.on('data', (d: Buffer) => (out += d.toString()));
+    s!.on('end', () => resolve(out));
+  });
+const openFds = () => fs.readdirSync('/proc/self/fd').length;
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'skiff-spawn-'));
+afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+describe('spawnChild (posix_spawn)', () => {
+  it('pipes stdin, stdout, stderr and a fourth descriptor, and reports the exit code', async () => {
+    const c = spawnChild('sh', ['-c', 'read line; echo "got $line"; echo oops >&2; echo sync >&3; exit 7'], { stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
+    const [out, err, sync] = [read(c.stdout), read(c.stderr), read(c.stdio[3]!)];
+    c.stdin!.end('hello\n');
+    expect(await ended(c)).toEqual([7, null]);
+    expect([await out, await err, await sync]).toEqual(['got hello\n', 'oops\n', 'sync\n']);
+    expect(c.exitCode).toBe(7);
+  });
+
+  it('reports a signal death by name, and kill is refused once the child is gone', async () => {
+    const c = spawnChild('sleep', ['30'], { stdio: ['ignore', 'ignore', 'ignore'] });
+    expect(c.pid).toBeGreaterThan(0);
+    expect(c.kill('SIGKILL')).toBe(true);
+    expect(await ended(c)).toEqual([null, 'SIGKILL']);
+    expect(c.kill('SIGKILL')).toBe(false);
+    // Reaped: no zombie left behind.
+    expect(fs.existsSync(`/proc/${c.pid}`)).toBe(false);
+  });
+
+  it('reports a missing program, or a missing working directory, as an error event with no descriptors left open', async () => {
+    const before = openFds();
+    for (const [file, cwd] of [['no-such-program-skiff', undefined], ['/bin/true', path.join(tmp, 'missing')]] as const) {
+      const c = spawnChild(file, [], { cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+      expect(c.spawnError?.code).toBe('ENOENT');
+      expect(c.stdout).toBeNull();
+      const err = await new Promise<NodeJS.ErrnoException>((resolve) => c.on('error', resolve));
+      expect(err.message).toContain('ENOENT');
+    }
+    expect(openFds()).toBe(before);
+  });
+
+  it('finds a program in the PATH it is given, and runs it in cwd with exactly the env given', async () => {
+    const bin = path.join(tmp, 'bin');
+    fs.mkdirSync(bin, { recursive: true });
+    fs.writeFileSync(path.join(bin, 'skiff-probe'), '#!/bin/sh\npwd; echo "$ONLY"; env | wc -l\n', { mode: 0o755 });
+    const c = spawnChild('skiff-probe', [], { env: { PATH: `${bin}:/usr/bin:/bin`, ONLY: 'this' }, cwd: tmp, stdio: ['ignore', 'pipe', 'ignore'] });
+    const out = read(c.stdout);
+    expect(await ended(c)).toEqual([0, null]);
+    // sh adds PWD (and may add SHLVL and _); nothing of ours beyond what was given.
+    const [cwd, only, count] = (await out).trim().split('\n');
+    expect([cwd, only]).toEqual([tmp, 'this']);
+    expect(Number(count)).toBeLessThanOrEqual(5);
+  });
+
+  it('gives the child no descriptor of ours beyond its stdio, default signal handling, and no blocked signals', async () => {
+    // Something of ours that is open and not close-on-exec would show up in the child.
+    const c = spawnChild('sh', ['-c', 'ls /proc/$$/fd; grep -E "^Sig(Ign|Blk)" /proc/$$/status'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    const out = read(c.stdout);
+    await ended(c);
+    const lines = (await out).trim().split('\n');
+    const fds = lines.filter((l) => /^\d+$/.test(l)).map(Number);
+    expect(fds.every((fd) => fd <= 2 || fd >= 10)).toBe(true); // sh may keep its own high fd for the script
+    expect(fds.filter((fd) => fd > 2 && fd < 10)).toEqual([]);
+    // Node ignores SIGPIPE, and glibc's posix_spawn ignores its own signals 32 and 33 unless told: a child must not inherit either.
+    expect(lines.find((l) => l.startsWith('SigIgn'))).toMatch(/^SigIgn:\s+0+$/);
+    expect(lines.find((l) => l.startsWith('SigBlk'))).toMatch(/^SigBlk:\s+0+$/);
+  });
+
+  it('starts a detached child as the leader of its own session', async () => {
+    const c = spawnChild('sleep', ['30'], { stdio: ['ignore', 'ignore', 'ignore'], detached: true });
+    const stat = fs.readFileSync(`/proc/${c.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    expect(Number(fields[3])).toBe(c.pid); // session id (field 6)
+    c.kill('SIGKILL');
+    await ended(c);
+  });
+
+  it('leaves children started by child_process to libuv, with their exit codes', async () => {
+    const ours = spawnChild('sh', ['-c', 'exit 3'], { stdio: ['ignore', 'ignore', 'ignore'] });
+    const theirs = spawn('sh', ['-c', 'sleep 0.1; exit 4']);
+    const theirCode = new Promise((resolve) => theirs.on('exit', resolve));
+    expect(await ended(ours)).toEqual([3, null]);
+    expect(await theirCode).toBe(4);
+  });
+
+  it('many children at once: each reaped with its own code, and no descriptor leaks', async () => {
+    const before = openFds();
+    const codes = await Promise.all(Array.from({ length: 40 }, (_, i) => ended(spawnChild('sh', ['-c', `exit ${i}`]))));
+    expect(codes.map(([c]) => c)).toEqual(Array.from({ length: 40 }, (_, i) => i));
+    expect(openFds()).toBe(before);
+  });
+
+  it('keeps a Node process alive while a referenced child runs, and not while an unreferenced one does', () => {
+    const mod = path.resolve('dist/sys/spawn.js');
+    const script = (unref: boolean) =>
+      `import('${mod}').then(({ spawnChild }) => { const c = spawnChild('sleep', ['0.3'], { stdio: ['ignore', 'ignore', 'ignore'] }); ${unref ? 'c.unref();' : ''} c.on('exit', (code) => console.log('exit', code)); })`;
+    const kept = spawnSync(process.execPath, ['-e', script(false)], { encoding: 'utf8' });
+    expect(kept.stdout.trim()).toBe('exit 0');
+    const let_go = spawnSync(process.execPath, ['-e', script(true)], { encoding: 'utf8' });
+    expect(let_go.stdout.trim()).toBe('');
+  });
+});
