@@ -13,6 +13,7 @@
  * socket at CONTAINERD_SOCKET) takes its turn in each round too.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { makeDirs, type DaemonDirs } from '../test/helpers/daemon.js';
@@ -31,6 +32,7 @@ interface Side {
   ns?: TestNetns;
   child?: ChildProcess;
   log: string;
+  logFile?: string;
   cri: ReturnType<typeof client>;
   rpc: Record<string, number[]>;
 }
@@ -52,12 +54,14 @@ async function main(): Promise<void> {
       await ns.bridgePort(Number(registry.host.split(':')[1]), dirs.base);
       await fsp.mkdir(path.join(dirs.base, 'net.d'));
       const argv = ns.wrap([process.execPath, path.join(path.resolve(dir), 'bin', 'skiff.js'), 'cri', '--socket', dirs.socket, '--root', dirs.root, '--state', dirs.state, '--registry-config', dirs.certs, '--cni-conf-dir', path.join(dirs.base, 'net.d'), '--log-level', 'debug']);
-      const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
-      const side: Side = { label, dirs, ns, child, log: '', cri: undefined as never, rpc: {} };
-      child.stdout!.on('data', (d: Buffer) => (side.log += d.toString()));
-      child.stderr!.on('data', (d: Buffer) => (side.log += d.toString()));
+      // The log goes to a file, as containerd's does: through a pipe, each line would cost this process (the client being timed) a read.
+      const logFile = path.join(dirs.base, 'skiff.log');
+      const out = fs.openSync(logFile, 'a');
+      const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', out, out] });
+      fs.closeSync(out);
+      const side: Side = { label, dirs, ns, child, log: '', logFile, cri: undefined as never, rpc: {} };
       sides.push(side);
-      await waitFor(`skiff ${label}`, async () => side.log.includes('skiff cri serving'));
+      await waitFor(`skiff ${label}`, async () => (side.log = await fsp.readFile(logFile, 'utf8')).includes('skiff cri serving'));
       side.cri = client(dirs.socket);
       await side.cri.img.PullImage({ image: { image } });
     }
@@ -88,17 +92,21 @@ async function main(): Promise<void> {
       await s.cri.rt.RemovePodSandbox({ podSandboxId: podId });
     };
     for (const s of sides) await podStart(s, false);
-    const logMark = sides.map((s) => s.log.length);
+    const logMark = await Promise.all(sides.map(async (s) => (s.logFile ? (await fsp.stat(s.logFile)).size : 0)));
     for (let i = 0; i < rounds; i++) {
       // Rotate which side goes first.
       const order = sides.map((_, j) => sides[(i + j) % sides.length]!);
       for (const s of order) await podStart(s, true);
     }
     for (const [i, s] of sides.entries()) {
+      if (s.logFile) s.log = (await fsp.readFile(s.logFile)).subarray(logMark[i]).toString();
       const line = Object.entries(s.rpc).map(([k, v]) => `${k} p50 ${pct(v, 50).toFixed(1)} p90 ${pct(v, 90).toFixed(1)}`).join(' | ');
       process.stdout.write(`${s.label} (${[aDir, bDir, CONTAINERD_SOCKET][i]}): ${line}\n`);
       const phases: Record<string, Record<string, number[]>> = {};
-      for (const l of s.log.slice(logMark[i]).split('\n')) {
+      for (const l of s.log.split('\n')) {
+        // The handler's own time, from the call's log line: against the client's figure it shows the transport's share.
+        const call = /"msg":"rpc"/.test(l) ? (JSON.parse(l) as { method?: string; ms?: number }) : undefined;
+        if (call?.method && typeof call.ms === 'number') (((phases['handler ms'] ??= {})[call.method.slice(call.method.lastIndexOf('/') + 1)] ??= []).push(call.ms));
         const m = /"msg":"(\w+) phases \(ms\)"/.exec(l);
         if (!m) continue;
         const rec = JSON.parse(l) as Record<string, unknown>;
