@@ -13,7 +13,7 @@ import path from 'node:path';
 import { SkiffError, errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
 import { findExecutable, type Runner } from '../sys/run.js';
-import { addMasqRules, removeMasqRules, type IpFamily } from './masq.js';
+import { ensureNetworkMasq, removeMasqRules, type IpFamily } from './masq.js';
 import { ipv4Addresses, type Ipv4Address } from '../sys/netlink.js';
 import type { PhaseTrace } from '../trace.js';
 
@@ -76,8 +76,14 @@ export interface AddResult {
 }
 
 
+/** How long skiff trusts its network's masquerade rules before it checks them again (in the background). */
+const MASQ_RECHECK_MS = 60_000;
+
 export class CniNetwork {
   private podCidr: string;
+  /** The pod CIDR whose masquerade rules were last written, and when. */
+  private masqWritten: { cidr: string; at: number } | undefined;
+  private masqWriting: { cidr: string; done: Promise<void> } | undefined;
 
   constructor(private readonly o: CniOptions) {
     this.podCidr = o.podCidr;
@@ -106,6 +112,10 @@ export class CniNetwork {
   /**
    * skiff's own network. portmap is in it only for pods that map host ports:
    * for the others it would do nothing, and DEL runs the list cached at ADD.
+   * The bridge plugin does not masquerade: its ipMasq writes a chain and a
+   * jump per pod (nine iptables runs at ADD, as many at DEL, and rules left
+   * behind when a pod removes its eth0). skiff masquerades the whole pod CIDR
+   * with one rule set instead (ensureMasq), as podman's networks do.
    */
   private defaultList(withPortmap = true): NetworkList {
     return {
@@ -117,7 +127,7 @@ export class CniNetwork {
           type: 'bridge',
           bridge: this.o.bridge,
           isGateway: true,
-          ipMasq: true,
+          ipMasq: false,
           hairpinMode: true,
           ipam: { type: 'host-local', ranges: [[{ subnet: this.podCidr }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: path.join(this.o.dataDir, 'ipam') },
         },
@@ -290,20 +300,45 @@ export class CniNetwork {
     const entry = await timed('cni prepare+cache', () => opts.begun ?? this.begin(id, netns, meta, portMappings, opts.list));
     const list = entry.list;
     let result: unknown;
+    // skiff's own network is masqueraded as a whole, written while the plugins run.
+    const masq = this.isDefault(list) ? timed('cni masquerade', () => this.ensureMasq()) : undefined;
+    masq?.catch(() => undefined);
     for (const p of list.plugins) {
-      // skiff's own network: the bridge plugin's masquerade (nine iptables runs, about 15 ms here)
-      // is written by skiff in one iptables-restore, as the same rules (DEL runs the cached list,
-      // with ipMasq, and the plugin removes them as its own).
-      const ownMasq = p.type === 'bridge' && p.ipMasq === true && this.isDefault(list);
-      result = await timed(`cni ${p.type}`, () => this.exec('ADD', list, ownMasq ? { ...p, ipMasq: false } : p, entry, id, result));
-      if (ownMasq) await timed('cni masquerade', () => addMasqRules(this.o.runner, list.name, id, result));
+      result = await timed(`cni ${p.type}`, () => this.exec('ADD', list, p, entry, id, result));
     }
+    await masq;
     entry.result = result;
     // Not synced: losing it to a power cut leaves the entry written before the plugins ran (or an
     // unreadable one), from which DEL still runs; only a process crash can interrupt, and it keeps the page cache.
     await timed('cni cache', () => writeAtomic(this.cacheFile(id), JSON.stringify(entry), { sync: false }));
     const ips = ((result as { ips?: Array<{ address?: string }> })?.ips ?? []).map((i) => String(i.address ?? '').split('/')[0]!).filter(Boolean);
     return { ips, result };
+  }
+
+  /**
+   * skiff's network's masquerade rules (masq.ts): written before the first
+   * pod of a pod CIDR gets its network, which fails if they cannot be. Then
+   * they are trusted for MASQ_RECHECK_MS, after which a pod's ADD rewrites
+   * them in the background (someone may have flushed the nat table).
+   */
+  private ensureMasq(): Promise<void> {
+    const cidr = this.podCidr;
+    const known = this.masqWritten?.cidr === cidr;
+    if (known && Date.now() - this.masqWritten!.at < MASQ_RECHECK_MS) return Promise.resolve();
+    if (this.masqWriting?.cidr !== cidr) {
+      const done = ensureNetworkMasq(this.o.runner, this.o.bridge, cidr)
+        .then(() => {
+          this.masqWritten = { cidr, at: Date.now() };
+        })
+        .finally(() => {
+          if (this.masqWriting?.done === done) this.masqWriting = undefined;
+        });
+      this.masqWriting = { cidr, done };
+    }
+    const done = this.masqWriting!.done;
+    if (!known) return done;
+    done.catch((err) => this.o.log.error('could not rewrite the pod network\'s masquerade rules; pods may lose their way out', { error: errorMessage(err) }));
+    return Promise.resolve();
   }
 
   /** Drops the temporary files of cache writes a crash cut short (call before any ADD runs). */
@@ -350,8 +385,8 @@ export class CniNetwork {
    * pod's, and a StopPodSandbox that failed for it would fail on every retry
    * where iptables is broken, keeping the pod forever.
    */
-  private async removeLeftMasq(id: string, entry: CacheEntry): Promise<void> {
-    if (!entry.list.plugins.some((p) => p.ipMasq === true)) return;
+  private async removeLeftMasq(id: string, entry: CacheEntry, always = false): Promise<void> {
+    if (!always && !entry.list.plugins.some((p) => p.ipMasq === true)) return;
     try {
       const removed = await removeMasqRules(this.o.runner, entry.list.name, id, masqFamilies(entry));
       if (removed.length) this.o.log.warn('removed masquerade rules the CNI DEL left behind (the pod renamed or deleted its interface?)', { id, network: entry.list.name, rules: removed.length });
@@ -371,6 +406,8 @@ export class CniNetwork {
     const attempts = opts.attempts ?? 3;
     const cached = await this.readCache(id);
     let entry: CacheEntry;
+    // A pod of skiff's network whose cache is lost may come from a skiff that masqueraded per pod.
+    let legacyMasq = false;
     if (typeof cached === 'object') {
       // A caller that says where the namespace is, and finds none (its pin is gone), gets a DEL
       // without one, which the spec allows: the plugins release what lives outside it (addresses,
@@ -386,12 +423,13 @@ export class CniNetwork {
         ifname: 'eth0',
         portMappings: [],
       };
+      legacyMasq = this.isDefault(entry.list);
     }
     let lastErr: unknown;
     for (let i = 0; i < attempts; i++) {
       try {
         for (const p of [...entry.list.plugins].reverse()) await this.exec('DEL', entry.list, p, entry, id, entry.result);
-        await this.removeLeftMasq(id, entry);
+        await this.removeLeftMasq(id, entry, legacyMasq);
         await fs.rm(this.cacheFile(id), { force: true });
         return;
       } catch (err) {

@@ -7,6 +7,9 @@
  * the rules of the chain it jumps to. This finds the jumps with that exact
  * comment and removes them with their CNI- chains, in one iptables-restore.
  * Rules of other pods and of anyone else are never touched.
+ *
+ * skiff's own network masquerades differently: one chain and one jump for
+ * its whole pod CIDR (networkMasqRestoreInput), so no pod has rules to leave.
  */
 import { createHash } from 'node:crypto';
 import { SkiffError } from '../errors.js';
@@ -63,36 +66,6 @@ export async function removeMasqRules(runner: Runner, network: string, id: strin
   return done;
 }
 
-/** The chain the bridge and ptp plugins give a pod's masquerade rules: its DEL removes the chain by this name. */
-export function masqChain(network: string, id: string): string {
-  return `CNI-${createHash('sha512').update(network + id).digest('hex').slice(0, 24)}`;
-}
-
-/**
- * The rules the bridge plugin's `ipMasq` makes for a pod, as one
- * iptables-restore input: a chain that accepts traffic to the pod's own
- * subnet and masquerades the rest (multicast aside), and a POSTROUTING jump
- * to it for each of the pod's IPv4 addresses, all with the plugin's comment.
- * The same rules, chain name and comment as the plugin's own, so that its
- * DEL (and masqCleanup) finds and removes them.
- */
-export function masqRestoreInput(network: string, id: string, ips: string[]): string | undefined {
-  const v4 = ips.filter((a) => /^\d+\.\d+\.\d+\.\d+\/\d+$/.test(a));
-  if (!v4.length) return undefined;
-  const chain = masqChain(network, id);
-  const comment = `-m comment --comment ${masqComment(network, id)}`;
-  const subnets = [...new Set(v4.map(subnetOf))];
-  return [
-    '*nat',
-    `:${chain} - [0:0]`,
-    ...subnets.map((n) => `-A ${chain} -d ${n} ${comment} -j ACCEPT`),
-    `-A ${chain} ! -d 224.0.0.0/4 ${comment} -j MASQUERADE`,
-    ...v4.map((a) => `-A POSTROUTING -s ${a.split('/')[0]}/32 ${comment} -j ${chain}`),
-    'COMMIT',
-    '',
-  ].join('\n');
-}
-
 /** `a.b.c.d/n` to its network, `w.x.y.z/n`. */
 function subnetOf(cidr: string): string {
   const [addr, bitsText] = cidr.split('/') as [string, string];
@@ -103,13 +76,52 @@ function subnetOf(cidr: string): string {
   return `${[24, 16, 8, 0].map((s) => (net >>> s) & 255).join('.')}/${bits}`;
 }
 
-/** Writes a pod's masquerade rules (see masqRestoreInput) for the IPv4 addresses of a CNI result, in one iptables-restore. */
-export async function addMasqRules(runner: Runner, network: string, id: string, result: unknown): Promise<void> {
-  const ips = ((result as { ips?: Array<{ address?: unknown }> } | undefined)?.ips ?? []).map((i) => String(i?.address ?? ''));
-  const input = masqRestoreInput(network, id, ips);
-  if (!input) return;
+// --- skiff's own network: one masquerade rule set for the whole pod CIDR. ---
+
+/**
+ * The chain of skiff's own network on `bridge`. Per bridge, so that two
+ * daemons on one host (each with its own bridge and pod CIDR) keep their own.
+ */
+export function networkMasqChain(bridge: string): string {
+  return `SKIFF-MASQ-${createHash('sha256').update(bridge).digest('hex').slice(0, 16)}`;
+}
+
+/**
+ * The iptables-restore input that makes skiff's masquerade for its network
+ * exactly right, given `iptables -t nat -S POSTROUTING`: the chain refilled
+ * (traffic to the pod CIDR or to multicast goes unchanged, the rest leaves
+ * with the node's address, as the bridge plugin's per-pod rules do), one
+ * POSTROUTING jump for the pods' source CIDR, and no jump for a CIDR the
+ * network had before.
+ */
+export function networkMasqRestoreInput(postrouting: string, bridge: string, cidr: string): string {
+  const chain = networkMasqChain(bridge);
+  const subnet = subnetOf(cidr);
+  const jumps = postrouting.split('\n').filter((l) => l.startsWith('-A POSTROUTING ') && l.endsWith(` -j ${chain}`));
+  const keep = jumps.find((l) => l.includes(` -s ${subnet} `));
+  return [
+    '*nat',
+    // Declared under --noflush, an existing user chain is emptied before the lines below refill it.
+    `:${chain} - [0:0]`,
+    `-A ${chain} -d ${subnet} -j RETURN`,
+    `-A ${chain} -d 224.0.0.0/4 -j RETURN`,
+    `-A ${chain} -j MASQUERADE`,
+    ...jumps.filter((l) => l !== keep).map((l) => `-D ${l.slice(3)}`),
+    ...(keep ? [] : [`-A POSTROUTING -s ${subnet} -m comment --comment "skiff pods on ${bridge}" -j ${chain}`]),
+    'COMMIT',
+    '',
+  ].join('\n');
+}
+
+/** Writes skiff's masquerade for its network (see networkMasqRestoreInput): one `iptables -S` and one `iptables-restore`. */
+export async function ensureNetworkMasq(runner: Runner, bridge: string, cidr: string): Promise<void> {
+  const list = await runner('iptables', ['-w', '5', '-t', 'nat', '-S', 'POSTROUTING'], { timeoutMs: 15_000 });
+  if (list.code !== 0 || list.timedOut) {
+    throw new SkiffError('Internal', `masquerade for the pod network: iptables -t nat -S POSTROUTING failed${list.timedOut ? ' (timed out)' : ''}: ${list.stderr.trim().slice(0, 500) || `exit ${list.code}`}`);
+  }
+  const input = networkMasqRestoreInput(list.stdout, bridge, cidr);
   const res = await runner('iptables-restore', ['-w', '5', '--noflush'], { input, timeoutMs: 15_000 });
   if (res.code !== 0 || res.timedOut) {
-    throw new SkiffError('Internal', `masquerade rules for pod ${id}: iptables-restore failed${res.timedOut ? ' (timed out)' : ''}: ${res.stderr.trim().slice(0, 500) || `exit ${res.code}`}`);
+    throw new SkiffError('Internal', `masquerade for the pod network: iptables-restore failed${res.timedOut ? ' (timed out)' : ''}: ${res.stderr.trim().slice(0, 500) || `exit ${res.code}`}`);
   }
 }

@@ -2,9 +2,13 @@
  * A pod that holds CAP_NET_ADMIN in its own network namespace renames (or
  * deletes) its eth0. The bridge plugin's DEL then finds no interface, and so
  * no address, and leaves the pod's masquerade chain and its POSTROUTING jump
- * in the node's nat table: one set per such pod, without bound. The daemon
- * runs in a network namespace of the test's own, with the real plugins.
+ * in the node's nat table: one set per such pod, without bound. That is
+ * the plugin's per-pod masquerade (ipMasq), so the pods here run on an
+ * operator's network list that asks for it; skiff's own network masquerades
+ * the whole pod CIDR and has no rule per pod to leave. The daemon runs in a
+ * network namespace of the test's own, with the real plugins.
  */
+import fs from 'node:fs/promises';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -27,6 +31,15 @@ describe.skipIf(!isRoot)('a pod with CAP_NET_ADMIN against the node\'s nat table
   beforeAll(async () => {
     fx = await startPodFixture(inject('registryHost'), 'test/cni-busybox', ['--cni-bin-dir', '/usr/lib/cni']);
     ({ dirs, skiff, ns, image } = fx);
+    // Read at every RunPodSandbox: from here on the pods use it.
+    await fs.writeFile(
+      path.join(dirs.base, 'net.d', '10-masq.conflist'),
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'masq',
+        plugins: [{ type: 'bridge', bridge: 'skmasq0', isGateway: true, ipMasq: true, ipam: { type: 'host-local', ranges: [[{ subnet: '10.66.0.0/24' }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: path.join(dirs.base, 'ipam') } }],
+      }),
+    );
   });
 
   afterAll(async () => {

@@ -12,8 +12,8 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { createHash, randomBytes } from 'node:crypto';
-import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { spawn, spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { codeOf, grpc, makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
@@ -155,25 +155,57 @@ describe.skipIf(!isRoot)('pod start: in-process namespaces, and the start signal
     await skiff!.runtime.RemovePodSandbox({ podSandboxId: podId });
   });
 
-  it('writes a pod\'s masquerade rules as the bridge plugin would, and the plugin\'s DEL removes them', async () => {
-    const { podId } = await podWith(['sleep', '1000']);
-    const nat = () => spawnSync('nsenter', [`--net=${ns!.path}`, 'iptables', '-t', 'nat', '-S'], { encoding: 'utf8' }).stdout;
-    const ip = (await skiff!.runtime.PodSandboxStatus({ podSandboxId: podId })).status!.network!.ip!;
-    const chain = `CNI-${createHash('sha512').update(`skiff${podId}`).digest('hex').slice(0, 24)}`;
-    const comment = `-m comment --comment "name: \\"skiff\\" id: \\"${podId}\\""`;
-    const rules = nat().split('\n').filter((l) => l.includes(podId));
-    expect(rules).toEqual([
-      `-A POSTROUTING -s ${ip}/32 ${comment} -j ${chain}`,
-      `-A ${chain} -d 10.88.0.0/16 ${comment} -j ACCEPT`,
-      `-A ${chain} ! -d 224.0.0.0/4 ${comment} -j MASQUERADE`,
-    ]);
-    const logFrom = skiff!.log.length;
-    await skiff!.runtime.StopPodSandbox({ podSandboxId: podId });
-    expect(nat()).not.toContain(podId);
-    expect(nat()).not.toContain(chain);
-    // Removed by the plugin's DEL, not found left behind afterwards.
-    expect(skiff!.log.slice(logFrom)).not.toMatch(/left behind/);
-    await skiff!.runtime.RemovePodSandbox({ podSandboxId: podId });
+  it('masquerades what pods send out of the pod CIDR with one rule set for the network, and keeps no rule per pod', async () => {
+    // Another network namespace, reachable from the daemon's over a veth, with no route back to the pod CIDR:
+    // a pod reaches a server there only if its packets leave with the daemon's address.
+    const outside = new TestNetns().create();
+    const veth = `sk${randomBytes(3).toString('hex')}`;
+    const sh = (cmd: string) => {
+      const r = spawnSync('sh', ['-c', cmd], { encoding: 'utf8' });
+      expect(r.status, `${cmd}: ${r.stderr}`).toBe(0);
+      return r.stdout;
+    };
+    let server: ReturnType<typeof spawn> | undefined;
+    try {
+      sh(`ip link add ${veth}a netns ${ns!.name} type veth peer name ${veth}b netns ${outside.name}`);
+      sh(`ip -n ${ns!.name} addr add 192.0.2.1/24 dev ${veth}a && ip -n ${ns!.name} link set ${veth}a up`);
+      sh(`ip -n ${outside.name} addr add 192.0.2.2/24 dev ${veth}b && ip -n ${outside.name} link set ${veth}b up`);
+      // Answers each connection with the address it came from.
+      server = spawn('nsenter', [`--net=${outside.path}`, 'socat', 'TCP-LISTEN:7070,bind=192.0.2.2,fork,reuseaddr', 'SYSTEM:echo $SOCAT_PEERADDR'], { stdio: 'ignore' });
+      const { podId, containerId } = await podWith(['sleep', '1000']);
+      await skiff!.runtime.StartContainer({ containerId });
+      const podIp = (await skiff!.runtime.PodSandboxStatus({ podSandboxId: podId })).status!.network!.ip!;
+      expect(podIp).toMatch(/^10\.88\./);
+      let seen = '';
+      await waitFor('the pod to reach the outside server', async () => {
+        const r = await skiff!.runtime.ExecSync({ containerId, cmd: ['sh', '-c', 'nc -w 2 192.0.2.2 7070 </dev/null'], timeout: 10 });
+        seen = Buffer.from(r.stdout ?? '').toString().trim();
+        return seen !== '';
+      });
+      expect(seen).toBe('192.0.2.1');
+
+      // The rules: one jump for the CIDR to one chain, nothing naming the pod.
+      const nat = () => spawnSync('nsenter', [`--net=${ns!.path}`, 'iptables', '-t', 'nat', '-S'], { encoding: 'utf8' }).stdout;
+      const jumps = nat().split('\n').filter((l) => l.startsWith('-A POSTROUTING') && l.includes('SKIFF-MASQ-'));
+      expect(jumps).toHaveLength(1);
+      expect(jumps[0]).toMatch(/^-A POSTROUTING -s 10\.88\.0\.0\/16 -m comment --comment "skiff pods on \S+" -j SKIFF-MASQ-[0-9a-f]{16}$/);
+      const chain = jumps[0]!.split(' -j ')[1]!;
+      expect(nat().split('\n').filter((l) => l.startsWith(`-A ${chain} `))).toEqual([
+        `-A ${chain} -d 10.88.0.0/16 -j RETURN`,
+        `-A ${chain} -d 224.0.0.0/4 -j RETURN`,
+        `-A ${chain} -j MASQUERADE`,
+      ]);
+      expect(nat()).not.toContain(podId);
+      expect(nat()).not.toContain(podIp);
+      const before = nat();
+      await skiff!.runtime.StopPodSandbox({ podSandboxId: podId });
+      await skiff!.runtime.RemovePodSandbox({ podSandboxId: podId });
+      // Stopping a pod changes nothing in the nat table: the network's rules stay for the other pods.
+      expect(nat()).toBe(before);
+    } finally {
+      server?.kill('SIGTERM');
+      await outside.destroy();
+    }
   });
 
   it('starts a created container: runc reports it running, its fifo is gone and its process runs', async () => {

@@ -7,7 +7,7 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { codeOf, grpc, makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
@@ -91,6 +91,15 @@ describe.skipIf(!isRoot)('sandbox hardening: create races, CNI teardown, bridges
     const config = podConfig(dd);
     const { podSandboxId } = await d.runtime.RunPodSandbox({ config });
     return { id: podSandboxId!, config };
+  }
+
+  /** Whether host-local holds an address for the pod (its reservation files name the pod's id). */
+  async function addressHeld(id: string): Promise<boolean> {
+    const dir = path.join(dirs.root, 'cni', 'ipam', 'skiff');
+    for (const f of await fs.readdir(dir).catch(() => [] as string[])) {
+      if (/^\d/.test(f) && (await fs.readFile(path.join(dir, f), 'utf8')).includes(id)) return true;
+    }
+    return false;
   }
 
   function iptablesSave(): string {
@@ -190,7 +199,7 @@ describe.skipIf(!isRoot)('sandbox hardening: create races, CNI teardown, bridges
 
   it('a failed CNI DEL fails StopPodSandbox, and the retry succeeds once the fault is gone', async () => {
     const pod = await runPod();
-    expect(iptablesSave()).toContain(pod.id);
+    expect(await addressHeld(pod.id)).toBe(true);
     await fs.writeFile(path.join(faults, 'fail-DEL'), '');
     try {
       const err = await codeOf(skiff.runtime.StopPodSandbox({ podSandboxId: pod.id }));
@@ -198,23 +207,32 @@ describe.skipIf(!isRoot)('sandbox hardening: create races, CNI teardown, bridges
       expect(err.details).toMatch(/tear down the network of pod sandbox .*CNI DEL with plugin bridge failed: injected DEL failure/);
       const removeErr = await codeOf(skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id }));
       expect(removeErr.code).toBe(grpc.status.INTERNAL);
-      // Nothing was torn down that a retry needs: the masquerade rules and the cached result remain.
-      expect(iptablesSave()).toContain(pod.id);
+      // Nothing was torn down that a retry needs: the address and the cached result remain.
+      expect(await addressHeld(pod.id)).toBe(true);
       await fs.access(cacheFile(pod.id));
       expect((await skiff.runtime.PodSandboxStatus({ podSandboxId: pod.id })).status?.state).toBe('SANDBOX_NOTREADY');
     } finally {
       await fs.rm(path.join(faults, 'fail-DEL'), { force: true });
     }
     await skiff.runtime.StopPodSandbox({ podSandboxId: pod.id });
-    expect(iptablesSave()).not.toContain(pod.id);
+    expect(await addressHeld(pod.id)).toBe(false);
     await expect(fs.access(cacheFile(pod.id))).rejects.toThrow();
     await skiff.runtime.RemovePodSandbox({ podSandboxId: pod.id });
     expect(mountsUnder(path.join(dirs.state, 'sandboxes', pod.id))).toEqual([]);
   });
 
   for (const damage of ['emptied', 'removed'] as const) {
-    it(`removes an orphaned pod's masquerade rules when its cached CNI result was ${damage}`, async () => {
+    it(`releases an orphaned pod's network, and per-pod masquerade rules an older skiff wrote for it, when its cached CNI result was ${damage}`, async () => {
       const pod = await runPod();
+      expect(await addressHeld(pod.id)).toBe(true);
+      // The rules skiff wrote per pod before it masqueraded the whole pod CIDR (the bridge plugin's own chain name and comment).
+      const chain = `CNI-${createHash('sha512').update(`skiff${pod.id}`).digest('hex').slice(0, 24)}`;
+      const comment = `-m comment --comment "name: \\"skiff\\" id: \\"${pod.id}\\""`;
+      const legacy = spawnSync('nsenter', [`--net=${ns.path}`, 'iptables-restore', '--noflush'], {
+        input: `*nat\n:${chain} - [0:0]\n-A ${chain} -d 10.88.0.0/16 ${comment} -j ACCEPT\n-A ${chain} ! -d 224.0.0.0/4 ${comment} -j MASQUERADE\n-A POSTROUTING -s 10.88.0.200/32 ${comment} -j ${chain}\nCOMMIT\n`,
+        encoding: 'utf8',
+      });
+      expect(legacy.status, legacy.stderr).toBe(0);
       expect(iptablesSave()).toContain(pod.id);
       await skiff.stop('SIGKILL');
       await removeRecord(pod.id);
@@ -222,6 +240,7 @@ describe.skipIf(!isRoot)('sandbox hardening: create races, CNI teardown, bridges
       else await fs.rm(cacheFile(pod.id));
       await skiff.start();
       expect(iptablesSave()).not.toContain(pod.id);
+      expect(iptablesSave()).not.toContain(chain);
       expect(skiff.log).not.toContain('Unexpected end of JSON input');
       expect(skiff.log).not.toMatch(/CNI DEL for an orphaned pod failed/);
       await expect(fs.access(cacheFile(pod.id))).rejects.toThrow();
@@ -283,10 +302,15 @@ describe.skipIf(!isRoot)('sandbox hardening: create races, CNI teardown, bridges
     expect(bridges).toContain(`${ba}:`);
     expect(bridges).toContain(`${bb}:`);
     expect((await second.runtime.PodSandboxStatus({ podSandboxId: b.id })).status?.network?.ip).toMatch(/^10\.77\.0\.\d+$/);
+    // Each daemon masquerades its own pod CIDR, through a chain of its own.
+    const jumps = () => iptablesSave().split('\n').filter((l) => l.startsWith('-A POSTROUTING') && l.includes(' -j SKIFF-MASQ-'));
+    expect(jumps().map((j) => /-s (\S+)/.exec(j)![1]).sort()).toEqual(['10.77.0.0/24', '10.88.0.0/16']);
+    expect(new Set(jumps().map((j) => j.split(' -j ')[1])).size).toBe(2);
     // Removing one daemon's pod leaves the other's network alone.
     await second.runtime.RemovePodSandbox({ podSandboxId: b.id });
     expect((await skiff.runtime.PodSandboxStatus({ podSandboxId: a.id })).status?.state).toBe('SANDBOX_READY');
-    expect(iptablesSave()).toContain(a.id);
+    expect(await addressHeld(a.id)).toBe(true);
+    expect(jumps()).toHaveLength(2);
     await skiff.runtime.RemovePodSandbox({ podSandboxId: a.id });
     await second.stop();
   });

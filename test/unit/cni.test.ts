@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CniNetwork, checkBridgeName, defaultBridgeName, insideCidr, parseNetworkConfig } from '../../src/sandbox/cni.js';
-import { masqChain, masqCleanup, masqComment } from '../../src/sandbox/masq.js';
+import { masqCleanup, masqComment, networkMasqChain } from '../../src/sandbox/masq.js';
 import { silentLogger, type Logger } from '../../src/log.js';
 import type { RunOptions, RunResult, Runner } from '../../src/sys/run.js';
 
@@ -112,7 +112,14 @@ describe('CNI DEL', () => {
     expect(await fs.readdir(path.join(dir, 'data', 'cache'))).toEqual([]);
   });
 
+  /** An operator's list whose bridge masquerades per pod (ipMasq), as the plugin does it. */
+  async function masqueradingList(): Promise<void> {
+    await fs.mkdir(path.join(dir, 'net.d'), { recursive: true });
+    await fs.writeFile(path.join(dir, 'net.d', '10-op.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'op', plugins: [{ type: 'bridge', ipMasq: true }] }));
+  }
+
   it('after DEL, removes the masquerade jump and chain the plugin left for this pod, and nothing when none is left', async () => {
+    await masqueradingList();
     const cni = network();
     await cni.add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
     iptables = [];
@@ -120,8 +127,8 @@ describe('CNI DEL', () => {
     expect(iptables.map((c) => [c.cmd, ...c.args].join(' '))).toEqual(['iptables -w 5 -t nat -S POSTROUTING']);
 
     await cni.add('p2', '/run/netns/p2', { name: 'a', namespace: 'b', uid: 'c' }, []);
-    const left = `-A POSTROUTING -s 10.1.0.5/32 -m comment --comment ${masqComment('skiff', 'p2')} -j CNI-0123456789abcdef01234567`;
-    postrouting = `-P POSTROUTING ACCEPT\n-A POSTROUTING -s 10.1.0.6/32 -m comment --comment ${masqComment('skiff', 'p3')} -j CNI-00000000000000000000000f\n${left}\n`;
+    const left = `-A POSTROUTING -s 10.1.0.5/32 -m comment --comment ${masqComment('op', 'p2')} -j CNI-0123456789abcdef01234567`;
+    postrouting = `-P POSTROUTING ACCEPT\n-A POSTROUTING -s 10.1.0.6/32 -m comment --comment ${masqComment('op', 'p3')} -j CNI-00000000000000000000000f\n${left}\n`;
     iptables = [];
     const warnings: string[] = [];
     await network({ ...silentLogger, warn: (m) => warnings.push(m) }).del('p2');
@@ -132,36 +139,69 @@ describe('CNI DEL', () => {
     await expect(fs.access(cache('p2'))).rejects.toThrow();
   });
 
-  it('on its own network, runs the bridge without ipMasq and writes the same masquerade rules in one iptables-restore; DEL runs the plugin with ipMasq', async () => {
+  it('on its own network, runs the bridge without ipMasq and masquerades the pod CIDR with one chain and one jump, written at the first ADD only; DEL runs no iptables', async () => {
     const cni = network();
+    const chain = networkMasqChain('skifftest0');
+    expect(chain).toMatch(/^SKIFF-MASQ-[0-9a-f]{16}$/);
+    expect(chain.length).toBeLessThanOrEqual(28); // iptables' limit for a chain name
     await cni.add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
     expect(calls.map((c) => [c.cmd, c.env.CNI_COMMAND, c.conf.ipMasq])).toEqual([['bridge', 'ADD', false]]);
-    const chain = masqChain('skiff', 'p1');
-    const comment = `-m comment --comment ${masqComment('skiff', 'p1')}`;
-    expect(iptables.map((c) => [c.cmd, ...c.args].join(' '))).toEqual(['iptables-restore -w 5 --noflush']);
-    expect(iptables[0]!.input).toBe(
-      `*nat\n:${chain} - [0:0]\n-A ${chain} -d 10.1.0.0/24 ${comment} -j ACCEPT\n-A ${chain} ! -d 224.0.0.0/4 ${comment} -j MASQUERADE\n-A POSTROUTING -s 10.1.0.5/32 ${comment} -j ${chain}\nCOMMIT\n`,
+    expect(iptables.map((c) => [c.cmd, ...c.args].join(' '))).toEqual(['iptables -w 5 -t nat -S POSTROUTING', 'iptables-restore -w 5 --noflush']);
+    expect(iptables[1]!.input).toBe(
+      `*nat\n:${chain} - [0:0]\n-A ${chain} -d 10.1.0.0/24 -j RETURN\n-A ${chain} -d 224.0.0.0/4 -j RETURN\n-A ${chain} -j MASQUERADE\n` +
+        `-A POSTROUTING -s 10.1.0.0/24 -m comment --comment "skiff pods on skifftest0" -j ${chain}\nCOMMIT\n`,
     );
+    iptables = [];
+    await cni.add('p2', '/run/netns/p2', { name: 'a', namespace: 'b', uid: 'c' }, []);
     await cni.del('p1');
-    expect(calls.map((c) => [c.cmd, c.env.CNI_COMMAND, c.conf.ipMasq])).toEqual([['bridge', 'ADD', false], ['bridge', 'DEL', true]]);
-    // The plugin's own name for the chain (checked against the bridge plugin's), so its DEL removes it.
-    expect(masqChain('m', 'abc')).toBe('CNI-961aa3bb6786d53ae927db74');
+    await cni.del('p2');
+    expect(iptables).toEqual([]);
+    expect(calls.map((c) => [c.cmd, c.env.CNI_COMMAND, c.conf.ipMasq])).toEqual([['bridge', 'ADD', false], ['bridge', 'ADD', false], ['bridge', 'DEL', false], ['bridge', 'DEL', false]]);
+  });
+
+  it('keeps the one jump for the pod CIDR, and removes jumps for a CIDR it had before', async () => {
+    const chain = networkMasqChain('skifftest0');
+    const jump = (cidr: string) => `-A POSTROUTING -s ${cidr} -m comment --comment "skiff pods on skifftest0" -j ${chain}`;
+    postrouting = `-P POSTROUTING ACCEPT\n${jump('10.1.0.0/24')}\n${jump('10.9.0.0/16')}\n-A POSTROUTING -s 10.9.0.0/16 -j OTHER\n`;
+    await network().add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
+    const input = iptables[1]!.input!;
+    expect(input).toContain(`-D ${jump('10.9.0.0/16').slice(3)}\n`);
+    expect(input).not.toContain('-A POSTROUTING');
+    expect(input).not.toContain('OTHER');
+  });
+
+  it('rewrites the rules in the background once they are a minute old, and a failure then is logged, not the pod\'s', async () => {
+    const errors: string[] = [];
+    const cni = network({ ...silentLogger, error: (m) => errors.push(m) });
+    await cni.add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
+    const realNow = Date.now;
+    try {
+      Date.now = () => realNow() + 61_000;
+      iptables = [];
+      fail = 'iptables-restore';
+      await cni.add('p2', '/run/netns/p2', { name: 'a', namespace: 'b', uid: 'c' }, []);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(iptables.map((c) => c.cmd)).toEqual(['iptables', 'iptables-restore']);
+      expect(errors.join()).toMatch(/could not rewrite the pod network's masquerade rules/);
+    } finally {
+      Date.now = realNow;
+    }
   });
 
   it('runs an operator\'s network list as written, masquerade included', async () => {
-    await fs.mkdir(path.join(dir, 'net.d'), { recursive: true });
-    await fs.writeFile(path.join(dir, 'net.d', '10-op.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'op', plugins: [{ type: 'bridge', ipMasq: true }] }));
+    await masqueradingList();
     await network().add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
     expect(calls.map((c) => [c.cmd, c.env.CNI_COMMAND, c.conf.ipMasq])).toEqual([['bridge', 'ADD', true]]);
     expect(iptables).toEqual([]);
   });
 
-  it('fails the ADD when its masquerade rules cannot be written', async () => {
+  it('fails the first ADD on its own network when the masquerade rules cannot be written', async () => {
     fail = 'iptables-restore';
-    await expect(network().add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, [])).rejects.toThrow(/masquerade rules for pod p1: iptables-restore failed: iptables: lock held/);
+    await expect(network().add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, [])).rejects.toThrow(/masquerade for the pod network: iptables-restore failed: iptables: lock held/);
   });
 
   it('a failing iptables is logged and does not fail the DEL', async () => {
+    await masqueradingList();
     const errors: string[] = [];
     const cni = network({ ...silentLogger, error: (m) => errors.push(m) });
     await cni.add('p1', '/run/netns/p1', { name: 'a', namespace: 'b', uid: 'c' }, []);
@@ -194,6 +234,8 @@ describe('CNI DEL', () => {
     await fs.writeFile(cache('p2'), '');
     await cni.del('p2', { netns: '/pins/p2' });
     expect(calls.map((c) => `${c.cmd}:${c.env.CNI_COMMAND}`)).toEqual(['portmap:DEL', 'bridge:DEL']);
+    // Such a pod may come from a skiff that masqueraded per pod: its rules are looked for.
+    expect(iptables.map((c) => [c.cmd, ...c.args].join(' '))).toEqual(['iptables -w 5 -t nat -S POSTROUTING']);
     for (const c of calls) {
       expect(c.conf).not.toHaveProperty('prevResult');
       expect(c.env.CNI_NETNS).toBe('/pins/p2');
