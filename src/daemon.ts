@@ -304,7 +304,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
         await imagesDir?.close();
         // In-flight RPCs finish; a call still running after the grace period is cut off.
         await server.shutdown(30_000);
-        proxy.destroyConnections();
+        await proxy.destroyConnections();
         await streaming.close();
         await registry.close();
         containers.close();

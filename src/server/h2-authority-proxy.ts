@@ -7,8 +7,9 @@
  * unchanged to the HTTP/2 server in the same process.
  */
 import net from 'node:net';
-import { Duplex, Transform, type TransformCallback } from 'node:stream';
+import { Transform, type Duplex, type TransformCallback } from 'node:stream';
 import type { Logger } from '../log.js';
+import { socketPair } from '../sys/libc.js';
 import { BoundedHpackDecoder, DEFAULT_MAX_HEADER_LIST, HpackError, type Header } from './hpack-decoder.js';
 
 interface HpackHeader {
@@ -342,8 +343,11 @@ export function goaway(code: number, lastStream = 0): Buffer {
 
 export interface AuthorityProxy {
   server: net.Server;
-  /** Closes every client connection (after the gRPC server has drained). */
-  destroyConnections(): void;
+  /**
+   * Closes every client connection, once the gRPC server has drained: what the server wrote last is
+   * passed on first (for at most `graceMs`), since it still has the socket pair to cross.
+   */
+  destroyConnections(graceMs?: number): Promise<void>;
 }
 
 /**
@@ -360,6 +364,8 @@ export const PREFACE_TIMEOUT_MS = 10_000;
 /** Listens on `publicPath` and hands each connection, rewritten, to `serve`. */
 export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) => void, log: Logger, limits: Partial<RewriterLimits> = {}): AuthorityProxy {
   const sockets = new Set<net.Socket>();
+  /** Per open client: resolves once the client has what the server wrote and is closed. */
+  const finishers = new Map<net.Socket, () => Promise<void>>();
   let dropped = 0;
   const server = net.createServer((client) => {
     if (dropped) {
@@ -385,13 +391,43 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       close();
     }, PREFACE_TIMEOUT_MS);
     prefaceTimer.unref();
-    rewriter.once('preface', () => clearTimeout(prefaceTimer));
+    // The HTTP/2 server gets a socket of its own, the other end of a socket pair, so Node's HTTP/2 does its
+    // reads and writes natively. Handed a JS Duplex instead, every read and write went through Node's JS stream
+    // adapter: a 25 KB answer (ListContainers with 50 pods) took 0.37-0.43 ms warm and 0.97 ms in the first
+    // calls, against 0.30-0.35 and 0.66 through the pair, and 0.22-0.28 and 0.57 with no relay at all.
+    // The pair (two more descriptors) is made once the client has sent the HTTP/2 preface: a connection that
+    // never speaks HTTP/2 costs one descriptor until its timeout.
+    let inner: net.Socket | undefined;
+    let conn: net.Socket | undefined;
+    rewriter.once('preface', () => {
+      clearTimeout(prefaceTimer);
+      if (closed) return;
+      let pair: [number, number];
+      try {
+        pair = socketPair();
+      } catch (err) {
+        log.warn('cannot serve a CRI connection: no socket pair for it (out of file descriptors?)', { error: (err as Error).message });
+        close();
+        return;
+      }
+      inner = new net.Socket({ fd: pair[0], readable: true, writable: true });
+      conn = new net.Socket({ fd: pair[1], readable: true, writable: true });
+      inner.on('error', close);
+      conn.on('error', close);
+      // What the server reads is the rewritten client; what it writes goes out through the watcher.
+      rewriter.pipe(inner);
+      inner.pipe(watcher);
+      serve(conn);
+    });
     const close = (err?: Error) => {
       if (closed) return;
       closed = true;
       clearTimeout(prefaceTimer);
       sockets.delete(client);
-      conn.destroy();
+      conn?.destroy();
+      inner?.destroy();
+      client.unpipe(rewriter);
+      rewriter.destroy();
       if (err instanceof H2ConnectionError) {
         log.warn('HTTP/2 client broke the protocol; closing its connection', { error: err.message });
         // Tell the client why, when that can be said between two frames; then close whatever it does.
@@ -410,12 +446,28 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
     client.on('error', close);
     rewriter.on('error', close);
     watcher.on('error', close);
-    // What the server reads is the rewritten client; what it writes goes out through the watcher.
-    const conn = Duplex.from({ readable: rewriter, writable: watcher });
-    conn.on('error', close);
-    conn.on('close', () => close());
     client.on('close', () => close());
     client.pipe(rewriter);
+    finishers.set(client, () => {
+      if (client.destroyed) return Promise.resolve();
+      // The server's end closing (the session was destroyed) ends the watcher, which ends the client.
+      conn?.end();
+      if (!conn) client.destroy();
+      return new Promise((resolve) => client.once('close', () => resolve()));
+    });
+    client.once('close', () => finishers.delete(client));
+    // The server closed its end: what it wrote before has all gone through the watcher to the client by now.
+    watcher.on('end', () => {
+      if (closed) return;
+      closed = true;
+      clearTimeout(prefaceTimer);
+      sockets.delete(client);
+      client.end();
+      setTimeout(() => {
+        inner?.destroy();
+        client.destroy();
+      }, 1000).unref();
+    });
     // The frames of one answer (headers, data, trailers) leave in one write where they come in one turn.
     let corked = false;
     watcher.on('data', (chunk: Buffer) => {
@@ -438,12 +490,12 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
         log.debug('HTTP/2 server ended a client connection for an error; closing it');
         client.end();
         setTimeout(() => {
-          conn.destroy();
+          conn?.destroy();
+          inner?.destroy();
           client.destroy();
         }, 1000).unref();
       }
     });
-    serve(conn);
   });
   server.maxConnections = MAX_CRI_CONNECTIONS;
   server.on('drop', () => {
@@ -453,8 +505,13 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
   server.listen(publicPath);
   return {
     server,
-    destroyConnections: () => {
+    destroyConnections: async (graceMs = 1000) => {
+      const all = [...finishers.values()].map((f) => f());
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.all(all), new Promise((r) => (timer = setTimeout(r, graceMs)))]);
+      clearTimeout(timer);
       for (const s of sockets) s.destroy();
+      for (const c of finishers.keys()) c.destroy();
     },
   };
 }

@@ -173,6 +173,15 @@ const SOCK_CLOEXEC = 0o2000000;
 const MSG_DONTWAIT = 0x40;
 const MSG_NOSIGNAL = 0x4000;
 
+const socketpairRaw = libc.func('int socketpair(int domain, int type, int protocol, void *fds)');
+
+/** A connected pair of close-on-exec Unix stream sockets. */
+export function socketPair(): [number, number] {
+  const fds = Buffer.alloc(8);
+  if (socketpairRaw(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) !== 0) throw errnoError('socketpair', '');
+  return [fds.readInt32LE(0), fds.readInt32LE(4)];
+}
+
 /** A connected, non-blocking SOCK_SEQPACKET socket to `path` (at most 107 bytes). */
 export function connectSeqpacket(path: string): number {
   const fd = socketRaw(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0) as number;
