@@ -77,6 +77,8 @@ process.on('SIGUSR2', () => {
   const spaces = Object.fromEntries(v8.getHeapSpaceStatistics().map((s) => [s.space_name, { committed: s.physical_space_size, used: s.space_used_size }]));
   const code = v8.getHeapCodeStatistics ? v8.getHeapCodeStatistics() : {};
   fs.writeFileSync(process.env.SKIFF_BENCH_HEAPSTAT, JSON.stringify({ h, spaces, code, mem: process.memoryUsage(), res: process.resourceUsage().maxRSS }));
+  // Only when asked (a variant's :SKIFF_BENCH_SNAPSHOT=/dir/prefix): a snapshot costs the daemon memory afterwards.
+  if (process.env.SKIFF_BENCH_SNAPSHOT) v8.writeHeapSnapshot(process.env.SKIFF_BENCH_SNAPSHOT + '-' + Date.now() + '.heapsnapshot');
 });
 `;
 
