@@ -9,6 +9,7 @@ import { Transform, type Readable, type TransformCallback } from 'node:stream';
 import { SkiffError, errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { resolveEndpoints, type RegistryEndpoint } from './hosts.js';
+import { loadAgent } from './http-agent.js';
 import type { Reference } from './reference.js';
 import { digestOf, parseDigest, sha256Digest } from './content.js';
 import { cancelledError } from './shared-work.js';
@@ -216,8 +217,8 @@ function combine(errors: unknown[]): unknown {
   return new SkiffError(kind, errors.map(errorMessage).join('; then '), { cause: last });
 }
 
-/** undici, imported at the first pull: a daemon that pulls nothing never holds the HTTP client. */
-let undici: typeof import('undici') | undefined;
+/** undici's Agent, imported at the first pull: a daemon that pulls nothing never holds the HTTP client. */
+let UndiciAgent: typeof Agent | undefined;
 
 export class RegistryClient {
   private readonly agents = new Map<string, Agent>();
@@ -238,7 +239,7 @@ export class RegistryClient {
   /** A session for one pull; aborting `signal` stops its requests and downloads at once. */
   async session(ref: Reference, creds: Credentials, signal?: AbortSignal): Promise<RegistrySession> {
     const endpoints = await resolveEndpoints(this.opts.configRoot, ref.domain);
-    undici ??= await import('undici');
+    UndiciAgent ??= await loadAgent();
     return new RegistrySession(this, ref, endpoints, creds, this.opts.logger, signal);
   }
 
@@ -246,8 +247,8 @@ export class RegistryClient {
     const key = `${ep.skipVerify}|${ep.ca.join('')}`;
     let a = this.agents.get(key);
     if (!a) {
-      if (!undici) throw new Error('registry: agentFor called before a session loaded the HTTP client');
-      a = new undici.Agent({
+      if (!UndiciAgent) throw new Error('registry: agentFor called before a session loaded the HTTP client');
+      a = new UndiciAgent({
         connections: 16,
         keepAliveTimeout: 30_000,
         // Progress, not duration: these fire only when nothing arrives for this long.
