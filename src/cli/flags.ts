@@ -24,6 +24,7 @@ export const CRI_FLAGS = {
   'image-pull-progress-timeout': { type: 'string', default: '5m' },
   'stream-idle-timeout': { type: 'string', default: '4h' },
   'images-dir': { type: 'string' },
+  'idle-release-after': { type: 'string', default: '5s' },
 } satisfies FlagSpec;
 
 export type Values = Record<string, string | boolean | (string | boolean)[] | undefined>;
@@ -40,6 +41,8 @@ export function daemonOptionsFrom(values: Values): DaemonOptions & { logLevel: L
   const cidr = str('pod-cidr');
   const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\/(\d{1,2})$/.exec(cidr);
   if (!m || m.slice(1, 5).some((o) => Number(o) > 255) || Number(m[5]) > 30) throw new Error(`--pod-cidr must be an IPv4 CIDR with room for pods (at most /30), not "${cidr}"`);
+  const idleReleaseAfterMs = parseDuration(str('idle-release-after'));
+  if (idleReleaseAfterMs === undefined) throw new Error(`--idle-release-after must be a duration such as 5s or 1m (0: never), not "${str('idle-release-after')}"`);
   const streamIdleTimeoutMs = parseDuration(str('stream-idle-timeout'));
   if (streamIdleTimeoutMs === undefined || streamIdleTimeoutMs <= 0) throw new Error(`--stream-idle-timeout must be a positive duration such as 90s, 30m or 4h, not "${str('stream-idle-timeout')}"`);
   return {
@@ -58,6 +61,7 @@ export function daemonOptionsFrom(values: Values): DaemonOptions & { logLevel: L
     streamPort,
     imagePullProgressTimeoutMs: progressTimeout,
     streamIdleTimeoutMs,
+    idleReleaseAfterMs,
     imagesDir: (values['images-dir'] as string | undefined) ?? path.join(str('root'), 'images'),
   };
 }

@@ -54,6 +54,11 @@ const POLLED = new Set([
   'ImageFsInfo',
 ]);
 
+/** Whether `path` (`/runtime.v1.RuntimeService/ListContainers`, or the bare method name) is one a kubelet polls. */
+export function isPolledMethod(path: string): boolean {
+  return POLLED.has(path.slice(path.lastIndexOf('/') + 1));
+}
+
 /** Runs a handler for a unary call, answers with its result or its error as a status, and logs the call. */
 export function unary<Req, Res>(method: string, log: Logger, fn: UnaryHandler<Req, Res>): (call: UnaryCall) => void {
   const polled = POLLED.has(method.slice(method.lastIndexOf('/') + 1));

@@ -182,6 +182,8 @@ export class RpcServer {
   private readonly inflateQueue: Array<(next: () => void) => void> = [];
   private draining = false;
   private readonly idle = new EventEmitter();
+  /** Told of every call's start and end, with its path (the daemon's idle-memory release watches for quiet). */
+  onActivity: (path: string) => void = () => {};
 
   constructor(
     private readonly routes: Map<string, Route>,
@@ -241,6 +243,7 @@ export class RpcServer {
 
   private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
     stream.on('error', () => {});
+    this.onActivity(String(headers[':path'] ?? ''));
     // Many connections each at their own limit still add up: over all of them, streams are bounded too.
     if (this.openStreams >= (this.limits.maxStreams ?? DEFAULT_RPC_LIMITS.maxStreams!)) {
       // Refused one by one, each stream would still cost what Node builds for it (~5 KiB) for as long as
@@ -447,6 +450,7 @@ export class RpcServer {
       clearTimeout(timer);
       clearTimeout(takeTimer);
       if (!this.calls.delete(call)) return;
+      this.onActivity(route.path);
       call.cancel();
       call.closeCall();
       if (this.calls.size === 0) this.idle.emit('idle');
