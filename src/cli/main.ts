@@ -56,6 +56,8 @@ Flags for "skiff cri":
   --images-dir DIR         image archives (.tar, .tar.gz, .tar.zst: OCI layout or docker save) imported
                            at start and whenever one is added (default <root>/images, so
                            /var/lib/skiff/images; "" for none)
+  --idle-release-after D   after D with no call that changes something (polls do not count), give
+                           back memory held but unused (default 5s; 0 never)
   --log-level LEVEL        debug, info, warn or error (default info)
 
 ${KUBELET_HELP}
