@@ -297,12 +297,9 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     imagesDir = new ImagesDir({ dir: opts.imagesDir, stateFile: path.join(opts.root, 'images-dir.json'), importArchive: (f, o) => images.importArchive(f, o), log });
     await imagesDir.start();
   }
-  // What starting and each burst of work left resident (startup code, symbol tables, freed malloc
-  // pages) goes back once the daemon is quiet: after 5 pods and 30 s without calls its RSS was
-  // 50 MiB instead of 83 (bench/idle-rss.ts). Quiet means no call that changes something: a
-  // kubelet's polls (relists every second, statuses, stats, probes) never stop, and they use little
-  // of what is given back; they fault in only the pages they run. The release takes 10-35 ms of
-  // the event loop, once per quiet spell.
+  // glibc keeps the pages a burst of work freed (request buffers, JSON, child plumbing) inside its arenas:
+  // they go back once the daemon is quiet. Quiet means no call that changes something: a kubelet's polls
+  // (relists every second, statuses, stats, probes) never stop, and take little. Once per quiet spell.
   const afterMs = opts.idleReleaseAfterMs ?? 5_000;
   const idleRelease =
     afterMs > 0

@@ -568,19 +568,14 @@ export function reapChild(pid: number): { code: number | null; signal: number | 
   if (sig === 0) return { code: (st >> 8) & 0xff, signal: null };
   if (sig !== 0x7f) return { code: null, signal: sig };
   return undefined; // stopped, not ended
+}
 
-// --- Giving memory back when the daemon is idle (src/sys/idle-memory.ts). ---
+// --- Giving glibc's free pages back when the daemon is idle (src/sys/idle-memory.ts). ---
 
 const mallocTrimRaw = libc.func('int malloc_trim(size_t pad)');
-const madviseRaw = libc.func('int madvise(uintptr_t addr, size_t len, int advice)');
-
-export const MADV_DONTNEED = 4;
 
 /** glibc's malloc_trim: free pages inside every arena go back to the kernel. True if any did. */
 export function mallocTrim(pad = 0): boolean {
   return mallocTrimRaw(pad) === 1;
 }
 
-export function madvise(addr: bigint, len: bigint, advice: number): void {
-  if (madviseRaw(addr, len, advice) !== 0) throw errnoError('madvise', `0x${addr.toString(16)}`);
-}
