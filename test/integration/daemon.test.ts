@@ -154,7 +154,10 @@ describe.skipIf(!isRoot)('skiff cri: the daemon', () => {
     await skiff.runtime.Version({});
     await skiff.runtime.UpdateRuntimeConfig({ runtimeConfig: {} });
     await skiff.runtime.ContainerStatus({ containerId: 'no-such-container' }).catch(() => undefined);
-    const lines = skiff.log.split('\n').filter((l) => l.includes('"msg":"rpc"')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    // The answer can come before the log line has crossed the daemon's stdout pipe.
+    const rpcLines = () => skiff.log.split('\n').filter((l) => l.includes('"msg":"rpc"')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    await waitFor('the ContainerStatus log line', async () => rpcLines().some((l) => l.method === 'runtime.v1.RuntimeService/ContainerStatus'));
+    const lines = rpcLines();
     const last = (m: string) => lines.filter((l) => l.method === `runtime.v1.RuntimeService/${m}`).at(-1);
     expect(last('Version')).toMatchObject({ code: 'OK', level: 'debug' });
     expect(typeof last('Version')?.ms).toBe('number');
