@@ -180,6 +180,15 @@ export function spawnChild(file: string, args: string[], opts: SpawnOptions = {}
     return child;
   };
 
+  // A NUL would end the C string there, and the child would run with less than it was
+  // given (`rm -rf /x\0/y` as `rm -rf /x`): refused, as child_process refuses it.
+  const nul = nulIn(file, args, env, opts.cwd);
+  if (nul) {
+    const err = new TypeError(`spawn ${file}: ${nul} must be a string without null bytes`) as NodeJS.ErrnoException;
+    err.code = 'ERR_INVALID_ARG_VALUE';
+    return fail(err);
+  }
+
   const program = resolveProgram(file, env, opts.cwd);
   if (!program) {
     const err = new Error(`spawn ${file} ENOENT`) as NodeJS.ErrnoException;
@@ -240,6 +249,16 @@ export function spawnChild(file: string, args: string[], opts: SpawnOptions = {}
   // for an earlier child, and signals of one kind merge) is found on the next one or here.
   setImmediate(reapAll);
   return child;
+}
+
+/** Which of the strings a child is started with holds a NUL, if one does. */
+function nulIn(file: string, args: string[], env: NodeJS.ProcessEnv, cwd: string | undefined): string | undefined {
+  if (file.includes('\0')) return 'the program';
+  const arg = args.findIndex((a) => String(a).includes('\0'));
+  if (arg >= 0) return `args[${arg}]`;
+  for (const [k, v] of Object.entries(env)) if (k.includes('\0') || (v !== undefined && String(v).includes('\0'))) return `env ${JSON.stringify(k)}`;
+  if (cwd?.includes('\0')) return 'cwd';
+  return undefined;
 }
 
 /**

@@ -76,6 +76,25 @@ describe('spawnChild (posix_spawn)', () => {
     expect(lines.find((l) => l.startsWith('SigBlk'))).toMatch(/^SigBlk:\s+0+$/);
   });
 
+  it('refuses a NUL in the program, an argument, the env or cwd, as child_process does, rather than cut the string short', async () => {
+    const before = openFds();
+    // Through koffi a NUL ends the C string: `echo a\0b` printed "a", and X=a\0b reached the child as X=a.
+    for (const [file, args, opts] of [
+      ['echo', ['a\0b'], {}],
+      ['sh', ['-c', 'echo "$X"'], { env: { PATH: process.env.PATH, X: 'a\0b' } }],
+      ['sh', ['-c', 'pwd'], { cwd: `${tmp}\0/etc` }],
+      ['/bin/echo\0/x', ['hi'], {}],
+    ] as const) {
+      const c = spawnChild(file, [...args], { ...opts, stdio: ['ignore', 'pipe', 'ignore'] });
+      expect(c.spawnError?.code, `${file} ${JSON.stringify(args)}`).toBe('ERR_INVALID_ARG_VALUE');
+      expect(c.pid).toBeUndefined();
+      expect(c.stdout).toBeNull();
+      const err = await new Promise<NodeJS.ErrnoException>((resolve) => c.on('error', resolve));
+      expect(err.message).toContain('null bytes');
+    }
+    expect(openFds()).toBe(before);
+  });
+
   it('starts a detached child as the leader of its own session', async () => {
     const c = spawnChild('sleep', ['30'], { stdio: ['ignore', 'ignore', 'ignore'], detached: true });
     const stat = fs.readFileSync(`/proc/${c.pid}/stat`, 'utf8');
