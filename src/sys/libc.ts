@@ -457,6 +457,7 @@ const actionsDestroyRaw = libc.func('int posix_spawn_file_actions_destroy(void *
 const actionsDup2Raw = libc.func('int posix_spawn_file_actions_adddup2(void *actions, int fd, int newfd)');
 const actionsOpenRaw = libc.func('int posix_spawn_file_actions_addopen(void *actions, int fd, const char *path, int oflag, uint32_t mode)');
 const actionsChdirRaw = libc.func('int posix_spawn_file_actions_addchdir_np(void *actions, const char *path)');
+const actionsCloseFromRaw = libc.func('int posix_spawn_file_actions_addclosefrom_np(void *actions, int from)');
 const attrInitRaw = libc.func('int posix_spawnattr_init(void *attr)');
 const attrDestroyRaw = libc.func('int posix_spawnattr_destroy(void *attr)');
 const attrSetFlagsRaw = libc.func('int posix_spawnattr_setflags(void *attr, short flags)');
@@ -501,8 +502,15 @@ export interface SpawnPlan {
   /** `NAME=value` strings. */
   env: string[];
   cwd?: string;
-  /** Descriptors not listed stay as inherited; everything skiff opens is close-on-exec. */
+  /** The child's descriptors below `closeFrom` that are not listed stay as inherited. */
   fds: SpawnFd[];
+  /**
+   * Every descriptor from this number up is closed in the child. Everything
+   * skiff opens is close-on-exec, but not what the daemon inherited from
+   * whoever started it (a shell's, a supervisor's or a test runner's pipe):
+   * conmon would hold that open for as long as its container lives.
+   */
+  closeFrom?: number;
   /** Make the child a session (and process group) leader. */
   setsid?: boolean;
 }
@@ -527,6 +535,7 @@ export function posixSpawn(plan: SpawnPlan): number {
     for (const f of plan.fds) {
       r ||= 'from' in f ? (actionsDup2Raw(actions, f.from, f.fd) as number) : (actionsOpenRaw(actions, f.fd, '/dev/null', 2 /* O_RDWR */, 0) as number);
     }
+    if (plan.closeFrom !== undefined) r ||= actionsCloseFromRaw(actions, plan.closeFrom) as number;
     if (plan.cwd !== undefined) r ||= actionsChdirRaw(actions, plan.cwd) as number;
     // Every signal back to its default, glibc's own two (32, 33) too: sigfillset leaves
     // them out, and glibc then ignores them in the child, which an exec keeps.

@@ -231,6 +231,7 @@ export function spawnChild(file: string, args: string[], opts: SpawnOptions = {}
       env: Object.entries(env).flatMap(([k, v]) => (v === undefined ? [] : [`${k}=${v}`])),
       cwd: opts.cwd,
       fds,
+      closeFrom: stdio.length,
       setsid: opts.detached,
     });
   } catch (err) {

@@ -44,7 +44,8 @@ export function podConfig(dirs: DaemonDirs, n: string) {
   };
 }
 
-export async function startPodFixture(registryHost: string, repo = 'test/busybox', daemonArgs: string[] = []): Promise<PodFixture> {
+/** `wrap` prefixes the daemon's command line inside the namespace (a shell that hands it a descriptor, say). */
+export async function startPodFixture(registryHost: string, repo = 'test/busybox', daemonArgs: string[] = [], opts: { wrap?: (argv: string[]) => string[] } = {}): Promise<PodFixture> {
   const img = await busyboxImage();
   await new Pusher(`http://${registryHost}`).image(repo, 'v1', img);
   const image = `${registryHost}/${repo}:v1`;
@@ -52,7 +53,7 @@ export async function startPodFixture(registryHost: string, repo = 'test/busybox
   const ns = new TestNetns().create();
   await ns.bridgePort(Number(registryHost.split(':')[1]), dirs.base);
   await fs.mkdir(path.join(dirs.base, 'net.d'));
-  const skiff = await new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d'), ...daemonArgs], (a) => ns.wrap(a)).start();
+  const skiff = await new SkiffProcess(dirs, ['--cni-conf-dir', path.join(dirs.base, 'net.d'), ...daemonArgs], (a) => ns.wrap(opts.wrap ? opts.wrap(a) : a)).start();
   await skiff.images.PullImage({ image: { image } });
   return {
     dirs,

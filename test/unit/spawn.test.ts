@@ -95,6 +95,18 @@ describe('spawnChild (posix_spawn)', () => {
     expect(openFds()).toBe(before);
   });
 
+  it("closes in the child what the daemon inherited without close-on-exec (a launcher's descriptor), as conmon would hold it for its container's life", () => {
+    // A shell's redirection is not close-on-exec: the node bash execs has fd 200 open on the marker file
+    // (node itself marks the low ones close-on-exec as it starts, not one that high).
+    const marker = path.join(tmp, 'inherited-marker');
+    fs.writeFileSync(marker, '');
+    const mod = path.resolve('dist/sys/spawn.js');
+    const script = `import('${mod}').then(({ spawnChild }) => { const c = spawnChild('sh', ['-c', 'for f in /proc/$$/fd/*; do readlink $f; done'], { stdio: ['ignore', 'pipe', 'ignore'] }); let o = ''; c.stdout.on('data', (d) => (o += d)); c.on('close', () => console.log(o)); })`;
+    const r = spawnSync('bash', ['-c', 'exec "$0" -e "$1" 200<"$2"', process.execPath, script, marker], { encoding: 'utf8' });
+    expect(r.stdout, r.stderr).toContain('pipe:');
+    expect(r.stdout).not.toContain(marker);
+  });
+
   it('starts a detached child as the leader of its own session', async () => {
     const c = spawnChild('sleep', ['30'], { stdio: ['ignore', 'ignore', 'ignore'], detached: true });
     const stat = fs.readFileSync(`/proc/${c.pid}/stat`, 'utf8');
