@@ -154,6 +154,13 @@ export class Child extends EventEmitter {
     this.exitCode = code;
     this.signalCode = signal;
     this.emit('exit', code, signal);
+    // As child_process: output nobody reads is drained once the process has ended (after the
+    // 'exit' listeners had their chance to start reading), or its stream never ends and 'close' never comes.
+    process.nextTick(() => {
+      for (const s of this.stdio.slice(1)) {
+        if (s && s.readable && !(s as unknown as { _readableState: { readableListening: boolean } })._readableState.readableListening) s.resume();
+      }
+    });
     this.maybeClose();
   }
 

@@ -107,6 +107,14 @@ describe('spawnChild (posix_spawn)', () => {
     expect(r.stdout).not.toContain(marker);
   });
 
+  it("emits 'close' for a child whose output nobody reads, as child_process does", async () => {
+    // A caller that wants only the exit code: the unread output held the stream, and 'close', forever.
+    const c = spawnChild('sh', ['-c', 'echo unread; echo unread >&2'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const closed = ended(c);
+    const late = new Promise((resolve) => setTimeout(() => resolve('no close'), 3000));
+    expect(await Promise.race([closed, late])).toEqual([0, null]);
+  });
+
   it('starts a detached child as the leader of its own session', async () => {
     const c = spawnChild('sleep', ['30'], { stdio: ['ignore', 'ignore', 'ignore'], detached: true });
     const stat = fs.readFileSync(`/proc/${c.pid}/stat`, 'utf8');
