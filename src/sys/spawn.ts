@@ -230,19 +230,26 @@ export function spawnChild(file: string, args: string[], opts: SpawnOptions = {}
     listening = true;
     process.on('SIGCHLD', reapAll);
   }
+  const plan = {
+    file: program,
+    argv: [file, ...args],
+    env: Object.entries(env).flatMap(([k, v]) => (v === undefined ? [] : [`${k}=${v}`])),
+    cwd: opts.cwd,
+    fds,
+    closeFrom: stdio.length,
+    setsid: opts.detached,
+  };
   let pid: number;
   try {
-    pid = posixSpawn({
-      file: program,
-      argv: [file, ...args],
-      env: Object.entries(env).flatMap(([k, v]) => (v === undefined ? [] : [`${k}=${v}`])),
-      cwd: opts.cwd,
-      fds,
-      closeFrom: stdio.length,
-      setsid: opts.detached,
-    });
+    pid = posixSpawn(plan);
   } catch (err) {
-    return fail(err as NodeJS.ErrnoException);
+    if ((err as NodeJS.ErrnoException).code !== 'ENOEXEC') return fail(err as NodeJS.ErrnoException);
+    // As execvp, and so child_process: a file the kernel cannot run is a shell script without its #! line.
+    try {
+      pid = posixSpawn({ ...plan, file: '/bin/sh', argv: ['/bin/sh', program, ...args] });
+    } catch (err2) {
+      return fail(err2 as NodeJS.ErrnoException);
+    }
   }
   for (const fd of theirs) fs.closeSync(fd);
   child.started(pid);

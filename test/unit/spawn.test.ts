@@ -49,6 +49,17 @@ describe('spawnChild (posix_spawn)', () => {
     expect(openFds()).toBe(before);
   });
 
+  it('runs a shell script without a #! line with /bin/sh, as child_process (execvp) does, with its arguments', async () => {
+    // A CNI plugin or a wrapper written as a bare script ran under child_process; posix_spawn alone answers ENOEXEC.
+    const script = path.join(tmp, 'bare-script');
+    fs.writeFileSync(script, 'echo "bare $1 $2"\n', { mode: 0o755 });
+    const c = spawnChild(script, ['one', 'two'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    const out = read(c.stdout);
+    expect(c.spawnError).toBeUndefined();
+    expect(await ended(c)).toEqual([0, null]);
+    expect(await out).toBe('bare one two\n');
+  });
+
   it('finds a program in the PATH it is given, and runs it in cwd with exactly the env given', async () => {
     const bin = path.join(tmp, 'bin');
     fs.mkdirSync(bin, { recursive: true });
