@@ -939,6 +939,7 @@ async function resolveDevices(config: ContainerConfig__Output): Promise<OciDevic
 
 /** Creates `dir` inside `rootfs`, refusing to pass through symlinks. */
 async function ensureDirInRoot(rootfs: string, dir: string, uid: number, gid: number): Promise<void> {
+  if (dir.includes('\0')) throw invalidArgument(`working directory ${JSON.stringify(dir)} holds a NUL byte`);
   let cur = rootfs;
   for (const part of dir.split('/').filter(Boolean)) {
     if (part === '..') throw invalidArgument(`working directory "${dir}" leaves the rootfs`);

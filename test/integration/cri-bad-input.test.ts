@@ -210,6 +210,7 @@ describe.skipIf(!isRoot)('bad input at the CRI door', () => {
       ['nul\0', {}],
       ['logs', { logPath: '../../../etc/evil.log' }],
       ['logs', { logPath: '/etc/evil.log' }],
+      ['wd', { workingDir: '/srv\0/x' }],
     ] as const) {
       const err = await codeOf(fx.skiff.runtime.CreateContainer({ podSandboxId: pod.id, config: containerConfig(name, extra), sandboxConfig: pod.config }));
       expect(err.code, `${JSON.stringify(name)}: ${err.details}`).toBe(grpc.status.INVALID_ARGUMENT);
