@@ -27,6 +27,7 @@ export const tarHeaders = require(path.join(path.dirname(require.resolve('tar-st
 import { SkiffError, isErrno } from '../errors.js';
 import {
   AT_FDCWD,
+  closeFd,
   fsetxattr,
   lgetxattr,
   lsetxattr,
@@ -388,7 +389,7 @@ class LayerWriter {
   }
 
   dispose(): void {
-    fs.closeSync(this.rootFd);
+    closeFd(this.rootFd);
   }
 
   /**
@@ -417,15 +418,15 @@ class LayerWriter {
         if (st.isSymbolicLink()) throw unsafe(original, `parent "${cur}" is a symlink`);
         if (!st.isDirectory()) throw unsafe(original, `parent "${cur}" is not a directory`);
         const next = openat2(fd, p, O_PATH | O_DIRECTORY | O_CLOEXEC, DIR_RESOLVE);
-        fs.closeSync(fd);
+        closeFd(fd);
         fd = next;
       }
       if (flags === O_PATH) return fd;
       const opened = openat2(fd, '.', flags | O_DIRECTORY | O_CLOEXEC, DIR_RESOLVE);
-      fs.closeSync(fd);
+      closeFd(fd);
       return opened;
     } catch (err) {
-      fs.closeSync(fd);
+      closeFd(fd);
       throw err;
     }
   }
@@ -490,7 +491,7 @@ class LayerWriter {
     try {
       return lgetxattr(at(fd, '.'), 'trusted.overlay.opaque')?.toString() === 'y';
     } finally {
-      fs.closeSync(fd);
+      closeFd(fd);
     }
   }
 
@@ -520,7 +521,7 @@ class LayerWriter {
       try {
         fsetxattr(fd, 'trusted.overlay.opaque', Buffer.from('y'));
       } finally {
-        fs.closeSync(fd);
+        closeFd(fd);
       }
       return;
     }
@@ -537,7 +538,7 @@ class LayerWriter {
           mknod(at(fd, hidden), S_IFCHR | 0o000, 0, 0);
         });
       } finally {
-        fs.closeSync(fd);
+        closeFd(fd);
       }
       this.inodes++;
       return;
@@ -546,7 +547,7 @@ class LayerWriter {
     try {
       await this.keepingTimes(fd, () => this.write(h, rel, fd, base, body));
     } finally {
-      fs.closeSync(fd);
+      closeFd(fd);
     }
   }
 
@@ -632,7 +633,7 @@ class LayerWriter {
       // link(2) does not follow a symlink in its last component: the new name is a link to the target itself.
       await fsp.link(target, at(dirFd, base));
     } finally {
-      fs.closeSync(tFd);
+      closeFd(tFd);
     }
   }
 
