@@ -82,7 +82,7 @@ async function inPlace(job: LayerJob, body: Readable): Promise<LayerOutcome> {
 function onThread(job: LayerJob, body: Readable): Promise<LayerOutcome> {
   return new Promise((resolve) => {
     const w = takeWorker();
-    let acc: Uint8Array | undefined;
+    let acc: Buffer | undefined;
     let filled = 0;
     let inFlight = 0;
     let finished = false;
@@ -99,7 +99,8 @@ function onThread(job: LayerJob, body: Readable): Promise<LayerOutcome> {
     const onData = (chunk: Buffer) => {
       let off = 0;
       while (off < chunk.length) {
-        acc ??= new Uint8Array(CHUNK);
+        // Not zero-filled (every byte sent is first written), and a buffer of its own, which a transfer may take.
+        acc ??= Buffer.allocUnsafeSlow(CHUNK);
         const n = Math.min(acc.length - filled, chunk.length - off);
         acc.set(chunk.subarray(off, off + n), filled);
         filled += n;
