@@ -113,7 +113,7 @@ export function decompress(source: Readable): Readable {
     const buf = Buffer.concat(head);
     let stage: zlib.Gunzip | undefined;
     if (buf.length >= 2 && buf[0] === 0x1f && buf[1] === 0x8b) {
-      stage = zlib.createGunzip({ chunkSize: 1 << 18 });
+      stage = zlib.createGunzip({ chunkSize: 1 << 20 });
     } else if (buf.length >= 4 && buf.readUInt32LE(0) === 0xfd2fb528) {
       const child = spawn('zstd', ['-d', '-c', '-q'], { stdio: ['pipe', 'pipe', 'pipe'] });
       let err = '';
