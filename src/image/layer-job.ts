@@ -8,10 +8,11 @@
  */
 import { createHash, type Hash } from 'node:crypto';
 import fsp from 'node:fs/promises';
-import { Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
+import zlib from 'node:zlib';
 import { SkiffError, type ErrorKind } from '../errors.js';
 import { findInLowers } from './snapshot.js';
-import { applyLayer, type ApplyResult } from './unpack.js';
+import { applyLayer, GUNZIP_CHUNK, wrapDecompressError, type ApplyResult } from './unpack.js';
 
 export interface LayerJob {
   /** The empty snapshot directory to unpack into. */
@@ -87,10 +88,22 @@ class Feed extends Readable {
   }
 }
 
-/** One layer's job, fed chunk by chunk. */
+/**
+ * One layer's job, fed chunk by chunk. A gzip blob (nearly all of them) is
+ * inflated here rather than in applyLayer, so the job knows when zlib is
+ * done with each chunk, and the chunk can go back to the feeder to be
+ * filled again; any other blob goes to applyLayer as it is, which
+ * decompresses it itself.
+ */
 export class LayerRun {
   readonly outcome: Promise<LayerOutcome>;
   private readonly feed = new Feed();
+  private gunzip: zlib.Gunzip | undefined;
+  /** Chunks written to gunzip and not yet consumed: each learns false if the stream goes away first. */
+  private readonly inflating = new Set<(consumed: boolean) => void>();
+  /** What applyLayer reads: the inflated tar, or the feed. */
+  private source: Readable | undefined;
+  private startUnpack!: (source: Readable, decompressed: boolean) => void;
   private readonly hash: Hash;
   private size = 0;
   private writing: Promise<void> = Promise.resolve();
@@ -123,26 +136,62 @@ export class LayerRun {
         await this.fh?.close().catch(() => undefined);
       }
     })();
-    const unpacked = applyLayer(job.dir, this.feed, {
-      lookupLower: async (rel) => {
-        if (job.lower === undefined) return undefined;
-        if (job.lower === 'later') throw new NeedsLowerLayers();
-        return findInLowers(job.lower, rel);
-      },
+    // Started in the same tick as its source is made, so that applyLayer listens before a stop can come.
+    const unpacked = new Promise<ApplyResult>((resolve, reject) => {
+      this.startUnpack = (source, decompressed) => {
+        applyLayer(job.dir, source, {
+          decompressed,
+          lookupLower: async (rel) => {
+            if (job.lower === undefined) return undefined;
+            if (job.lower === 'later') throw new NeedsLowerLayers();
+            return findInLowers(job.lower, rel);
+          },
+        }).then(resolve, reject);
+      };
     });
     this.outcome = Promise.all([settle(unpacked), settle(stored)]).then(([u, s]) => ({ unpacked: u, stored: s }));
+  }
+
+  /** Picks the unpacker's source from the blob's first bytes (none: the feed, which then ends or fails). */
+  private start(first: Buffer | undefined): Readable {
+    if (this.source) return this.source;
+    if (first && first.length >= 2 && first[0] === 0x1f && first[1] === 0x8b) {
+      const gunzip = zlib.createGunzip({ chunkSize: GUNZIP_CHUNK });
+      const plain = new PassThrough({ highWaterMark: GUNZIP_CHUNK });
+      // As applyLayer's own decompression says it: the layer is at fault, not the daemon.
+      gunzip.on('error', (e) => plain.destroy(wrapDecompressError(e)));
+      plain.on('error', () => undefined);
+      plain.on('close', () => gunzip.destroy());
+      gunzip.on('close', () => {
+        for (const done of this.inflating) done(false);
+        this.inflating.clear();
+      });
+      gunzip.pipe(plain);
+      this.gunzip = gunzip;
+      this.source = plain;
+      this.startUnpack(plain, true);
+    } else {
+      this.source = this.feed;
+      this.startUnpack(this.feed, false);
+    }
+    return this.source;
   }
 
   private failStore(err: unknown): void {
     this.storeError ??= err;
     // Without its blob the layer cannot be kept: the unpack stops too, and the outcome comes at once.
-    this.feed.destroy(err as Error);
+    this.start(undefined).destroy(err as Error);
     this.endedStore(err);
   }
 
-  /** Takes the next chunk; resolves when both the ingest file and the unpacker have it. */
-  offer(buf: Buffer): Promise<void> {
-    if (this.storeError) return Promise.resolve();
+  /**
+   * Takes the next chunk; resolves when both the ingest file and the
+   * unpacker have it, with whether nothing refers to `buf` any more (so its
+   * memory may be filled again).
+   */
+  offer(buf: Buffer): Promise<boolean> {
+    if (this.storeError) return Promise.resolve(false);
+    this.start(buf);
     this.size += buf.length;
     this.hash.update(buf);
     this.writing = this.writing
@@ -152,18 +201,38 @@ export class LayerRun {
         while (off < buf.length) off += (await this.fh!.write(buf, off, buf.length - off)).bytesWritten;
       })
       .catch((err) => this.failStore(err));
-    return Promise.all([this.writing, this.feed.offer(buf)]).then(() => undefined);
+    const taken = this.gunzip ? this.inflate(this.gunzip, buf) : this.feed.offer(buf).then(() => false);
+    return Promise.all([this.writing, taken]).then(([, consumed]) => consumed && !this.storeError);
+  }
+
+  /**
+   * Writes `buf` to `gunzip`; resolves true once zlib has consumed all of
+   * it, false when the stream went away first (then `buf` is not reused:
+   * zlib may still have been reading it).
+   */
+  private inflate(gunzip: zlib.Gunzip, buf: Buffer): Promise<boolean> {
+    if (gunzip.destroyed || gunzip.writableEnded) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const done = (consumed: boolean) => {
+        if (!this.inflating.delete(done)) return;
+        resolve(consumed);
+      };
+      this.inflating.add(done);
+      gunzip.write(buf, (err) => done(!err && !gunzip.destroyed));
+    });
   }
 
   /** The last chunk was offered. */
   end(): void {
-    this.feed.finish();
+    this.start(undefined);
+    if (this.gunzip) this.gunzip.end();
+    else this.feed.finish();
     this.endedStore();
   }
 
   /** The download failed: both sides stop with `err`. */
   abort(err: unknown): void {
-    this.feed.destroy(err as Error);
+    this.start(undefined).destroy(err as Error);
     this.endedStore(err);
   }
 }

@@ -1,40 +1,41 @@
 /**
- * A layer thread: runs one LayerRun at a time for the daemon (layer-thread.ts).
+ * A layer thread: runs LayerRuns for the daemon (layer-thread.ts), any number
+ * at once, each named by the id the daemon gave it.
  * Messages in: start (the job), data (a transferred chunk), end, abort.
- * Messages out: ack (a chunk is written and taken by the unpacker), done.
+ * Messages out: ack (a chunk is written and taken by the unpacker, with the
+ * chunk's memory when nothing here refers to it any more), done.
  */
 import { parentPort } from 'node:worker_threads';
 import { fromWire, LayerRun, settledToWire, type LayerJob, type WireError } from './layer-job.js';
 
 type In =
-  | { type: 'start'; job: LayerJob }
-  | { type: 'data'; buf: ArrayBuffer }
-  | { type: 'end' }
-  | { type: 'abort'; error: WireError };
+  | { type: 'start'; id: number; job: LayerJob }
+  | { type: 'data'; id: number; buf: ArrayBuffer }
+  | { type: 'end'; id: number }
+  | { type: 'abort'; id: number; error: WireError };
 
 const port = parentPort!;
-let run: LayerRun | undefined;
+const runs = new Map<number, LayerRun>();
 
 port.on('message', (m: In) => {
-  switch (m.type) {
-    case 'start': {
-      const mine = new LayerRun(m.job);
-      run = mine;
-      void mine.outcome.then((o) => {
-        if (run === mine) run = undefined;
-        port.postMessage({ type: 'done', outcome: { unpacked: settledToWire(o.unpacked), stored: settledToWire(o.stored) } });
-      });
-      return;
-    }
-    case 'data':
-      // A chunk sent after the job settled early (its blob could not be written) is dropped.
-      if (run) void run.offer(Buffer.from(m.buf)).then(() => port.postMessage({ type: 'ack' }));
-      return;
-    case 'end':
-      run?.end();
-      return;
-    case 'abort':
-      run?.abort(fromWire(m.error));
-      return;
+  if (m.type === 'start') {
+    const run = new LayerRun(m.job);
+    runs.set(m.id, run);
+    void run.outcome.then((o) => {
+      runs.delete(m.id);
+      port.postMessage({ type: 'done', id: m.id, outcome: { unpacked: settledToWire(o.unpacked), stored: settledToWire(o.stored) } });
+    });
+    return;
   }
+  // A message for a job that settled early (its blob could not be written) is dropped.
+  const run = runs.get(m.id);
+  if (!run) return;
+  if (m.type === 'data') {
+    // A chunk nothing refers to any more goes back to be filled again: the feeder allocates no new one.
+    void run.offer(Buffer.from(m.buf)).then((reuse) =>
+      reuse ? port.postMessage({ type: 'ack', id: m.id, buf: m.buf }, [m.buf]) : port.postMessage({ type: 'ack', id: m.id }),
+    );
+  }
+  else if (m.type === 'end') run.end();
+  else run.abort(fromWire(m.error));
 });

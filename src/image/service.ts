@@ -329,8 +329,6 @@ export function normalizeConfig(raw: unknown): ImageConfig {
   return out;
 }
 
-/** A layer hardlinks into the layers below it before they are committed: retry once they are. */
-
 export class ImageService {
   private readonly pulls = new Map<string, { work: SharedWork<string>; progress: ProgressMeter }>();
   private readonly unpacks = new Map<string, Promise<Snapshot>>();

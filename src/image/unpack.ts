@@ -57,6 +57,8 @@ export interface ApplyOptions {
    * in this layer. Returns the absolute path of a regular file, or undefined.
    */
   lookupLower?: (relPath: string) => Promise<string | undefined>;
+  /** The source is the layer's tar already decompressed (by a caller that inflated its gzip): it is not decompressed again. */
+  decompressed?: boolean;
 }
 
 /**
@@ -102,6 +104,9 @@ export function cleanEntryName(name: string): string {
   return parts.join('/');
 }
 
+/** The size of the pieces gunzip hands on: each goes through the tar guard, tar-stream and a file writer. */
+export const GUNZIP_CHUNK = 1 << 20;
+
 /** Wraps a stream of layer bytes (gzip, zstd or plain tar) into plain tar bytes. */
 export function decompress(source: Readable): Readable {
   const out = new PassThrough({ highWaterMark: 1 << 20 });
@@ -113,7 +118,7 @@ export function decompress(source: Readable): Readable {
     const buf = Buffer.concat(head);
     let stage: zlib.Gunzip | undefined;
     if (buf.length >= 2 && buf[0] === 0x1f && buf[1] === 0x8b) {
-      stage = zlib.createGunzip({ chunkSize: 1 << 20 });
+      stage = zlib.createGunzip({ chunkSize: GUNZIP_CHUNK });
     } else if (buf.length >= 4 && buf.readUInt32LE(0) === 0xfd2fb528) {
       const child = spawn('zstd', ['-d', '-c', '-q'], { stdio: ['pipe', 'pipe', 'pipe'] });
       let err = '';
@@ -163,7 +168,7 @@ export function decompress(source: Readable): Readable {
   return out;
 }
 
-function wrapDecompressError(e: unknown): Error {
+export function wrapDecompressError(e: unknown): Error {
   if (e instanceof SkiffError) return e;
   return new SkiffError('InvalidArgument', `layer did not decompress: ${(e as Error).message}`);
 }
@@ -693,7 +698,7 @@ export async function applyLayer(root: string, source: Readable, opts: ApplyOpti
       );
     });
     try {
-      await pipeline(decompress(source), hasher, new TarEndGuard(), extract);
+      await pipeline(opts.decompressed ? source : decompress(source), hasher, new TarEndGuard(), extract);
     } catch (err) {
       await current;
       throw writeError ?? err;

@@ -560,3 +560,10 @@ export function reapChild(pid: number): { code: number | null; signal: number | 
   if (sig !== 0x7f) return { code: null, signal: sig };
   return undefined; // stopped, not ended
 }
+
+const mallocTrimRaw = libc.func('int malloc_trim(size_t pad)');
+
+/** Gives the free memory malloc holds back to the system (all of its arenas). */
+export function mallocTrim(): void {
+  mallocTrimRaw(0);
+}
