@@ -6,6 +6,7 @@
  * chunk's memory when nothing here refers to it any more), done.
  */
 import { parentPort } from 'node:worker_threads';
+import { setThreadName } from '../sys/libc.js';
 import { fromWire, LayerRun, settledToWire, type LayerJob, type WireError } from './layer-job.js';
 
 type In =
@@ -13,6 +14,10 @@ type In =
   | { type: 'data'; id: number; buf: ArrayBuffer }
   | { type: 'end'; id: number }
   | { type: 'abort'; id: number; error: WireError };
+
+/** What ps -L and /proc/<pid>/task/<tid>/comm call this thread. */
+export const LAYER_THREAD_NAME = 'skiff-layers';
+setThreadName(LAYER_THREAD_NAME);
 
 const port = parentPort!;
 const runs = new Map<number, LayerRun>();

@@ -567,3 +567,11 @@ const mallocTrimRaw = libc.func('int malloc_trim(size_t pad)');
 export function mallocTrim(): void {
   mallocTrimRaw(0);
 }
+
+const pthreadSelf = libc.func('uint64_t pthread_self()');
+const pthreadSetnameRaw = libc.func('int pthread_setname_np(uint64_t thread, const char *name)');
+
+/** Names the calling thread (at most 15 bytes), as ps -L and /proc/<pid>/task/<tid>/comm show it. */
+export function setThreadName(name: string): void {
+  pthreadSetnameRaw(pthreadSelf(), name.slice(0, 15));
+}
