@@ -6,15 +6,15 @@
  * buffers a heap allocates against that heap's old-generation budget, and
  * on the daemon's heap (some 15 MiB of live code and modules) every 8 MiB
  * or so of them cost a full collection: two dozen per 168 MiB pull, a
- * quarter of its CPU. A layer thread's heap holds little, so its own
- * collections cost about a millisecond.
+ * quarter of its CPU. A layer thread's heap holds a few MiB, so its own
+ * collections are few and short.
  *
  * Memory stays bounded whatever the registry sends: at most IN_FLIGHT
  * buffers of a layer are on their way to a thread before its download is
  * paused, and a thread takes a buffer only as fast as it writes and
- * unpacks it. Threads start on demand, at most one per core (each runs any
- * number of jobs), and end once they have had no job for IDLE_MS: an idle
- * daemon holds none.
+ * unpacks it. The thread starts on demand, runs every layer's job, and
+ * ends once it has had no job for IDLE_MS (10 s): an idle daemon holds
+ * none.
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -26,8 +26,13 @@ import { LayerRun, settledFromWire, toWire, type LayerJob, type LayerOutcome } f
 
 const CHUNK = 1 << 20;
 const IN_FLIGHT = 4;
-/** A thread with no job for this long ends: one pull's layers (and pulls back to back) share it. */
-const IDLE_MS = 2_000;
+/**
+ * A thread with no job for this long ends. Starting one costs ~100 ms and
+ * ~170 ms of CPU, and its code runs cold at first: a pull on a new thread
+ * took 1.1-1.3 s CPU against 1.0-1.1 s on a warm one. Pulls that follow
+ * each other within this (a pod's images, the bench's rounds) share it.
+ */
+const IDLE_MS = 10_000;
 /** The bytes a layer thread handles live outside its heap; the heap itself holds little. */
 const THREAD_HEAP_MB = 64;
 /**

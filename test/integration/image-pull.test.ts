@@ -100,7 +100,7 @@ describe.skipIf(!isRoot)('PullImage: what lands on disk', () => {
     await expect(fs.lstat(path.join(top!, 'etc/passwd'))).rejects.toThrow(/ENOENT/);
   });
 
-  it('unpacks on a layer thread that is gone two seconds after the pull, leaving the idle daemon none', async () => {
+  it('unpacks on a layer thread that is gone ten seconds after the pull, leaving the idle daemon none', async () => {
     const layerThreads = async () => {
       const pid = skiff.child.pid!;
       let n = 0;
@@ -111,7 +111,7 @@ describe.skipIf(!isRoot)('PullImage: what lands on disk', () => {
       return n;
     };
     // Earlier pulls' thread has had time to end.
-    for (let i = 0; i < 100 && (await layerThreads()) > 0; i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 150 && (await layerThreads()) > 0; i++) await new Promise((r) => setTimeout(r, 100));
     expect(await layerThreads()).toBe(0);
     const img = await buildImage({ layers: [{ entries: [{ name: 'a', data: 'a' }] }, { entries: [{ name: 'b', data: 'b' }] }] });
     await push.image('test/thread', 'v1', img);
@@ -119,9 +119,9 @@ describe.skipIf(!isRoot)('PullImage: what lands on disk', () => {
     // Both layers ran on one thread, which waits a little for more work.
     expect(await layerThreads()).toBe(1);
     const t0 = Date.now();
-    while ((await layerThreads()) > 0 && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 100));
+    while ((await layerThreads()) > 0 && Date.now() - t0 < 15_000) await new Promise((r) => setTimeout(r, 100));
     expect(await layerThreads()).toBe(0);
-    expect(Date.now() - t0).toBeGreaterThan(1000);
+    expect(Date.now() - t0).toBeGreaterThan(5000);
   });
 
   it('pulls Docker schema 2 images and reports user, size, tags and digests', async () => {
