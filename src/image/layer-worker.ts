@@ -15,9 +15,8 @@ type In =
   | { type: 'end'; id: number }
   | { type: 'abort'; id: number; error: WireError };
 
-/** What ps -L and /proc/<pid>/task/<tid>/comm call this thread. */
-export const LAYER_THREAD_NAME = 'skiff-layers';
-setThreadName(LAYER_THREAD_NAME);
+// What ps -L and /proc/<pid>/task/<tid>/comm call this thread (image-pull.test counts it by that name).
+setThreadName('skiff-layers');
 
 const port = parentPort!;
 const runs = new Map<number, LayerRun>();
@@ -40,7 +39,6 @@ port.on('message', (m: In) => {
     void run.offer(Buffer.from(m.buf)).then((reuse) =>
       reuse ? port.postMessage({ type: 'ack', id: m.id, buf: m.buf }, [m.buf]) : port.postMessage({ type: 'ack', id: m.id }),
     );
-  }
-  else if (m.type === 'end') run.end();
+  } else if (m.type === 'end') run.end();
   else run.abort(fromWire(m.error));
 });
