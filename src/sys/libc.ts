@@ -151,6 +151,21 @@ export function closeFd(fd: number): void {
   closeRaw(fd);
 }
 
+const mallocTrimRaw = libc.func('int malloc_trim(size_t pad)');
+
+/** Gives the free memory malloc holds back to the system (all of its arenas). */
+export function mallocTrim(): void {
+  mallocTrimRaw(0);
+}
+
+const pthreadSelf = libc.func('uint64_t pthread_self()');
+const pthreadSetnameRaw = libc.func('int pthread_setname_np(uint64_t thread, const char *name)');
+
+/** Names the calling thread (at most 15 bytes), as ps -L and /proc/<pid>/task/<tid>/comm show it. */
+export function setThreadName(name: string): void {
+  pthreadSetnameRaw(pthreadSelf(), name.slice(0, 15));
+}
+
 const openptyRaw = libc.func('int openpty(_Out_ int *master, _Out_ int *slave, void *name, void *termios, void *winsize)');
 
 /** A new pseudo-terminal pair. */
@@ -559,19 +574,4 @@ export function reapChild(pid: number): { code: number | null; signal: number | 
   if (sig === 0) return { code: (st >> 8) & 0xff, signal: null };
   if (sig !== 0x7f) return { code: null, signal: sig };
   return undefined; // stopped, not ended
-}
-
-const mallocTrimRaw = libc.func('int malloc_trim(size_t pad)');
-
-/** Gives the free memory malloc holds back to the system (all of its arenas). */
-export function mallocTrim(): void {
-  mallocTrimRaw(0);
-}
-
-const pthreadSelf = libc.func('uint64_t pthread_self()');
-const pthreadSetnameRaw = libc.func('int pthread_setname_np(uint64_t thread, const char *name)');
-
-/** Names the calling thread (at most 15 bytes), as ps -L and /proc/<pid>/task/<tid>/comm show it. */
-export function setThreadName(name: string): void {
-  pthreadSetnameRaw(pthreadSelf(), name.slice(0, 15));
 }
