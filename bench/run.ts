@@ -130,6 +130,28 @@ function cpuSeconds(pid: number): number {
   }
 }
 
+/** `pid`'s resident set in MiB (NaN once it is gone). */
+function rssMiB(pid: number): number {
+  try {
+    const m = /VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : NaN;
+  } catch {
+    return NaN;
+  }
+}
+
+/** The highest RSS `pid` reaches while `work` runs, sampled every 10 ms. */
+async function peakRss<T>(pid: number, work: () => Promise<T>): Promise<{ value: T; peak: number }> {
+  let peak = rssMiB(pid);
+  const t = setInterval(() => (peak = Math.max(peak, rssMiB(pid))), 10);
+  try {
+    const value = await work();
+    return { value, peak: Math.max(peak, rssMiB(pid)) };
+  } finally {
+    clearInterval(t);
+  }
+}
+
 const ctrArgs = ['-a', '/run/steer-containerd/containerd.sock', '-n', 'k8s.io'];
 
 /** The digests in containerd's content store, and the keys of its snapshots. */
@@ -233,18 +255,28 @@ async function benchPull(registry: Awaited<ReturnType<typeof startRegistry>>): P
       const floors2: number[] = [];
       const ctrdPulls: number[] = [];
       const skiffCpu: number[] = [];
+      const skiffPid = skiff.child.pid!;
+      const skiffPeaks: number[] = [];
+      const ctrdPeaks: number[] = [];
       for (let r = 0; r < RUNS; r++) {
         floors.push(await floorOnce(files));
         floors2.push(await twoCore.run(files));
-        const c0 = cpuSeconds(skiff.child.pid!);
+        const c0 = cpuSeconds(skiffPid);
         const t0 = process.hrtime.bigint();
-        await skiff.images.PullImage({ image: { image: ref } });
+        skiffPeaks.push((await peakRss(skiffPid, () => skiff!.images.PullImage({ image: { image: ref } }))).peak);
         pulls.push(Number(process.hrtime.bigint() - t0) / 1e9);
-        skiffCpu.push(cpuSeconds(skiff.child.pid!) - c0);
+        skiffCpu.push(cpuSeconds(skiffPid) - c0);
         await skiff.images.RemoveImage({ image: { image: ref } });
-        const c = await containerdPull();
-        if (c !== undefined) ctrdPulls.push(c);
+        const c = await peakRss(ctrdPid, containerdPull);
+        if (c.value !== undefined) {
+          ctrdPulls.push(c.value);
+          ctrdPeaks.push(c.peak);
+        }
       }
+      // What each daemon keeps once pulls stop (skiff's layer thread ends 10 s after its last layer).
+      await new Promise((r) => setTimeout(r, 12_000));
+      const skiffQuiet = rssMiB(skiffPid);
+      const ctrdQuiet = rssMiB(ctrdPid);
       const pull = median(pulls);
       const floor = median(floors);
       const floor2 = median(floors2);
@@ -261,6 +293,8 @@ async function benchPull(registry: Awaited<ReturnType<typeof startRegistry>>): P
         line('floor, one core, layer after layer (info)', floor),
       );
       out.push(`CPU per pull, median (user + system, the daemon's threads included): skiff ${median(skiffCpu).toFixed(2)} s${ctrdCpu.length ? `, containerd ${median(ctrdCpu).toFixed(2)} s` : ''}`);
+      const asMiB = (x: number) => `${x.toFixed(0)} MiB`;
+      out.push(`daemon RSS, highest during its pulls / 12 s after the last: skiff ${asMiB(Math.max(...skiffPeaks))} / ${asMiB(skiffQuiet)}${ctrdPeaks.length ? `, containerd ${asMiB(Math.max(...ctrdPeaks))} / ${asMiB(ctrdQuiet)}` : ''}`);
       if (containerd !== undefined) out.push(`ratio skiff/containerd: ${(pull / containerd).toFixed(2)}× (target ≤ 0.6×)`);
       else out.push(ctrdNote);
       out.push(`ratio skiff/two-core floor: ${(pull / floor2).toFixed(2)}× (target ≤ 1.5×)`);

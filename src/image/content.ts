@@ -20,11 +20,24 @@ export interface ContentStore {
   has(digest: string): Promise<boolean>;
   /** Streams `source` into the store; verifies size (when known) and digest. */
   ingest(expected: { digest: string; size?: number }, source: Readable): Promise<BlobInfo>;
+  /**
+   * A private ingest file for a blob that another writer (a layer thread)
+   * fills and hashes; `commit` verifies what the writer reports and moves
+   * the file into place, `abort` drops it.
+   */
+  ingestFile(expected: { digest: string; size?: number }): IngestFile;
   read(digest: string): Readable;
   readBytes(digest: string): Promise<Buffer>;
   path(digest: string): string;
   list(): Promise<BlobInfo[]>;
   delete(digest: string): Promise<void>;
+}
+
+export interface IngestFile {
+  path: string;
+  algorithm: DigestAlgorithm;
+  commit(actual: { digest: string; size: number }): Promise<BlobInfo>;
+  abort(): Promise<void>;
 }
 
 /** The digest algorithms blobs are verified with, and the hex length of each. */
@@ -148,6 +161,35 @@ export class LocalContentStore implements ContentStore {
       await fsp.rm(tmp, { force: true });
       throw noSpaceAt(err, `blob ${expected.digest} (writing ${tmp})`);
     }
+  }
+
+  ingestFile(expected: { digest: string; size?: number }): IngestFile {
+    const target = this.path(expected.digest);
+    const { algorithm, hex } = parseDigest(expected.digest);
+    const tmp = path.join(this.ingestDir, `${algorithm}-${hex}-${randomBytes(6).toString('hex')}`);
+    const abort = () => fsp.rm(tmp, { force: true });
+    return {
+      path: tmp,
+      algorithm,
+      abort,
+      commit: async (actual) => {
+        try {
+          const limit = expected.size;
+          if (limit !== undefined && actual.size !== limit) {
+            throw new SkiffError('InvalidArgument', `blob ${expected.digest} is ${actual.size} bytes, its descriptor says ${limit}`);
+          }
+          if (actual.digest !== expected.digest) {
+            throw new SkiffError('InvalidArgument', `digest mismatch: expected ${expected.digest}, got ${actual.digest}`);
+          }
+          // Another ingest of the same blob may have put it there first: the same verified bytes replace it.
+          await fsp.rename(tmp, target);
+          return { digest: expected.digest, size: actual.size };
+        } catch (err) {
+          await abort();
+          throw noSpaceAt(err, `blob ${expected.digest} (writing ${tmp})`);
+        }
+      },
+    };
   }
 
   read(digest: string): Readable {

@@ -8,7 +8,7 @@ import { EventEmitter } from 'node:events';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { PassThrough, Readable, Transform } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 import pLimit from 'p-limit';
 import type { Db } from '../db.js';
 import { SkiffError, errorMessage, isErrno, isNoSpace, noSpaceAt, wrap } from '../errors.js';
@@ -21,7 +21,9 @@ import { cancelledError, isCancellation, PullCancelled, SharedWork } from './sha
 import { ImageArchive, type ArchiveLimits } from './archive.js';
 import { readImageArchive } from './import.js';
 import { findInLowers, type Snapshot, type Snapshotter } from './snapshot.js';
-import { applyLayer } from './unpack.js';
+import { applyLayer, type ApplyResult } from './unpack.js';
+import { NeedsLowerLayers } from './layer-job.js';
+import { storeAndUnpack } from './layer-thread.js';
 
 export interface Descriptor {
   mediaType: string;
@@ -326,9 +328,6 @@ export function normalizeConfig(raw: unknown): ImageConfig {
   out.rootfs = { type: isString(rootfs.type) ? rootfs.type : 'layers', diff_ids: strings(rootfs.diff_ids) ?? [] };
   return out;
 }
-
-/** A layer hardlinks into the layers below it before they are committed: retry once they are. */
-class NeedsLowerLayers extends Error {}
 
 export class ImageService {
   private readonly pulls = new Map<string, { work: SharedWork<string>; progress: ProgressMeter }>();
@@ -650,9 +649,10 @@ export class ImageService {
   }
 
   /**
-   * Unpacks a layer into a new snapshot. A blob not yet stored is fetched and
-   * teed: one copy is verified into the content store while the other is
-   * unpacked, and the snapshot is committed only if both succeed.
+   * Unpacks a layer into a new snapshot. A blob not yet stored is fetched
+   * once and each chunk both written to the content store (verified there)
+   * and unpacked, on a layer thread; the snapshot is committed only if both
+   * succeed.
    */
   private async unpackLayer(
     session: BlobSource,
@@ -663,8 +663,6 @@ export class ImageService {
     parentReady: boolean,
   ): Promise<Snapshot> {
     const dir = await this.d.snapshots.prepare();
-    let stored: Promise<unknown> = Promise.resolve();
-    let source: Readable;
     let body: Readable | undefined;
     try {
       if (!(await this.d.content.has(layer.digest))) body = await session.blob(layer);
@@ -673,37 +671,31 @@ export class ImageService {
       await this.d.snapshots.abort(dir);
       throw err;
     }
+    const lookupLower = async (rel: string) => {
+      if (!parent) return undefined;
+      if (!parentReady) throw new NeedsLowerLayers();
+      return this.findInLowers(parent, rel);
+    };
+    let unpacked: PromiseSettledResult<ApplyResult>;
+    let fetched: PromiseSettledResult<unknown> = { status: 'fulfilled', value: undefined };
     if (!body) {
-      source = this.d.content.read(layer.digest);
+      unpacked = (await Promise.allSettled([applyLayer(dir, this.d.content.read(layer.digest), { lookupLower })]))[0];
     } else {
-      const toStore = new PassThrough({ highWaterMark: 1 << 20 });
-      const toUnpack = new PassThrough({ highWaterMark: 1 << 20 });
-      // The consumers see these errors through pipeline; before they attach, an error must not crash the process.
-      toStore.on('error', () => {});
-      toUnpack.on('error', () => {});
-      body.on('error', (e) => {
-        toStore.destroy(e);
-        toUnpack.destroy(e);
-      });
-      body.pipe(toStore);
-      body.pipe(toUnpack);
-      stored = this.d.content.ingest({ digest: layer.digest, size: layer.size }, toStore).catch((err) => {
-        body.destroy();
-        toUnpack.destroy(err);
-        throw wrap(err, `failed to fetch blob ${layer.digest}`, 'Unavailable');
-      });
-      source = toUnpack;
+      // Downloaded once, and at once stored and unpacked (on a layer thread); the snapshot is committed only if both succeed.
+      const ingest = this.d.content.ingestFile({ digest: layer.digest, size: layer.size });
+      const lower = !parent ? undefined : parentReady ? this.d.snapshots.lowerDirs(parent) : 'later';
+      const outcome = await storeAndUnpack({ dir, blobTmp: ingest.path, algorithm: ingest.algorithm, lower }, body);
+      unpacked = outcome.unpacked.ok ? { status: 'fulfilled', value: outcome.unpacked.value } : { status: 'rejected', reason: outcome.unpacked.error };
+      const stored = outcome.stored;
+      try {
+        if (!stored.ok) throw stored.error;
+        // The blob is kept even when its unpack failed: a layer done again reads it from the store.
+        fetched = { status: 'fulfilled', value: await ingest.commit(stored.value) };
+      } catch (err) {
+        if (!stored.ok) await ingest.abort();
+        fetched = { status: 'rejected', reason: wrap(err, `failed to fetch blob ${layer.digest}`, 'Unavailable') };
+      }
     }
-    const [unpacked, fetched] = await Promise.allSettled([
-      applyLayer(dir, source, {
-        lookupLower: async (rel) => {
-          if (!parent) return undefined;
-          if (!parentReady) throw new NeedsLowerLayers();
-          return this.findInLowers(parent, rel);
-        },
-      }),
-      stored,
-    ]);
     try {
       // A full disk fails both copies; the unpack, the bigger writer, names the cause.
       if (unpacked.status === 'rejected' && isNoSpace(unpacked.reason)) {

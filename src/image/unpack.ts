@@ -27,6 +27,7 @@ export const tarHeaders = require(path.join(path.dirname(require.resolve('tar-st
 import { SkiffError, isErrno } from '../errors.js';
 import {
   AT_FDCWD,
+  closeFd,
   fsetxattr,
   lgetxattr,
   lsetxattr,
@@ -56,6 +57,8 @@ export interface ApplyOptions {
    * in this layer. Returns the absolute path of a regular file, or undefined.
    */
   lookupLower?: (relPath: string) => Promise<string | undefined>;
+  /** The source is the layer's tar already decompressed (by a caller that inflated its gzip): it is not decompressed again. */
+  decompressed?: boolean;
 }
 
 /**
@@ -101,6 +104,9 @@ export function cleanEntryName(name: string): string {
   return parts.join('/');
 }
 
+/** The size of the pieces gunzip hands on: each goes through the tar guard, tar-stream and a file writer. */
+export const GUNZIP_CHUNK = 1 << 20;
+
 /** Wraps a stream of layer bytes (gzip, zstd or plain tar) into plain tar bytes. */
 export function decompress(source: Readable): Readable {
   const out = new PassThrough({ highWaterMark: 1 << 20 });
@@ -112,7 +118,7 @@ export function decompress(source: Readable): Readable {
     const buf = Buffer.concat(head);
     let stage: zlib.Gunzip | undefined;
     if (buf.length >= 2 && buf[0] === 0x1f && buf[1] === 0x8b) {
-      stage = zlib.createGunzip({ chunkSize: 1 << 18 });
+      stage = zlib.createGunzip({ chunkSize: GUNZIP_CHUNK });
     } else if (buf.length >= 4 && buf.readUInt32LE(0) === 0xfd2fb528) {
       const child = spawn('zstd', ['-d', '-c', '-q'], { stdio: ['pipe', 'pipe', 'pipe'] });
       let err = '';
@@ -162,7 +168,7 @@ export function decompress(source: Readable): Readable {
   return out;
 }
 
-function wrapDecompressError(e: unknown): Error {
+export function wrapDecompressError(e: unknown): Error {
   if (e instanceof SkiffError) return e;
   return new SkiffError('InvalidArgument', `layer did not decompress: ${(e as Error).message}`);
 }
@@ -388,7 +394,7 @@ class LayerWriter {
   }
 
   dispose(): void {
-    fs.closeSync(this.rootFd);
+    closeFd(this.rootFd);
   }
 
   /**
@@ -417,15 +423,15 @@ class LayerWriter {
         if (st.isSymbolicLink()) throw unsafe(original, `parent "${cur}" is a symlink`);
         if (!st.isDirectory()) throw unsafe(original, `parent "${cur}" is not a directory`);
         const next = openat2(fd, p, O_PATH | O_DIRECTORY | O_CLOEXEC, DIR_RESOLVE);
-        fs.closeSync(fd);
+        closeFd(fd);
         fd = next;
       }
       if (flags === O_PATH) return fd;
       const opened = openat2(fd, '.', flags | O_DIRECTORY | O_CLOEXEC, DIR_RESOLVE);
-      fs.closeSync(fd);
+      closeFd(fd);
       return opened;
     } catch (err) {
-      fs.closeSync(fd);
+      closeFd(fd);
       throw err;
     }
   }
@@ -490,7 +496,7 @@ class LayerWriter {
     try {
       return lgetxattr(at(fd, '.'), 'trusted.overlay.opaque')?.toString() === 'y';
     } finally {
-      fs.closeSync(fd);
+      closeFd(fd);
     }
   }
 
@@ -520,7 +526,7 @@ class LayerWriter {
       try {
         fsetxattr(fd, 'trusted.overlay.opaque', Buffer.from('y'));
       } finally {
-        fs.closeSync(fd);
+        closeFd(fd);
       }
       return;
     }
@@ -537,7 +543,7 @@ class LayerWriter {
           mknod(at(fd, hidden), S_IFCHR | 0o000, 0, 0);
         });
       } finally {
-        fs.closeSync(fd);
+        closeFd(fd);
       }
       this.inodes++;
       return;
@@ -546,7 +552,7 @@ class LayerWriter {
     try {
       await this.keepingTimes(fd, () => this.write(h, rel, fd, base, body));
     } finally {
-      fs.closeSync(fd);
+      closeFd(fd);
     }
   }
 
@@ -632,7 +638,7 @@ class LayerWriter {
       // link(2) does not follow a symlink in its last component: the new name is a link to the target itself.
       await fsp.link(target, at(dirFd, base));
     } finally {
-      fs.closeSync(tFd);
+      closeFd(tFd);
     }
   }
 
@@ -692,7 +698,7 @@ export async function applyLayer(root: string, source: Readable, opts: ApplyOpti
       );
     });
     try {
-      await pipeline(decompress(source), hasher, new TarEndGuard(), extract);
+      await pipeline(opts.decompressed ? source : decompress(source), hasher, new TarEndGuard(), extract);
     } catch (err) {
       await current;
       throw writeError ?? err;

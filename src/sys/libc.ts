@@ -151,6 +151,14 @@ export function closeFd(fd: number): void {
   closeRaw(fd);
 }
 
+const pthreadSelf = libc.func('uint64_t pthread_self()');
+const pthreadSetnameRaw = libc.func('int pthread_setname_np(uint64_t thread, const char *name)');
+
+/** Names the calling thread (at most 15 bytes), as ps -L and /proc/<pid>/task/<tid>/comm show it. */
+export function setThreadName(name: string): void {
+  pthreadSetnameRaw(pthreadSelf(), name.slice(0, 15));
+}
+
 const openptyRaw = libc.func('int openpty(_Out_ int *master, _Out_ int *slave, void *name, void *termios, void *winsize)');
 
 /** A new pseudo-terminal pair. */

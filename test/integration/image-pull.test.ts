@@ -100,6 +100,30 @@ describe.skipIf(!isRoot)('PullImage: what lands on disk', () => {
     await expect(fs.lstat(path.join(top!, 'etc/passwd'))).rejects.toThrow(/ENOENT/);
   });
 
+  it('unpacks on a layer thread that is gone ten seconds after the pull, leaving the idle daemon none', async () => {
+    const layerThreads = async () => {
+      const pid = skiff.child.pid!;
+      let n = 0;
+      for (const t of await fs.readdir(`/proc/${pid}/task`)) {
+        const comm = await fs.readFile(`/proc/${pid}/task/${t}/comm`, 'utf8').catch(() => '');
+        if (comm.trim() === 'skiff-layers') n++;
+      }
+      return n;
+    };
+    // Earlier pulls' thread has had time to end.
+    for (let i = 0; i < 150 && (await layerThreads()) > 0; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(await layerThreads()).toBe(0);
+    const img = await buildImage({ layers: [{ entries: [{ name: 'a', data: 'a' }] }, { entries: [{ name: 'b', data: 'b' }] }] });
+    await push.image('test/thread', 'v1', img);
+    await skiff.images.PullImage({ image: { image: `${reg}/test/thread:v1` } });
+    // Both layers ran on one thread, which waits a little for more work.
+    expect(await layerThreads()).toBe(1);
+    const t0 = Date.now();
+    while ((await layerThreads()) > 0 && Date.now() - t0 < 15_000) await new Promise((r) => setTimeout(r, 100));
+    expect(await layerThreads()).toBe(0);
+    expect(Date.now() - t0).toBeGreaterThan(5000);
+  });
+
   it('pulls Docker schema 2 images and reports user, size, tags and digests', async () => {
     const img = await buildImage({ format: 'docker', layers: [{ entries: [{ name: 'hello', data: 'docker' }] }], config: { config: { User: '1000:1000' } } });
     const digest = await push.image('test/docker', 'v2', img);

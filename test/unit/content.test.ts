@@ -39,6 +39,31 @@ describe('LocalContentStore', () => {
     expect(await fs.readdir(path.join(dir, 'ingest'))).toEqual([]);
   });
 
+  it('keeps a blob a layer thread wrote to an ingest file only when the size and digest it reports are the descriptor\'s', async () => {
+    const data = Buffer.from('written by a layer thread');
+    const want = { digest: digest(data), size: data.length };
+    for (const [actual, why] of [
+      [{ digest: want.digest, size: data.length + 1 }, /its descriptor says/],
+      [{ digest: digest(Buffer.from('something else')), size: data.length }, /digest mismatch/],
+    ] as const) {
+      const f = store.ingestFile(want);
+      await fs.writeFile(f.path, data);
+      await expect(f.commit(actual)).rejects.toThrow(why);
+      expect(await store.has(want.digest)).toBe(false);
+      expect(await fs.readdir(path.join(dir, 'ingest'))).toEqual([]);
+    }
+    const f = store.ingestFile(want);
+    expect(path.dirname(f.path)).toBe(path.join(dir, 'ingest'));
+    await fs.writeFile(f.path, data);
+    await f.abort();
+    expect(await fs.readdir(path.join(dir, 'ingest'))).toEqual([]);
+    const g = store.ingestFile(want);
+    await fs.writeFile(g.path, data);
+    expect(await g.commit(want)).toEqual(want);
+    expect((await store.readBytes(want.digest)).equals(data)).toBe(true);
+    expect(await fs.readdir(path.join(dir, 'ingest'))).toEqual([]);
+  });
+
   it('refuses a wrong digest or size and leaves nothing visible', async () => {
     const data = Buffer.from('payload');
     const other = digest(Buffer.from('other'));
