@@ -84,6 +84,8 @@ export class CniNetwork {
   /** The pod CIDR whose masquerade rules were last written, and when. */
   private masqWritten: { cidr: string; at: number } | undefined;
   private masqWriting: { cidr: string; done: Promise<void> } | undefined;
+  /** The last write started: each waits for the one before, whatever its CIDR. */
+  private masqQueue: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: CniOptions) {
     this.podCidr = o.podCidr;
@@ -326,7 +328,12 @@ export class CniNetwork {
     const known = this.masqWritten?.cidr === cidr;
     if (known && Date.now() - this.masqWritten!.at < MASQ_RECHECK_MS) return Promise.resolve();
     if (this.masqWriting?.cidr !== cidr) {
-      const done = ensureNetworkMasq(this.o.runner, this.o.bridge, cidr)
+      // One write at a time: each reads the table, then rewrites it. Two at once (a background rewrite for the
+      // old pod CIDR, waiting on the xtables lock, and the first write for a new one) could have the older apply
+      // last, from what it read before the newer wrote: the new CIDR's jump into a chain that lets only the
+      // old CIDR through unmasqueraded, and the old CIDR recorded as written.
+      const done = this.masqQueue
+        .then(() => ensureNetworkMasq(this.o.runner, this.o.bridge, cidr))
         .then(() => {
           this.masqWritten = { cidr, at: Date.now() };
         })
@@ -334,6 +341,7 @@ export class CniNetwork {
           if (this.masqWriting?.done === done) this.masqWriting = undefined;
         });
       this.masqWriting = { cidr, done };
+      this.masqQueue = done.catch(() => undefined);
     }
     const done = this.masqWriting!.done;
     if (!known) return done;

@@ -315,3 +315,72 @@ describe('masquerade rules a DEL left behind', () => {
   });
 });
 
+
+describe('masquerade rewrites of skiff\'s own network', () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-cni-'));
+    await fs.mkdir(path.join(dir, 'bin'));
+    for (const p of ['bridge', 'portmap']) await fs.writeFile(path.join(dir, 'bin', p), '', { mode: 0o755 });
+  });
+  afterEach(async () => {
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+
+  it('are made one at a time: a rewrite for the old pod CIDR still running when the CIDR changes cannot undo the new one', async () => {
+    // A nat table as iptables keeps it: `-S POSTROUTING` prints it, iptables-restore --noflush applies to it.
+    const chains = new Map<string, string[]>([['POSTROUTING', []]]);
+    /** Holds the answer of the next `iptables -S` (already read) until released: a write that waits for the xtables lock. */
+    let hold: Promise<void> | undefined;
+    const runner: Runner = async (cmd: string, _args: string[], opts: RunOptions = {}): Promise<RunResult> => {
+      const ok = (stdout = ''): RunResult => ({ code: 0, signal: null, stdout, stderr: '', timedOut: false });
+      if (cmd === 'iptables') {
+        const stdout = ['-P POSTROUTING ACCEPT', ...chains.get('POSTROUTING')!.map((r) => `-A POSTROUTING ${r}`), ''].join('\n');
+        const wait = hold;
+        hold = undefined;
+        if (wait) await wait;
+        return ok(stdout);
+      }
+      if (cmd === 'iptables-restore') {
+        for (const line of String(opts.input).split('\n')) {
+          const m = /^(:|-A |-D )(\S+)(?: - \[0:0\]| (.*))?$/.exec(line);
+          if (!m) continue;
+          const [, op, chain, rule] = m;
+          if (op === ':') chains.set(chain!, []);
+          else if (op === '-A ') chains.get(chain!)!.push(rule!);
+          else chains.set(chain!, chains.get(chain!)!.filter((r) => r !== rule));
+        }
+        return ok();
+      }
+      if (cmd === 'ip') return ok();
+      const stdout = opts.env?.CNI_COMMAND === 'ADD' ? JSON.stringify({ cniVersion: '1.0.0', ips: [{ address: '10.1.0.5/24' }] }) : '';
+      return ok(stdout);
+    };
+    const cni = new CniNetwork({ confDir: path.join(dir, 'net.d'), binDirs: [path.join(dir, 'bin')], dataDir: path.join(dir, 'data'), podCidr: '10.1.0.0/24', bridge: 'skifftest0', runner, log: silentLogger, addresses: () => [] });
+    const meta = { name: 'a', namespace: 'b', uid: 'c' };
+    const chain = networkMasqChain('skifftest0');
+    await cni.add('p1', '/run/netns/p1', meta, []);
+    const realNow = Date.now;
+    try {
+      // A minute on, a pod start rewrites the rules in the background; that rewrite waits on the lock.
+      Date.now = () => realNow() + 61_000;
+      let release!: () => void;
+      hold = new Promise<void>((r) => (release = r));
+      await cni.add('p2', '/run/netns/p2', meta, []);
+      // Its pods gone, the network takes a new pod CIDR, and the next pod is started.
+      await cni.del('p1');
+      await cni.del('p2');
+      await cni.setPodCidr('10.2.0.0/24');
+      const p3 = cni.add('p3', '/run/netns/p3', meta, []);
+      await new Promise((r) => setTimeout(r, 50));
+      release();
+      await p3;
+      await new Promise((r) => setTimeout(r, 50));
+    } finally {
+      Date.now = realNow;
+    }
+    expect(chains.get('POSTROUTING')).toEqual([`-s 10.2.0.0/24 -m comment --comment "skiff pods on skifftest0" -j ${chain}`]);
+    // Traffic between the new CIDR's pods is left as it is; with the old CIDR here instead, it left masqueraded.
+    expect(chains.get(chain)).toEqual(['-d 10.2.0.0/24 -j RETURN', '-d 224.0.0.0/4 -j RETURN', '-j MASQUERADE']);
+  });
+});
