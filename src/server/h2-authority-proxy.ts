@@ -367,6 +367,8 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
   /** Per open client: resolves once the client has what the server wrote and is closed. */
   const finishers = new Map<net.Socket, () => Promise<void>>();
   let dropped = 0;
+  /** Clients refused since the last socket pair that could be made. */
+  let unpaired = 0;
   const server = net.createServer((client) => {
     if (dropped) {
       log.info('CRI connections accepted again', { refused: dropped });
@@ -406,9 +408,15 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       try {
         pair = socketPair();
       } catch (err) {
-        log.warn('cannot serve a CRI connection: no socket pair for it (out of file descriptors?)', { error: (err as Error).message });
+        // One warning per burst, as for connections past MAX_CRI_CONNECTIONS: out of descriptors, every client
+        // that connects is refused here, and a line for each would let any client write the log as fast as it connects.
+        if (unpaired++ === 0) log.warn('cannot serve CRI connections: no socket pair for them (out of file descriptors?); refusing them until one can be made', { error: (err as Error).message });
         close();
         return;
+      }
+      if (unpaired) {
+        log.info('CRI connections served again', { refused: unpaired });
+        unpaired = 0;
       }
       inner = new net.Socket({ fd: pair[0], readable: true, writable: true });
       conn = new net.Socket({ fd: pair[1], readable: true, writable: true });
