@@ -3,7 +3,7 @@
  * to it with a gRPC client over that socket, as crictl or the kubelet would.
  */
 import * as grpc from '@grpc/grpc-js';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import os from 'node:os';
@@ -37,6 +37,19 @@ export async function makeDirs(): Promise<DaemonDirs> {
 }
 
 /** Writes `<certs>/<host>/hosts.toml`. */
+/** Lazily unmounts whatever is still mounted under `base` (a daemon that died cannot undo its own mounts), deepest first. */
+export async function unmountUnder(base: string): Promise<void> {
+  const mounts = (await fs.readFile('/proc/self/mounts', 'utf8')).split('\n').map((l) => l.split(' ')[1] ?? '');
+  for (const m of mounts.filter((m) => m.startsWith(base)).reverse()) spawnSync('umount', ['-l', m]);
+}
+
+/** Removes a test daemon's directories, unmounting what is left under them first. */
+export async function removeDirs(dirs: DaemonDirs | undefined): Promise<void> {
+  if (!dirs) return;
+  await unmountUnder(dirs.base);
+  await fs.rm(dirs.base, { recursive: true, force: true });
+}
+
 export async function hostsToml(dirs: DaemonDirs, host: string, text: string): Promise<void> {
   await fs.mkdir(path.join(dirs.certs, host), { recursive: true });
   await fs.writeFile(path.join(dirs.certs, host, 'hosts.toml'), text);

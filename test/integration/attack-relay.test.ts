@@ -6,12 +6,10 @@
  * refused past MAX_CRI_CONNECTIONS, one warning per burst rather than a log
  * line per connection a client cares to open.
  */
-import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
-import fs from 'node:fs/promises';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
+import { makeDirs, removeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { frame, PREFACE } from '../helpers/h2-frames.js';
 import { waitFor } from '../helpers/registry.js';
@@ -39,11 +37,7 @@ describe.skipIf(!isRoot)('the CRI relay out of descriptors', () => {
 
   afterAll(async () => {
     await skiff?.stop();
-    if (dirs) {
-      const mounts = (await fs.readFile('/proc/self/mounts', 'utf8')).split('\n').map((l) => l.split(' ')[1] ?? '');
-      for (const m of mounts.filter((m) => m.startsWith(dirs.base)).reverse()) spawnSync('umount', ['-l', m]);
-      await fs.rm(dirs.base, { recursive: true, force: true });
-    }
+    await removeDirs(dirs);
   });
 
   it('refuses clients it has no socket pair for with one warning per burst, leaks nothing, and serves again once it can', async () => {

@@ -4,14 +4,13 @@
  * and never finish them. What the daemon holds stays bounded, and other
  * clients keep getting answers.
  */
-import { spawnSync } from 'node:child_process';
 import http2 from 'node:http2';
 import net from 'node:net';
 import fs from 'node:fs/promises';
 import zlib from 'node:zlib';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
+import { makeDirs, removeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { frame, PREFACE } from '../helpers/h2-frames.js';
 import { startPodFixture, type PodFixture } from '../helpers/pods.js';
@@ -95,11 +94,7 @@ describe.skipIf(!isRoot)('the gRPC server under clients that hold requests open'
   afterAll(async () => {
     for (const c of open) c.sock.destroy();
     await skiff?.stop();
-    if (dirs) {
-      const mounts = (await fs.readFile('/proc/self/mounts', 'utf8')).split('\n').map((l) => l.split(' ')[1] ?? '');
-      for (const m of mounts.filter((m) => m.startsWith(dirs.base)).reverse()) spawnSync('umount', ['-l', m]);
-      await fs.rm(dirs.base, { recursive: true, force: true });
-    }
+    await removeDirs(dirs);
   });
 
   it('holds a request sent one byte per DATA frame at what it is, not ~100 bytes of objects per frame', async () => {

@@ -3,11 +3,9 @@
  * CONTINUATION flood and a seeded fuzz of random and mutated frames. The bad
  * client loses its connection; every other client keeps getting answers.
  */
-import { spawnSync } from 'node:child_process';
 import net from 'node:net';
-import fs from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
+import { makeDirs, removeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { prng } from '../helpers/prng.js';
 import { frame, hpack, PREFACE } from '../helpers/h2-frames.js';
@@ -115,11 +113,7 @@ describe.skipIf(!isRoot)('the CRI socket under hostile HTTP/2 clients', () => {
 
   afterAll(async () => {
     await skiff?.stop();
-    if (dirs) {
-      const mounts = (await fs.readFile('/proc/self/mounts', 'utf8')).split('\n').map((l) => l.split(' ')[1] ?? '');
-      for (const m of mounts.filter((m) => m.startsWith(dirs.base)).reverse()) spawnSync('umount', ['-l', m]);
-      await fs.rm(dirs.base, { recursive: true, force: true });
-    }
+    await removeDirs(dirs);
   });
 
   it('closes a connection that sends an HPACK bomb, and keeps answering others', async () => {

@@ -4,11 +4,10 @@
  * downloads, and a stalled download fails on its own. After each fault, the
  * daemon's memory stayed flat and a normal pull still works.
  */
-import { spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { codeOf, grpc, makeDirs, SkiffProcess, type DaemonDirs } from '../helpers/daemon.js';
+import { codeOf, grpc, makeDirs, SkiffProcess, unmountUnder, type DaemonDirs } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { flood, HostileRegistry, peakRss, rssOf, type Handler, type SeenRequest } from '../helpers/hostile-registry.js';
 import { buildImage, type BuiltImage } from '../helpers/oci.js';
@@ -97,10 +96,7 @@ describe.skipIf(!isRoot)('PullImage from a hostile registry', () => {
     raw?.close();
     await skiff?.stop();
     // A daemon that died cannot undo its own mounts: do it, so the directory can go.
-    if (dirs) {
-      const mounts = (await fs.readFile('/proc/self/mounts', 'utf8')).split('\n').map((l) => l.split(' ')[1] ?? '');
-      for (const m of mounts.filter((m) => m.startsWith(dirs.base)).reverse()) spawnSync('umount', ['-l', m]);
-    }
+    if (dirs) await unmountUnder(dirs.base);
     await reg?.close();
     for (const r of extra) await r.close();
     if (dirs) await fs.rm(dirs.base, { recursive: true, force: true });
