@@ -15,10 +15,15 @@ function lastErrno(): number {
   return koffi.decode(errnoLoc(), 'int') as number;
 }
 
+/** The name of an errno value (ENOENT), as Node's errors carry it. */
+function errnoName(errno: number): string {
+  const entry = Object.entries(os.constants.errno).find(([, v]) => v === errno);
+  return entry ? entry[0] : `ERRNO${errno}`;
+}
+
 function errnoError(syscall: string, path: string): NodeJS.ErrnoException {
   const errno = lastErrno();
-  const entry = Object.entries(os.constants.errno).find(([, v]) => v === errno);
-  const code = entry ? entry[0] : `ERRNO${errno}`;
+  const code = errnoName(errno);
   const err = new Error(`${code}: ${syscall} ${path}`) as NodeJS.ErrnoException;
   err.code = code;
   err.errno = errno;
@@ -481,10 +486,6 @@ const POSIX_SPAWN_SETSID = 0x80;
 const F_DUPFD_CLOEXEC = 1030;
 const WNOHANG = 1;
 
-function errnoName(errno: number): string {
-  const entry = Object.entries(os.constants.errno).find(([, v]) => v === errno);
-  return entry ? entry[0] : `ERRNO${errno}`;
-}
 
 /** A close-on-exec pipe: [read end, write end]. */
 export function pipe(): [number, number] {
