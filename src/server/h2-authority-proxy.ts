@@ -363,7 +363,6 @@ export const PREFACE_TIMEOUT_MS = 10_000;
 
 /** Listens on `publicPath` and hands each connection, rewritten, to `serve`. */
 export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) => void, log: Logger, limits: Partial<RewriterLimits> = {}): AuthorityProxy {
-  const sockets = new Set<net.Socket>();
   /** Per open client: resolves once the client has what the server wrote and is closed. */
   const finishers = new Map<net.Socket, () => Promise<void>>();
   let dropped = 0;
@@ -385,7 +384,6 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
         if (code !== 0) serverGaveUp = true;
       },
     );
-    sockets.add(client);
     let closed = false;
     // A client that never starts speaking HTTP/2 is not held for ever.
     const prefaceTimer = setTimeout(() => {
@@ -431,7 +429,6 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       if (closed) return;
       closed = true;
       clearTimeout(prefaceTimer);
-      sockets.delete(client);
       conn?.destroy();
       inner?.destroy();
       client.unpipe(rewriter);
@@ -469,7 +466,6 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       if (closed) return;
       closed = true;
       clearTimeout(prefaceTimer);
-      sockets.delete(client);
       client.end();
       setTimeout(() => {
         inner?.destroy();
@@ -494,8 +490,7 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       if (serverGaveUp && !closed) {
         closed = true;
         clearTimeout(prefaceTimer);
-        sockets.delete(client);
-        log.debug('HTTP/2 server ended a client connection for an error; closing it');
+          log.debug('HTTP/2 server ended a client connection for an error; closing it');
         client.end();
         setTimeout(() => {
           conn?.destroy();
@@ -518,7 +513,6 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([Promise.all(all), new Promise((r) => (timer = setTimeout(r, graceMs)))]);
       clearTimeout(timer);
-      for (const s of sockets) s.destroy();
       for (const c of finishers.keys()) c.destroy();
     },
   };
