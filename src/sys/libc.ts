@@ -21,6 +21,11 @@ function errnoName(errno: number): string {
   return entry ? entry[0] : `ERRNO${errno}`;
 }
 
+/** The name of the calling thread's last errno (ENOENT), for errors built outside this file. */
+export function lastErrnoName(): string {
+  return errnoName(lastErrno());
+}
+
 function errnoError(syscall: string, path: string): NodeJS.ErrnoException {
   const errno = lastErrno();
   const code = errnoName(errno);

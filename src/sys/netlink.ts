@@ -5,7 +5,7 @@
  * cost about 5 ms of each RunPodSandbox here).
  */
 import koffi from 'koffi';
-import os from 'node:os';
+import { lastErrnoName } from './libc.js';
 
 const libc = koffi.load('libc.so.6');
 const socketRaw = libc.func('int socket(int domain, int type, int protocol)');
@@ -13,7 +13,6 @@ const sendRaw = libc.func('intptr_t send(int fd, const uint8_t *buf, size_t len,
 const recvRaw = libc.func('intptr_t recv(int fd, _Out_ uint8_t *buf, size_t len, int flags)');
 const closeRaw = libc.func('int close(int fd)');
 const indexToNameRaw = libc.func('char *if_indextoname(unsigned int index, _Out_ uint8_t *name)');
-const errnoLoc = libc.func('int *__errno_location()');
 
 const AF_NETLINK = 16;
 const AF_INET = 2;
@@ -36,9 +35,7 @@ export interface Ipv4Address {
 }
 
 function fail(what: string): never {
-  const errno = koffi.decode(errnoLoc(), 'int') as number;
-  const code = Object.entries(os.constants.errno).find(([, v]) => v === errno)?.[0] ?? `ERRNO${errno}`;
-  throw new Error(`netlink ${what}: ${code}`);
+  throw new Error(`netlink ${what}: ${lastErrnoName()}`);
 }
 
 const align4 = (n: number) => (n + 3) & ~3;
