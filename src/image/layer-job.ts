@@ -12,7 +12,7 @@ import { PassThrough, Readable } from 'node:stream';
 import zlib from 'node:zlib';
 import { SkiffError, type ErrorKind } from '../errors.js';
 import { findInLowers } from './snapshot.js';
-import { applyLayer, GUNZIP_CHUNK, wrapDecompressError, type ApplyResult } from './unpack.js';
+import { applyLayer, GUNZIP_CHUNK, isGzip, wrapDecompressError, type ApplyResult } from './unpack.js';
 
 export interface LayerJob {
   /** The empty snapshot directory to unpack into. */
@@ -155,7 +155,7 @@ export class LayerRun {
   /** Picks the unpacker's source from the blob's first bytes (none: the feed, which then ends or fails). */
   private start(first: Buffer | undefined): Readable {
     if (this.source) return this.source;
-    if (first && first.length >= 2 && first[0] === 0x1f && first[1] === 0x8b) {
+    if (first && isGzip(first)) {
       const gunzip = zlib.createGunzip({ chunkSize: GUNZIP_CHUNK });
       const plain = new PassThrough({ highWaterMark: GUNZIP_CHUNK });
       // As applyLayer's own decompression says it: the layer is at fault, not the daemon.

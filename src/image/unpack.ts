@@ -107,6 +107,11 @@ export function cleanEntryName(name: string): string {
 /** The size of the pieces gunzip hands on: each goes through the tar guard, tar-stream and a file writer. */
 export const GUNZIP_CHUNK = 1 << 20;
 
+/** Whether a layer's first bytes are gzip's magic number. */
+export function isGzip(head: Buffer): boolean {
+  return head.length >= 2 && head[0] === 0x1f && head[1] === 0x8b;
+}
+
 /** Wraps a stream of layer bytes (gzip, zstd or plain tar) into plain tar bytes. */
 export function decompress(source: Readable): Readable {
   const out = new PassThrough({ highWaterMark: 1 << 20 });
@@ -117,7 +122,7 @@ export function decompress(source: Readable): Readable {
     decided = true;
     const buf = Buffer.concat(head);
     let stage: zlib.Gunzip | undefined;
-    if (buf.length >= 2 && buf[0] === 0x1f && buf[1] === 0x8b) {
+    if (isGzip(buf)) {
       stage = zlib.createGunzip({ chunkSize: GUNZIP_CHUNK });
     } else if (buf.length >= 4 && buf.readUInt32LE(0) === 0xfd2fb528) {
       const child = spawn('zstd', ['-d', '-c', '-q'], { stdio: ['pipe', 'pipe', 'pipe'] });
