@@ -34,6 +34,8 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined>,
 export interface RunningRegistry {
   url: string;
   host: string;
+  /** The registry's process, for benchmarks that count its CPU. */
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -56,6 +58,7 @@ export async function startRegistry(): Promise<RunningRegistry> {
   return {
     url,
     host,
+    pid: child.pid!,
     stop: async () => {
       child.kill('SIGTERM');
       await exited;
