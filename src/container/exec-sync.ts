@@ -171,7 +171,6 @@ export interface ExecSyncOptions {
   /** The runtime binary and its root. */
   runtime: { binary: string; root: string };
   containerId: string;
-  bundle: string;
   processJson: string;
   /** A private directory for the pid, log and exit files. */
   workDir: string;
@@ -203,14 +202,15 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
       '--api-version', '1',
       '-c', o.containerId, '-u', id, '-n', id,
       '-r', o.runtime.binary,
-      '-b', o.bundle,
+      // No bundle (-b): given one, conmon 2.1 sets up an attach socket for the exec in it, where the
+      // container's own conmon listens, unlinking that one first. The container then could no longer
+      // be attached to, and concurrent execs unlinked each other's sockets (conmon exits 1).
       '-p', pidFile,
       '-l', `k8s-file:${logFile}`,
       // conmon starts the log over past this size, losing what came first: leave room for
       // the line prefixes of a program that writes in small pieces (tr writes 1 KiB or less).
       '--log-size-max', String(8 * max),
       '--exit-dir', exitDir,
-      '--socket-dir-path', o.workDir,
       '--runtime-arg', `--root=${o.runtime.root}`,
       '--log-level', 'error',
       '--syslog',

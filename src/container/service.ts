@@ -863,7 +863,6 @@ export class ContainerService {
       return await runExecSync({
         runtime,
         containerId: c.id,
-        bundle: c.bundle,
         processJson,
         workDir: tmp,
         timeoutMs: timeoutSeconds > 0 ? timeoutSeconds * 1000 : 0,

@@ -201,6 +201,23 @@ describe.skipIf(!isRoot)('streaming: Exec, Attach and PortForward over SPDY and 
     expect((await codeOf(f.skiff.runtime.Attach({ containerId: ctr, stdin: true, stdout: true }))).code).toBe(grpc.status.INVALID_ARGUMENT);
   });
 
+  it('still attaches after ExecSync in the same container: an exec leaves the container\'s attach socket alone', async () => {
+    // Given the container's bundle, conmon 2.1 sets up an exec's own attach socket in it, in place of the container's.
+    const execs = await Promise.all(Array.from({ length: 8 }, () => f.skiff.runtime.ExecSync({ containerId: shell, cmd: ['true'], timeout: 10 })));
+    expect(execs.map((r) => r.exitCode)).toEqual(Array(8).fill(0));
+    const url = (await f.skiff.runtime.Attach({ containerId: shell, stdin: true, stdout: true, stderr: true })).url!;
+    const { client } = await SpdyTestClient.connect(url, ['v4.channel.k8s.io'], streamHostPort);
+    const error = await client.open({ streamtype: 'error', requestid: '0' });
+    const stdin = await client.open({ streamtype: 'stdin', requestid: '0' });
+    const stdout = await client.open({ streamtype: 'stdout', requestid: '0' });
+    await client.open({ streamtype: 'stderr', requestid: '0' });
+    client.write(stdin, 'echo after-exec\n');
+    await client.until(() => stdout.data.toString().includes('after-exec\n') || error.fin);
+    client.close();
+    expect(error.data.toString()).toBe('');
+    expect(stdout.data.toString()).toBe('after-exec\n');
+  });
+
   it('forwards a port over WebSocket, with the port announced on both channels', async () => {
     const url = (await f.skiff.runtime.PortForward({ podSandboxId: podId, port: [80] })).url!;
     const ws = new WebSocket(`ws://127.0.0.1:${streamHostPort}${new URL(url).pathname}?port=80`, ['v4.channel.k8s.io']);
