@@ -54,6 +54,7 @@ export function encodeLiterals(headers: readonly HpackHeader[]): Buffer {
 }
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+const EMPTY = Buffer.alloc(0);
 const FRAME_HEADERS = 0x1;
 const FRAME_SETTINGS = 0x4;
 const FRAME_GOAWAY = 0x7;
@@ -128,7 +129,7 @@ function frame(type: number, flags: number, stream: number, payload: Buffer): Bu
  * through untouched.
  */
 export class AuthorityRewriter extends Transform {
-  private buf: Buffer = Buffer.alloc(0);
+  private buf: Buffer = EMPTY;
   private prefaceDone = false;
   private readonly limits: RewriterLimits;
   private readonly decoder: BoundedHpackDecoder;
@@ -160,25 +161,38 @@ export class AuthorityRewriter extends Transform {
   private blockPriority: Buffer | undefined;
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    let out: Buffer[];
     try {
-      this.drain();
-      cb();
+      out = this.rewrite(chunk);
     } catch (err) {
       cb(err as Error);
+      return;
     }
+    for (const b of out) this.push(b);
+    cb();
   }
 
-  private drain(): void {
+  /**
+   * What the server is to get for the next `chunk` of the client's bytes, in order; throws H2ConnectionError.
+   * The relay calls this directly: as a Transform in a pipe, each chunk also went through Node's stream
+   * machinery twice on its way to the server.
+   */
+  rewrite(chunk: Buffer): Buffer[] {
+    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    const out: Buffer[] = [];
     if (!this.prefaceDone) {
-      if (this.buf.length < PREFACE.length) return;
+      if (this.buf.length < PREFACE.length) return out;
       if (!this.buf.subarray(0, PREFACE.length).equals(PREFACE)) throw new H2ConnectionError('client did not start with the HTTP/2 preface', H2_PROTOCOL_ERROR);
-      this.push(this.buf.subarray(0, PREFACE.length));
+      out.push(this.buf.subarray(0, PREFACE.length));
       this.buf = this.buf.subarray(PREFACE.length);
       this.prefaceDone = true;
       this.emit('preface');
     }
-    const out: Buffer[] = [];
+    this.drain(out);
+    return out;
+  }
+
+  private drain(out: Buffer[]): void {
     let passStart = 0;
     let off = 0;
     while (this.buf.length - off >= 9) {
@@ -202,9 +216,8 @@ export class AuthorityRewriter extends Transform {
     }
     if (off > passStart) out.push(this.buf.subarray(passStart, off));
     this.buf = this.buf.subarray(off);
-    if (this.buf.length === 0) this.buf = Buffer.alloc(0);
+    if (this.buf.length === 0) this.buf = EMPTY;
     else this.buf = Buffer.from(this.buf);
-    for (const b of out) this.push(b);
   }
 
   private headerFrame(type: number, flags: number, stream: number, payload: Buffer): Buffer[] | undefined {
@@ -285,7 +298,9 @@ export class AuthorityRewriter extends Transform {
  * whether the bytes so far end on a frame boundary (where a GOAWAY may go).
  */
 export class ServerFrameWatcher extends Transform {
-  private head = Buffer.alloc(0);
+  /** The header of the frame being read, while it is cut short. */
+  private readonly head = Buffer.alloc(9);
+  private headLen = 0;
   private remaining = 0;
   /** The payload of a SETTINGS or GOAWAY frame being read, and which of them it is. */
   private collecting: { type: number; parts: Buffer[] } | undefined;
@@ -299,21 +314,41 @@ export class ServerFrameWatcher extends Transform {
   }
 
   get atFrameBoundary(): boolean {
-    return this.remaining === 0 && this.head.length === 0;
+    return this.remaining === 0 && this.headLen === 0;
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    this.scan(chunk);
+    cb(null, chunk);
+  }
+
+  /**
+   * Follows the frames in the server's next `chunk`. Only frame headers are read, and the payloads of
+   * SETTINGS and GOAWAY; the relay calls this directly and writes the chunk on as it is.
+   */
+  scan(chunk: Buffer): void {
     let off = 0;
     while (off < chunk.length) {
       if (this.remaining === 0 && this.collecting === undefined) {
-        const need = 9 - this.head.length;
-        this.head = Buffer.concat([this.head, chunk.subarray(off, off + need)]);
-        off += Math.min(need, chunk.length - off);
-        if (this.head.length < 9) break;
-        this.remaining = this.head.readUIntBE(0, 3);
-        const type = this.head[3]!;
-        if ((type === FRAME_SETTINGS && !(this.head[4]! & FLAG_ACK)) || type === FRAME_GOAWAY) this.collecting = { type, parts: [] };
-        this.head = Buffer.alloc(0);
+        let h: Buffer;
+        let at: number;
+        if (this.headLen === 0 && chunk.length - off >= 9) {
+          h = chunk;
+          at = off;
+          off += 9;
+        } else {
+          const take = Math.min(9 - this.headLen, chunk.length - off);
+          chunk.copy(this.head, this.headLen, off, off + take);
+          this.headLen += take;
+          off += take;
+          if (this.headLen < 9) break;
+          this.headLen = 0;
+          h = this.head;
+          at = 0;
+        }
+        this.remaining = h.readUIntBE(at, 3);
+        const type = h[at + 3]!;
+        if ((type === FRAME_SETTINGS && !(h[at + 4]! & FLAG_ACK)) || type === FRAME_GOAWAY) this.collecting = { type, parts: [] };
       }
       const take = Math.min(this.remaining, chunk.length - off);
       if (this.collecting) this.collecting.parts.push(chunk.subarray(off, off + take));
@@ -330,7 +365,6 @@ export class ServerFrameWatcher extends Transform {
         }
       }
     }
-    cb(null, chunk);
   }
 }
 
@@ -420,24 +454,86 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       conn = new net.Socket({ fd: pair[1], readable: true, writable: true });
       inner.on('error', close);
       conn.on('error', close);
-      // What the server reads is the rewritten client; what it writes goes out through the watcher.
-      rewriter.pipe(inner);
-      inner.pipe(watcher);
+      // What the server writes goes out to the client as it comes, the watcher only looking at it.
+      const pairEnd = inner;
+      pairEnd.on('data', (chunk: Buffer) => fromServer(pairEnd, chunk));
+      // The server closed its end: what it wrote before has all gone to the client by now.
+      pairEnd.on('end', () => {
+        if (closed) return;
+        closed = true;
+        clearTimeout(prefaceTimer);
+        client.end();
+        setTimeout(() => {
+          inner?.destroy();
+          client.destroy();
+        }, 1000).unref();
+      });
       serve(conn);
     });
+    // What the server reads is the rewritten client. The rewriter and the watcher are called directly,
+    // not piped as streams: through two Transforms, each call's bytes took Node's stream machinery four
+    // times more on their way through the relay.
+    const toServer = (chunk: Buffer) => {
+      let out: Buffer[];
+      try {
+        out = rewriter.rewrite(chunk);
+      } catch (err) {
+        close(err as Error);
+        return;
+      }
+      // Before the preface is complete nothing is passed on; the pair is made as it completes.
+      if (!inner || closed || out.length === 0) return;
+      let more = true;
+      for (const b of out) more = inner.write(b);
+      if (!more) {
+        client.pause();
+        inner.once('drain', () => client.resume());
+      }
+    };
+    /** Set once nothing more of the server's is to reach the client (a GOAWAY of the relay's own follows). */
+    let stopped = false;
+    // The frames of one answer (headers, data, trailers) leave in one write where they come in one turn.
+    let corked = false;
+    const fromServer = (pairEnd: net.Socket, chunk: Buffer) => {
+      if (stopped) return;
+      watcher.scan(chunk);
+      if (!corked) {
+        corked = true;
+        client.cork();
+        process.nextTick(() => {
+          corked = false;
+          client.uncork();
+        });
+      }
+      if (!client.write(chunk)) {
+        pairEnd.pause();
+        client.once('drain', () => pairEnd.resume());
+      }
+      if (serverGaveUp && !closed) {
+        closed = true;
+        clearTimeout(prefaceTimer);
+        log.debug('HTTP/2 server ended a client connection for an error; closing it');
+        client.end();
+        setTimeout(() => {
+          conn?.destroy();
+          inner?.destroy();
+          client.destroy();
+        }, 1000).unref();
+      }
+    };
     const close = (err?: Error) => {
       if (closed) return;
       closed = true;
       clearTimeout(prefaceTimer);
       conn?.destroy();
       inner?.destroy();
-      client.unpipe(rewriter);
+      client.off('data', toServer);
+      client.pause();
       rewriter.destroy();
       if (err instanceof H2ConnectionError) {
         log.warn('HTTP/2 client broke the protocol; closing its connection', { error: err.message });
         // Tell the client why, when that can be said between two frames; then close whatever it does.
-        watcher.removeAllListeners('data');
-        watcher.pause();
+        stopped = true;
         if (watcher.atFrameBoundary && client.writable) {
           client.end(goaway(err.h2Code));
           setTimeout(() => client.destroy(), 1000).unref();
@@ -449,56 +545,20 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       client.destroy();
     };
     client.on('error', close);
-    rewriter.on('error', close);
-    watcher.on('error', close);
     client.on('close', () => close());
-    client.pipe(rewriter);
+    client.on('data', toServer);
+    // The client's half-close reaches the server, as through a pipe.
+    client.on('end', () => {
+      if (!closed) inner?.end();
+    });
     finishers.set(client, () => {
       if (client.destroyed) return Promise.resolve();
-      // The server's end closing (the session was destroyed) ends the watcher, which ends the client.
+      // The server's end closing (the session was destroyed) ends the pair, which ends the client.
       conn?.end();
       if (!conn) client.destroy();
       return new Promise((resolve) => client.once('close', () => resolve()));
     });
     client.once('close', () => finishers.delete(client));
-    // The server closed its end: what it wrote before has all gone through the watcher to the client by now.
-    watcher.on('end', () => {
-      if (closed) return;
-      closed = true;
-      clearTimeout(prefaceTimer);
-      client.end();
-      setTimeout(() => {
-        inner?.destroy();
-        client.destroy();
-      }, 1000).unref();
-    });
-    // The frames of one answer (headers, data, trailers) leave in one write where they come in one turn.
-    let corked = false;
-    watcher.on('data', (chunk: Buffer) => {
-      if (!corked) {
-        corked = true;
-        client.cork();
-        process.nextTick(() => {
-          corked = false;
-          client.uncork();
-        });
-      }
-      if (!client.write(chunk)) {
-        watcher.pause();
-        client.once('drain', () => watcher.resume());
-      }
-      if (serverGaveUp && !closed) {
-        closed = true;
-        clearTimeout(prefaceTimer);
-          log.debug('HTTP/2 server ended a client connection for an error; closing it');
-        client.end();
-        setTimeout(() => {
-          conn?.destroy();
-          inner?.destroy();
-          client.destroy();
-        }, 1000).unref();
-      }
-    });
   });
   server.maxConnections = MAX_CRI_CONNECTIONS;
   server.on('drop', () => {

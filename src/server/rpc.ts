@@ -241,9 +241,14 @@ export class RpcServer {
     for (const s of this.sessions) s.destroy();
   }
 
+  private readonly streamClosed = (): void => {
+    this.openStreams--;
+  };
+
   private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
-    stream.on('error', () => {});
-    this.onActivity(String(headers[':path'] ?? ''));
+    stream.on('error', ignore);
+    const path = String(headers[HTTP2_HEADER_PATH] ?? '');
+    this.onActivity(path);
     // Many connections each at their own limit still add up: over all of them, streams are bounded too.
     if (this.openStreams >= (this.limits.maxStreams ?? DEFAULT_RPC_LIMITS.maxStreams!)) {
       // Refused one by one, each stream would still cost what Node builds for it (~5 KiB) for as long as
@@ -258,119 +263,59 @@ export class RpcServer {
       return;
     }
     this.openStreams++;
-    stream.once('close', () => this.openStreams--);
-    const path = String(headers[HTTP2_HEADER_PATH] ?? '');
-    if (headers[HTTP2_HEADER_METHOD] !== 'POST') return this.plain(stream, 405);
+    const refuse = (): void => {
+      stream.once('close', this.streamClosed);
+    };
+    if (headers[HTTP2_HEADER_METHOD] !== 'POST') return (refuse(), this.plain(stream, 405));
     const ct = headers[HTTP2_HEADER_CONTENT_TYPE];
-    if (typeof ct !== 'string' || !ct.startsWith('application/grpc')) return this.plain(stream, 415);
+    if (typeof ct !== 'string' || !ct.startsWith('application/grpc')) return (refuse(), this.plain(stream, 415));
     const route = this.routes.get(path);
-    if (!route) return this.trailersOnly(stream, grpcError(Status.UNIMPLEMENTED, `unknown method ${path}`));
-    if (this.draining) return this.trailersOnly(stream, grpcError(Status.UNAVAILABLE, 'skiff is shutting down'));
+    if (!route) return (refuse(), this.trailersOnly(stream, grpcError(Status.UNIMPLEMENTED, `unknown method ${path}`)));
+    if (this.draining) return (refuse(), this.trailersOnly(stream, grpcError(Status.UNAVAILABLE, 'skiff is shutting down')));
     const encoding = headers['grpc-encoding'];
     const enc = typeof encoding === 'string' ? encoding : 'identity';
     if (enc !== 'identity' && enc !== 'gzip' && enc !== 'deflate') {
-      return this.trailersOnly(stream, grpcError(Status.UNIMPLEMENTED, `request compression "${enc}" is not supported`));
+      return (refuse(), this.trailersOnly(stream, grpcError(Status.UNIMPLEMENTED, `request compression "${enc}" is not supported`)));
     }
     const timeoutMs = parseTimeout(headers['grpc-timeout'] as string | undefined);
     // Node fires a timer set past 2^31-1 ms (~24.8 days) after 1 ms: a deadline that far off is taken as none.
     const deadline = timeoutMs === undefined || timeoutMs > MAX_TIMER_MS ? Infinity : Date.now() + timeoutMs;
-    this.readRequest(stream, route, enc, deadline);
+    new Exchange(this, stream, route, enc, deadline);
   }
 
-  private readRequest(stream: http2.ServerHttp2Stream, route: Route, enc: string, deadline: number): void {
-    // The request is copied into one buffer of its own as it comes: HTTP/2 hands each DATA frame over as a
-    // view of the whole read it came in, so keeping the chunks would keep ~100 bytes of objects per frame and
-    // every read a one-byte frame arrived in, far more than the bytes counted.
-    let buf = Buffer.alloc(0);
-    let used = 0;
-    let failed = false;
-    const release = () => {
-      this.pendingBytes -= buf.length;
-      buf = Buffer.alloc(0);
-    };
-    const fail = (err: ServiceError) => {
-      if (failed) return;
-      failed = true;
-      release();
-      this.trailersOnly(stream, err);
-    };
-    // A client that never finishes its request is not waited on past its deadline.
-    let timer: NodeJS.Timeout | undefined;
-    if (deadline !== Infinity) {
-      timer = setTimeout(() => fail(grpcError(Status.DEADLINE_EXCEEDED, 'deadline passed before the request was read')), Math.max(0, deadline - Date.now()));
-    }
-    stream.on('data', (c: Buffer) => {
-      if (failed) return;
-      const need = used + c.length;
-      if (need > this.limits.maxReceive + 5) {
-        fail(grpcError(Status.RESOURCE_EXHAUSTED, `received message larger than max (more than ${this.limits.maxReceive} bytes)`));
-        return;
-      }
-      if (need > buf.length) {
-        // Doubling: what is held is at most twice what came, and each byte is copied a bounded number of times.
-        const size = Math.min(Math.max(need, 2 * buf.length, 256), this.limits.maxReceive + 5);
-        if (this.pendingBytes + size - buf.length > this.limits.maxPending) {
-          fail(grpcError(Status.RESOURCE_EXHAUSTED, 'too many request bytes in flight; try again'));
-          return;
-        }
-        const grown = Buffer.allocUnsafeSlow(size);
-        buf.copy(grown, 0, 0, used);
-        this.pendingBytes += size - buf.length;
-        buf = grown;
-      }
-      c.copy(buf, used);
-      used = need;
-    });
-    let inflating = false;
-    stream.on('close', () => {
-      clearTimeout(timer);
-      if (!failed) {
-        failed = true;
-        // A request waiting to be inflated stays counted until its turn is over.
-        if (!inflating) release();
-      }
-    });
-    stream.on('end', () => {
-      clearTimeout(timer);
-      if (failed) return;
-      const deliver = (msg: Buffer) => {
-        if (failed) return;
-        let request: unknown;
-        try {
-          request = route.decode(msg);
-        } catch (err) {
-          fail(grpcError(Status.INTERNAL, `cannot parse the request to ${route.path}: ${(err as Error).message}`));
-          return;
-        }
-        failed = true;
-        release();
-        if (stream.destroyed) return;
-        this.dispatch(stream, route, request, deadline);
-      };
-      let msg: { body: Buffer; compressed: boolean };
-      try {
-        msg = this.oneMessage(buf.subarray(0, used), enc);
-      } catch (err) {
-        fail(err as ServiceError);
-        return;
-      }
-      if (!msg.compressed) return deliver(msg.body);
-      // What is held stays counted until it is inflated.
-      inflating = true;
-      this.inflate(msg.body, enc, () => !stream.destroyed, (err, out) => {
-        inflating = false;
-        if (failed) release();
-        else if (err) fail(err);
-        else deliver(out!);
-      });
-    });
+  /** @internal Request bytes held and not yet handed to a handler: `delta` more (or fewer); false past the budget. */
+  holdPending(delta: number): boolean {
+    if (delta > 0 && this.pendingBytes + delta > this.limits.maxPending) return false;
+    this.pendingBytes += delta;
+    return true;
+  }
+
+  /** @internal */
+  get rpcLimits(): RpcLimits {
+    return this.limits;
+  }
+
+  /** @internal A call has started: it counts until it is over. */
+  callStarted(call: CallBase): void {
+    this.calls.add(call);
+  }
+
+  /** @internal The stream of a call or a request being read has closed. */
+  exchangeClosed(call: CallBase | undefined, path: string): void {
+    this.openStreams--;
+    if (!call || !this.calls.delete(call)) return;
+    this.onActivity(path);
+    call.cancel();
+    call.closeCall();
+    if (this.calls.size === 0) this.idle.emit('idle');
   }
 
   /**
    * Inflates one request at a time, off the event loop: a 16 KiB request that inflates to 16 MiB takes
    * ~60 ms of CPU, and done in line a client sending a few of them a second kept every other call waiting.
    */
-  private inflate(body: Buffer, enc: string, wanted: () => boolean, done: (err: ServiceError | null, out?: Buffer) => void): void {
+  /** @internal */
+  inflate(body: Buffer, enc: string, wanted: () => boolean, done: (err: ServiceError | null, out?: Buffer) => void): void {
     const run = (next: () => void) => {
       if (!wanted()) {
         next();
@@ -400,7 +345,8 @@ export class RpcServer {
   }
 
   /** The one length-prefixed message a unary or server-streaming request carries, not yet inflated. */
-  private oneMessage(buf: Buffer, enc: string): { body: Buffer; compressed: boolean } {
+  /** @internal */
+  oneMessage(buf: Buffer, enc: string): { body: Buffer; compressed: boolean } {
     if (buf.length < 5) throw grpcError(Status.INTERNAL, 'the request carries no message');
     const compressed = buf[0]!;
     const len = buf.readUInt32BE(1);
@@ -412,72 +358,13 @@ export class RpcServer {
     return { body, compressed: true };
   }
 
-  private dispatch(stream: http2.ServerHttp2Stream, route: Route, request: unknown, deadline: number): void {
-    let takeTimer: NodeJS.Timeout | undefined;
-    let call: CallBase;
-    let answerError: (err: ServiceError) => void;
-    if (route.responseStream) {
-      const s = new ServerStreamWriter(stream, route, this.limits);
-      const sc = new ServerStream(route.path, request, deadline, s);
-      call = sc;
-      answerError = (err) => sc.fail(err);
-    } else {
-      call = new UnaryCall(route.path, request, deadline, (err, res) => {
-        if (err) return this.trailersOnly(stream, err);
-        let body: Buffer;
-        try {
-          body = Buffer.isBuffer(res) ? res : route.encode(res);
-        } catch (e) {
-          return this.trailersOnly(stream, grpcError(Status.INTERNAL, `cannot encode the answer: ${(e as Error).message}`));
-        }
-        if (body.length > this.limits.maxSend) {
-          return this.trailersOnly(stream, grpcError(Status.RESOURCE_EXHAUSTED, `answer of ${body.length} bytes is larger than the ${this.limits.maxSend} bytes skiff sends`));
-        }
-        sendOne(stream, body);
-        // An answer the client does not take is not held for ever: what it holds (the daemon's memory, and
-        // budgets released only once it is taken, like ExecSync's output) comes back at the client's
-        // deadline, or `answerTakeMs` after the answer was sent if that comes first.
-        if (!stream.closed && !stream.destroyed) {
-          const by = Math.min(deadline, Date.now() + (this.limits.answerTakeMs ?? DEFAULT_RPC_LIMITS.answerTakeMs!));
-          takeTimer = setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), Math.max(0, by - Date.now()));
-        }
-      });
-      answerError = (err) => (call as UnaryCall).respond(err);
-    }
-    this.calls.add(call);
-    let timer: NodeJS.Timeout | undefined;
-    const ended = () => {
-      clearTimeout(timer);
-      clearTimeout(takeTimer);
-      if (!this.calls.delete(call)) return;
-      this.onActivity(route.path);
-      call.cancel();
-      call.closeCall();
-      if (this.calls.size === 0) this.idle.emit('idle');
-    };
-    stream.on('close', ended);
-    if (deadline !== Infinity) {
-      timer = setTimeout(() => {
-        if (call.ended) return;
-        // The handler learns first, then the client gets its status; whatever the handler answers later is dropped.
-        call.cancel();
-        this.trailersOnly(stream, grpcError(Status.DEADLINE_EXCEEDED, 'deadline exceeded'));
-      }, Math.max(0, deadline - Date.now()));
-    }
-    try {
-      if (route.responseStream) route.stream!(call as ServerStream);
-      else route.unary!(call as UnaryCall);
-    } catch (err) {
-      answerError(grpcError(Status.UNKNOWN, (err as Error).message));
-    }
-  }
-
   private plain(stream: http2.ServerHttp2Stream, status: number): void {
     if (stream.destroyed || stream.headersSent) return;
     stream.respond({ [HTTP2_HEADER_STATUS]: status }, { endStream: true });
   }
 
-  private trailersOnly(stream: http2.ServerHttp2Stream, err: ServiceError): void {
+  /** @internal */
+  trailersOnly(stream: http2.ServerHttp2Stream, err: ServiceError): void {
     if (stream.destroyed || stream.closed) return;
     if (stream.headersSent) {
       // Headers went out already: the status goes in trailers after what was written.
@@ -502,13 +389,19 @@ function frameHeader(len: number): Buffer {
   return h;
 }
 
+function sendOkTrailers(this: http2.ServerHttp2Stream): void {
+  this.sendTrailers({ 'grpc-status': '0' });
+}
+
 function sendOne(stream: http2.ServerHttp2Stream, body: Buffer): void {
   if (stream.destroyed || stream.closed) return;
   stream.respond(RESPONSE_HEADERS, { waitForTrailers: true });
-  stream.once('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0' }));
+  stream.once('wantTrailers', sendOkTrailers);
   // Small answers go out as one DATA frame.
   if (body.length < 16 << 10) stream.end(Buffer.concat([frameHeader(body.length), body]));
   else {
+    // Both parts in one write to the session, not two.
+    stream.cork();
     stream.write(frameHeader(body.length));
     stream.end(body);
   }
@@ -564,3 +457,233 @@ class ServerStreamWriter {
   }
 }
 
+
+function ignore(): void {}
+
+const EMPTY = Buffer.alloc(0);
+
+/** Where an exchange is: what its one timer does when it fires depends on it. */
+const READING = 0;
+/** The request is read and waits to be inflated: the deadline is looked at once it is handed over. */
+const INFLATING = 1;
+const HANDLING = 2;
+/** A unary answer was sent: the client has until its deadline, or `answerTakeMs`, to take it. */
+const ANSWERED = 3;
+const OVER = 4;
+
+/**
+ * One stream from its request's first byte until it closes. It keeps one timer, not one per phase:
+ * the request's deadline while it is read, the call's while the handler runs, and the time the client
+ * has to take the answer. Armed once for whichever could come first, it is moved on only when it fires
+ * before what is due (a call running longer than `answerTakeMs`); three timers per call, each with a
+ * delay of its own, cost ~10 µs of every warm call and several times that on the first ones.
+ */
+class Exchange {
+  private phase = READING;
+  private buf = EMPTY;
+  private used = 0;
+  /** The request's buffer is released, and nothing more is read into it. */
+  private done = false;
+  private timer: NodeJS.Timeout | undefined;
+  /** When the timer fires, ms since the epoch. */
+  private due = 0;
+  private sentAt = 0;
+  private call: CallBase | undefined;
+
+  constructor(
+    private readonly server: RpcServer,
+    private readonly stream: http2.ServerHttp2Stream,
+    private readonly route: Route,
+    private readonly enc: string,
+    /** Milliseconds since the epoch, or Infinity. */
+    private readonly deadline: number,
+  ) {
+    stream.on('data', this.onData);
+    stream.on('end', this.onEnd);
+    stream.on('close', this.onClose);
+    // A client that never finishes its request is not waited on past its deadline.
+    if (deadline !== Infinity) this.arm(Date.now());
+  }
+
+  private get take(): number {
+    return this.server.rpcLimits.answerTakeMs ?? DEFAULT_RPC_LIMITS.answerTakeMs!;
+  }
+
+  /**
+   * Sets the timer for what could be due first from `now` on: the deadline, unless the time to take an
+   * answer sent now would end sooner (then it fires early, and is moved on if nothing is due yet).
+   */
+  private arm(now: number): void {
+    const window = now + this.take;
+    this.due = this.deadline <= window ? this.deadline : window;
+    this.timer = setTimeout(this.onTimer, Math.max(0, this.due - now));
+  }
+
+  private readonly onTimer = (): void => {
+    this.timer = undefined;
+    const atDeadline = this.due === this.deadline;
+    switch (this.phase) {
+      case READING:
+        if (atDeadline) this.fail(grpcError(Status.DEADLINE_EXCEEDED, 'deadline passed before the request was read'));
+        else this.arm(Date.now());
+        return;
+      case HANDLING: {
+        const call = this.call!;
+        if (!atDeadline) {
+          this.arm(Date.now());
+          return;
+        }
+        if (call.ended) return;
+        // The handler learns first, then the client gets its status; whatever the handler answers later is dropped.
+        call.cancel();
+        this.server.trailersOnly(this.stream, grpcError(Status.DEADLINE_EXCEEDED, 'deadline exceeded'));
+        return;
+      }
+      case ANSWERED: {
+        // An answer the client does not take is not held for ever: what it holds (the daemon's memory, and
+        // budgets released only once it is taken, like ExecSync's output) comes back at the client's
+        // deadline, or `answerTakeMs` after the answer was sent if that comes first.
+        const by = Math.min(this.deadline, this.sentAt + this.take);
+        if (atDeadline || by === this.due || Date.now() >= by) {
+          this.stream.close(http2.constants.NGHTTP2_CANCEL);
+          return;
+        }
+        this.due = by;
+        this.timer = setTimeout(this.onTimer, Math.max(0, by - Date.now()));
+        return;
+      }
+      default:
+        return;
+    }
+  };
+
+  private release(): void {
+    this.server.holdPending(-this.buf.length);
+    this.buf = EMPTY;
+  }
+
+  private fail(err: ServiceError): void {
+    if (this.done) return;
+    this.done = true;
+    this.release();
+    this.server.trailersOnly(this.stream, err);
+  }
+
+  // The request is copied into one buffer of its own as it comes: HTTP/2 hands each DATA frame over as a
+  // view of the whole read it came in, so keeping the chunks would keep ~100 bytes of objects per frame and
+  // every read a one-byte frame arrived in, far more than the bytes counted.
+  private readonly onData = (c: Buffer): void => {
+    if (this.done) return;
+    const limits = this.server.rpcLimits;
+    const need = this.used + c.length;
+    if (need > limits.maxReceive + 5) {
+      this.fail(grpcError(Status.RESOURCE_EXHAUSTED, `received message larger than max (more than ${limits.maxReceive} bytes)`));
+      return;
+    }
+    if (need > this.buf.length) {
+      // Doubling: what is held is at most twice what came, and each byte is copied a bounded number of times.
+      const size = Math.min(Math.max(need, 2 * this.buf.length, 256), limits.maxReceive + 5);
+      if (!this.server.holdPending(size - this.buf.length)) {
+        this.fail(grpcError(Status.RESOURCE_EXHAUSTED, 'too many request bytes in flight; try again'));
+        return;
+      }
+      const grown = Buffer.allocUnsafeSlow(size);
+      this.buf.copy(grown, 0, 0, this.used);
+      this.buf = grown;
+    }
+    c.copy(this.buf, this.used);
+    this.used = need;
+  };
+
+  private readonly onEnd = (): void => {
+    if (this.done) return;
+    let msg: { body: Buffer; compressed: boolean };
+    try {
+      msg = this.server.oneMessage(this.buf.subarray(0, this.used), this.enc);
+    } catch (err) {
+      this.fail(err as ServiceError);
+      return;
+    }
+    if (!msg.compressed) return this.deliver(msg.body);
+    // What is held stays counted until it is inflated. As before, a deadline passing meanwhile is seen
+    // once the request is handed over.
+    this.phase = INFLATING;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.server.inflate(msg.body, this.enc, () => !this.stream.destroyed, (err, out) => {
+      if (this.done) this.release();
+      else if (err) this.fail(err);
+      else this.deliver(out!);
+    });
+  };
+
+  private deliver(msg: Buffer): void {
+    if (this.done) return;
+    const route = this.route;
+    let request: unknown;
+    try {
+      request = route.decode(msg);
+    } catch (err) {
+      this.fail(grpcError(Status.INTERNAL, `cannot parse the request to ${route.path}: ${(err as Error).message}`));
+      return;
+    }
+    this.done = true;
+    this.release();
+    if (this.stream.destroyed) return;
+    this.dispatch(request);
+  }
+
+  private dispatch(request: unknown): void {
+    const { route, stream, deadline } = this;
+    let call: CallBase;
+    if (route.responseStream) {
+      call = new ServerStream(route.path, request, deadline, new ServerStreamWriter(stream, route, this.server.rpcLimits));
+    } else {
+      call = new UnaryCall(route.path, request, deadline, this.reply);
+    }
+    this.call = call;
+    this.phase = HANDLING;
+    this.server.callStarted(call);
+    if (this.timer === undefined && deadline !== Infinity) this.arm(Date.now());
+    try {
+      if (route.responseStream) route.stream!(call as ServerStream);
+      else route.unary!(call as UnaryCall);
+    } catch (err) {
+      const e = grpcError(Status.UNKNOWN, (err as Error).message);
+      if (route.responseStream) (call as ServerStream).fail(e);
+      else (call as UnaryCall).respond(e);
+    }
+  }
+
+  private readonly reply = (err: ServiceError | null, res?: unknown): void => {
+    const { stream, route, server } = this;
+    if (err) return server.trailersOnly(stream, err);
+    let body: Buffer;
+    try {
+      body = Buffer.isBuffer(res) ? res : route.encode(res);
+    } catch (e) {
+      return server.trailersOnly(stream, grpcError(Status.INTERNAL, `cannot encode the answer: ${(e as Error).message}`));
+    }
+    const maxSend = server.rpcLimits.maxSend;
+    if (body.length > maxSend) {
+      return server.trailersOnly(stream, grpcError(Status.RESOURCE_EXHAUSTED, `answer of ${body.length} bytes is larger than the ${maxSend} bytes skiff sends`));
+    }
+    sendOne(stream, body);
+    if (stream.closed || stream.destroyed) return;
+    this.phase = ANSWERED;
+    this.sentAt = Date.now();
+    if (this.timer === undefined) this.arm(this.sentAt);
+  };
+
+  private readonly onClose = (): void => {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    if (!this.done) {
+      this.done = true;
+      // A request waiting to be inflated stays counted until its turn is over.
+      if (this.phase !== INFLATING) this.release();
+    }
+    this.phase = OVER;
+    this.server.exchangeClosed(this.call, this.route.path);
+  };
+}

@@ -51,4 +51,22 @@ describe('EncodedList', () => {
     expect(encodes).toBe(3);
     expect(out.containers[0]!.labels).toEqual({ changed: 'yes' });
   });
+
+  it('answers the same records again with the bytes already joined, and any other list anew', () => {
+    const list = new EncodedList((c: ReturnType<typeof toContainer>) => method.responseSerialize({ containers: [c] }), toContainer);
+    const a = { id: 'a', labels: {} };
+    const b = { id: 'b', labels: {} };
+    const first = list.encode([a, b]);
+    // A new array of the same records, as every list call makes.
+    expect(list.encode([a, b])).toBe(first);
+    const ids = (buf: Buffer) => (method.responseDeserialize(buf) as { containers: Array<{ id: string }> }).containers.map((c) => c.id);
+    expect(ids(list.encode([b, a]))).toEqual(['b', 'a']);
+    expect(ids(list.encode([a]))).toEqual(['a']);
+    const b2 = { id: 'b', labels: { changed: 'yes' } };
+    const changed = list.encode([a, b2]);
+    expect(changed).not.toBe(first);
+    expect((method.responseDeserialize(changed) as { containers: Array<{ labels: object }> }).containers[1]!.labels).toEqual({ changed: 'yes' });
+    expect(ids(list.encode([a, b]))).toEqual(['a', 'b']);
+    expect(ids(list.encode([]))).toEqual([]);
+  });
 });

@@ -339,6 +339,80 @@ describe('RpcServer', () => {
     l.close();
   });
 
+  it('holds each phase to its own time with one timer: reading and handling to the deadline, an answer to answerTakeMs from when it was sent', async () => {
+    const local = new RpcServer(
+      new Map<string, Route>([
+        ['/t.S/Hang', route('/t.S/Hang', { unary: (c) => c.on('cancelled', () => seen.cancelled.push(String(c.request))) })],
+        [
+          '/t.S/HugeLate',
+          route('/t.S/HugeLate', {
+            unary: (c) => {
+              c.whenAnswered(() => seen.answered.push('late'));
+              setTimeout(() => c.respond(null, 'h'.repeat(1 << 20)), Number(c.request));
+            },
+          }),
+        ],
+      ]),
+      { maxReceive: 1024, maxSend: 2 << 20, maxPending: 4096, answerTakeMs: 150 },
+    );
+    const lsock = path.join(dir, 'phases.sock');
+    const l = net.createServer((c) => local.attach(c));
+    await new Promise<void>((r) => l.listen(lsock, r));
+    const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
+    s.on('error', () => {});
+    try {
+      const t0 = Date.now();
+      const open = (p: string, headers: Record<string, string>) => {
+        const req = s.request({ ':method': 'POST', ':path': p, 'content-type': 'application/grpc', ...headers });
+        req.on('error', () => {});
+        const result = new Promise<{ ms: number; status: string; message: string }>((resolve) => {
+          let status = '';
+          let message = '';
+          const note = (h: http2.IncomingHttpHeaders) => {
+            if (h['grpc-status'] !== undefined) status = String(h['grpc-status']);
+            if (h['grpc-message'] !== undefined) message = String(h['grpc-message']);
+          };
+          req.on('response', note);
+          req.on('trailers', note);
+          const over = () => resolve({ ms: Date.now() - t0, status, message });
+          // A trailers-only answer ends the server's side while the client's may still be open.
+          req.on('end', over);
+          req.on('close', over);
+        });
+        return { req, result };
+      };
+      // A request never finished: cut at its deadline, past the first answerTakeMs.
+      const reading = open('/t.S/Hang', { 'grpc-timeout': '400m' });
+      reading.req.resume();
+      reading.req.write(framed('r').subarray(0, 3));
+      // A handler that never answers: cut at its deadline, not at answerTakeMs.
+      const handling = open('/t.S/Hang', { 'grpc-timeout': '400m' });
+      handling.req.resume();
+      handling.req.end(framed('h'));
+      // An answer sent after 250 ms that the client never reads: reset answerTakeMs after it was sent.
+      const late = open('/t.S/HugeLate', {});
+      late.req.pause();
+      late.req.end(framed('250'));
+      const [r, h, a] = await Promise.all([reading.result, handling.result, late.result]);
+      expect(r.status).toBe(String(Status.DEADLINE_EXCEEDED));
+      expect(r.message).toBe('deadline passed before the request was read');
+      expect(r.ms).toBeGreaterThanOrEqual(390);
+      expect(h.status).toBe(String(Status.DEADLINE_EXCEEDED));
+      expect(h.message).toBe('deadline exceeded');
+      expect(h.ms).toBeGreaterThanOrEqual(390);
+      expect(seen.cancelled).toEqual(['h']);
+      expect(a.ms).toBeGreaterThanOrEqual(390);
+      expect(a.ms).toBeLessThan(2000);
+      await new Promise((res) => setTimeout(res, 50));
+      expect(seen.answered).toEqual(['late']);
+      expect(local.active).toBe(0);
+    } finally {
+      s.destroy();
+      await local.shutdown(100);
+      l.close();
+    }
+  });
+
   it('refuses to send an answer over the send limit', async () => {
     expect((await call('/t.S/Big', framed('2000'))).messages).toEqual(['x'.repeat(2000)]);
     const a = await call('/t.S/Big', framed('3000'));
