@@ -16,7 +16,8 @@ import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { Writable } from 'node:stream';
 import zlib from 'node:zlib';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { makeDirs, SkiffProcess } from '../test/helpers/daemon.js';
 import { buildImage, Pusher, tarOf } from '../test/helpers/oci.js';
@@ -27,7 +28,8 @@ import { benchKubelet, reportKubelet, type KubeletResults } from './kubelet.js';
 import { benchNode, reportNode } from './node.js';
 import { benchProxy } from './proxy.js';
 import { measureFloor, type FloorSamples } from './floor.js';
-import { benchPods, client, pidsMatching, report, type PodResults } from './pods.js';
+import { client, report, type PodResults } from './pods.js';
+import type { PodsChildSpec } from './pods-child.js';
 import { chainIds } from '../src/image/service.js';
 
 const LAYERS = 3;
@@ -339,6 +341,25 @@ async function benchRuntime(registry: Awaited<ReturnType<typeof startRegistry>>)
   return { image, dirs, ns, skiff };
 }
 
+/**
+ * benchPods for one runtime in a fresh process (pods-child.ts): each runtime's client starts as cold as the
+ * other's, whichever is measured first.
+ */
+async function podsInChild(spec: PodsChildSpec): Promise<PodResults> {
+  const out = path.join(await fsp.mkdtemp(path.join(os.tmpdir(), 'bench-pods-')), 'result.json');
+  try {
+    const child = spawn(process.execPath, [...process.execArgv, fileURLToPath(new URL('./pods-child.ts', import.meta.url)), JSON.stringify(spec), out], { stdio: 'inherit' });
+    const code = await new Promise<number | null>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('exit', (c) => resolve(c));
+    });
+    if (code !== 0) throw new Error(`pods bench for ${spec.name} exited with ${code}`);
+    return JSON.parse(await fsp.readFile(out, 'utf8')) as PodResults;
+  } finally {
+    await fsp.rm(path.dirname(out), { recursive: true, force: true });
+  }
+}
+
 async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>): Promise<void> {
   const { image, dirs, ns, skiff } = await benchRuntime(registry);
   const results: Array<[string, PodResults]> = [];
@@ -348,11 +369,14 @@ async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>)
     floor = await measureFloor((a) => ns.wrap(a));
     await skiff.start();
     process.stdout.write('pod lifecycle: skiff…\n');
-    results.push(['skiff', await benchPods({
+    results.push(['skiff', await podsInChild({
       name: 'skiff',
       socket: dirs.socket,
-      processes: async () => [skiff.child.pid!, ...(await pidsMatching(new RegExp(`^(/usr/bin/)?conmon .*${dirs.state}`)))],
-    }, image, path.join(dirs.base, 'logs'))]);
+      pids: [skiff.child.pid!],
+      monitors: `^(/usr/bin/)?conmon .*${dirs.state}`,
+      image,
+      logDir: path.join(dirs.base, 'logs'),
+    })]);
   } finally {
     if (skiff.child) await skiff.stop();
     await ns.destroy();
@@ -364,11 +388,14 @@ async function benchPodsAll(registry: Awaited<ReturnType<typeof startRegistry>>)
     const logs = await fsp.mkdtemp(path.join(os.tmpdir(), 'bench-containerd-logs-'));
     try {
       const cpid = Number((await fsp.readFile('/tmp/steer-containerd/pid', 'utf8')).trim());
-      results.push(['containerd 1.6', await benchPods({
+      results.push(['containerd 1.6', await podsInChild({
         name: 'containerd',
         socket: CONTAINERD_SOCKET,
-        processes: async () => [cpid, ...(await pidsMatching(/containerd-shim-runc-v2 .*-namespace k8s\.io/))],
-      }, image, logs)]);
+        pids: [cpid],
+        monitors: 'containerd-shim-runc-v2 .*-namespace k8s\\.io',
+        image,
+        logDir: logs,
+      })]);
     } catch (err) {
       process.stdout.write(`containerd run failed, reporting skiff alone: ${err instanceof Error ? err.message : String(err)}\n`);
     } finally {
