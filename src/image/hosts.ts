@@ -7,7 +7,6 @@
 import fs from 'node:fs/promises';
 import { isIP } from 'node:net';
 import path from 'node:path';
-import { parse as parseToml } from 'smol-toml';
 import { invalidArgument, isErrno, wrap } from '../errors.js';
 
 export type Capability = 'pull' | 'resolve' | 'push';
@@ -139,6 +138,8 @@ export async function resolveEndpoints(configRoot: string | undefined, registry:
     }
   }
   if (text === undefined) return [await endpointFrom(defaultServer(registry), {}, '', false)];
+  // The TOML parser is loaded for the first hosts.toml read: a node with none never loads it.
+  const { parse: parseToml } = await import('smol-toml');
   let doc: Record<string, unknown>;
   try {
     doc = parseToml(text) as Record<string, unknown>;

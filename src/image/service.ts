@@ -18,12 +18,35 @@ import { formatPlatform, hostPlatform, selectPlatform, type Platform } from './p
 import { formatReference, isImageId, parseReference, repository, tagName, type Reference } from './reference.js';
 import { Limits, MediaType, type Credentials, type FetchedManifest, type RegistryClient } from './registry.js';
 import { cancelledError, isCancellation, PullCancelled, SharedWork } from './shared-work.js';
-import { ImageArchive, type ArchiveLimits } from './archive.js';
-import { readImageArchive } from './import.js';
+import type { ImageArchive, ArchiveLimits } from './archive.js';
 import { findInLowers, type Snapshot, type Snapshotter } from './snapshot.js';
-import { applyLayer, type ApplyResult } from './unpack.js';
-import { NeedsLowerLayers } from './layer-job.js';
-import { storeAndUnpack } from './layer-thread.js';
+import type { ApplyResult } from './unpack.js';
+
+/**
+ * What unpacks layers (tar-stream, the layer thread) and reads image archives is loaded by the
+ * first pull or import that needs it: an idle daemon holds none of it.
+ */
+let layerCode: Promise<{ applyLayer: typeof import('./unpack.js').applyLayer; NeedsLowerLayers: typeof import('./layer-job.js').NeedsLowerLayers; storeAndUnpack: typeof import('./layer-thread.js').storeAndUnpack }> | undefined;
+function loadLayerCode(): NonNullable<typeof layerCode> {
+  return (layerCode ??= Promise.all([import('./unpack.js'), import('./layer-job.js'), import('./layer-thread.js')]).then(
+    ([unpack, job, thread]) => ({ applyLayer: unpack.applyLayer, NeedsLowerLayers: job.NeedsLowerLayers, storeAndUnpack: thread.storeAndUnpack }),
+    (err: unknown) => {
+      layerCode = undefined;
+      throw err;
+    },
+  ));
+}
+
+let archiveCode: Promise<{ ImageArchive: typeof import('./archive.js').ImageArchive; readImageArchive: typeof import('./import.js').readImageArchive }> | undefined;
+function loadArchiveCode(): NonNullable<typeof archiveCode> {
+  return (archiveCode ??= Promise.all([import('./archive.js'), import('./import.js')]).then(
+    ([archive, imp]) => ({ ImageArchive: archive.ImageArchive, readImageArchive: imp.readImageArchive }),
+    (err: unknown) => {
+      archiveCode = undefined;
+      throw err;
+    },
+  ));
+}
 
 export interface Descriptor {
   mediaType: string;
@@ -440,6 +463,7 @@ export class ImageService {
     if (opts.onProgress) progress.on('progress', listener);
     let archive: ImageArchive | undefined;
     try {
+      const { ImageArchive, readImageArchive } = await loadArchiveCode();
       archive = await ImageArchive.open(file, tmpDir, opts.limits);
       const contents = await readImageArchive(archive, opts.signal, this.platform);
       const prepared: Array<{ image: PreparedImage; names: ImageName[] }> = [];
@@ -638,7 +662,7 @@ export class ImageService {
       try {
         return await this.downloads(() => this.unpackLayer(session, layer, diffId, chainId, parent, false));
       } catch (err) {
-        if (!(err instanceof NeedsLowerLayers)) throw err;
+        if (!(err instanceof (await loadLayerCode()).NeedsLowerLayers)) throw err;
         // A hardlink into a lower layer: wait for the parent outside any slot, then go again from the stored blob.
         await parentDone;
         return this.unpackSlots(() => this.unpackLayer(session, layer, diffId, chainId, parent, true));
@@ -662,6 +686,7 @@ export class ImageService {
     parent: string | undefined,
     parentReady: boolean,
   ): Promise<Snapshot> {
+    const { applyLayer, NeedsLowerLayers, storeAndUnpack } = await loadLayerCode();
     const dir = await this.d.snapshots.prepare();
     let body: Readable | undefined;
     try {

@@ -17,13 +17,31 @@ import type { Duplex } from 'node:stream';
 import type { WebSocket, WebSocketServer } from 'ws';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
-import { runAttach, runExec, type ExecChild, type ExecTty, type Resizer } from './exec.js';
-import { forwardPort, HelperLimit, MAX_PORTFORWARD_STREAMS } from './port-forward.js';
-import { RstStatus, SpdySession, type SpdyStream } from './spdy.js';
-import { flushed, WsChannels, type Outcome, type SessionStreams } from './streams.js';
+import type { ExecChild, ExecTty, Resizer } from './exec.js';
+import type { SpdySession, SpdyStream } from './spdy.js';
+import type { Outcome, SessionStreams } from './streams.js';
 import { commandBytes, TokenStore } from './tokens.js';
 
-export { parseResizes } from './exec.js';
+type SessionCode = typeof import('./exec.js') & typeof import('./port-forward.js') & typeof import('./spdy.js') & typeof import('./streams.js');
+
+let loadingCode: Promise<SessionCode> | undefined;
+/** Set once sessionCode() has loaded: every session runs after that. */
+let code: SessionCode;
+
+/**
+ * What sessions run on (the SPDY codec, WebSocket channels, exec, attach and port-forward) is
+ * loaded for the first session: an idle daemon, and one whose clients only call ExecSync, needs
+ * none of it.
+ */
+function sessionCode(): Promise<SessionCode> {
+  return (loadingCode ??= Promise.all([import('./exec.js'), import('./port-forward.js'), import('./spdy.js'), import('./streams.js')]).then(
+    ([exec, portForward, spdy, streams]) => (code = { ...exec, ...portForward, ...spdy, ...streams }),
+    (err: unknown) => {
+      loadingCode = undefined;
+      throw err;
+    },
+  ));
+}
 
 export interface ExecTarget {
   kind: 'exec';
@@ -246,6 +264,19 @@ export class StreamingServer {
       return;
     }
     const upgrade = String(req.headers.upgrade ?? '').toLowerCase();
+    // Until the session code is loaded nobody reads the socket: what the client sends meanwhile waits in it.
+    sessionCode()
+      .then(() => {
+        if (!socket.destroyed) this.onSession(req, socket, head, target, upgrade);
+      })
+      .catch((err: unknown) => {
+        this.d.log.warn('streaming upgrade failed', { error: errorMessage(err) });
+        socket.destroy();
+      });
+  }
+
+  /** An upgrade with a valid token, once the session code is loaded. */
+  private onSession(req: http.IncomingMessage, socket: Duplex, head: Buffer, target: StreamTarget, upgrade: string): void {
     if (upgrade === 'websocket') {
       // Until the upgrade is handled nobody reads the socket: what the client sends meanwhile waits in it.
       this.webSockets().then(
@@ -274,7 +305,7 @@ export class StreamingServer {
       return;
     }
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${protocol}\r\n\r\n`);
-    const session = new SpdySession(socket, { maxStreams: target.kind === 'portforward' ? MAX_PORTFORWARD_STREAMS : 8 });
+    const session = new code.SpdySession(socket, { maxStreams: target.kind === 'portforward' ? code.MAX_PORTFORWARD_STREAMS : 8 });
     session.on('protocol-error', (e: Error) => this.d.log.warn('SPDY protocol error', { error: e.message }));
     this.idle(socket, () => session.destroy());
     if (head.length) socket.unshift(head);
@@ -310,9 +341,9 @@ export class StreamingServer {
   /** Runs the operation a session's target names against its streams. */
   private run(t: ExecTarget | AttachTarget, io: SessionStreams): void {
     if (t.kind === 'exec') {
-      runExec(this.d, t.containerId, t.cmd, t.tty, io).catch((err) => io.finish({ kind: 'failure', message: errorMessage(err) }));
+      code.runExec(this.d, t.containerId, t.cmd, t.tty, io).catch((err) => io.finish({ kind: 'failure', message: errorMessage(err) }));
     } else {
-      runAttach(t.bundle, t.containerId, conmonResizer(t.bundle), io);
+      code.runAttach(t.bundle, t.containerId, conmonResizer(t.bundle), io);
     }
   }
 
@@ -340,7 +371,7 @@ export class StreamingServer {
     session.on('stream', (s: SpdyStream) => {
       const type = s.headers.streamtype ?? '';
       if (started || !want.includes(type) || streams.has(type)) {
-        s.reset(RstStatus.REFUSED_STREAM);
+        s.reset(code.RstStatus.REFUSED_STREAM);
         return;
       }
       void s.reply({});
@@ -364,9 +395,9 @@ export class StreamingServer {
           if (finished) return;
           finished = true;
           void (async () => {
-            await Promise.all([flushed(io.stdout, ac.signal), flushed(io.stderr, ac.signal)]);
+            await Promise.all([code.flushed(io.stdout, ac.signal), code.flushed(io.stderr, ac.signal)]);
             if (!errStream.writableEnded && !errStream.isGone) errStream.end(statusText(outcome, cmd, json));
-            await flushed(errStream, ac.signal);
+            await code.flushed(errStream, ac.signal);
             // The client closes once it has read the status; a client that does not is closed.
             setTimeout(() => session.close(), LINGER_MS).unref();
           })();
@@ -379,7 +410,7 @@ export class StreamingServer {
   /** Port-forward over SPDY: a data and an error stream per connection, paired by request id. */
   private spdyPortForward(session: SpdySession, t: PortForwardTarget): void {
     const pairs = new Map<string, { data?: SpdyStream; error?: SpdyStream; port: number }>();
-    const limit = new HelperLimit();
+    const limit = new code.HelperLimit();
     const ac = new AbortController();
     session.on('close', () => ac.abort());
     session.on('stream', (s: SpdyStream) => {
@@ -387,12 +418,12 @@ export class StreamingServer {
       const id = s.headers.requestid ?? '';
       const type = s.headers.streamtype;
       if (!Number.isInteger(port) || port <= 0 || port > 65535 || (type !== 'error' && type !== 'data')) {
-        s.reset(RstStatus.REFUSED_STREAM);
+        s.reset(code.RstStatus.REFUSED_STREAM);
         return;
       }
       const p = pairs.get(id) ?? { port };
       if (p.port !== port || p[type]) {
-        s.reset(RstStatus.REFUSED_STREAM);
+        s.reset(code.RstStatus.REFUSED_STREAM);
         return;
       }
       void s.reply({});
@@ -405,7 +436,7 @@ export class StreamingServer {
       });
       if (p.data && p.error) {
         pairs.delete(id);
-        void forwardPort(t, p.port, p.data, p.error, limit, ac.signal);
+        void code.forwardPort(t, p.port, p.data, p.error, limit, ac.signal);
       }
     });
   }
@@ -420,7 +451,7 @@ export class StreamingServer {
     this.idle(socket, () => ws.terminate());
     if (t.kind === 'portforward') return this.webSocketPortForward(ws, socket, t, query);
     const inputs = new Set<number>([...(t.stdin ? [0] : []), ...(t.tty ? [4] : [])]);
-    const ch = new WsChannels(ws, socket, inputs);
+    const ch = new code.WsChannels(ws, socket, inputs);
     const ac = new AbortController();
     ws.on('close', () => ac.abort());
     const stderr = t.stderr && !(t.kind === 'attach' && t.tty);
@@ -436,7 +467,7 @@ export class StreamingServer {
         if (finished) return;
         finished = true;
         void (async () => {
-          await Promise.all([flushed(io.stdout, ac.signal), flushed(io.stderr, ac.signal)]);
+          await Promise.all([code.flushed(io.stdout, ac.signal), code.flushed(io.stderr, ac.signal)]);
           ch.sendNow(3, Buffer.from(statusText(outcome, cmd, true)), () => ch.close(1000));
         })();
       },
@@ -456,19 +487,19 @@ export class StreamingServer {
       ws.close(1008, 'port-forward needs valid ports');
       return;
     }
-    const ch = new WsChannels(ws, socket, new Set(list.map((_, i) => 2 * i)));
+    const ch = new code.WsChannels(ws, socket, new Set(list.map((_, i) => 2 * i)));
     const ac = new AbortController();
     ws.on('close', () => ac.abort());
-    const limit = new HelperLimit();
+    const limit = new code.HelperLimit();
     const conns = list.map((port, i) => {
       const portBytes = Buffer.alloc(2);
       portBytes.writeUInt16LE(port);
       ch.sendNow(2 * i, portBytes);
       ch.sendNow(2 * i + 1, portBytes);
-      return forwardPort(t, port, ch.channel(2 * i), ch.channel(2 * i + 1), limit, ac.signal);
+      return code.forwardPort(t, port, ch.channel(2 * i), ch.channel(2 * i + 1), limit, ac.signal);
     });
     void Promise.all(conns).then(async () => {
-      await Promise.all(list.map((_, i) => flushed(ch.channel(2 * i), ac.signal)));
+      await Promise.all(list.map((_, i) => code.flushed(ch.channel(2 * i), ac.signal)));
       ch.close(1000);
     });
   }
