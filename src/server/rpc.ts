@@ -34,7 +34,10 @@ export interface RpcLimits {
   maxSend: number;
   /** Request bytes buffered and not yet handed to a handler, over all calls at once. */
   maxPending: number;
-  /** Milliseconds a client has to take a unary answer once it is sent (its deadline, if sooner); then the stream is reset. */
+  /**
+   * Milliseconds a client has to take a unary answer once it is sent (its deadline, if sooner); then the stream is reset.
+   * A request with no deadline must also be sent whole within it.
+   */
   answerTakeMs?: number;
   /** Streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS); past it nghttp2 refuses them. */
   maxStreamsPerConnection?: number;
@@ -263,19 +266,22 @@ export class RpcServer {
       return;
     }
     this.openStreams++;
+    // A refused stream is answered at once; a client that then never ends its side would keep the stream
+    // (and its place under both stream limits) for ever: it is reset once the answer is out (NO_ERROR, RFC 9113 8.1).
     const refuse = (): void => {
       stream.once('close', this.streamClosed);
+      if (!stream.endAfterHeaders) stopReading(stream);
     };
-    if (headers[HTTP2_HEADER_METHOD] !== 'POST') return (refuse(), this.plain(stream, 405));
+    if (headers[HTTP2_HEADER_METHOD] !== 'POST') return (this.plain(stream, 405), refuse());
     const ct = headers[HTTP2_HEADER_CONTENT_TYPE];
-    if (typeof ct !== 'string' || !ct.startsWith('application/grpc')) return (refuse(), this.plain(stream, 415));
+    if (typeof ct !== 'string' || !ct.startsWith('application/grpc')) return (this.plain(stream, 415), refuse());
     const route = this.routes.get(path);
-    if (!route) return (refuse(), this.trailersOnly(stream, grpcError(Status.UNIMPLEMENTED, `unknown method ${path}`)));
-    if (this.draining) return (refuse(), this.trailersOnly(stream, grpcError(Status.UNAVAILABLE, 'skiff is shutting down')));
+    if (!route) return (this.trailersOnly(stream, grpcError(Status.UNIMPLEMENTED, `unknown method ${path}`)), refuse());
+    if (this.draining) return (this.trailersOnly(stream, grpcError(Status.UNAVAILABLE, 'skiff is shutting down')), refuse());
     const encoding = headers['grpc-encoding'];
     const enc = typeof encoding === 'string' ? encoding : 'identity';
     if (enc !== 'identity' && enc !== 'gzip' && enc !== 'deflate') {
-      return (refuse(), this.trailersOnly(stream, grpcError(Status.UNIMPLEMENTED, `request compression "${enc}" is not supported`)));
+      return (this.trailersOnly(stream, grpcError(Status.UNIMPLEMENTED, `request compression "${enc}" is not supported`)), refuse());
     }
     const timeoutMs = parseTimeout(headers['grpc-timeout'] as string | undefined);
     // Node fires a timer set past 2^31-1 ms (~24.8 days) after 1 ms: a deadline that far off is taken as none.
@@ -460,6 +466,15 @@ class ServerStreamWriter {
 
 function ignore(): void {}
 
+/**
+ * The answer is out but the client has not ended its request: it is told to stop sending (RST_STREAM
+ * NO_ERROR, after the answer), so the stream does not stay open, counted under the stream limits, for
+ * as long as the client likes.
+ */
+function stopReading(stream: http2.ServerHttp2Stream): void {
+  if (!stream.destroyed && !stream.closed && !stream.readableEnded) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+}
+
 const EMPTY = Buffer.alloc(0);
 
 /** Where an exchange is: what its one timer does when it fires depends on it. */
@@ -501,8 +516,9 @@ class Exchange {
     stream.on('data', this.onData);
     stream.on('end', this.onEnd);
     stream.on('close', this.onClose);
-    // A client that never finishes its request is not waited on past its deadline.
-    if (deadline !== Infinity) this.arm(Date.now());
+    // A client that never finishes its request is not waited on past its deadline, nor, without one,
+    // past `answerTakeMs`.
+    this.arm(Date.now());
   }
 
   private get take(): number {
@@ -525,7 +541,17 @@ class Exchange {
     switch (this.phase) {
       case READING:
         if (atDeadline) this.fail(grpcError(Status.DEADLINE_EXCEEDED, 'deadline passed before the request was read'));
+        else if (this.deadline === Infinity) this.fail(grpcError(Status.CANCELLED, `the request was not sent within ${this.take} ms`));
         else this.arm(Date.now());
+        return;
+      case INFLATING:
+        // Still waiting its turn (or being inflated): the client hears at its deadline, and the
+        // inflation is skipped if it has not started. What is held stays counted until the turn is over.
+        if (!atDeadline) this.arm(Date.now());
+        else if (!this.done) {
+          this.done = true;
+          this.server.trailersOnly(this.stream, grpcError(Status.DEADLINE_EXCEEDED, 'deadline passed before the request was inflated'));
+        }
         return;
       case HANDLING: {
         const call = this.call!;
@@ -567,6 +593,7 @@ class Exchange {
     this.done = true;
     this.release();
     this.server.trailersOnly(this.stream, err);
+    stopReading(this.stream);
   }
 
   // The request is copied into one buffer of its own as it comes: HTTP/2 hands each DATA frame over as a
@@ -605,12 +632,10 @@ class Exchange {
       return;
     }
     if (!msg.compressed) return this.deliver(msg.body);
-    // What is held stays counted until it is inflated. As before, a deadline passing meanwhile is seen
-    // once the request is handed over.
+    // What is held stays counted until it is inflated; the timer stays: a deadline passing while the
+    // request waits for its turn ends the call then (see onTimer).
     this.phase = INFLATING;
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    this.server.inflate(msg.body, this.enc, () => !this.stream.destroyed, (err, out) => {
+    this.server.inflate(msg.body, this.enc, () => !this.done && !this.stream.destroyed, (err, out) => {
       if (this.done) this.release();
       else if (err) this.fail(err);
       else this.deliver(out!);
@@ -644,7 +669,6 @@ class Exchange {
     this.call = call;
     this.phase = HANDLING;
     this.server.callStarted(call);
-    if (this.timer === undefined && deadline !== Infinity) this.arm(Date.now());
     try {
       if (route.responseStream) route.stream!(call as ServerStream);
       else route.unary!(call as UnaryCall);

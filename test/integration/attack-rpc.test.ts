@@ -138,6 +138,41 @@ describe.skipIf(!isRoot)('the gRPC server under clients that hold requests open'
     expect(fdCount(pid)).toBeLessThanOrEqual(fds0);
   }, 60_000);
 
+  it('gives back the streams of requests answered at their deadline but never ended by their client', async () => {
+    // 128 requests (the per-connection limit) with a 100 ms deadline, each a few bytes of a message and never ended.
+    const s = http2.connect('http://localhost', { createConnection: () => net.connect(dirs.socket) });
+    s.on('error', () => {});
+    try {
+      const statuses = await Promise.all(
+        Array.from(
+          { length: 128 },
+          () =>
+            new Promise<string>((resolve) => {
+              const req = s.request({ ':method': 'POST', ':path': '/runtime.v1.RuntimeService/Version', 'content-type': 'application/grpc', 'grpc-timeout': '100m' });
+              req.on('error', () => resolve('error'));
+              req.on('response', (h) => resolve(String(h['grpc-status'])));
+              req.resume();
+              req.write(Buffer.from([0, 0, 0, 0, 10, 1]));
+            }),
+        ),
+      );
+      expect(new Set(statuses)).toEqual(new Set(['4']));
+      // Before: every one of them stayed open, and this call on the same connection waited for ever.
+      const answered = await new Promise<string>((resolve) => {
+        const req = s.request({ ':method': 'POST', ':path': '/runtime.v1.RuntimeService/Version', 'content-type': 'application/grpc', te: 'trailers' });
+        const t = setTimeout(() => resolve('no answer in 3 s'), 3000);
+        req.on('trailers', (h) => (clearTimeout(t), resolve(String(h['grpc-status']))));
+        req.on('error', (e) => (clearTimeout(t), resolve(e.message)));
+        req.resume();
+        req.end(Buffer.alloc(5));
+      });
+      expect(answered).toBe('0');
+    } finally {
+      s.destroy();
+    }
+    expect(await versionMs()).toBeLessThan(1000);
+  }, 30_000);
+
   it('bounds a burst of connections each opening a hundred streams: connections and streams served at once are capped', async () => {
     const pid = skiff.child.pid!;
     const rss0 = rssBytes(pid);

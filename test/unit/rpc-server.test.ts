@@ -505,3 +505,79 @@ describe('RpcServer stream limits', () => {
     l.close();
   });
 });
+
+describe('RpcServer streams a client never finishes', () => {
+  it('gives a stream back once it is answered, whether or not its client ends its request: deadline, no deadline, refused', async () => {
+    // Before: a stream answered DEADLINE_EXCEEDED (or refused) before its client ended it stayed open
+    // for as long as the client liked, held under both stream limits: 4096 of them locked every client out.
+    const local = new RpcServer(routes, { ...limits, maxStreamsPerConnection: 4, maxStreams: 8, answerTakeMs: 300 });
+    const lsock = path.join(dir, 'unfinished.sock');
+    const l = net.createServer((c) => local.attach(c));
+    await new Promise<void>((r) => l.listen(lsock, r));
+    const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
+    s.on('error', () => {});
+    try {
+      const t0 = Date.now();
+      const unfinished = (p: string, headers: Record<string, string>) =>
+        new Promise<{ status: string; ms: number; closed: number }>((resolve) => {
+          const req = s.request({ ':method': 'POST', ':path': p, 'content-type': 'application/grpc', ...headers });
+          req.on('error', () => {});
+          let status = '';
+          let ms = 0;
+          req.on('response', (h) => {
+            status = String(h['grpc-status']);
+            ms = Date.now() - t0;
+          });
+          req.on('close', () => resolve({ status, ms, closed: Date.now() - t0 }));
+          req.resume();
+          // Part of a message, and the request is never ended.
+          req.write(framed('abcdef').subarray(0, 7));
+        });
+      const got = await Promise.all([
+        unfinished('/t.S/Echo', { 'grpc-timeout': '100m' }),
+        unfinished('/t.S/Echo', {}),
+        unfinished('/t.S/Nothing', {}),
+        unfinished('/t.S/Echo', { 'grpc-encoding': 'snappy' }),
+      ]);
+      expect(got.map((g) => g.status)).toEqual([String(Status.DEADLINE_EXCEEDED), String(Status.CANCELLED), String(Status.UNIMPLEMENTED), String(Status.UNIMPLEMENTED)]);
+      expect(got[0]!.ms).toBeGreaterThanOrEqual(90);
+      // No deadline: the request has answerTakeMs to come whole.
+      expect(got[1]!.ms).toBeGreaterThanOrEqual(290);
+      for (const g of got) expect(g.closed).toBeLessThan(1500);
+      // All four places on the connection are free again: four more calls on it are answered.
+      const again = await Promise.all([0, 1, 2, 3].map((i) => call('/t.S/Echo', framed(`a${i}`), {}, s)));
+      expect(again.map((a) => a.messages)).toEqual([['echo:a0'], ['echo:a1'], ['echo:a2'], ['echo:a3']]);
+      expect(local.active).toBe(0);
+    } finally {
+      s.destroy();
+      await local.shutdown(100);
+      l.close();
+    }
+  });
+
+  it('ends a compressed request still waiting for its turn to be inflated at its deadline, and skips inflating it', async () => {
+    const local = new RpcServer(routes, { maxReceive: 16 << 20, maxSend: 1024, maxPending: 64 << 20 });
+    const lsock = path.join(dir, 'inflate-deadline.sock');
+    const l = net.createServer((c) => local.attach(c));
+    await new Promise<void>((r) => l.listen(lsock, r));
+    const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
+    s.on('error', () => {});
+    try {
+      // Each inflates to 16 MiB of zeros, tens of ms of CPU: twenty of them queue for a second or more.
+      const bomb = framed(zlib.gzipSync(Buffer.alloc((16 << 20) - 16)), 1);
+      const slow = Array.from({ length: 20 }, () => call('/t.S/Big', bomb, { 'grpc-encoding': 'gzip' }, s));
+      const t0 = Date.now();
+      const late = await call('/t.S/Echo', framed(zlib.gzipSync('x'), 1), { 'grpc-encoding': 'gzip', 'grpc-timeout': '100m' }, s);
+      const ms = Date.now() - t0;
+      expect(late.status).toBe(String(Status.DEADLINE_EXCEEDED));
+      expect(late.message).toBe('deadline passed before the request was inflated');
+      // Before: it was answered only once its turn came, after every inflation queued ahead of it.
+      expect(ms).toBeLessThan(400);
+      await Promise.all(slow);
+    } finally {
+      s.destroy();
+      await local.shutdown(100);
+      l.close();
+    }
+  }, 30_000);
+});
