@@ -21,32 +21,23 @@ import { cancelledError, isCancellation, PullCancelled, SharedWork } from './sha
 import type { ImageArchive, ArchiveLimits } from './archive.js';
 import { findInLowers, type Snapshot, type Snapshotter } from './snapshot.js';
 import type { ApplyResult } from './unpack.js';
+import { lazyCode } from '../lazy-code.js';
 
 /**
  * What unpacks layers (tar-stream, the layer thread) and reads image archives is loaded by the
  * first pull or import that needs it: an idle daemon holds none of it.
  */
-let layerCode: Promise<{ applyLayer: typeof import('./unpack.js').applyLayer; NeedsLowerLayers: typeof import('./layer-job.js').NeedsLowerLayers; storeAndUnpack: typeof import('./layer-thread.js').storeAndUnpack }> | undefined;
-function loadLayerCode(): NonNullable<typeof layerCode> {
-  return (layerCode ??= Promise.all([import('./unpack.js'), import('./layer-job.js'), import('./layer-thread.js')]).then(
-    ([unpack, job, thread]) => ({ applyLayer: unpack.applyLayer, NeedsLowerLayers: job.NeedsLowerLayers, storeAndUnpack: thread.storeAndUnpack }),
-    (err: unknown) => {
-      layerCode = undefined;
-      throw err;
-    },
-  ));
-}
+const loadLayerCode = lazyCode('layer unpacking', () =>
+  Promise.all([import('./unpack.js'), import('./layer-job.js'), import('./layer-thread.js')]).then(([unpack, job, thread]) => ({
+    applyLayer: unpack.applyLayer,
+    NeedsLowerLayers: job.NeedsLowerLayers,
+    storeAndUnpack: thread.storeAndUnpack,
+  })),
+);
 
-let archiveCode: Promise<{ ImageArchive: typeof import('./archive.js').ImageArchive; readImageArchive: typeof import('./import.js').readImageArchive }> | undefined;
-function loadArchiveCode(): NonNullable<typeof archiveCode> {
-  return (archiveCode ??= Promise.all([import('./archive.js'), import('./import.js')]).then(
-    ([archive, imp]) => ({ ImageArchive: archive.ImageArchive, readImageArchive: imp.readImageArchive }),
-    (err: unknown) => {
-      archiveCode = undefined;
-      throw err;
-    },
-  ));
-}
+const loadArchiveCode = lazyCode('image archive', () =>
+  Promise.all([import('./archive.js'), import('./import.js')]).then(([archive, imp]) => ({ ImageArchive: archive.ImageArchive, readImageArchive: imp.readImageArchive })),
+);
 
 export interface Descriptor {
   mediaType: string;

@@ -21,10 +21,10 @@ import type { ExecChild, ExecTty, Resizer } from './exec.js';
 import type { SpdySession, SpdyStream } from './spdy.js';
 import type { Outcome, SessionStreams } from './streams.js';
 import { commandBytes, TokenStore } from './tokens.js';
+import { lazyCode } from '../lazy-code.js';
 
 type SessionCode = typeof import('./exec.js') & typeof import('./port-forward.js') & typeof import('./spdy.js') & typeof import('./streams.js');
 
-let loadingCode: Promise<SessionCode> | undefined;
 /** Set once sessionCode() has loaded: every session runs after that. */
 let code: SessionCode;
 
@@ -33,15 +33,13 @@ let code: SessionCode;
  * loaded for the first session: an idle daemon, and one whose clients only call ExecSync, needs
  * none of it.
  */
-function sessionCode(): Promise<SessionCode> {
-  return (loadingCode ??= Promise.all([import('./exec.js'), import('./port-forward.js'), import('./spdy.js'), import('./streams.js')]).then(
+const sessionCode = lazyCode('streaming session', () =>
+  Promise.all([import('./exec.js'), import('./port-forward.js'), import('./spdy.js'), import('./streams.js')]).then(
     ([exec, portForward, spdy, streams]) => (code = { ...exec, ...portForward, ...spdy, ...streams }),
-    (err: unknown) => {
-      loadingCode = undefined;
-      throw err;
-    },
-  ));
-}
+  ),
+);
+
+const webSocketCode = lazyCode('WebSocket', () => import('ws'));
 
 export interface ExecTarget {
   kind: 'exec';
@@ -314,7 +312,7 @@ export class StreamingServer {
   }
 
   private webSockets(): Promise<WebSocketServer> {
-    this.wss ??= import('ws').then(({ WebSocketServer }) => {
+    this.wss ??= webSocketCode().then(({ WebSocketServer }) => {
       const wss = new WebSocketServer({
         noServer: true,
         maxPayload: WS_MAX_PAYLOAD,
@@ -324,7 +322,12 @@ export class StreamingServer {
       wss.on('error', (err) => this.d.log.warn('WebSocket server error', { error: errorMessage(err) }));
       return wss;
     });
-    return this.wss;
+    // Not loaded this time (out of descriptors): the next upgrade tries again.
+    const loading = this.wss;
+    loading.catch(() => {
+      if (this.wss === loading) this.wss = undefined;
+    });
+    return loading;
   }
 
   /** Closes a connection with no traffic either way for the idle timeout. */
