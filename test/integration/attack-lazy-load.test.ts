@@ -17,6 +17,15 @@ import { startPodFixture, type PodFixture } from '../helpers/pods.js';
 import { SpdyTestClient } from '../helpers/spdy-client.js';
 import { cleanupUnguarded, fdCount, nofile, setNofile } from '../helpers/streaming-probe.js';
 
+/** A pod named `name` with one running `sleep` container. */
+async function sleeperPod(f: PodFixture, name: string): Promise<{ podId: string; ctr: string }> {
+  const config = { metadata: { name, namespace: 'test', uid: `${name}-uid`, attempt: 0 }, logDirectory: path.join(f.dirs.base, 'logs'), linux: {} };
+  const podId = (await f.skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
+  const ctr = (await f.skiff.runtime.CreateContainer({ podSandboxId: podId, config: { metadata: { name: 'sleeper' }, image: { image: f.image }, command: ['sleep', '100000'], logPath: 'sleeper.log', linux: {} }, sandboxConfig: config })).containerId!;
+  await f.skiff.runtime.StartContainer({ containerId: ctr });
+  return { podId, ctr };
+}
+
 describe.skipIf(!isRoot)('the first streaming session, while the daemon is out of descriptors', () => {
   let f: PodFixture;
   let ctr: string;
@@ -27,10 +36,7 @@ describe.skipIf(!isRoot)('the first streaming session, while the daemon is out o
   beforeAll(async () => {
     f = await startPodFixture(inject('registryHost'), 'test/busybox-lazy');
     pid = f.skiff.child.pid!;
-    const config = { metadata: { name: 'lazy', namespace: 'test', uid: 'lazy-uid', attempt: 0 }, logDirectory: path.join(f.dirs.base, 'logs'), linux: {} };
-    const podId = (await f.skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
-    ctr = (await f.skiff.runtime.CreateContainer({ podSandboxId: podId, config: { metadata: { name: 'sleeper' }, image: { image: f.image }, command: ['sleep', '100000'], logPath: 'sleeper.log', linux: {} }, sandboxConfig: config })).containerId!;
-    await f.skiff.runtime.StartContainer({ containerId: ctr });
+    ({ ctr } = await sleeperPod(f, 'lazy'));
     const url = (await f.skiff.runtime.Exec({ containerId: ctr, cmd: ['true'], stdout: true })).url!;
     hostPort = await f.ns.exposePort(Number(new URL(url).port), f.dirs.base);
   }, 120_000);
@@ -127,10 +133,7 @@ describe.skipIf(!isRoot)('the first streaming sessions of a daemon, all at once'
 
   beforeAll(async () => {
     f = await startPodFixture(inject('registryHost'), 'test/busybox-lazy-many');
-    const config = { metadata: { name: 'lazy-many', namespace: 'test', uid: 'lazy-many-uid', attempt: 0 }, logDirectory: path.join(f.dirs.base, 'logs'), linux: {} };
-    podId = (await f.skiff.runtime.RunPodSandbox({ config })).podSandboxId!;
-    ctr = (await f.skiff.runtime.CreateContainer({ podSandboxId: podId, config: { metadata: { name: 'sleeper' }, image: { image: f.image }, command: ['sleep', '100000'], logPath: 'sleeper.log', linux: {} }, sandboxConfig: config })).containerId!;
-    await f.skiff.runtime.StartContainer({ containerId: ctr });
+    ({ podId, ctr } = await sleeperPod(f, 'lazy-many'));
   }, 120_000);
 
   afterAll(() => cleanupUnguarded(f, clients));
