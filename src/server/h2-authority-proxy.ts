@@ -7,7 +7,8 @@
  * unchanged to the HTTP/2 server in the same process.
  */
 import net from 'node:net';
-import { Transform, type Duplex, type TransformCallback } from 'node:stream';
+import { EventEmitter } from 'node:events';
+import type { Duplex } from 'node:stream';
 import type { Logger } from '../log.js';
 import { socketPair } from '../sys/libc.js';
 import { BoundedHpackDecoder, DEFAULT_MAX_HEADER_LIST, HpackError, type Header } from './hpack-decoder.js';
@@ -128,7 +129,7 @@ function frame(type: number, flags: number, stream: number, payload: Buffer): Bu
  * literals that never touch the server's dynamic table; all other frames pass
  * through untouched.
  */
-export class AuthorityRewriter extends Transform {
+export class AuthorityRewriter extends EventEmitter {
   private buf: Buffer = EMPTY;
   private prefaceDone = false;
   private readonly limits: RewriterLimits;
@@ -160,22 +161,8 @@ export class AuthorityRewriter extends Transform {
   private blockFlags = 0;
   private blockPriority: Buffer | undefined;
 
-  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
-    let out: Buffer[];
-    try {
-      out = this.rewrite(chunk);
-    } catch (err) {
-      cb(err as Error);
-      return;
-    }
-    for (const b of out) this.push(b);
-    cb();
-  }
-
   /**
    * What the server is to get for the next `chunk` of the client's bytes, in order; throws H2ConnectionError.
-   * The relay calls this directly: as a Transform in a pipe, each chunk also went through Node's stream
-   * machinery twice on its way to the server.
    */
   rewrite(chunk: Buffer): Buffer[] {
     this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
@@ -297,7 +284,7 @@ export class AuthorityRewriter extends Transform {
  * reports the server's SETTINGS (which bound what the client may send) and
  * whether the bytes so far end on a frame boundary (where a GOAWAY may go).
  */
-export class ServerFrameWatcher extends Transform {
+export class ServerFrameWatcher {
   /** The header of the frame being read, while it is cut short. */
   private readonly head = Buffer.alloc(9);
   private headLen = 0;
@@ -309,17 +296,10 @@ export class ServerFrameWatcher extends Transform {
     private readonly onSetting: (id: number, value: number) => void,
     /** The server sent GOAWAY with this error code. */
     private readonly onGoaway: (code: number) => void = () => {},
-  ) {
-    super();
-  }
+  ) {}
 
   get atFrameBoundary(): boolean {
     return this.remaining === 0 && this.headLen === 0;
-  }
-
-  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
-    this.scan(chunk);
-    cb(null, chunk);
   }
 
   /**
@@ -470,9 +450,8 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       });
       serve(conn);
     });
-    // What the server reads is the rewritten client. The rewriter and the watcher are called directly,
-    // not piped as streams: through two Transforms, each call's bytes took Node's stream machinery four
-    // times more on their way through the relay.
+    // What the server reads is the rewritten client. The rewriter and the watcher are plain calls, not
+    // streams: as two Transforms in pipes, each call's bytes took Node's stream machinery four times more.
     const toServer = (chunk: Buffer) => {
       let out: Buffer[];
       try {
@@ -529,7 +508,6 @@ export function startAuthorityProxy(publicPath: string, serve: (conn: Duplex) =>
       inner?.destroy();
       client.off('data', toServer);
       client.pause();
-      rewriter.destroy();
       if (err instanceof H2ConnectionError) {
         log.warn('HTTP/2 client broke the protocol; closing its connection', { error: err.message });
         // Tell the client why, when that can be said between two frames; then close whatever it does.
