@@ -123,9 +123,11 @@ export class Agent {
   /** The pods the controllers want, by namespace/name. */
   private controllerPods = new Map<string, Pod>();
   private readonly savedUids = new Map<string, string>();
-  private starting = false;
-  /** Until the adopted pods' first syncs are done, the controllers do not run (see start). */
-  private adopting = false;
+  /**
+   * The controllers run only once every manifest is loaded and the adopted pods have synced
+   * (see start): a pass before that sees workloads missing and forgets them.
+   */
+  private controllersLive = false;
   private workloadStatuses: WorkloadStatus[] = [];
   private controllersTimer: NodeJS.Timeout | undefined;
 
@@ -162,16 +164,16 @@ export class Agent {
       this.controllerPods.set(key, pod);
       this.savedUids.set(key, uid);
     }
-    this.starting = true;
     await this.parts.manifests.start((changes) => this.onChanges(changes));
-    this.starting = false;
     this.onChanges([]);
     // The controllers first look once the adopted pods have learnt their state from the runtime:
     // before its first sync a pod looks Pending, and a finished Job keeps only the pods it sees
-    // finished, so it would drop (and so remove) its own succeeded pod.
-    this.adopting = true;
+    // finished, so it would drop (and so remove) its own succeeded pod. Nor may they look while
+    // the manifests still load (adopted pods sync meanwhile, and each sync asks for a pass):
+    // a workload whose file is not read yet would look deleted, its memory and its pods dropped,
+    // and a finished Job would run again once its file is read.
     await this.adoptedSettled(ADOPTION_SYNC_MS);
-    this.adopting = false;
+    this.controllersLive = true;
     this.runControllers();
     for (const uid of this.known) {
       if (!this.workers.has(uid)) {
@@ -207,8 +209,8 @@ export class Agent {
   private onChanges(changes: ObjectChange[]): void {
     if (this.stopped) return;
     const touchedConfig = new Set<string>();
-    // During the first load the controllers wait for every file (they run once it is done).
-    if (!this.starting && changes.some((ch) => (WORKLOAD_KINDS as readonly string[]).includes(ch.object.kind))) this.runControllers(false);
+    // Until start's first pass (every file loaded, adopted pods synced) this does nothing.
+    if (changes.some((ch) => (WORKLOAD_KINDS as readonly string[]).includes(ch.object.kind))) this.runControllers(false);
     for (const ch of changes) {
       const o = ch.object;
       if ((o.kind === 'ConfigMap' || o.kind === 'Secret') && o.apiVersion === 'v1') touchedConfig.add(`${o.kind}/${o.namespace}/${o.name}`);
@@ -430,7 +432,7 @@ export class Agent {
   }
 
   private scheduleControllers(): void {
-    if (!this.parts.controllers || this.stopped || this.adopting || this.controllersTimer) return;
+    if (!this.parts.controllers || this.stopped || !this.controllersLive || this.controllersTimer) return;
     this.controllersTimer = setTimeout(() => {
       this.controllersTimer = undefined;
       this.runControllers();
@@ -444,7 +446,7 @@ export class Agent {
    */
   private runControllers(reconcile = true): void {
     const driver = this.parts.controllers;
-    if (!driver || this.stopped) return;
+    if (!driver || this.stopped || !this.controllersLive) return;
     const workloads = this.parts.manifests.objects.list().filter((o) => (WORKLOAD_KINDS as readonly string[]).includes(o.kind));
     const owned: Pod[] = [];
     const reserved: string[] = [];

@@ -160,4 +160,43 @@ spec:
     await node.remove('ds.yaml');
     await waitFor('the DaemonSet and Job pods gone', async () => ((await pods((p) => p.metadata?.labels?.app === 'agent' || !!p.metadata?.labels?.['job-name'])).length === 0 ? true : undefined), 30_000);
   });
+  it('keeps a finished Job finished across a kill -9, while a slow manifest holds up the next agent\'s first load', async () => {
+    await node.write('z-once.yaml', `apiVersion: batch/v1
+kind: Job
+metadata: {name: once}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: ${node.image}, command: [sh, -c, "echo once"]}]
+`);
+    await waitFor('the Job complete', async () => {
+      const w = await workload('Job', 'once');
+      return (w?.status.conditions as Array<{ type: string; status: string }> | undefined)?.some((c) => c.type === 'Complete' && c.status === 'True') ? w : undefined;
+    }, 60_000);
+    const onceName = (p: Pod) => p.metadata?.labels?.['job-name'] === 'once';
+    const before = (await pods(onceName)).map((p) => p.metadata!.name!);
+    expect(before).toHaveLength(1);
+    // Read in name order: a small file first (its change starts the adopted pods' syncs), then
+    // one the parser takes seconds over, then the Job's. The adopted Job pod syncs meanwhile.
+    await node.write('a-small.yaml', 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: small}\ndata: {a: b}\n');
+    const keys: string[] = [];
+    for (let i = 0; keys.length * 12 < 2_000_000; i++) keys.push(`  k${i}: "v"`);
+    await node.write('y-slow.yaml', `apiVersion: v1\nkind: ConfigMap\nmetadata: {name: slow}\ndata:\n${keys.join('\n')}\n`);
+    try {
+      await node.restartAgent('SIGKILL');
+      await waitFor('the Job seen complete by the new agent', async () => {
+        const w = await workload('Job', 'once');
+        return (w?.status.conditions as Array<{ type: string; status: string }> | undefined)?.some((c) => c.type === 'Complete' && c.status === 'True') ? w : undefined;
+      }, 60_000);
+      // Still the same one pod, finished: not removed, and no second run.
+      await new Promise((r) => setTimeout(r, 2000));
+      const after = await pods(onceName);
+      expect(after.map((p) => p.metadata!.name!)).toEqual(before);
+      expect(after[0]!.status?.phase).toBe('Succeeded');
+    } finally {
+      for (const f of ['z-once.yaml', 'y-slow.yaml', 'a-small.yaml']) await node.remove(f);
+    }
+    await waitFor('the Job pod gone', async () => ((await pods(onceName)).length === 0 ? true : undefined), 30_000);
+  });
 });

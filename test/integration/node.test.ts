@@ -206,6 +206,8 @@ describe.skipIf(!isRoot)('skiff node: the demo, offline, in one process', () => 
     const exited = new Promise((r) => child!.once('exit', r));
     child!.kill('SIGKILL');
     await exited;
+    const firstLog = log;
+    const savedAtKill = await fs.readFile(path.join(dirs().kubelet, 'workloads.json'), 'utf8').catch((e) => String(e));
     expect(processesMentioning(path.join(base, 'state')).filter((l) => l.includes('conmon')).length).toBeGreaterThanOrEqual(3);
     await startNodeProcess();
     const after = await waitFor('the same web pods, running', async () => {
@@ -217,7 +219,13 @@ describe.skipIf(!isRoot)('skiff node: the demo, offline, in one process', () => 
     sampling = false;
     await sampler;
     expect(minEndpoints).toBe(3);
-    expect(await restarts()).toEqual(restartsBefore);
+    const restartsAfter = await restarts();
+    if (JSON.stringify(restartsAfter) !== JSON.stringify(restartsBefore)) {
+      // Say what the restarted node did: its log and the controllers' saved memory.
+      const saved = await fs.readFile(path.join(dirs().kubelet, 'workloads.json'), 'utf8').catch((e) => String(e));
+      console.error(`the first node's log (no rpc lines):\n${firstLog.split('\n').filter((l) => !l.includes('"msg":"rpc"')).join('\n')}\nworkloads.json at the kill:\n${savedAtKill}\nnode log after the restart:\n${log}\nworkloads.json:\n${saved}`);
+    }
+    expect(restartsAfter).toEqual(restartsBefore);
     expect((await pods()).find((p) => p.metadata?.labels?.['job-name'] === 'hello')?.status?.phase).toBe('Succeeded');
   });
 });
