@@ -15,7 +15,9 @@
  * always gives up on is in practice invalid, but telling that from a
  * starved parser is guesswork, so its objects stay as last read while the
  * problem says why; its retries back off to once per 5 min (each try may
- * cost a core for the parse timeout), and writing the file ends it.
+ * cost a core for the parse timeout), and writing the file ends it. At the
+ * first load such a file defined nothing yet, so start() waits for its
+ * first retries (bounded) before the agent acts on what was loaded.
  */
 import { watch } from 'node:fs';
 import fs from 'node:fs/promises';
@@ -33,6 +35,10 @@ const MAX_WAIT_FACTOR = 10;
 export const DEFAULT_RETRY_MS = 1_000;
 /** The longest wait between retries: I/O errors are cheap to retry, a parse that gives up may have cost a core for 10 s. */
 const MAX_RETRY_MS: Record<ReadFailure, number> = { io: 30_000, parser: 300_000 };
+/** start() waits for this many retries of a file it could not read (1 + 2 + 4 s) … */
+const FIRST_LOAD_RETRIES = 3;
+/** … but at most this many retry delays (10 s) past the first load. */
+const FIRST_LOAD_RETRIES_WITHIN = 10;
 
 /** A watch on one directory: what fs.watch returns, as far as the watcher uses it. */
 export interface DirWatch {
@@ -98,9 +104,16 @@ export class ManifestWatcher {
   /**
    * Creates the directory if needed (the agent owns it), starts watching, and
    * loads everything in it. Rejects if the directory cannot be created or read.
+   * A file that could not be read gets its first quick retries (bounded)
+   * before this resolves: it defines nothing yet, and the agent's first pass
+   * stops whatever no loaded manifest wants.
    */
   async start(): Promise<void> {
     await this.rescan();
+    const deadline = Date.now() + FIRST_LOAD_RETRIES_WITHIN * this.retryMs;
+    while (!this.closed && Date.now() < deadline && [...this.retries.values()].some((r) => r.failures <= FIRST_LOAD_RETRIES)) {
+      await new Promise((r) => setTimeout(r, Math.min(50, this.retryMs)));
+    }
   }
 
   /**

@@ -389,6 +389,41 @@ describe('ManifestWatcher (real directory, real inotify)', () => {
     expect(parser.starts.length).toBe(after);
   });
 
+  it('gives a file it could not read at the first load quick retries before start() resolves', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'web.yaml'), pod('web'));
+    const healthy = new IsolatedParser({ worker: TS_WORKER });
+    const starved = new IsolatedParser({ worker: TS_WORKER, timeoutMs: 1 });
+    const parser = new SwitchParser(starved);
+    // The first parse times out (a CPU-starved boot); the next ones answer.
+    const firstStarved: ManifestParser = { parse: (f, d) => (parser.starts.length > 1 ? healthy : starved).parse(f, d) };
+    parser.current = firstStarved;
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser, retryMs: 100 });
+    await watcher.start();
+    expect(parser.starts.length).toBe(2);
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['web']);
+    expect(store.problems()).toEqual([]);
+  });
+
+  it('bounds how long start() waits for a file that keeps failing, and shows the problem', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'web.yaml'), pod('web'));
+    await fs.writeFile(path.join(dir, 'db.yaml'), pod('db'));
+    const healthy = new IsolatedParser({ worker: TS_WORKER });
+    const starved = new IsolatedParser({ worker: TS_WORKER, timeoutMs: 1 });
+    const parser = new SwitchParser({ parse: (f, d) => (f.endsWith('web.yaml') ? starved : healthy).parse(f, d) });
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser, retryMs: 100 });
+    const t0 = performance.now();
+    await watcher.start();
+    const took = performance.now() - t0;
+    // db.yaml once; web.yaml at the first load and three retries (100, 200, 400 ms), within the bound of ten delays.
+    expect(parser.starts.length).toBe(5);
+    expect(took).toBeGreaterThanOrEqual(700);
+    expect(took).toBeLessThan(100 * 10 + 1500);
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['db']);
+    expect(store.problems()).toMatchObject([{ file: path.join(dir, 'web.yaml'), reason: expect.stringMatching(/^cannot parse: took more than/) }]);
+  });
+
   it('stops when closed: nothing is applied after close()', async () => {
     await start();
     await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
