@@ -271,7 +271,28 @@ export type ReadResult =
   /** The file is not there (any more): whatever it defined goes. */
   | { kind: 'gone' }
   /** Not a manifest the agent reads (a FIFO, a device, a directory): reported, never opened for a blocking read. */
-  | { kind: 'skipped'; problem?: ManifestProblem };
+  | { kind: 'skipped'; problem?: ManifestProblem }
+  /**
+   * What the file says could not be found out just now: an I/O error (out of
+   * file descriptors or memory, EIO, EACCES…) or the parser gave up (too
+   * slow, out of its heap, its thread failed). Says nothing about the
+   * content: what the file defined before still stands, and it is read again.
+   */
+  | { kind: 'unread'; cause: ReadFailure; problem: ManifestProblem };
+
+/** Why a file was not read: `io` errors pass quickly; `parser` ones cost a parse each try. */
+export type ReadFailure = 'io' | 'parser';
+
+/** A file's text to its objects and problems, or the parser's failure to tell. */
+export interface ManifestParser {
+  parse(file: string, data: Uint8Array): Promise<ParseOutcome>;
+}
+export type ParseOutcome = { manifest: ParsedManifest } | { failed: ManifestProblem };
+
+/** An error that means the path names nothing readable as a file: the file is gone. */
+function isGone(err: unknown): boolean {
+  return isErrno(err, 'ENOENT') || isErrno(err, 'ENOTDIR') || isErrno(err, 'ELOOP');
+}
 
 /**
  * Reads one manifest file without trusting it: symlinks are followed only to
@@ -280,13 +301,14 @@ export type ReadResult =
  * `stamp` identifies the version read (inode, size, times) so a rescan can
  * skip unchanged files.
  */
-export async function readManifestFile(file: string): Promise<ReadResult> {
+export async function readManifestFile(file: string, parser: ManifestParser = isolatedParser): Promise<ReadResult> {
+  const unread = (cause: ReadFailure, reason: string): ReadResult => ({ kind: 'unread', cause, problem: { file, line: 1, reason } });
   let st;
   try {
     st = await fs.stat(file);
   } catch (err) {
-    if (isErrno(err, 'ENOENT') || isErrno(err, 'ENOTDIR') || isErrno(err, 'ELOOP')) return { kind: 'gone' };
-    return { kind: 'skipped', problem: { file, line: 1, reason: `cannot read: ${errorMessage(err)}` } };
+    if (isGone(err)) return { kind: 'gone' };
+    return unread('io', `cannot read: ${errorMessage(err)}`);
   }
   if (st.isDirectory()) return { kind: 'skipped' }; // subdirectories are ignored, as the kubelet does
   if (!st.isFile()) return { kind: 'skipped', problem: { file, line: 1, reason: 'not a regular file' } };
@@ -295,13 +317,15 @@ export async function readManifestFile(file: string): Promise<ReadResult> {
   try {
     handle = await fs.open(file, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK | fsConstants.O_NOCTTY);
   } catch (err) {
-    if (isErrno(err, 'ENOENT')) return { kind: 'gone' };
-    return { kind: 'skipped', problem: { file, line: 1, reason: `cannot open: ${errorMessage(err)}` } };
+    if (isGone(err)) return { kind: 'gone' };
+    return unread('io', `cannot open: ${errorMessage(err)}`);
   }
+  let data: Buffer;
+  let stamp: string;
   try {
     const fst = await handle.stat({ bigint: true });
     if (!fst.isFile()) return { kind: 'skipped', problem: { file, line: 1, reason: 'not a regular file' } };
-    const stamp = `${fst.dev}:${fst.ino}:${fst.size}:${fst.mtimeNs}:${fst.ctimeNs}`;
+    stamp = `${fst.dev}:${fst.ino}:${fst.size}:${fst.mtimeNs}:${fst.ctimeNs}`;
     if (fst.size > BigInt(MAX_MANIFEST_BYTES)) {
       return {
         kind: 'parsed',
@@ -324,12 +348,15 @@ export async function readManifestFile(file: string): Promise<ReadResult> {
       if (bytesRead === 0) break;
       len += bytesRead;
     }
-    return { kind: 'parsed', stamp, manifest: await isolatedParser.parse(file, buf.subarray(0, len)) };
+    data = buf.subarray(0, len);
   } catch (err) {
-    return { kind: 'skipped', problem: { file, line: 1, reason: `cannot read: ${errorMessage(err)}` } };
+    return unread('io', `cannot read: ${errorMessage(err)}`);
   } finally {
     await handle.close().catch(() => undefined);
   }
+  const parsed = await parser.parse(file, data);
+  if ('failed' in parsed) return { kind: 'unread', cause: 'parser', problem: parsed.failed };
+  return { kind: 'parsed', stamp, manifest: parsed.manifest };
 }
 
 /** How long one file may take to parse, and how much heap the parser may use. */
@@ -342,20 +369,25 @@ const IDLE_WORKER_MS = 5_000;
  * needs about 500 bytes of heap per node and parses about a MiB a second, so
  * a 4 MiB file of `[0,0,0,...]` held the agent's event loop for 11 s and
  * grew its heap past 2 GiB. Here it costs a problem in /manifests instead.
- * Without the compiled worker (tests running the TypeScript sources) it
- * parses in place.
+ * A parse that times out, runs out of heap or loses its thread is a
+ * failure (`failed`), not an answer about the file. Without the compiled
+ * worker (tests running the TypeScript sources) it parses in place.
  */
-export class IsolatedParser {
+export class IsolatedParser implements ManifestParser {
   private worker: Worker | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
   private queue: Promise<unknown> = Promise.resolve();
-  private readonly script = new URL('./manifest-worker.js', import.meta.url);
-  private readonly available = this.script.protocol === 'file:' && existsSync(fileURLToPath(this.script));
+  private readonly script: URL;
+  private readonly available: boolean;
 
-  constructor(private readonly opts: { timeoutMs?: number; heapMb?: number } = {}) {}
+  /** `worker`: the thread's script (tests run the TypeScript source through a loader). */
+  constructor(private readonly opts: { timeoutMs?: number; heapMb?: number; worker?: URL } = {}) {
+    this.script = opts.worker ?? new URL('./manifest-worker.js', import.meta.url);
+    this.available = this.script.protocol === 'file:' && existsSync(fileURLToPath(this.script));
+  }
 
-  parse(file: string, data: Uint8Array): Promise<ParsedManifest> {
-    if (!this.available) return Promise.resolve(parseManifest(file, data));
+  parse(file: string, data: Uint8Array): Promise<ParseOutcome> {
+    if (!this.available) return Promise.resolve({ manifest: parseManifest(file, data) });
     const run = () => this.run(file, data);
     const p = this.queue.then(run, run);
     this.queue = p.catch(() => undefined);
@@ -381,12 +413,12 @@ export class IsolatedParser {
     return w;
   }
 
-  private run(file: string, data: Uint8Array): Promise<ParsedManifest> {
+  private run(file: string, data: Uint8Array): Promise<ParseOutcome> {
     const timeoutMs = this.opts.timeoutMs ?? PARSE_TIMEOUT_MS;
     return new Promise((resolve) => {
       if (this.idleTimer) clearTimeout(this.idleTimer);
       const w = (this.worker ??= this.spawn());
-      const problem = (reason: string): ParsedManifest => ({ file, objects: [], problems: [{ file, line: 1, reason }] });
+      const failed = (reason: string): ParseOutcome => ({ failed: { file, line: 1, reason } });
       const cleanup = () => {
         clearTimeout(timer);
         w.off('message', onMessage);
@@ -398,11 +430,11 @@ export class IsolatedParser {
         // The next file gets a fresh thread.
         if (this.worker === w) this.worker = undefined;
         void w.terminate();
-        resolve(problem(reason));
+        resolve(failed(reason));
       };
       const onMessage = (m: { manifest?: ParsedManifest; error?: string }) => {
         cleanup();
-        resolve(m.manifest ?? problem(`cannot parse: ${m.error ?? 'no answer'}`));
+        resolve(m.manifest ? { manifest: m.manifest } : failed(`cannot parse: ${m.error ?? 'no answer'}`));
       };
       const onError = (err: Error & { code?: string }) =>
         fail(err.code === 'ERR_WORKER_OUT_OF_MEMORY' ? `cannot parse: needs more than ${this.opts.heapMb ?? PARSE_HEAP_MB} MiB of memory` : `cannot parse: ${errorMessage(err)}`);

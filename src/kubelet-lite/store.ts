@@ -64,7 +64,8 @@ export interface ObjectStoreOptions {
 export class ObjectStore implements ObjectLookup {
   private readonly nodeName: string;
   private readonly log: Logger;
-  private readonly files = new Map<string, { objects: StoredObject[]; problems: ManifestProblem[] }>();
+  /** `unread`: why the file's last read failed, while the objects of the read before still stand. */
+  private readonly files = new Map<string, { objects: StoredObject[]; problems: ManifestProblem[]; unread?: ManifestProblem }>();
   private view = new Map<string, StoredObject>();
   private duplicateProblems: ManifestProblem[] = [];
   private readonly listeners = new Set<ChangeListener>();
@@ -87,6 +88,22 @@ export class ObjectStore implements ObjectLookup {
     }));
     const before = JSON.stringify(this.problems());
     this.files.set(file, { objects, problems: content.problems.map((p) => ({ ...p })) });
+    return this.recompute(before);
+  }
+
+  /**
+   * `file` could not be read just now (an I/O error, the parser gave up):
+   * that says nothing about its content, so what it defined stays as it is,
+   * and `problem` is shown beside the file's own problems until the next
+   * replaceFile or removeFile. A file the store has no objects from gets
+   * only the problem, as replaceFile would give it.
+   */
+  keepFile(file: string, problem: ManifestProblem): ObjectChange[] {
+    const f = this.files.get(file);
+    if (!f || f.objects.length === 0) return this.replaceFile(file, { objects: [], problems: [problem] });
+    const before = JSON.stringify(this.problems());
+    const n = f.objects.length;
+    f.unread = { ...problem, reason: `${problem.reason}; keeping the ${n === 1 ? 'object' : `${n} objects`} it defined when last read` };
     return this.recompute(before);
   }
 
@@ -132,7 +149,10 @@ export class ObjectStore implements ObjectLookup {
   /** Every current problem: unreadable files and documents, and duplicates, by file and line. */
   problems(): ManifestProblem[] {
     const all: ManifestProblem[] = [];
-    for (const f of this.files.values()) for (const p of f.problems) all.push({ ...p });
+    for (const f of this.files.values()) {
+      if (f.unread) all.push({ ...f.unread });
+      for (const p of f.problems) all.push({ ...p });
+    }
     for (const p of this.duplicateProblems) all.push({ ...p });
     return all.sort((a, b) => compareNames(a.file, b.file) || a.line - b.line);
   }

@@ -6,19 +6,39 @@
  * file name, the directory removed or replaced) and whenever the agent asks
  * (its periodic safety net: inotify drops events silently on overflow).
  * All store updates run one at a time, in the order they were decided.
+ *
+ * A file that cannot be read right now (out of file descriptors, EIO, the
+ * parser too slow or out of its heap) is not a file that defines nothing:
+ * what it defined stays in the store with the failure shown as a problem,
+ * and that file alone is read again after 1 s, 2 s, 4 s … A new event for
+ * it reads it at once; rescans leave it to its retry. Content the parser
+ * always gives up on is in practice invalid, but telling that from a
+ * starved parser is guesswork, so its objects stay as last read while the
+ * problem says why; its retries back off to once per 5 min (each try may
+ * cost a core for the parse timeout), and writing the file ends it. At the
+ * first load such a file defined nothing yet, so start() waits for its
+ * first retries (bounded) before the agent acts on what was loaded.
  */
 import { watch } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { errorMessage, isErrno } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
-import { isManifestName, listManifestFiles, readManifestFile } from './manifests.js';
+import { isManifestName, listManifestFiles, readManifestFile, type ManifestParser, type ReadFailure } from './manifests.js';
 import type { ObjectStore } from './store.js';
 
 /** How long a file must be quiet before it is re-read. */
 export const DEFAULT_DEBOUNCE_MS = 75;
 /** A file written without pause is still re-read at least this often. */
 const MAX_WAIT_FACTOR = 10;
+/** The first retry of a file that could not be read; each failure in a row doubles it. */
+export const DEFAULT_RETRY_MS = 1_000;
+/** The longest wait between retries: I/O errors are cheap to retry, a parse that gives up may have cost a core for 10 s. */
+const MAX_RETRY_MS: Record<ReadFailure, number> = { io: 30_000, parser: 300_000 };
+/** start() waits for this many retries of a file it could not read (1 + 2 + 4 s) … */
+const FIRST_LOAD_RETRIES = 3;
+/** … but at most this many retry delays (10 s) past the first load. */
+const FIRST_LOAD_RETRIES_WITHIN = 10;
 
 /** A watch on one directory: what fs.watch returns, as far as the watcher uses it. */
 export interface DirWatch {
@@ -38,11 +58,21 @@ export interface ManifestWatcherOptions {
   log?: Logger;
   /** How the directory is watched; tests wrap the real one to inject failures. */
   watch?: WatchFn;
+  /** What parses the files (by default the shared IsolatedParser). */
+  parser?: ManifestParser;
+  /** The first retry delay of a file that could not be read. */
+  retryMs?: number;
 }
 
 interface Pending {
   timer: NodeJS.Timeout;
   first: number;
+}
+
+/** A file whose last reads failed: how many in a row, and its retry while one is due. */
+interface Retry {
+  failures: number;
+  timer: NodeJS.Timeout | undefined;
 }
 
 export class ManifestWatcher {
@@ -51,10 +81,13 @@ export class ManifestWatcher {
   private readonly debounceMs: number;
   private readonly log: Logger;
   private readonly watchFn: WatchFn;
+  private readonly parser: ManifestParser | undefined;
+  private readonly retryMs: number;
   private watcher: DirWatch | undefined;
   /** dev:ino of the directory being watched, to notice it being replaced. */
   private watchedId: string | undefined;
   private readonly pending = new Map<string, Pending>();
+  private readonly retries = new Map<string, Retry>();
   private queue: Promise<void> = Promise.resolve();
   private closed = false;
 
@@ -64,14 +97,23 @@ export class ManifestWatcher {
     this.debounceMs = opts.debounceMs ?? DEFAULT_DEBOUNCE_MS;
     this.log = opts.log ?? silentLogger;
     this.watchFn = opts.watch ?? inotifyWatch;
+    this.parser = opts.parser;
+    this.retryMs = opts.retryMs ?? DEFAULT_RETRY_MS;
   }
 
   /**
    * Creates the directory if needed (the agent owns it), starts watching, and
    * loads everything in it. Rejects if the directory cannot be created or read.
+   * A file that could not be read gets its first quick retries (bounded)
+   * before this resolves: it defines nothing yet, and the agent's first pass
+   * stops whatever no loaded manifest wants.
    */
   async start(): Promise<void> {
     await this.rescan();
+    const deadline = Date.now() + FIRST_LOAD_RETRIES_WITHIN * this.retryMs;
+    while (!this.closed && Date.now() < deadline && [...this.retries.values()].some((r) => r.failures <= FIRST_LOAD_RETRIES)) {
+      await new Promise((r) => setTimeout(r, Math.min(50, this.retryMs)));
+    }
   }
 
   /**
@@ -84,11 +126,13 @@ export class ManifestWatcher {
     return this.enqueue(() => this.doRescan());
   }
 
-  /** Stops watching; pending reloads are dropped. Resolves when nothing of the watcher's runs any more. */
+  /** Stops watching; pending reloads and retries are dropped. Resolves when nothing of the watcher's runs any more. */
   async close(): Promise<void> {
     this.closed = true;
     for (const p of this.pending.values()) clearTimeout(p.timer);
     this.pending.clear();
+    for (const r of this.retries.values()) clearTimeout(r.timer);
+    this.retries.clear();
     this.stopWatch();
     await this.queue;
   }
@@ -118,12 +162,26 @@ export class ManifestWatcher {
     }
     const present = new Set(files);
     for (const f of this.store.fileNames()) if (!present.has(f)) this.store.removeFile(f);
-    for (const f of files) await this.loadFile(f);
+    for (const f of this.retries.keys()) if (!present.has(f)) this.forgetRetry(f);
+    // A file waiting for its retry is left to it: a rescan must not turn the back-off into a fixed pace.
+    for (const f of files) if (this.retries.get(f)?.timer === undefined) await this.loadFile(f);
   }
 
   private async loadFile(file: string): Promise<void> {
-    const r = await readManifestFile(file);
+    const retry = this.retries.get(file);
+    if (retry) {
+      // This read is the retry, or replaces it.
+      clearTimeout(retry.timer);
+      retry.timer = undefined;
+    }
+    const r = await readManifestFile(file, this.parser);
     if (this.closed) return;
+    if (r.kind === 'unread') {
+      this.store.keepFile(file, r.problem);
+      this.scheduleRetry(file, r.cause);
+      return;
+    }
+    this.forgetRetry(file);
     switch (r.kind) {
       case 'gone':
         this.store.removeFile(file);
@@ -136,6 +194,26 @@ export class ManifestWatcher {
         this.store.replaceFile(file, r.manifest);
         break;
     }
+  }
+
+  /** Reads `file` again after a delay that doubles with each failure in a row, up to the cap for `cause`. */
+  private scheduleRetry(file: string, cause: ReadFailure): void {
+    const r = this.retries.get(file) ?? { failures: 0, timer: undefined };
+    r.failures++;
+    clearTimeout(r.timer);
+    const delay = Math.min(this.retryMs * 2 ** Math.min(r.failures - 1, 30), MAX_RETRY_MS[cause]);
+    r.timer = setTimeout(() => {
+      r.timer = undefined;
+      this.enqueueDetached(() => this.loadFile(file));
+    }, delay);
+    r.timer.unref();
+    this.retries.set(file, r);
+    this.log.warn('cannot read a manifest file now; keeping what it defined, retrying', { file, cause, failures: r.failures, retryInMs: delay });
+  }
+
+  private forgetRetry(file: string): void {
+    clearTimeout(this.retries.get(file)?.timer);
+    this.retries.delete(file);
   }
 
   /** Makes sure the directory exists and the watch is on the directory that is there now. */

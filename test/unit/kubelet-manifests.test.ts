@@ -359,6 +359,30 @@ describe('ObjectStore', () => {
     expect(store.problems().map((p) => p.file)).toEqual(['/d/fifo.yaml']);
   });
 
+  it('keeps what a file defined when it could not be read, with the failure as a problem until it is read again', () => {
+    const store = new ObjectStore({ nodeName: 'n' });
+    const seen: string[][] = [];
+    store.subscribe((c) => seen.push(summary(c)));
+    store.replaceFile('/d/a.yaml', parsed('/d/a.yaml', `${pod('p')}---\nnot: [valid\n`));
+    const uid = store.get('Pod', 'default', 'p')!.uid;
+    const failure = { file: '/d/a.yaml', line: 1, reason: 'cannot open: EMFILE: too many open files' };
+    expect(store.keepFile('/d/a.yaml', failure)).toEqual([]);
+    expect(store.keepFile('/d/a.yaml', failure)).toEqual([]);
+    expect(store.get('Pod', 'default', 'p')!.uid).toBe(uid);
+    // The failure is shown beside the problems of the content still in force.
+    expect(store.problems()).toMatchObject([
+      { file: '/d/a.yaml', line: 1, reason: 'cannot open: EMFILE: too many open files; keeping the object it defined when last read' },
+      { file: '/d/a.yaml', reason: expect.stringContaining('invalid YAML') },
+    ]);
+    // Read again: the failure goes; what the file says now is what counts.
+    expect(summary(store.replaceFile('/d/a.yaml', parsed('/d/a.yaml', pod('p'))))).toEqual([]);
+    expect(store.problems()).toEqual([]);
+    // A file the store has nothing from: only the problem, as before.
+    expect(store.keepFile('/d/b.yaml', { file: '/d/b.yaml', line: 1, reason: 'cannot parse: took more than 10 s' })).toEqual([]);
+    expect(store.problems()).toEqual([{ file: '/d/b.yaml', line: 1, reason: 'cannot parse: took more than 10 s' }]);
+    expect(seen).toEqual([['added Pod/default/p'], [], [], []]);
+  });
+
   it('serves typed ConfigMaps and Secrets as the API would: stringData merged into base64 data', () => {
     const store = new ObjectStore({ nodeName: 'n' });
     store.replaceFile(

@@ -4,10 +4,13 @@
  */
 import { execFileSync } from 'node:child_process';
 import type { EventEmitter } from 'node:events';
+import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { isErrno } from '../../src/errors.js';
+import { IsolatedParser, type ManifestParser, type ParseOutcome } from '../../src/kubelet-lite/manifests.js';
 import type { ObjectChange } from '../../src/kubelet-lite/model.js';
 import { ObjectStore } from '../../src/kubelet-lite/store.js';
 import { DEFAULT_DEBOUNCE_MS, inotifyWatch, ManifestWatcher, type DirWatch, type WatchFn } from '../../src/kubelet-lite/watch.js';
@@ -16,6 +19,35 @@ const DEBOUNCE_MS = 50;
 
 const pod = (name: string, image = 'busybox:1.36') =>
   `apiVersion: v1\nkind: Pod\nmetadata:\n  name: ${name}\nspec:\n  containers:\n  - name: main\n    image: ${image}\n`;
+
+/** The real parser thread, running the TypeScript source through tsx. */
+const TS_WORKER = new URL('../helpers/manifest-worker.mjs', import.meta.url);
+
+/** A real parser the test can swap (a healthy one, a starved one), counting and timing the parses. */
+class SwitchParser implements ManifestParser {
+  starts: number[] = [];
+  running = 0;
+  constructor(public current: ManifestParser) {}
+  async parse(file: string, data: Uint8Array): Promise<ParseOutcome> {
+    this.starts.push(performance.now());
+    this.running++;
+    try {
+      return await this.current.parse(file, data);
+    } finally {
+      this.running--;
+    }
+  }
+}
+
+/** This process's soft and hard limits on open files. */
+function nofileLimits(): { soft: string; hard: string } {
+  const m = /^Max open files\s+(\S+)\s+(\S+)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
+  if (!m) throw new Error('no open files limit in /proc/self/limits');
+  return { soft: m[1]!, hard: m[2]! };
+}
+function setNofile(soft: number | string, hard: number | string): void {
+  execFileSync('prlimit', [`--pid=${process.pid}`, `--nofile=${soft}:${hard}`]);
+}
 
 interface Seen {
   at: number;
@@ -255,6 +287,141 @@ describe('ManifestWatcher (real directory, real inotify)', () => {
     await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
     await watcher.rescan();
     expect(store.list('Pod').map((o) => o.name)).toEqual(['a']);
+  });
+
+  it('keeps what a file defined while it cannot be opened (out of file descriptors), and reads it again on its own', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    const file = path.join(dir, 'web.yaml');
+    await fs.writeFile(file, pod('web'));
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, retryMs: 100 });
+    await watcher.start();
+    const uid = store.get('Pod', 'default', 'web')!.uid;
+
+    const limits = nofileLimits();
+    const held: number[] = [];
+    try {
+      // Leave no descriptor free: every open in this process fails with EMFILE.
+      setNofile(Math.max(...readdirSync('/proc/self/fd').map(Number)) + 8, limits.hard);
+      for (;;) {
+        try {
+          held.push(openSync('/dev/null', 'r'));
+        } catch (err) {
+          if (isErrno(err, 'EMFILE')) break;
+          throw err;
+        }
+      }
+      // Touching needs no descriptor; inotify tells the watcher, whose open fails.
+      const now = new Date();
+      await fs.utimes(file, now, now);
+      await until(() => store.problems().some((p) => /EMFILE/.test(p.reason)), 'the EMFILE problem');
+      // Retries (100 ms, 200 ms …) fail too; nothing is deleted meanwhile.
+      await new Promise((r) => setTimeout(r, 400));
+      expect(store.get('Pod', 'default', 'web')?.uid).toBe(uid);
+      expect(store.problems()).toMatchObject([{ file, reason: expect.stringMatching(/^cannot open: EMFILE.*keeping the object it defined when last read$/) }]);
+    } finally {
+      for (const fd of held) closeSync(fd);
+      setNofile(limits.soft, limits.hard);
+    }
+    // No event, no rescan: the file's own retry reads it again.
+    await until(() => store.problems().length === 0, 'the retry that reads the file again');
+    expect(flat()).toEqual(['added Pod/web']);
+    expect(store.get('Pod', 'default', 'web')!.uid).toBe(uid);
+  });
+
+  it('keeps what a file defined while its parser times out, and the retry loads it once the parser answers', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    const file = path.join(dir, 'web.yaml');
+    await fs.writeFile(file, pod('web'));
+    const healthy = new IsolatedParser({ worker: TS_WORKER });
+    // A real parser thread that cannot answer in time (it cannot even start in 1 ms).
+    const starved = new IsolatedParser({ worker: TS_WORKER, timeoutMs: 1 });
+    const parser = new SwitchParser(healthy);
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser, retryMs: 100 });
+    await watcher.start();
+    const uid = store.get('Pod', 'default', 'web')!.uid;
+
+    parser.current = starved;
+    const now = new Date();
+    await fs.utimes(file, now, now);
+    await until(() => store.problems().some((p) => /took more than/.test(p.reason)), 'the timeout problem');
+    await until(() => parser.starts.length >= 3, 'two retries');
+    expect(store.get('Pod', 'default', 'web')?.uid).toBe(uid);
+    expect(flat()).toEqual(['added Pod/web']);
+
+    parser.current = healthy;
+    await until(() => store.problems().length === 0, 'the retry with a parser that answers', 10_000);
+    expect(flat()).toEqual(['added Pod/web']);
+    expect(store.get('Pod', 'default', 'web')!.uid).toBe(uid);
+  });
+
+  it('keeps the last objects of content that always exhausts the parser heap, retries it with back-off only, and reads a new write at once', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    const file = path.join(dir, 'big.yaml');
+    await fs.writeFile(file, pod('big'));
+    const parser = new SwitchParser(new IsolatedParser({ worker: TS_WORKER, heapMb: 32 }));
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser, retryMs: 100 });
+    await watcher.start();
+    const uid = store.get('Pod', 'default', 'big')!.uid;
+    const loads = parser.starts.length;
+
+    // About 200,000 nodes: some 100 MiB of parser heap, more than the 32 MiB allowed.
+    const padding = `apiVersion: v1\nkind: ConfigMap\nmetadata: {name: pad}\ndata:\n  x: [${'0,'.repeat(200_000)}0]\n`;
+    await fs.writeFile(file, `${pod('big', 'busybox:1.37')}---\n${padding}`);
+    await until(() => store.problems().some((p) => /needs more than 32 MiB/.test(p.reason)), 'the out-of-heap problem', 10_000);
+    await until(() => parser.starts.length - loads >= 4 && parser.running === 0, 'three retries', 10_000);
+    // The same content fails each time: the waits between tries double (100, 200, 400 ms …).
+    const tries = parser.starts.slice(loads);
+    for (let i = 1; i < tries.length; i++) expect(tries[i]! - tries[i - 1]!).toBeGreaterThanOrEqual(100 * 2 ** (i - 1) - 5);
+    // Rescans leave the file to its retry rather than parsing it again.
+    const before = parser.starts.length;
+    await watcher.rescan();
+    await watcher.rescan();
+    expect(parser.starts.length).toBe(before);
+    expect(store.get('Pod', 'default', 'big')?.uid).toBe(uid);
+    expect(flat()).toEqual(['added Pod/big']);
+
+    // A new write is read at once and ends the retries.
+    await fs.writeFile(file, pod('big', 'busybox:1.37'));
+    await until(() => flat().includes('modified Pod/big'), 'the new content');
+    expect(store.problems()).toEqual([]);
+    const after = parser.starts.length;
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(parser.starts.length).toBe(after);
+  });
+
+  it('gives a file it could not read at the first load quick retries before start() resolves', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'web.yaml'), pod('web'));
+    const healthy = new IsolatedParser({ worker: TS_WORKER });
+    const starved = new IsolatedParser({ worker: TS_WORKER, timeoutMs: 1 });
+    const parser = new SwitchParser(starved);
+    // The first parse times out (a CPU-starved boot); the next ones answer.
+    const firstStarved: ManifestParser = { parse: (f, d) => (parser.starts.length > 1 ? healthy : starved).parse(f, d) };
+    parser.current = firstStarved;
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser, retryMs: 100 });
+    await watcher.start();
+    expect(parser.starts.length).toBe(2);
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['web']);
+    expect(store.problems()).toEqual([]);
+  });
+
+  it('bounds how long start() waits for a file that keeps failing, and shows the problem', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'web.yaml'), pod('web'));
+    await fs.writeFile(path.join(dir, 'db.yaml'), pod('db'));
+    const healthy = new IsolatedParser({ worker: TS_WORKER });
+    const starved = new IsolatedParser({ worker: TS_WORKER, timeoutMs: 1 });
+    const parser = new SwitchParser({ parse: (f, d) => (f.endsWith('web.yaml') ? starved : healthy).parse(f, d) });
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser, retryMs: 100 });
+    const t0 = performance.now();
+    await watcher.start();
+    const took = performance.now() - t0;
+    // db.yaml once; web.yaml at the first load and three retries (100, 200, 400 ms), within the bound of ten delays.
+    expect(parser.starts.length).toBe(5);
+    expect(took).toBeGreaterThanOrEqual(700);
+    expect(took).toBeLessThan(100 * 10 + 1500);
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['db']);
+    expect(store.problems()).toMatchObject([{ file: path.join(dir, 'web.yaml'), reason: expect.stringMatching(/^cannot parse: took more than/) }]);
   });
 
   it('stops when closed: nothing is applied after close()', async () => {
