@@ -72,6 +72,11 @@ describe.skipIf(!isRoot)('kubelet-lite: Deployments, DaemonSets and Jobs', () =>
   const pods = async (selector: (p: Pod) => boolean) => ((await node.get<{ items: Pod[] }>('/pods')).body.items ?? []).filter(selector);
   const webPods = (p: Pod) => p.metadata?.labels?.app === 'web' && !p.metadata?.deletionTimestamp;
   const workload = async (kind: string, name: string) => ((await node.get<{ items: Workload[] }>('/workloads')).body.items ?? []).find((w) => w.kind === kind && w.name === name);
+  const jobComplete = (name: string, what: string) =>
+    waitFor(what, async () => {
+      const w = await workload('Job', name);
+      return (w?.status.conditions as Array<{ type: string; status: string }> | undefined)?.some((c) => c.type === 'Complete' && c.status === 'True') ? w : undefined;
+    }, 60_000);
 
   it('runs a Deployment\'s replicas, named <name>-<hash>-<suffix>, and reports them ready', async () => {
     await node.write('web.yaml', deployment(node.image, 3, 'one'));
@@ -147,10 +152,7 @@ spec:
       const ps = await pods((p) => p.metadata?.labels?.app === 'agent');
       return ps.length === 1 && ready(ps[0]!) ? true : undefined;
     }, 30_000);
-    const job = await waitFor('the Job complete', async () => {
-      const w = await workload('Job', 'count');
-      return (w?.status.conditions as Array<{ type: string; status: string }> | undefined)?.some((c) => c.type === 'Complete' && c.status === 'True') ? w : undefined;
-    }, 60_000);
+    const job = await jobComplete('count', 'the Job complete');
     expect(job.status.succeeded).toBe(3);
     const jobPods = await pods((p) => p.metadata?.labels?.['job-name'] === 'count');
     expect(jobPods.length).toBe(3);
@@ -160,6 +162,7 @@ spec:
     await node.remove('ds.yaml');
     await waitFor('the DaemonSet and Job pods gone', async () => ((await pods((p) => p.metadata?.labels?.app === 'agent' || !!p.metadata?.labels?.['job-name'])).length === 0 ? true : undefined), 30_000);
   });
+
   it('keeps a finished Job finished across a kill -9, while a slow manifest holds up the next agent\'s first load', async () => {
     await node.write('z-once.yaml', `apiVersion: batch/v1
 kind: Job
@@ -170,10 +173,7 @@ spec:
       restartPolicy: Never
       containers: [{name: c, image: ${node.image}, command: [sh, -c, "echo once"]}]
 `);
-    await waitFor('the Job complete', async () => {
-      const w = await workload('Job', 'once');
-      return (w?.status.conditions as Array<{ type: string; status: string }> | undefined)?.some((c) => c.type === 'Complete' && c.status === 'True') ? w : undefined;
-    }, 60_000);
+    await jobComplete('once', 'the Job complete');
     const onceName = (p: Pod) => p.metadata?.labels?.['job-name'] === 'once';
     const before = (await pods(onceName)).map((p) => p.metadata!.name!);
     expect(before).toHaveLength(1);
@@ -185,10 +185,7 @@ spec:
     await node.write('y-slow.yaml', `apiVersion: v1\nkind: ConfigMap\nmetadata: {name: slow}\ndata:\n${keys.join('\n')}\n`);
     try {
       await node.restartAgent('SIGKILL');
-      await waitFor('the Job seen complete by the new agent', async () => {
-        const w = await workload('Job', 'once');
-        return (w?.status.conditions as Array<{ type: string; status: string }> | undefined)?.some((c) => c.type === 'Complete' && c.status === 'True') ? w : undefined;
-      }, 60_000);
+      await jobComplete('once', 'the Job seen complete by the new agent');
       // Still the same one pod, finished: not removed, and no second run.
       await new Promise((r) => setTimeout(r, 2000));
       const after = await pods(onceName);
