@@ -5,7 +5,7 @@
  * bad input: a bad document is a problem, and the other documents of the
  * same file still load.
  */
-import { constants as fsConstants, existsSync } from 'node:fs';
+import { constants as fsConstants, existsSync, type BigIntStats } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -325,7 +325,7 @@ export async function readManifestFile(file: string, parser: ManifestParser = is
   try {
     const fst = await handle.stat({ bigint: true });
     if (!fst.isFile()) return { kind: 'skipped', problem: { file, line: 1, reason: 'not a regular file' } };
-    stamp = `${fst.dev}:${fst.ino}:${fst.size}:${fst.mtimeNs}:${fst.ctimeNs}`;
+    stamp = fileStamp(fst);
     if (fst.size > BigInt(MAX_MANIFEST_BYTES)) {
       return {
         kind: 'parsed',
@@ -357,6 +357,11 @@ export async function readManifestFile(file: string, parser: ManifestParser = is
   const parsed = await parser.parse(file, data);
   if ('failed' in parsed) return { kind: 'unread', cause: 'parser', problem: parsed.failed };
   return { kind: 'parsed', stamp, manifest: parsed.manifest };
+}
+
+/** What identifies one version of a file: inode, size and times (ctime moves with any write, chmod or rename). */
+export function fileStamp(st: BigIntStats): string {
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
 }
 
 /** How long one file may take to parse, and how much heap the parser may use. */

@@ -24,7 +24,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { errorMessage, isErrno } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
-import { isManifestName, listManifestFiles, readManifestFile, type ManifestParser, type ReadFailure } from './manifests.js';
+import { fileStamp, isManifestName, listManifestFiles, readManifestFile, type ManifestParser, type ReadFailure } from './manifests.js';
 import type { ObjectStore } from './store.js';
 
 /** How long a file must be quiet before it is re-read. */
@@ -35,6 +35,21 @@ const MAX_WAIT_FACTOR = 10;
 export const DEFAULT_RETRY_MS = 1_000;
 /** The longest wait between retries: I/O errors are cheap to retry, a parse that gives up may have cost a core for 10 s. */
 const MAX_RETRY_MS: Record<ReadFailure, number> = { io: 30_000, parser: 300_000 };
+/**
+ * A rescan skips a file whose stamp is what it was when last parsed, unless it changed
+ * less than this long before that read began (file times are only as fine as the
+ * kernel's clock tick, so a write just after the read could leave the stamp as it was).
+ */
+const STAMP_SETTLE_MS = 1_000;
+/**
+ * Retries of files the parser gave up on get at most a tenth of the time: each waits
+ * until this many times the last failed parse has passed since it ended, and until
+ * nothing else is queued, so many such files neither keep a core busy nor hold up an
+ * edit of another file for more than one parse.
+ */
+export const PARSER_RETRY_REST_FACTOR = 9;
+/** How soon a retry put off for the above looks again. */
+const DEFERRED_RETRY_MS = 250;
 /** start() waits for this many retries of a file it could not read (1 + 2 + 4 s) … */
 const FIRST_LOAD_RETRIES = 3;
 /** … but at most this many retry delays (10 s) past the first load. */
@@ -62,6 +77,8 @@ export interface ManifestWatcherOptions {
   parser?: ManifestParser;
   /** The first retry delay of a file that could not be read. */
   retryMs?: number;
+  /** Parser retries rest this many times the last failed parse (PARSER_RETRY_REST_FACTOR). */
+  parserRetryRest?: number;
 }
 
 interface Pending {
@@ -72,6 +89,7 @@ interface Pending {
 /** A file whose last reads failed: how many in a row, and its retry while one is due. */
 interface Retry {
   failures: number;
+  cause: ReadFailure;
   timer: NodeJS.Timeout | undefined;
 }
 
@@ -83,12 +101,21 @@ export class ManifestWatcher {
   private readonly watchFn: WatchFn;
   private readonly parser: ManifestParser | undefined;
   private readonly retryMs: number;
+  private readonly parserRetryRest: number;
   private watcher: DirWatch | undefined;
   /** dev:ino of the directory being watched, to notice it being replaced. */
   private watchedId: string | undefined;
   private readonly pending = new Map<string, Pending>();
   private readonly retries = new Map<string, Retry>();
+  /** The stamp of each file's last successful read, and when that read began. */
+  private readonly readStamps = new Map<string, { stamp: string; at: number }>();
+  /** A rescan that is queued and has not begun: later requests join it. */
+  private queuedRescan: Promise<void> | undefined;
   private queue: Promise<void> = Promise.resolve();
+  /** Work queued or running. */
+  private queued = 0;
+  /** Until when parser retries rest (see PARSER_RETRY_REST_FACTOR). */
+  private parserRestUntil = 0;
   private closed = false;
 
   constructor(opts: ManifestWatcherOptions) {
@@ -99,6 +126,7 @@ export class ManifestWatcher {
     this.watchFn = opts.watch ?? inotifyWatch;
     this.parser = opts.parser;
     this.retryMs = opts.retryMs ?? DEFAULT_RETRY_MS;
+    this.parserRetryRest = opts.parserRetryRest ?? PARSER_RETRY_REST_FACTOR;
   }
 
   /**
@@ -109,8 +137,9 @@ export class ManifestWatcher {
    * stops whatever no loaded manifest wants.
    */
   async start(): Promise<void> {
-    await this.rescan();
+    // Counted from the start: a file the parser gives up on has already cost up to its timeout.
     const deadline = Date.now() + FIRST_LOAD_RETRIES_WITHIN * this.retryMs;
+    await this.rescan();
     while (!this.closed && Date.now() < deadline && [...this.retries.values()].some((r) => r.failures <= FIRST_LOAD_RETRIES)) {
       await new Promise((r) => setTimeout(r, Math.min(50, this.retryMs)));
     }
@@ -123,7 +152,14 @@ export class ManifestWatcher {
    * (and logs) if the directory cannot be read, leaving the store as it was.
    */
   rescan(): Promise<void> {
-    return this.enqueue(() => this.doRescan());
+    // A rescan slower than the agent's period must not pile up behind itself.
+    if (this.queuedRescan) return this.queuedRescan;
+    const run = this.enqueue(() => {
+      this.queuedRescan = undefined;
+      return this.doRescan();
+    });
+    this.queuedRescan = run;
+    return run;
   }
 
   /** Stops watching; pending reloads and retries are dropped. Resolves when nothing of the watcher's runs any more. */
@@ -133,13 +169,15 @@ export class ManifestWatcher {
     this.pending.clear();
     for (const r of this.retries.values()) clearTimeout(r.timer);
     this.retries.clear();
+    this.readStamps.clear();
     this.stopWatch();
     await this.queue;
   }
 
   /** Runs `work` after everything queued before it; its failure is logged, and rejects only the returned promise. */
   private enqueue(work: () => Promise<void>): Promise<void> {
-    const run = this.queue.then(() => (this.closed ? undefined : work()));
+    this.queued++;
+    const run = this.queue.then(() => (this.closed ? undefined : work())).finally(() => this.queued--);
     this.queue = run.catch((err) => {
       this.log.error('manifest directory update failed', { dir: this.dir, error: errorMessage(err) });
     });
@@ -163,8 +201,22 @@ export class ManifestWatcher {
     const present = new Set(files);
     for (const f of this.store.fileNames()) if (!present.has(f)) this.store.removeFile(f);
     for (const f of this.retries.keys()) if (!present.has(f)) this.forgetRetry(f);
+    for (const f of this.readStamps.keys()) if (!present.has(f)) this.readStamps.delete(f);
     // A file waiting for its retry is left to it: a rescan must not turn the back-off into a fixed pace.
-    for (const f of files) if (this.retries.get(f)?.timer === undefined) await this.loadFile(f);
+    // Nor is an unchanged file parsed again: a few MiB of manifests cost seconds of a core each time.
+    for (const f of files) if (this.retries.get(f)?.timer === undefined && !(await this.unchanged(f))) await this.loadFile(f);
+  }
+
+  /** Whether `file` is, for certain, the version last parsed. */
+  private async unchanged(file: string): Promise<boolean> {
+    const last = this.readStamps.get(file);
+    if (!last) return false;
+    try {
+      const st = await fs.stat(file, { bigint: true });
+      return fileStamp(st) === last.stamp && Number(st.ctimeNs / 1_000_000n) < last.at - STAMP_SETTLE_MS;
+    } catch {
+      return false; // loadFile finds out what is wrong with it
+    }
   }
 
   private async loadFile(file: string): Promise<void> {
@@ -174,9 +226,12 @@ export class ManifestWatcher {
       clearTimeout(retry.timer);
       retry.timer = undefined;
     }
+    this.readStamps.delete(file);
+    const at = Date.now();
     const r = await readManifestFile(file, this.parser);
     if (this.closed) return;
     if (r.kind === 'unread') {
+      if (r.cause === 'parser') this.parserRestUntil = Date.now() + this.parserRetryRest * (Date.now() - at);
       this.store.keepFile(file, r.problem);
       this.scheduleRetry(file, r.cause);
       return;
@@ -191,6 +246,7 @@ export class ManifestWatcher {
         else this.store.removeFile(file);
         break;
       case 'parsed':
+        this.readStamps.set(file, { stamp: r.stamp, at });
         this.store.replaceFile(file, r.manifest);
         break;
     }
@@ -198,17 +254,27 @@ export class ManifestWatcher {
 
   /** Reads `file` again after a delay that doubles with each failure in a row, up to the cap for `cause`. */
   private scheduleRetry(file: string, cause: ReadFailure): void {
-    const r = this.retries.get(file) ?? { failures: 0, timer: undefined };
+    const r = this.retries.get(file) ?? { failures: 0, cause, timer: undefined };
     r.failures++;
-    clearTimeout(r.timer);
+    r.cause = cause;
     const delay = Math.min(this.retryMs * 2 ** Math.min(r.failures - 1, 30), MAX_RETRY_MS[cause]);
+    this.armRetry(file, r, delay);
+    this.retries.set(file, r);
+    this.log.warn('cannot read a manifest file now; keeping what it defined, retrying', { file, cause, failures: r.failures, retryInMs: delay });
+  }
+
+  private armRetry(file: string, r: Retry, delay: number): void {
+    clearTimeout(r.timer);
     r.timer = setTimeout(() => {
+      const rest = this.parserRestUntil - Date.now();
+      if (r.cause === 'parser' && (rest > 0 || this.queued > 0)) {
+        this.armRetry(file, r, Math.max(rest, DEFERRED_RETRY_MS));
+        return;
+      }
       r.timer = undefined;
       this.enqueueDetached(() => this.loadFile(file));
     }, delay);
     r.timer.unref();
-    this.retries.set(file, r);
-    this.log.warn('cannot read a manifest file now; keeping what it defined, retrying', { file, cause, failures: r.failures, retryInMs: delay });
   }
 
   private forgetRetry(file: string): void {
