@@ -270,6 +270,12 @@ export type ReadResult =
   | { kind: 'parsed'; manifest: ParsedManifest; stamp: string }
   /** The file is not there (any more): whatever it defined goes. */
   | { kind: 'gone' }
+  /**
+   * No bytes at all: a file being written (`gen > job.yaml` truncates it before the
+   * generator's first write), not a file that means to define nothing (that file is
+   * removed). As the kubelet does, what it defined before still stands.
+   */
+  | { kind: 'empty' }
   /** Not a manifest the agent reads (a FIFO, a device, a directory): reported, never opened for a blocking read. */
   | { kind: 'skipped'; problem?: ManifestProblem }
   /**
@@ -354,6 +360,7 @@ export async function readManifestFile(file: string, parser: ManifestParser = is
   } finally {
     await handle.close().catch(() => undefined);
   }
+  if (data.length === 0) return { kind: 'empty' };
   const parsed = await parser.parse(file, data);
   if ('failed' in parsed) return { kind: 'unread', cause: 'parser', problem: parsed.failed };
   return { kind: 'parsed', stamp, manifest: parsed.manifest };

@@ -241,6 +241,10 @@ export class ManifestWatcher {
       case 'gone':
         this.store.removeFile(file);
         break;
+      case 'empty':
+        // Its write will be an event (or a rescan finds it): nothing to retry.
+        this.store.keepFile(file, { file, line: 1, reason: 'the file is empty' });
+        break;
       case 'skipped':
         if (r.problem) this.store.replaceFile(file, { objects: [], problems: [r.problem] });
         else this.store.removeFile(file);

@@ -535,6 +535,27 @@ describe('ManifestWatcher (real directory, real inotify)', () => {
     expect(store.list('Pod').map((o) => o.name)).toEqual(['web']);
   });
 
+  it('keeps what a file defined while it is empty (truncated by `gen > file` before the first write)', async () => {
+    await start();
+    const file = path.join(dir, 'job.yaml');
+    await fs.writeFile(file, pod('job'));
+    await until(() => flat().includes('added Pod/job'), 'the pod');
+    const uid = store.get('Pod', 'default', 'job')!.uid;
+    // The shell truncates the file; the generator writes only after a pause longer than the debounce.
+    const fd = await fs.open(file, 'w');
+    await new Promise((r) => setTimeout(r, DEBOUNCE_MS * 6));
+    expect(store.get('Pod', 'default', 'job')?.uid).toBe(uid);
+    expect(store.problems()).toMatchObject([{ file, reason: expect.stringMatching(/^the file is empty; keeping the object/) }]);
+    await fd.writeFile(pod('job'));
+    await fd.close();
+    await until(() => store.problems().length === 0, 'the content read again');
+    await watcher!.rescan();
+    expect(flat()).toEqual(['added Pod/job']);
+    // Removing the file is how a manifest's objects go.
+    await fs.rm(file);
+    await until(() => flat().includes('deleted Pod/job'), 'the removal');
+  });
+
   it('measures the latency from a write to the change callback (default debounce)', async () => {
     watcher = new ManifestWatcher({ dir, store });
     await watcher.start();
