@@ -116,6 +116,7 @@ export class ManifestWatcher {
   private queued = 0;
   /** Until when parser retries rest (see PARSER_RETRY_REST_FACTOR). */
   private parserRestUntil = 0;
+  private starting = false;
   private closed = false;
 
   constructor(opts: ManifestWatcherOptions) {
@@ -137,11 +138,17 @@ export class ManifestWatcher {
    * stops whatever no loaded manifest wants.
    */
   async start(): Promise<void> {
-    // Counted from the start: a file the parser gives up on has already cost up to its timeout.
-    const deadline = Date.now() + FIRST_LOAD_RETRIES_WITHIN * this.retryMs;
-    await this.rescan();
-    while (!this.closed && Date.now() < deadline && [...this.retries.values()].some((r) => r.failures <= FIRST_LOAD_RETRIES)) {
-      await new Promise((r) => setTimeout(r, Math.min(50, this.retryMs)));
+    // Until this resolves, retries do not rest (see PARSER_RETRY_REST_FACTOR): a file the parser
+    // gave up on at a starved boot must get its quick tries before the controllers first look.
+    this.starting = true;
+    try {
+      await this.rescan();
+      const deadline = Date.now() + FIRST_LOAD_RETRIES_WITHIN * this.retryMs;
+      while (!this.closed && Date.now() < deadline && [...this.retries.values()].some((r) => r.failures <= FIRST_LOAD_RETRIES)) {
+        await new Promise((r) => setTimeout(r, Math.min(50, this.retryMs)));
+      }
+    } finally {
+      this.starting = false;
     }
   }
 
@@ -271,7 +278,7 @@ export class ManifestWatcher {
     clearTimeout(r.timer);
     r.timer = setTimeout(() => {
       const rest = this.parserRestUntil - Date.now();
-      if (r.cause === 'parser' && (rest > 0 || this.queued > 0)) {
+      if (r.cause === 'parser' && !this.starting && (rest > 0 || this.queued > 0)) {
         this.armRetry(file, r, Math.max(rest, DEFERRED_RETRY_MS));
         return;
       }
