@@ -277,15 +277,25 @@ export class ManifestWatcher {
   private armRetry(file: string, r: Retry, delay: number): void {
     clearTimeout(r.timer);
     r.timer = setTimeout(() => {
-      const rest = this.parserRestUntil - Date.now();
-      if (r.cause === 'parser' && !this.starting && (rest > 0 || this.queued > 0)) {
-        this.armRetry(file, r, Math.max(rest, DEFERRED_RETRY_MS));
-        return;
-      }
+      if (this.mustRest(file, r, 0)) return;
       r.timer = undefined;
-      this.enqueueDetached(() => this.loadFile(file));
+      this.enqueueDetached(async () => {
+        // Read meanwhile (an event), or due again: this try is no longer needed.
+        if (this.retries.get(file) !== r || r.timer !== undefined) return;
+        // Queued while start() waited, run after: the rest applies now.
+        if (this.mustRest(file, r, 1)) return;
+        await this.loadFile(file);
+      });
     }, delay);
     r.timer.unref();
+  }
+
+  /** Whether a parser retry must wait (then it is armed again): `ahead` is the queued work that is this retry's own. */
+  private mustRest(file: string, r: Retry, ahead: number): boolean {
+    const rest = this.parserRestUntil - Date.now();
+    if (r.cause !== 'parser' || this.starting || (rest <= 0 && this.queued <= ahead)) return false;
+    this.armRetry(file, r, Math.max(rest, DEFERRED_RETRY_MS));
+    return true;
   }
 
   private forgetRetry(file: string): void {
