@@ -4,7 +4,8 @@
  * editor's write-temp-and-rename or a writer's pieces give one reload, and a
  * full rescan when the watch cannot be trusted (an error, an event without a
  * file name, the directory removed or replaced) and whenever the agent asks
- * (its periodic safety net: inotify drops events silently on overflow).
+ * (its periodic safety net: inotify drops events silently on overflow); a
+ * rescan parses only the files whose stamp moved since their last read.
  * All store updates run one at a time, in the order they were decided.
  *
  * A file that cannot be read right now (out of file descriptors, EIO, the
@@ -15,7 +16,9 @@
  * always gives up on is in practice invalid, but telling that from a
  * starved parser is guesswork, so its objects stay as last read while the
  * problem says why; its retries back off to once per 5 min (each try may
- * cost a core for the parse timeout), and writing the file ends it. At the
+ * cost a core for the parse timeout, so they also rest nine times the last
+ * failed parse and let other work go first), and writing the file ends it.
+ * An empty file is one being written: what it defined stays too. At the
  * first load such a file defined nothing yet, so start() waits for its
  * first retries (bounded) before the agent acts on what was loaded.
  */
