@@ -5,7 +5,7 @@
  * bad input: a bad document is a problem, and the other documents of the
  * same file still load.
  */
-import { constants as fsConstants, existsSync } from 'node:fs';
+import { constants as fsConstants, existsSync, type BigIntStats } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -270,6 +270,12 @@ export type ReadResult =
   | { kind: 'parsed'; manifest: ParsedManifest; stamp: string }
   /** The file is not there (any more): whatever it defined goes. */
   | { kind: 'gone' }
+  /**
+   * No bytes at all: a file being written (`gen > job.yaml` truncates it before the
+   * generator's first write), not a file that means to define nothing (that file is
+   * removed). As the kubelet does, what it defined before still stands.
+   */
+  | { kind: 'empty' }
   /** Not a manifest the agent reads (a FIFO, a device, a directory): reported, never opened for a blocking read. */
   | { kind: 'skipped'; problem?: ManifestProblem }
   /**
@@ -325,7 +331,7 @@ export async function readManifestFile(file: string, parser: ManifestParser = is
   try {
     const fst = await handle.stat({ bigint: true });
     if (!fst.isFile()) return { kind: 'skipped', problem: { file, line: 1, reason: 'not a regular file' } };
-    stamp = `${fst.dev}:${fst.ino}:${fst.size}:${fst.mtimeNs}:${fst.ctimeNs}`;
+    stamp = fileStamp(fst);
     if (fst.size > BigInt(MAX_MANIFEST_BYTES)) {
       return {
         kind: 'parsed',
@@ -354,9 +360,15 @@ export async function readManifestFile(file: string, parser: ManifestParser = is
   } finally {
     await handle.close().catch(() => undefined);
   }
+  if (data.length === 0) return { kind: 'empty' };
   const parsed = await parser.parse(file, data);
   if ('failed' in parsed) return { kind: 'unread', cause: 'parser', problem: parsed.failed };
   return { kind: 'parsed', stamp, manifest: parsed.manifest };
+}
+
+/** What identifies one version of a file: inode, size and times (ctime moves with any write, chmod or rename). */
+export function fileStamp(st: BigIntStats): string {
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
 }
 
 /** How long one file may take to parse, and how much heap the parser may use. */

@@ -4,7 +4,8 @@
  * editor's write-temp-and-rename or a writer's pieces give one reload, and a
  * full rescan when the watch cannot be trusted (an error, an event without a
  * file name, the directory removed or replaced) and whenever the agent asks
- * (its periodic safety net: inotify drops events silently on overflow).
+ * (its periodic safety net: inotify drops events silently on overflow); a
+ * rescan parses only the files whose stamp moved since their last read.
  * All store updates run one at a time, in the order they were decided.
  *
  * A file that cannot be read right now (out of file descriptors, EIO, the
@@ -15,7 +16,9 @@
  * always gives up on is in practice invalid, but telling that from a
  * starved parser is guesswork, so its objects stay as last read while the
  * problem says why; its retries back off to once per 5 min (each try may
- * cost a core for the parse timeout), and writing the file ends it. At the
+ * cost a core for the parse timeout, so they also rest nine times the last
+ * failed parse and let other work go first), and writing the file ends it.
+ * An empty file is one being written: what it defined stays too. At the
  * first load such a file defined nothing yet, so start() waits for its
  * first retries (bounded) before the agent acts on what was loaded.
  */
@@ -24,7 +27,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { errorMessage, isErrno } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
-import { isManifestName, listManifestFiles, readManifestFile, type ManifestParser, type ReadFailure } from './manifests.js';
+import { fileStamp, isManifestName, listManifestFiles, readManifestFile, type ManifestParser, type ReadFailure } from './manifests.js';
 import type { ObjectStore } from './store.js';
 
 /** How long a file must be quiet before it is re-read. */
@@ -35,6 +38,21 @@ const MAX_WAIT_FACTOR = 10;
 export const DEFAULT_RETRY_MS = 1_000;
 /** The longest wait between retries: I/O errors are cheap to retry, a parse that gives up may have cost a core for 10 s. */
 const MAX_RETRY_MS: Record<ReadFailure, number> = { io: 30_000, parser: 300_000 };
+/**
+ * A rescan skips a file whose stamp is what it was when last parsed, unless it changed
+ * less than this long before that read began (file times are only as fine as the
+ * kernel's clock tick, so a write just after the read could leave the stamp as it was).
+ */
+const STAMP_SETTLE_MS = 1_000;
+/**
+ * Retries of files the parser gave up on get at most a tenth of the time: each waits
+ * until this many times the last failed parse has passed since it ended, and until
+ * nothing else is queued, so many such files neither keep a core busy nor hold up an
+ * edit of another file for more than one parse.
+ */
+export const PARSER_RETRY_REST_FACTOR = 9;
+/** How soon a retry put off for the above looks again. */
+const DEFERRED_RETRY_MS = 250;
 /** start() waits for this many retries of a file it could not read (1 + 2 + 4 s) … */
 const FIRST_LOAD_RETRIES = 3;
 /** … but at most this many retry delays (10 s) past the first load. */
@@ -62,6 +80,8 @@ export interface ManifestWatcherOptions {
   parser?: ManifestParser;
   /** The first retry delay of a file that could not be read. */
   retryMs?: number;
+  /** Parser retries rest this many times the last failed parse (PARSER_RETRY_REST_FACTOR). */
+  parserRetryRest?: number;
 }
 
 interface Pending {
@@ -72,6 +92,7 @@ interface Pending {
 /** A file whose last reads failed: how many in a row, and its retry while one is due. */
 interface Retry {
   failures: number;
+  cause: ReadFailure;
   timer: NodeJS.Timeout | undefined;
 }
 
@@ -83,12 +104,22 @@ export class ManifestWatcher {
   private readonly watchFn: WatchFn;
   private readonly parser: ManifestParser | undefined;
   private readonly retryMs: number;
+  private readonly parserRetryRest: number;
   private watcher: DirWatch | undefined;
   /** dev:ino of the directory being watched, to notice it being replaced. */
   private watchedId: string | undefined;
   private readonly pending = new Map<string, Pending>();
   private readonly retries = new Map<string, Retry>();
+  /** The stamp of each file's last successful read, and when that read began. */
+  private readonly readStamps = new Map<string, { stamp: string; at: number }>();
+  /** A rescan that is queued and has not begun: later requests join it. */
+  private queuedRescan: Promise<void> | undefined;
   private queue: Promise<void> = Promise.resolve();
+  /** Work queued or running. */
+  private queued = 0;
+  /** Until when parser retries rest (see PARSER_RETRY_REST_FACTOR). */
+  private parserRestUntil = 0;
+  private starting = false;
   private closed = false;
 
   constructor(opts: ManifestWatcherOptions) {
@@ -99,6 +130,7 @@ export class ManifestWatcher {
     this.watchFn = opts.watch ?? inotifyWatch;
     this.parser = opts.parser;
     this.retryMs = opts.retryMs ?? DEFAULT_RETRY_MS;
+    this.parserRetryRest = opts.parserRetryRest ?? PARSER_RETRY_REST_FACTOR;
   }
 
   /**
@@ -109,10 +141,17 @@ export class ManifestWatcher {
    * stops whatever no loaded manifest wants.
    */
   async start(): Promise<void> {
-    await this.rescan();
-    const deadline = Date.now() + FIRST_LOAD_RETRIES_WITHIN * this.retryMs;
-    while (!this.closed && Date.now() < deadline && [...this.retries.values()].some((r) => r.failures <= FIRST_LOAD_RETRIES)) {
-      await new Promise((r) => setTimeout(r, Math.min(50, this.retryMs)));
+    // Until this resolves, retries do not rest (see PARSER_RETRY_REST_FACTOR): a file the parser
+    // gave up on at a starved boot must get its quick tries before the controllers first look.
+    this.starting = true;
+    try {
+      await this.rescan();
+      const deadline = Date.now() + FIRST_LOAD_RETRIES_WITHIN * this.retryMs;
+      while (!this.closed && Date.now() < deadline && [...this.retries.values()].some((r) => r.failures <= FIRST_LOAD_RETRIES)) {
+        await new Promise((r) => setTimeout(r, Math.min(50, this.retryMs)));
+      }
+    } finally {
+      this.starting = false;
     }
   }
 
@@ -123,7 +162,14 @@ export class ManifestWatcher {
    * (and logs) if the directory cannot be read, leaving the store as it was.
    */
   rescan(): Promise<void> {
-    return this.enqueue(() => this.doRescan());
+    // A rescan slower than the agent's period must not pile up behind itself.
+    if (this.queuedRescan) return this.queuedRescan;
+    const run = this.enqueue(() => {
+      this.queuedRescan = undefined;
+      return this.doRescan();
+    });
+    this.queuedRescan = run;
+    return run;
   }
 
   /** Stops watching; pending reloads and retries are dropped. Resolves when nothing of the watcher's runs any more. */
@@ -133,13 +179,15 @@ export class ManifestWatcher {
     this.pending.clear();
     for (const r of this.retries.values()) clearTimeout(r.timer);
     this.retries.clear();
+    this.readStamps.clear();
     this.stopWatch();
     await this.queue;
   }
 
   /** Runs `work` after everything queued before it; its failure is logged, and rejects only the returned promise. */
   private enqueue(work: () => Promise<void>): Promise<void> {
-    const run = this.queue.then(() => (this.closed ? undefined : work()));
+    this.queued++;
+    const run = this.queue.then(() => (this.closed ? undefined : work())).finally(() => this.queued--);
     this.queue = run.catch((err) => {
       this.log.error('manifest directory update failed', { dir: this.dir, error: errorMessage(err) });
     });
@@ -163,8 +211,22 @@ export class ManifestWatcher {
     const present = new Set(files);
     for (const f of this.store.fileNames()) if (!present.has(f)) this.store.removeFile(f);
     for (const f of this.retries.keys()) if (!present.has(f)) this.forgetRetry(f);
+    for (const f of this.readStamps.keys()) if (!present.has(f)) this.readStamps.delete(f);
     // A file waiting for its retry is left to it: a rescan must not turn the back-off into a fixed pace.
-    for (const f of files) if (this.retries.get(f)?.timer === undefined) await this.loadFile(f);
+    // Nor is an unchanged file parsed again: a few MiB of manifests cost seconds of a core each time.
+    for (const f of files) if (this.retries.get(f)?.timer === undefined && !(await this.unchanged(f))) await this.loadFile(f);
+  }
+
+  /** Whether `file` is, for certain, the version last parsed. */
+  private async unchanged(file: string): Promise<boolean> {
+    const last = this.readStamps.get(file);
+    if (!last) return false;
+    try {
+      const st = await fs.stat(file, { bigint: true });
+      return fileStamp(st) === last.stamp && Number(st.ctimeNs / 1_000_000n) < last.at - STAMP_SETTLE_MS;
+    } catch {
+      return false; // loadFile finds out what is wrong with it
+    }
   }
 
   private async loadFile(file: string): Promise<void> {
@@ -174,9 +236,12 @@ export class ManifestWatcher {
       clearTimeout(retry.timer);
       retry.timer = undefined;
     }
+    this.readStamps.delete(file);
+    const at = Date.now();
     const r = await readManifestFile(file, this.parser);
     if (this.closed) return;
     if (r.kind === 'unread') {
+      if (r.cause === 'parser') this.parserRestUntil = Date.now() + this.parserRetryRest * (Date.now() - at);
       this.store.keepFile(file, r.problem);
       this.scheduleRetry(file, r.cause);
       return;
@@ -186,11 +251,16 @@ export class ManifestWatcher {
       case 'gone':
         this.store.removeFile(file);
         break;
+      case 'empty':
+        // Its write will be an event (or a rescan finds it): nothing to retry.
+        this.store.keepFile(file, { file, line: 1, reason: 'the file is empty' });
+        break;
       case 'skipped':
         if (r.problem) this.store.replaceFile(file, { objects: [], problems: [r.problem] });
         else this.store.removeFile(file);
         break;
       case 'parsed':
+        this.readStamps.set(file, { stamp: r.stamp, at });
         this.store.replaceFile(file, r.manifest);
         break;
     }
@@ -198,17 +268,37 @@ export class ManifestWatcher {
 
   /** Reads `file` again after a delay that doubles with each failure in a row, up to the cap for `cause`. */
   private scheduleRetry(file: string, cause: ReadFailure): void {
-    const r = this.retries.get(file) ?? { failures: 0, timer: undefined };
+    const r = this.retries.get(file) ?? { failures: 0, cause, timer: undefined };
     r.failures++;
-    clearTimeout(r.timer);
+    r.cause = cause;
     const delay = Math.min(this.retryMs * 2 ** Math.min(r.failures - 1, 30), MAX_RETRY_MS[cause]);
-    r.timer = setTimeout(() => {
-      r.timer = undefined;
-      this.enqueueDetached(() => this.loadFile(file));
-    }, delay);
-    r.timer.unref();
+    this.armRetry(file, r, delay);
     this.retries.set(file, r);
     this.log.warn('cannot read a manifest file now; keeping what it defined, retrying', { file, cause, failures: r.failures, retryInMs: delay });
+  }
+
+  private armRetry(file: string, r: Retry, delay: number): void {
+    clearTimeout(r.timer);
+    r.timer = setTimeout(() => {
+      if (this.mustRest(file, r, 0)) return;
+      r.timer = undefined;
+      this.enqueueDetached(async () => {
+        // Read meanwhile (an event), or due again: this try is no longer needed.
+        if (this.retries.get(file) !== r || r.timer !== undefined) return;
+        // Queued while start() waited, run after: the rest applies now.
+        if (this.mustRest(file, r, 1)) return;
+        await this.loadFile(file);
+      });
+    }, delay);
+    r.timer.unref();
+  }
+
+  /** Whether a parser retry must wait (then it is armed again): `ahead` is the queued work that is this retry's own. */
+  private mustRest(file: string, r: Retry, ahead: number): boolean {
+    const rest = this.parserRestUntil - Date.now();
+    if (r.cause !== 'parser' || this.starting || (rest <= 0 && this.queued <= ahead)) return false;
+    this.armRetry(file, r, Math.max(rest, DEFERRED_RETRY_MS));
+    return true;
   }
 
   private forgetRetry(file: string): void {

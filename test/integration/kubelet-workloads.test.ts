@@ -5,6 +5,7 @@
  * API and the real `skiff get` / `skiff rollout status` commands.
  */
 import { spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -195,5 +196,43 @@ spec:
       for (const f of ['z-once.yaml', 'y-slow.yaml', 'a-small.yaml']) await node.remove(f);
     }
     await waitFor('the Job pod gone', async () => ((await pods(onceName)).length === 0 ? true : undefined), 30_000);
+  });
+
+  it('keeps a finished Job finished while its file is rewritten in place (`gen > job.yaml` truncates it first)', async () => {
+    const text = `apiVersion: batch/v1
+kind: Job
+metadata: {name: rewritten}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: ${node.image}, command: [sh, -c, "echo once"]}]
+`;
+    await node.write('rewritten.yaml', text);
+    const complete = async () => {
+      const w = await workload('Job', 'rewritten');
+      return (w?.status.conditions as Array<{ type: string; status: string }> | undefined)?.some((c) => c.type === 'Complete' && c.status === 'True') ? w : undefined;
+    };
+    await waitFor('the Job complete', complete, 60_000);
+    const jobPods = (p: Pod) => p.metadata?.labels?.['job-name'] === 'rewritten';
+    const before = (await pods(jobPods)).map((p) => p.metadata!.name!);
+    expect(before).toHaveLength(1);
+    try {
+      // Truncated, then written by a generator that takes a moment: the agent sees the empty file.
+      const fd = await fs.open(path.join(node.manifests, 'rewritten.yaml'), 'w');
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(await workload('Job', 'rewritten')).toBeDefined();
+      await fd.writeFile(text);
+      await fd.close();
+      await new Promise((r) => setTimeout(r, 2000));
+      await waitFor('the Job still complete', complete, 10_000);
+      // The same one pod, finished: not removed, and no second run.
+      const after = await pods(jobPods);
+      expect(after.map((p) => p.metadata!.name!)).toEqual(before);
+      expect(after[0]!.status?.phase).toBe('Succeeded');
+    } finally {
+      await node.remove('rewritten.yaml');
+    }
+    await waitFor('the Job pod gone', async () => ((await pods(jobPods)).length === 0 ? true : undefined), 30_000);
   });
 });

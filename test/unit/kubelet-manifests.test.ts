@@ -258,6 +258,13 @@ describe('readManifestFile (real files)', () => {
     expect(await readManifestFile(path.join(dir, 'missing.yaml'))).toEqual({ kind: 'gone' });
   });
 
+  it('tells an empty file (being written) from one that defines nothing', async () => {
+    await fs.writeFile(path.join(dir, 'empty.yaml'), '');
+    await fs.writeFile(path.join(dir, 'comment.yaml'), '# nothing yet\n');
+    expect(await readManifestFile(path.join(dir, 'empty.yaml'))).toEqual({ kind: 'empty' });
+    expect(await readManifestFile(path.join(dir, 'comment.yaml'))).toMatchObject({ kind: 'parsed', manifest: { objects: [], problems: [] } });
+  });
+
   it('reports a device node as not a regular file', async () => {
     await fs.symlink('/dev/zero', path.join(dir, 'zero.yaml'));
     const r = await readManifestFile(path.join(dir, 'zero.yaml'));

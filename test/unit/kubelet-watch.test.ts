@@ -359,7 +359,8 @@ describe('ManifestWatcher (real directory, real inotify)', () => {
     const file = path.join(dir, 'big.yaml');
     await fs.writeFile(file, pod('big'));
     const parser = new SwitchParser(new IsolatedParser({ worker: TS_WORKER, heapMb: 32 }));
-    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser, retryMs: 100 });
+    // The back-off alone: no rest after each failed parse (see the test of many such files).
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser, retryMs: 100, parserRetryRest: 0 });
     await watcher.start();
     const uid = store.get('Pod', 'default', 'big')!.uid;
     const loads = parser.starts.length;
@@ -430,6 +431,128 @@ describe('ManifestWatcher (real directory, real inotify)', () => {
     await watcher!.close();
     await new Promise((r) => setTimeout(r, DEBOUNCE_MS * 4));
     expect(flat()).toEqual([]);
+  });
+
+  it('does not parse an unchanged file again on a rescan, but does one that changed or was swapped', async () => {
+    await fs.mkdir(path.join(dir, '..v1'), { recursive: true });
+    await fs.mkdir(path.join(dir, '..v2'), { recursive: true });
+    await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
+    await fs.writeFile(path.join(dir, '..v1', 'b.yaml'), pod('b', 'busybox:1.36'));
+    await fs.writeFile(path.join(dir, '..v2', 'b.yaml'), pod('b', 'busybox:1.37'));
+    await fs.symlink('..v1', path.join(dir, '..data'));
+    await fs.symlink('..data/b.yaml', path.join(dir, 'b.yaml'));
+    // Older than the settle time, so the first read's stamps can be trusted.
+    await new Promise((r) => setTimeout(r, 1100));
+    const parser = new SwitchParser(new IsolatedParser({ worker: TS_WORKER }));
+    // Not started: no watch, only rescans (the safety net that runs every minute).
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser });
+    await watcher.rescan();
+    expect(parser.starts.length).toBe(2);
+    await watcher.rescan();
+    await watcher.rescan();
+    expect(parser.starts.length).toBe(2);
+
+    // An edit in place of the same size (a touch is enough: ctime moves) and a ..data swap are read again.
+    const now = new Date();
+    await fs.utimes(path.join(dir, 'a.yaml'), now, now);
+    await fs.rename(path.join(dir, '..data'), path.join(dir, '..old'));
+    await fs.symlink('..v2', path.join(dir, '..data'));
+    await watcher.rescan();
+    expect(parser.starts.length).toBe(4);
+    expect(store.get('Pod', 'default', 'b')!.object).toMatchObject({ spec: { containers: [{ image: 'busybox:1.37' }] } });
+    // a.yaml changed less than the settle time before it was read: not trusted to be the same yet
+    // (b.yaml's new target was written long before, so it is).
+    await watcher.rescan();
+    expect(parser.starts.length).toBe(5);
+  });
+
+  it('joins rescans asked for while one is queued rather than queueing each', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'a.yaml'), pod('a'));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const healthy = new IsolatedParser({ worker: TS_WORKER });
+    const parser = new SwitchParser({ parse: async (f, d) => (await gate, healthy.parse(f, d)) });
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser });
+    const first = watcher.rescan();
+    await until(() => parser.running === 1, 'the first rescan to be parsing');
+    // a.yaml was just written: every rescan that runs parses it again.
+    const more = Array.from({ length: 5 }, () => watcher!.rescan());
+    release();
+    await Promise.all([first, ...more]);
+    expect(parser.starts.length).toBe(2);
+  });
+
+  it('keeps many files the parser always gives up on from holding up an edit of another file or keeping a core busy', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    for (let i = 0; i < 4; i++) await fs.writeFile(path.join(dir, `bad${i}.yaml`), pod(`bad${i}`));
+    await fs.writeFile(path.join(dir, 'ok.yaml'), pod('ok'));
+    const healthy = new IsolatedParser({ worker: TS_WORKER });
+    // Each try of a bad file costs 200 ms (as a 4 MiB file that runs out of heap costs seconds).
+    const badStarts: number[] = [];
+    const parser = new SwitchParser({
+      parse: async (f, d) => {
+        if (!path.basename(f).startsWith('bad')) return healthy.parse(f, d);
+        badStarts.push(performance.now());
+        await new Promise((r) => setTimeout(r, 200));
+        return { failed: { file: f, line: 1, reason: 'cannot parse: took more than 0.2 s' } };
+      },
+    });
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser, retryMs: 10 });
+    await watcher.start();
+    // Retries queued while start() waited (they do not rest then) rest once it has resolved.
+    const t0 = performance.now();
+    await new Promise((r) => setTimeout(r, 300));
+    await fs.writeFile(path.join(dir, 'ok.yaml'), pod('ok', 'busybox:1.37'));
+    const written = performance.now();
+    await until(() => flat().includes('modified Pod/ok'), 'the edit of ok.yaml');
+    // At most the one parse under way, not every bad file's retry, was ahead of the edit.
+    expect(performance.now() - written).toBeLessThan(DEBOUNCE_MS + 200 + 250);
+    await new Promise((r) => setTimeout(r, 3000 - (performance.now() - t0)));
+    // Back to back that would be 15 tries in 3 s; resting 9 times each try's 200 ms, at most 2 (+1 under way).
+    expect(badStarts.filter((t) => t > t0).length).toBeLessThanOrEqual(3);
+    expect(store.problems()).toHaveLength(4);
+  });
+
+  it('gives a file the parser gave up on at the first load its quick retries, without the rest retries take later', async () => {
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'web.yaml'), pod('web'));
+    const healthy = new IsolatedParser({ worker: TS_WORKER });
+    // The first parse runs into its timeout (here 500 ms; a starved boot), the next one answers.
+    let tries = 0;
+    const parser = new SwitchParser({
+      parse: async (f, d) => {
+        if (tries++ > 0) return healthy.parse(f, d);
+        await new Promise((r) => setTimeout(r, 500));
+        return { failed: { file: f, line: 1, reason: 'cannot parse: took more than 0.5 s' } };
+      },
+    });
+    watcher = new ManifestWatcher({ dir, store, debounceMs: DEBOUNCE_MS, parser, retryMs: 100 });
+    await watcher.start();
+    // Resting 9 times the 500 ms first, the retry would come only after start() gave up on it.
+    expect(store.list('Pod').map((o) => o.name)).toEqual(['web']);
+    expect(tries).toBe(2);
+  });
+
+  it('keeps what a file defined while it is empty (truncated by `gen > file` before the first write)', async () => {
+    await start();
+    const file = path.join(dir, 'job.yaml');
+    await fs.writeFile(file, pod('job'));
+    await until(() => flat().includes('added Pod/job'), 'the pod');
+    const uid = store.get('Pod', 'default', 'job')!.uid;
+    // The shell truncates the file; the generator writes only after a pause longer than the debounce.
+    const fd = await fs.open(file, 'w');
+    await new Promise((r) => setTimeout(r, DEBOUNCE_MS * 6));
+    expect(store.get('Pod', 'default', 'job')?.uid).toBe(uid);
+    expect(store.problems()).toMatchObject([{ file, reason: expect.stringMatching(/^the file is empty; keeping the object/) }]);
+    await fd.writeFile(pod('job'));
+    await fd.close();
+    await until(() => store.problems().length === 0, 'the content read again');
+    await watcher!.rescan();
+    expect(flat()).toEqual(['added Pod/job']);
+    // Removing the file is how a manifest's objects go.
+    await fs.rm(file);
+    await until(() => flat().includes('deleted Pod/job'), 'the removal');
   });
 
   it('measures the latency from a write to the change callback (default debounce)', async () => {
