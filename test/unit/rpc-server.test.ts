@@ -129,6 +129,22 @@ function call(p: string, body: Buffer | null, headers: Record<string, string> = 
   });
 }
 
+
+/** `local` listening on a socket of its own, with one client connection to it; `close` ends all three. */
+async function ownServer(local: RpcServer, name: string) {
+  const lsock = path.join(dir, `${name}.sock`);
+  const listener = net.createServer((c) => local.attach(c));
+  await new Promise<void>((r) => listener.listen(lsock, r));
+  const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
+  s.on('error', () => {});
+  const close = async () => {
+    s.destroy();
+    await local.shutdown(100);
+    listener.close();
+  };
+  return { s, lsock, listener, close };
+}
+
 describe('RpcServer', () => {
   it('answers a unary call with one message and status 0', async () => {
     const a = await call('/t.S/Echo', framed('hi'));
@@ -276,11 +292,7 @@ describe('RpcServer', () => {
       ],
     ]);
     const local = new RpcServer(huge, { maxReceive: 1024, maxSend: 2 << 20, maxPending: 4096 });
-    const lsock = path.join(dir, 'huge.sock');
-    const l = net.createServer((c) => local.attach(c));
-    await new Promise<void>((r) => l.listen(lsock, r));
-    const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
-    s.on('error', () => {});
+    const { s, close } = await ownServer(local, 'huge');
     const req = s.request({ ':method': 'POST', ':path': '/t.S/Huge', 'content-type': 'application/grpc' });
     req.pause();
     req.end(framed(''));
@@ -294,9 +306,7 @@ describe('RpcServer', () => {
     await new Promise((r) => setTimeout(r, 50));
     expect(got).toBe(5 + (1 << 20));
     expect(seen.answered).toEqual(['huge']);
-    s.close();
-    await local.shutdown(100);
-    l.close();
+    await close();
   });
 
   it('resets an answer its client does not take, at its deadline or after answerTakeMs, and calls it answered', async () => {
@@ -312,11 +322,7 @@ describe('RpcServer', () => {
       ],
     ]);
     const local = new RpcServer(huge, { maxReceive: 1024, maxSend: 2 << 20, maxPending: 4096, answerTakeMs: 400 });
-    const lsock = path.join(dir, 'untaken.sock');
-    const l = net.createServer((c) => local.attach(c));
-    await new Promise<void>((r) => l.listen(lsock, r));
-    const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
-    s.on('error', () => {});
+    const { s, close } = await ownServer(local, 'untaken');
     const t0 = Date.now();
     const closedAt = (name: string, headers: Record<string, string>) => {
       const req = s.request({ ':method': 'POST', ':path': '/t.S/Huge', 'content-type': 'application/grpc', ...headers });
@@ -334,9 +340,7 @@ describe('RpcServer', () => {
     expect(byTake).toBeGreaterThanOrEqual(390);
     expect(byTake).toBeLessThan(2000);
     expect(seen.answered.sort()).toEqual(['huge:deadline', 'huge:take']);
-    s.destroy();
-    await local.shutdown(100);
-    l.close();
+    await close();
   });
 
   it('holds each phase to its own time with one timer: reading and handling to the deadline, an answer to answerTakeMs from when it was sent', async () => {
@@ -355,11 +359,7 @@ describe('RpcServer', () => {
       ]),
       { maxReceive: 1024, maxSend: 2 << 20, maxPending: 4096, answerTakeMs: 150 },
     );
-    const lsock = path.join(dir, 'phases.sock');
-    const l = net.createServer((c) => local.attach(c));
-    await new Promise<void>((r) => l.listen(lsock, r));
-    const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
-    s.on('error', () => {});
+    const { s, close } = await ownServer(local, 'phases');
     try {
       const t0 = Date.now();
       const open = (p: string, headers: Record<string, string>) => {
@@ -407,9 +407,7 @@ describe('RpcServer', () => {
       expect(seen.answered).toEqual(['late']);
       expect(local.active).toBe(0);
     } finally {
-      s.destroy();
-      await local.shutdown(100);
-      l.close();
+      await close();
     }
   });
 
@@ -440,11 +438,7 @@ describe('RpcServer', () => {
 describe('RpcServer shutdown', () => {
   it('lets a running call finish, refuses new ones, then resolves', async () => {
     const local = new RpcServer(routes, limits);
-    const lsock = path.join(dir, 'shut.sock');
-    const l = net.createServer((s) => local.attach(s));
-    await new Promise<void>((r) => l.listen(lsock, r));
-    const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
-    s.on('error', () => {});
+    const { s, lsock, listener: l } = await ownServer(local, 'shut');
     const running = call('/t.S/Late', framed('200'), {}, s);
     await new Promise((r) => setTimeout(r, 50));
     const t0 = Date.now();
@@ -511,11 +505,7 @@ describe('RpcServer streams a client never finishes', () => {
     // Before: a stream answered DEADLINE_EXCEEDED (or refused) before its client ended it stayed open
     // for as long as the client liked, held under both stream limits: 4096 of them locked every client out.
     const local = new RpcServer(routes, { ...limits, maxStreamsPerConnection: 4, maxStreams: 8, answerTakeMs: 300 });
-    const lsock = path.join(dir, 'unfinished.sock');
-    const l = net.createServer((c) => local.attach(c));
-    await new Promise<void>((r) => l.listen(lsock, r));
-    const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
-    s.on('error', () => {});
+    const { s, close } = await ownServer(local, 'unfinished');
     try {
       const t0 = Date.now();
       const unfinished = (p: string, headers: Record<string, string>) =>
@@ -549,19 +539,13 @@ describe('RpcServer streams a client never finishes', () => {
       expect(again.map((a) => a.messages)).toEqual([['echo:a0'], ['echo:a1'], ['echo:a2'], ['echo:a3']]);
       expect(local.active).toBe(0);
     } finally {
-      s.destroy();
-      await local.shutdown(100);
-      l.close();
+      await close();
     }
   });
 
   it('ends a compressed request still waiting for its turn to be inflated at its deadline, and skips inflating it', async () => {
     const local = new RpcServer(routes, { maxReceive: 16 << 20, maxSend: 1024, maxPending: 64 << 20 });
-    const lsock = path.join(dir, 'inflate-deadline.sock');
-    const l = net.createServer((c) => local.attach(c));
-    await new Promise<void>((r) => l.listen(lsock, r));
-    const s = http2.connect('http://localhost', { createConnection: () => net.connect(lsock) });
-    s.on('error', () => {});
+    const { s, close } = await ownServer(local, 'inflate-deadline');
     try {
       // Each inflates to 16 MiB of zeros, tens of ms of CPU: twenty of them queue for a second or more.
       const bomb = framed(zlib.gzipSync(Buffer.alloc((16 << 20) - 16)), 1);
@@ -575,9 +559,7 @@ describe('RpcServer streams a client never finishes', () => {
       expect(ms).toBeLessThan(400);
       await Promise.all(slow);
     } finally {
-      s.destroy();
-      await local.shutdown(100);
-      l.close();
+      await close();
     }
   }, 30_000);
 });
