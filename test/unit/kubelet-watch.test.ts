@@ -48,6 +48,22 @@ function nofileLimits(): { soft: string; hard: string } {
 function setNofile(soft: number | string, hard: number | string): void {
   execFileSync('prlimit', [`--pid=${process.pid}`, `--nofile=${soft}:${hard}`]);
 }
+/**
+ * Puts the limits back. Spawning prlimit takes a dozen descriptors of its own
+ * (stdio pipes, the exec error pipe, a loop), and a threadpool open may hold
+ * one for a moment, so try a few times: a limit left low fails every later test.
+ */
+async function restoreNofile(soft: string, hard: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      setNofile(soft, hard);
+      return;
+    } catch (err) {
+      if (attempt === 20) throw err;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
 
 interface Seen {
   at: number;
@@ -301,7 +317,9 @@ describe('ManifestWatcher (real directory, real inotify)', () => {
     const held: number[] = [];
     try {
       // Leave no descriptor free: every open in this process fails with EMFILE.
-      setNofile(Math.max(...readdirSync('/proc/self/fd').map(Number)) + 8, limits.hard);
+      // The soft limit only bounds how many the loop opens; 64 above the
+      // highest in use leaves room to spawn prlimit again once they are closed.
+      setNofile(Math.max(...readdirSync('/proc/self/fd').map(Number)) + 64, limits.hard);
       for (;;) {
         try {
           held.push(openSync('/dev/null', 'r'));
@@ -320,7 +338,7 @@ describe('ManifestWatcher (real directory, real inotify)', () => {
       expect(store.problems()).toMatchObject([{ file, reason: expect.stringMatching(/^cannot open: EMFILE.*keeping the object it defined when last read$/) }]);
     } finally {
       for (const fd of held) closeSync(fd);
-      setNofile(limits.soft, limits.hard);
+      await restoreNofile(limits.soft, limits.hard);
     }
     // No event, no rescan: the file's own retry reads it again.
     await until(() => store.problems().length === 0, 'the retry that reads the file again');
