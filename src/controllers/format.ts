@@ -270,6 +270,10 @@ export function describeWorkload(s: WorkloadStatus, opts: { now: number }): stri
         ...(s.ownerCronJob ? ([['Controlled By', `CronJob/${s.ownerCronJob}`]] as Array<[string, string]>) : []),
         ['Parallelism', String(typeof spec.parallelism === 'number' ? spec.parallelism : 1)],
         ['Completions', typeof spec.completions === 'number' ? String(spec.completions) : '<unset>'],
+        ['Completion Mode', spec.completionMode === 'Indexed' ? 'Indexed' : 'NonIndexed'],
+        ...(spec.completionMode === 'Indexed'
+          ? ([['Completed Indexes', typeof st.completedIndexes === 'string' && st.completedIndexes ? st.completedIndexes : '<none>']] as Array<[string, string]>)
+          : []),
         ['Backoff Limit', String(typeof spec.backoffLimit === 'number' ? spec.backoffLimit : 6)],
         ...(typeof spec.activeDeadlineSeconds === 'number' ? ([['Active Deadline Seconds', `${spec.activeDeadlineSeconds}s`]] as Array<[string, string]>) : []),
         ...(typeof spec.ttlSecondsAfterFinished === 'number' ? ([['TTL Seconds After Finished', String(spec.ttlSecondsAfterFinished)]] as Array<[string, string]>) : []),

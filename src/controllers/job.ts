@@ -7,6 +7,13 @@
  *
  * Work-queue mode (completions unset): up to `parallelism` pods run; once one
  * succeeds no new pod starts, and the Job completes when the others have ended.
+ *
+ * Indexed mode (completionMode Indexed): each of the indexes 0 … completions-1
+ * must succeed once. A pod carries its index (annotation and label
+ * batch.kubernetes.io/job-completion-index, env JOB_COMPLETION_INDEX, hostname
+ * `<job>-<index>`); the lowest indexes with neither a succeeded nor a running
+ * pod start first, and a running pod whose index is done, out of range,
+ * unknown or already taken by another running pod is removed.
  */
 import type { JobSpec, JobStatus } from 'kubernetes-types/batch/v1.js';
 import type { Pod, PodTemplateSpec } from 'kubernetes-types/core/v1.js';
@@ -25,11 +32,17 @@ import {
   type Ctx,
 } from './common.js';
 import type { JobMemory } from './types.js';
+import { indexedHostnameProblem } from './validate.js';
 
 export const JOB_NAME_LABEL = 'batch.kubernetes.io/job-name';
 export const LEGACY_JOB_NAME_LABEL = 'job-name';
 export const CONTROLLER_UID_LABEL = 'batch.kubernetes.io/controller-uid';
 export const LEGACY_CONTROLLER_UID_LABEL = 'controller-uid';
+/** An Indexed Job's pod's index: an annotation and a label under the same key. */
+export const COMPLETION_INDEX_KEY = 'batch.kubernetes.io/job-completion-index';
+const COMPLETION_INDEX_ENV = 'JOB_COMPLETION_INDEX';
+/** What generateName keeps of a name's base; an index is kept whole within it. */
+const MAX_GENERATED_BASE = 58;
 
 /** The Job controller's pod-failure back-off: 10 s, doubled per failure, at most 6 minutes. */
 const FAILURE_BACKOFF_MS = 10_000;
@@ -70,6 +83,71 @@ export function jobMemoryKey(namespace: string, name: string): string {
   return `${namespace}/${name}`;
 }
 
+/** An Indexed Job's pod's index (its annotation, else its label), or undefined when it has none that parses. */
+export function completionIndex(p: Pod): number | undefined {
+  const v = p.metadata?.annotations?.[COMPLETION_INDEX_KEY] ?? p.metadata?.labels?.[COMPLETION_INDEX_KEY];
+  if (v === undefined || !/^(0|[1-9][0-9]{0,8})$/.test(v)) return undefined;
+  return Number(v);
+}
+
+/** Ascending indexes as the API writes completedIndexes: "0-2,4,6,7". */
+export function indexRanges(sorted: readonly number[]): string {
+  const parts: string[] = [];
+  for (let i = 0; i < sorted.length; ) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j]! + 1) j++;
+    const first = sorted[i]!;
+    const last = sorted[j]!;
+    parts.push(last === first ? `${first}` : last === first + 1 ? `${first},${last}` : `${first}-${last}`);
+    i = j + 1;
+  }
+  return parts.join(',');
+}
+
+/**
+ * An Indexed Job's running pods that may go on: one per index that is in
+ * range and not yet done, the one furthest along (ready longest, …) when
+ * there are several.
+ */
+function onePerPendingIndex(live: Pod[], done: ReadonlySet<number>, completions: number): Pod[] {
+  const byIndex = new Map<number, Pod[]>();
+  for (const p of live) {
+    const ix = completionIndex(p);
+    if (ix === undefined || ix >= completions || done.has(ix)) continue;
+    const same = byIndex.get(ix);
+    if (same) same.push(p);
+    else byIndex.set(ix, [p]);
+  }
+  // removalOrder sorts the pod to remove first; keep the last.
+  return [...byIndex.values()].map((same) => same.sort(removalOrder)[same.length - 1]!);
+}
+
+/** The `count` lowest indexes below `completions` that are neither done nor running. */
+function pendingIndexes(taken: ReadonlySet<number>, completions: number, count: number): number[] {
+  const out: number[] = [];
+  for (let ix = 0; ix < completions && out.length < count; ix++) if (!taken.has(ix)) out.push(ix);
+  return out;
+}
+
+/** The name base of an Indexed Job's pod: `<job>-<index>`, the job name cut so the index survives generateName. */
+function indexedNameBase(jobName: string, ix: number): string {
+  const tail = `-${ix}`;
+  return jobName.slice(0, MAX_GENERATED_BASE - tail.length - 1) + tail;
+}
+
+/** Gives an Indexed Job's new pod its index: annotation, label, hostname and JOB_COMPLETION_INDEX in each container. */
+function stampIndex(pod: Pod, jobName: string, ix: number): void {
+  const meta = pod.metadata!;
+  meta.annotations = { ...meta.annotations, [COMPLETION_INDEX_KEY]: String(ix) };
+  meta.labels = { ...meta.labels, [COMPLETION_INDEX_KEY]: String(ix) };
+  const spec = pod.spec!;
+  spec.hostname = `${jobName}-${ix}`;
+  for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {
+    if (c.env?.some((e) => e.name === COMPLETION_INDEX_ENV)) continue;
+    c.env = [...(c.env ?? []), { name: COMPLETION_INDEX_ENV, valueFrom: { fieldRef: { fieldPath: `metadata.labels['${COMPLETION_INDEX_KEY}']` } } }];
+  }
+}
+
 export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
   const { now, state } = ctx;
   const key = jobMemoryKey(job.namespace, job.name);
@@ -89,7 +167,17 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
   const failedPods = mine.filter((p) => phase(p) === 'Failed');
   let live = mine.filter((p) => phase(p) !== 'Succeeded' && phase(p) !== 'Failed');
   const finishedPods = [...succeededPods, ...failedPods];
-  const succeeded = succeededPods.length;
+  const indexed = spec?.completionMode === 'Indexed';
+  /** An Indexed Job's indexes that have a succeeded pod: what it counts as succeeded. */
+  const done = new Set<number>();
+  if (indexed) {
+    for (const p of succeededPods) {
+      const ix = completionIndex(p);
+      if (ix !== undefined && ix < (spec.completions ?? 0)) done.add(ix);
+    }
+  }
+  const completedIndexes = indexed ? indexRanges([...done].sort((a, b) => a - b)) : '';
+  const succeeded = indexed ? done.size : succeededPods.length;
   const failed = failedPods.length;
 
   const conditions: NonNullable<JobStatus['conditions']> = [];
@@ -110,16 +198,21 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
     active: active.length,
     succeeded,
     failed,
+    ...(completedIndexes ? { completedIndexes } : {}),
     ready: active.filter(isReady).length,
     ...(conditions.length ? { conditions } : {}),
   });
 
   if (mem.expired) return { pods: [], status: finishedStatus(mem), memory: mem, expired: true };
-  if (mine.length) mem.counts = { succeeded, failed };
+  if (mine.length) mem.counts = { succeeded, failed, ...(completedIndexes ? { completedIndexes } : {}) };
 
-  if (job.problems.length) {
+  const problems = [...job.problems];
+  // A CronJob's Jobs are named here, after validation: check their pods' hostnames too.
+  const hostname = indexedHostnameProblem(job.name, spec);
+  if (hostname && !problems.includes(hostname)) problems.push(hostname);
+  if (problems.length) {
     // Refused as written: nothing new starts; what was made before is left as it is.
-    conditions.push(heldCondition('Failed', 'InvalidSpec', `the Job cannot be used as written: ${job.problems.join('; ')}`));
+    conditions.push(heldCondition('Failed', 'InvalidSpec', `the Job cannot be used as written: ${problems.join('; ')}`));
     return { pods: mine.map(desiredCopy), status: statusOf(live), memory: mem, expired: false };
   }
 
@@ -150,6 +243,7 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
       mem.finished = { type: 'Complete', reason: 'CompletionsReached', message: 'Reached expected number of succeeded pods', at: now };
     } else {
       if (deadline !== undefined && deadline !== null) ctx.requeueAt(mem.startTime + deadline * 1000);
+      if (indexed) live = onePerPendingIndex(live, done, completions!);
       const wantActive = completions !== undefined ? Math.min(parallelism, completions - succeeded) : succeeded > 0 ? live.length : parallelism;
       if (live.length > wantActive) {
         const victims = new Set([...live].sort(removalOrder).slice(0, live.length - wantActive));
@@ -158,24 +252,28 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
         const notBefore = failureBackoffUntil(failedPods);
         if (notBefore !== undefined && now < notBefore) ctx.requeueAt(notBefore);
         else {
-          for (let i = live.length; i < wantActive; i++) {
-            const name = generateName(job.name, job.namespace, ctx.random, ctx.taken);
-            created.push(
-              podFromTemplate({
-                template,
-                name,
-                namespace: job.namespace,
-                labels: {
-                  [CONTROLLER_UID_LABEL]: uid,
-                  [LEGACY_CONTROLLER_UID_LABEL]: uid,
-                  [JOB_NAME_LABEL]: job.name,
-                  [LEGACY_JOB_NAME_LABEL]: job.name,
-                },
-                owner: { apiVersion: 'batch/v1', kind: 'Job', name: job.name, uid },
-                now,
-                nodeName: ctx.nodeName,
-              }),
-            );
+          const count = wantActive - live.length;
+          const indexes = indexed
+            ? pendingIndexes(new Set([...done, ...live.map((p) => completionIndex(p)!)]), completions!, count)
+            : Array.from({ length: count }, () => undefined);
+          for (const ix of indexes) {
+            const base = ix === undefined ? job.name : indexedNameBase(job.name, ix);
+            const pod = podFromTemplate({
+              template,
+              name: generateName(base, job.namespace, ctx.random, ctx.taken),
+              namespace: job.namespace,
+              labels: {
+                [CONTROLLER_UID_LABEL]: uid,
+                [LEGACY_CONTROLLER_UID_LABEL]: uid,
+                [JOB_NAME_LABEL]: job.name,
+                [LEGACY_JOB_NAME_LABEL]: job.name,
+              },
+              owner: { apiVersion: 'batch/v1', kind: 'Job', name: job.name, uid },
+              now,
+              nodeName: ctx.nodeName,
+            });
+            if (ix !== undefined) stampIndex(pod, job.name, ix);
+            created.push(pod);
           }
         }
       }
@@ -207,6 +305,7 @@ function finishedStatus(mem: JobMemory, succeeded = 0, failed = 0): JobStatus {
     active: 0,
     succeeded: Math.max(succeeded, mem.counts?.succeeded ?? 0),
     failed: Math.max(failed, mem.counts?.failed ?? 0),
+    ...(mem.counts?.completedIndexes ? { completedIndexes: mem.counts.completedIndexes } : {}),
     ...(fin
       ? { conditions: [{ type: fin.type, status: 'True', reason: fin.reason, message: fin.message, lastProbeTime: iso(fin.at), lastTransitionTime: iso(fin.at) }] }
       : {}),

@@ -47,7 +47,7 @@ export interface JobMemory {
   /** ttlSecondsAfterFinished passed: the pods are gone and the Job is reported as deleted. */
   expired?: boolean;
   /** The counts last seen, so a Job whose pods are gone still reports them. */
-  counts?: { succeeded: number; failed: number };
+  counts?: { succeeded: number; failed: number; completedIndexes?: string };
 }
 
 /** A Job made by a CronJob: it exists only here, not in a file. */

@@ -136,6 +136,18 @@ function checkSelectsTemplate(f: Findings, spec: Record<string, unknown>, path: 
     f.add(`${path}.selector: does not match the template's labels (${path}.template.metadata.labels)`);
 }
 
+/** The API's bound on an Indexed Job's completions and parallelism. */
+const MAX_INDEXED = 100_000;
+const MAX_HOSTNAME = 63;
+
+/** An Indexed Job's pods get the hostname `<job>-<index>`, which must stay a DNS label. */
+export function indexedHostnameProblem(name: string, spec: { completionMode?: unknown; completions?: unknown } | undefined): string | undefined {
+  if (spec?.completionMode !== 'Indexed' || typeof spec.completions !== 'number' || spec.completions < 1) return undefined;
+  const last = `${name}-${spec.completions - 1}`;
+  if (last.length <= MAX_HOSTNAME) return undefined;
+  return `metadata.name: an Indexed Job's pods get the hostname "<job name>-<index>", at most ${MAX_HOSTNAME} characters; ${JSON.stringify(last)} is longer`;
+}
+
 function checkJobSpec(f: Findings, spec: unknown, path: string): void {
   if (!isObject(spec)) return f.add(`${path}: required`);
   f.optInt(spec, 'parallelism', path, 0);
@@ -145,7 +157,15 @@ function checkJobSpec(f: Findings, spec: unknown, path: string): void {
   f.optInt(spec, 'ttlSecondsAfterFinished', path, 0);
   f.optBool(spec, 'suspend', path);
   f.optBool(spec, 'manualSelector', path);
-  f.optEnum(spec, 'completionMode', path, ['NonIndexed']);
+  f.optEnum(spec, 'completionMode', path, ['NonIndexed', 'Indexed']);
+  if (spec.completionMode === 'Indexed') {
+    if (spec.completions === undefined || spec.completions === null) f.add(`${path}.completions: required when completionMode is Indexed`);
+    for (const field of ['completions', 'parallelism'] as const) {
+      const v = spec[field];
+      if (typeof v === 'number' && v > MAX_INDEXED)
+        f.add(`${path}.${field}: must be at most ${MAX_INDEXED} when completionMode is Indexed, got ${v}`);
+    }
+  }
   checkTemplate(f, spec.template, `${path}.template`);
   if (isObject(spec.template) && isObject(spec.template.spec)) {
     const rp = spec.template.spec.restartPolicy;
@@ -217,9 +237,12 @@ export function validateWorkload(o: StoredObject, kind: WorkloadKind): string[] 
       restartAlways(f, spec.template);
       break;
     }
-    case 'Job':
+    case 'Job': {
       checkJobSpec(f, spec, 'spec');
+      const hostname = typeof name === 'string' ? indexedHostnameProblem(name, spec) : undefined;
+      if (hostname) f.add(hostname);
       break;
+    }
     case 'CronJob': {
       if (typeof spec.schedule !== 'string' || spec.schedule.trim() === '') f.add('spec.schedule: required (a cron schedule such as "*/5 * * * *")');
       if (spec.timeZone !== undefined && spec.timeZone !== null && !['UTC', 'Etc/UTC'].includes(spec.timeZone as string))

@@ -164,6 +164,41 @@ spec:
     await waitFor('the DaemonSet and Job pods gone', async () => ((await pods((p) => p.metadata?.labels?.app === 'agent' || !!p.metadata?.labels?.['job-name'])).length === 0 ? true : undefined), 30_000);
   });
 
+  it('runs an Indexed Job: each index once, with its index in the env, the hostname and the status', async () => {
+    await node.write('indexed.yaml', `apiVersion: batch/v1
+kind: Job
+metadata: {name: shard}
+spec:
+  completionMode: Indexed
+  completions: 3
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: ${node.image}
+        command: [sh, -c, 'echo "index=$JOB_COMPLETION_INDEX host=$(hostname)" > /dev/termination-log']
+`);
+    const job = await jobComplete('shard', 'the Indexed Job complete');
+    expect(job.status).toMatchObject({ succeeded: 3, failed: 0, completedIndexes: '0-2' });
+    const said = (await pods((p) => p.metadata?.labels?.['job-name'] === 'shard')).map((p) => ({
+      name: p.metadata!.name!,
+      index: p.metadata!.annotations!['batch.kubernetes.io/job-completion-index'],
+      message: p.status?.containerStatuses?.[0]?.state?.terminated?.message?.trim(),
+    }));
+    expect(said.map((s) => s.index).sort()).toEqual(['0', '1', '2']);
+    for (const s of said) {
+      expect(s.name).toMatch(new RegExp(`^shard-${s.index}-[0-9a-z]{5}$`));
+      expect(s.message).toBe(`index=${s.index} host=shard-${s.index}`);
+    }
+    const described = await cli(['describe', 'job/shard', '--server', node.status]);
+    expect(described.out).toMatch(/Completion Mode: +Indexed\n/);
+    expect(described.out).toMatch(/Completed Indexes: +0-2\n/);
+    await node.remove('indexed.yaml');
+    await waitFor('the Indexed Job\'s pods gone', async () => ((await pods((p) => p.metadata?.labels?.['job-name'] === 'shard')).length === 0 ? true : undefined), 30_000);
+  });
+
   it('keeps a finished Job finished across a kill -9, while a slow manifest holds up the next agent\'s first load', async () => {
     await node.write('z-once.yaml', `apiVersion: batch/v1
 kind: Job

@@ -136,7 +136,9 @@ describe('skiff describe', () => {
     sim.workloads = [stored('Job', 'j', { spec: { completions: 2, template: podTemplate({}, 'x', 'Never') } }), stored('CronJob', 'c', { spec: { schedule: 'nope' } })];
     sim.step();
     const job = describeWorkload(sim.status('Job', 'j'), { now: sim.now });
-    expect(job).toContain('Pods Statuses:  1 Active (0 Ready) / 0 Succeeded / 0 Failed\n');
+    expect(job).toMatch(/\nPods Statuses: +1 Active \(0 Ready\) \/ 0 Succeeded \/ 0 Failed\n/);
+    expect(job).toMatch(/\nCompletion Mode: +NonIndexed\n/);
+    expect(job).not.toContain('Completed Indexes');
     const cj = describeWorkload(sim.status('CronJob', 'c'), { now: sim.now });
     expect(cj).toMatch(/Problems:\n  spec.jobTemplate: required/);
   });

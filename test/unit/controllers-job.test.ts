@@ -189,3 +189,115 @@ describe('Job', () => {
     expect(sim.state.jobs).toEqual({});
   });
 });
+
+describe('Indexed Job', () => {
+  const INDEX = 'batch.kubernetes.io/job-completion-index';
+  const indexOf = (sim: Sim, name: string) => sim.pod(name).metadata!.annotations![INDEX];
+  const byIndex = (sim: Sim, prefix: string) =>
+    Object.fromEntries(sim.podsOf(prefix).map((p) => [p.metadata!.annotations![INDEX]!, p.metadata!.name!]));
+
+  it('runs each index once, lowest first, parallelism at a time, and completes with completedIndexes', () => {
+    const sim = new Sim(11);
+    sim.workloads = [job('idx', { completionMode: 'Indexed', completions: 4, parallelism: 2 })];
+    sim.step();
+    const first = byIndex(sim, 'idx');
+    expect(Object.keys(first).sort()).toEqual(['0', '1']);
+    const p0 = sim.pod(first['0']!);
+    expect(p0.metadata!.name).toMatch(/^idx-0-[bcdfghjklmnpqrstvwxz2456789]{5}$/);
+    expect(p0.metadata!.labels).toMatchObject({ [INDEX]: '0', 'job-name': 'idx' });
+    expect(p0.spec!.hostname).toBe('idx-0');
+    expect(p0.spec!.containers[0]!.env).toContainEqual({ name: 'JOB_COMPLETION_INDEX', valueFrom: { fieldRef: { fieldPath: `metadata.labels['${INDEX}']` } } });
+    expect(sim.pod(first['1']!).spec!.hostname).toBe('idx-1');
+
+    // Index 1 finishes first: index 2 starts, not a second pod for 0.
+    sim.advance(1000).finish(first['1']!, 'Succeeded').step();
+    expect(Object.keys(byIndex(sim, 'idx')).sort()).toEqual(['0', '1', '2']);
+    expect(sim.status('Job', 'idx').status).toMatchObject({ active: 2, succeeded: 1, completedIndexes: '1' });
+
+    // A failed pod's index runs again (after the back-off), under a new pod.
+    sim.advance(1000).finish(first['0']!, 'Failed').step();
+    expect(sim.names('idx')).toHaveLength(3);
+    sim.advance(10_000).step();
+    const again = sim.podsOf('idx').filter((p) => p.metadata!.annotations![INDEX] === '0' && p.status?.phase === 'Pending');
+    expect(again).toHaveLength(1);
+    expect(again[0]!.metadata!.name).not.toBe(first['0']);
+    expect(sim.status('Job', 'idx').status).toMatchObject({ active: 2, succeeded: 1, failed: 1 });
+
+    for (const p of sim.podsOf('idx')) if (p.status?.phase === 'Pending') sim.finish(p.metadata!.name!, 'Succeeded');
+    sim.advance(1000).step();
+    const three = sim.podsOf('idx').find((p) => p.metadata!.annotations![INDEX] === '3')!;
+    expect(sim.status('Job', 'idx').status).toMatchObject({ active: 1, succeeded: 3, completedIndexes: '0-2' });
+    sim.finish(three.metadata!.name!, 'Succeeded').advance(1000).step();
+    expect(sim.status('Job', 'idx').status).toMatchObject({ active: 0, succeeded: 4, failed: 1, completedIndexes: '0-3' });
+    expect(conds(sim, 'idx')).toEqual([expect.objectContaining({ type: 'Complete', reason: 'CompletionsReached' })]);
+  });
+
+  it('removes running pods whose index is done, duplicated, out of range or unreadable, keeping the one furthest along', () => {
+    const sim = new Sim(12);
+    sim.workloads = [job('dup', { completionMode: 'Indexed', completions: 3, parallelism: 3 })];
+    sim.step();
+    const made = byIndex(sim, 'dup');
+    const uid = sim.pod(made['0']!).metadata!.labels!['batch.kubernetes.io/controller-uid']!;
+    // Pods a crash or a hand could leave behind, all with this Job's uid.
+    const clone = (from: string, name: string, index: string | undefined) => {
+      const p = structuredClone(sim.pod(from));
+      p.metadata!.name = name;
+      if (index === undefined) {
+        delete p.metadata!.annotations![INDEX];
+        delete p.metadata!.labels![INDEX];
+      } else p.metadata!.annotations![INDEX] = index;
+      sim.pods.set(name, p);
+    };
+    sim.setReady(made['1']!);
+    clone(made['1']!, 'dup-1-other', '1');
+    sim.setStatus('dup-1-other', { phase: 'Pending' });
+    clone(made['0']!, 'dup-7-stray', '7');
+    clone(made['0']!, 'dup-x-stray', 'x');
+    clone(made['2']!, 'dup-none', undefined);
+    sim.advance(1000).finish(made['2']!, 'Succeeded');
+    clone(made['0']!, 'dup-2-late', '2');
+    sim.step();
+    expect(sim.names('dup').sort()).toEqual([made['0'], made['1'], made['2']].sort());
+    expect(sim.pod(made['1']!).status?.phase).toBe('Running');
+    expect(indexOf(sim, made['2']!)).toBe('2');
+    expect(sim.status('Job', 'dup').status).toMatchObject({ active: 2, succeeded: 1, completedIndexes: '2' });
+    expect(uid).toBe(sim.pod(made['0']!).metadata!.labels!['batch.kubernetes.io/controller-uid']);
+  });
+
+  it('keeps the index whole in long pod names, and refuses names too long for the hostname', () => {
+    const sim = new Sim(13);
+    const long = 'a'.repeat(57);
+    sim.workloads = [job(long, { completionMode: 'Indexed', completions: 12, parallelism: 12 })];
+    sim.step();
+    const names = [...sim.pods.keys()];
+    expect(names).toHaveLength(12);
+    for (const n of names) expect(n).toMatch(/^a+-\d{1,2}-[bcdfghjklmnpqrstvwxz2456789]{5}$/);
+    const p11 = [...sim.pods.values()].find((p) => p.metadata!.annotations![INDEX] === '11')!;
+    expect(p11.metadata!.name).toMatch(new RegExp(`^${'a'.repeat(54)}-11-.{5}$`));
+    expect(p11.metadata!.name!.length).toBe(63);
+    expect(p11.spec!.hostname).toBe(`${long}-11`);
+
+    const sim2 = new Sim(14);
+    const tooLong = 'b'.repeat(62);
+    sim2.workloads = [job(tooLong, { completionMode: 'Indexed', completions: 10 })];
+    sim2.step();
+    expect(sim2.pods.size).toBe(0);
+    expect(sim2.status('Job', tooLong).problems.join('\n')).toMatch(/hostname "<job name>-<index>", at most 63 characters; "b{62}-9" is longer/);
+    expect(conds(sim2, tooLong)).toEqual([expect.objectContaining({ type: 'Failed', reason: 'InvalidSpec' })]);
+  });
+
+  it('keeps a JOB_COMPLETION_INDEX the template sets, and counts a finished Job\'s indexes after its pods are gone', () => {
+    const sim = new Sim(15);
+    const template = podTemplate({ app: 'own' }, 'task:1', 'Never') as { spec: { containers: Array<Record<string, unknown>> } };
+    template.spec.containers[0]!.env = [{ name: 'JOB_COMPLETION_INDEX', value: 'mine' }];
+    sim.workloads = [stored('Job', 'own', { spec: { completionMode: 'Indexed', completions: 2, parallelism: 2, ttlSecondsAfterFinished: 60, template } })];
+    sim.step();
+    for (const n of sim.names('own')) expect(sim.pod(n).spec!.containers[0]!.env).toEqual([{ name: 'JOB_COMPLETION_INDEX', value: 'mine' }]);
+    for (const n of sim.names('own')) sim.finish(n, 'Succeeded');
+    sim.advance(1000).step();
+    expect(sim.status('Job', 'own').status).toMatchObject({ succeeded: 2, completedIndexes: '0,1' });
+    sim.advance(60_000).step();
+    expect(sim.names('own')).toEqual([]);
+    expect(sim.status('Job', 'own')).toMatchObject({ deleted: true, status: { succeeded: 2, completedIndexes: '0,1' } });
+  });
+});
