@@ -14,9 +14,17 @@
  * `<job>-<index>`); the lowest indexes with neither a succeeded nor a running
  * pod start first, and a running pod whose index is done, out of range,
  * unknown or already taken by another running pod is removed.
+ *
+ * podFailurePolicy: a failed pod is matched against the rules in order; the
+ * first whose exit codes or pod conditions match decides. FailJob fails the
+ * Job at once (reason PodFailurePolicy), Ignore leaves the failure out of
+ * status.failed and the back-off limit, Count (or no match) counts it. Every
+ * failure, ignored or not, delays the next pod as the back-off says, so a Job
+ * that ignores its every failure cannot churn pods as fast as they fail.
  */
 import type { JobSpec, JobStatus } from 'kubernetes-types/batch/v1.js';
-import type { Pod, PodTemplateSpec } from 'kubernetes-types/core/v1.js';
+import type { PodFailurePolicy } from 'kubernetes-types/batch/v1.js';
+import type { ContainerStatus, Pod, PodTemplateSpec } from 'kubernetes-types/core/v1.js';
 import {
   condition,
   desiredCopy,
@@ -148,6 +156,39 @@ function stampIndex(pod: Pod, jobName: string, ix: number): void {
   }
 }
 
+interface PolicyMatch {
+  action: 'FailJob' | 'Ignore' | 'Count';
+  message: string;
+}
+
+/** The first terminated container of `statuses` that failed with an exit code the requirement names. */
+function failedContainer(statuses: ContainerStatus[] | undefined, req: NonNullable<PodFailurePolicy['rules'][number]['onExitCodes']>): ContainerStatus | undefined {
+  for (const cs of statuses ?? []) {
+    const code = cs.state?.terminated?.exitCode;
+    if (code === undefined || code === 0) continue;
+    if (req.containerName && req.containerName !== cs.name) continue;
+    const listed = (req.values ?? []).includes(code);
+    if (req.operator === 'In' ? listed : req.operator === 'NotIn' ? !listed : false) return cs;
+  }
+  return undefined;
+}
+
+/** What a failed pod means under the Job's podFailurePolicy: the first rule that matches it, if any. */
+export function matchPodFailurePolicy(policy: PodFailurePolicy | undefined, pod: Pod): PolicyMatch | undefined {
+  const who = `${pod.metadata?.namespace}/${pod.metadata?.name}`;
+  for (const [i, rule] of (policy?.rules ?? []).entries()) {
+    const action = rule.action as PolicyMatch['action'];
+    if (rule.onExitCodes) {
+      const cs = failedContainer(pod.status?.containerStatuses, rule.onExitCodes) ?? failedContainer(pod.status?.initContainerStatuses, rule.onExitCodes);
+      if (cs) return { action, message: `container ${cs.name} of pod ${who} exited with code ${cs.state!.terminated!.exitCode}, which matches podFailurePolicy rule ${i} (${action})` };
+    } else if (rule.onPodConditions?.length) {
+      const c = (pod.status?.conditions ?? []).find((c) => rule.onPodConditions!.some((want) => want.type === c.type && (want.status ?? 'True') === c.status));
+      if (c) return { action, message: `pod ${who} has condition ${c.type}=${c.status}, which matches podFailurePolicy rule ${i} (${action})` };
+    }
+  }
+  return undefined;
+}
+
 export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
   const { now, state } = ctx;
   const key = jobMemoryKey(job.namespace, job.name);
@@ -164,9 +205,16 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
   const uid = mem.uid;
   const mine = owned.filter((p) => p.metadata?.labels?.[CONTROLLER_UID_LABEL] === uid && !isTerminating(p));
   const succeededPods = mine.filter((p) => phase(p) === 'Succeeded');
-  const failedPods = mine.filter((p) => phase(p) === 'Failed');
+  const allFailed = mine.filter((p) => phase(p) === 'Failed');
   let live = mine.filter((p) => phase(p) !== 'Succeeded' && phase(p) !== 'Failed');
-  const finishedPods = [...succeededPods, ...failedPods];
+  const finishedPods = [...succeededPods, ...allFailed];
+  // Under a podFailurePolicy, Ignore'd failures do not count, and a FailJob match ends the Job (the earliest one says why).
+  const policyMatches = new Map(allFailed.map((p) => [p, matchPodFailurePolicy(spec?.podFailurePolicy, p)]));
+  const failedPods = allFailed.filter((p) => policyMatches.get(p)?.action !== 'Ignore');
+  const failJob = [...allFailed]
+    .sort((a, b) => (finishedAt(a) ?? 0) - (finishedAt(b) ?? 0))
+    .map((p) => policyMatches.get(p))
+    .find((m) => m?.action === 'FailJob');
   const indexed = spec?.completionMode === 'Indexed';
   /** An Indexed Job's indexes that have a succeeded pod: what it counts as succeeded. */
   const done = new Set<number>();
@@ -235,7 +283,9 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
     const restarts = live.reduce((n, p) => n + restartCount(p), 0);
     const pastOnFailure = onFailure && (backoffLimit === 0 ? restarts > 0 : restarts >= backoffLimit);
     const deadline = spec.activeDeadlineSeconds;
-    if (failed > backoffLimit || pastOnFailure) {
+    if (failJob) {
+      mem.finished = { type: 'Failed', reason: 'PodFailurePolicy', message: failJob.message, at: now };
+    } else if (failed > backoffLimit || pastOnFailure) {
       mem.finished = { type: 'Failed', reason: 'BackoffLimitExceeded', message: 'Job has reached the specified backoff limit', at: now };
     } else if (deadline !== undefined && deadline !== null && now - mem.startTime >= deadline * 1000) {
       mem.finished = { type: 'Failed', reason: 'DeadlineExceeded', message: 'Job was active longer than specified deadline', at: now };
@@ -249,7 +299,7 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
         const victims = new Set([...live].sort(removalOrder).slice(0, live.length - wantActive));
         live = live.filter((p) => !victims.has(p));
       } else if (live.length < wantActive) {
-        const notBefore = failureBackoffUntil(failedPods);
+        const notBefore = failureBackoffUntil(allFailed);
         if (notBefore !== undefined && now < notBefore) ctx.requeueAt(notBefore);
         else {
           const count = wantActive - live.length;

@@ -136,6 +136,70 @@ function checkSelectsTemplate(f: Findings, spec: Record<string, unknown>, path: 
     f.add(`${path}.selector: does not match the template's labels (${path}.template.metadata.labels)`);
 }
 
+/** Job fields whose meaning skiff does not implement: refused rather than run with other semantics. */
+const UNSUPPORTED_JOB_FIELDS: Record<string, string> = {
+  backoffLimitPerIndex: 'per-index back-off limits are not supported; use backoffLimit',
+  maxFailedIndexes: 'it needs backoffLimitPerIndex, which is not supported',
+  successPolicy: 'success policies are not supported; the Job succeeds when every completion has',
+};
+const MAX_POLICY_RULES = 20;
+const MAX_EXIT_CODES = 255;
+
+function containerNames(template: unknown): Set<string> {
+  const names = new Set<string>();
+  if (!isObject(template) || !isObject(template.spec)) return names;
+  for (const list of [template.spec.containers, template.spec.initContainers])
+    if (Array.isArray(list)) for (const c of list) if (isObject(c) && typeof c.name === 'string') names.add(c.name);
+  return names;
+}
+
+/** spec.podFailurePolicy: rules of FailJob, Ignore or Count on exit codes or pod conditions. */
+function checkPodFailurePolicy(f: Findings, spec: Record<string, unknown>, path: string): void {
+  const policy = spec.podFailurePolicy;
+  if (policy === undefined || policy === null) return;
+  const pp = `${path}.podFailurePolicy`;
+  if (!isObject(policy) || !Array.isArray(policy.rules)) return f.add(`${pp}.rules: required (a list of rules)`);
+  if (policy.rules.length > MAX_POLICY_RULES) f.add(`${pp}.rules: at most ${MAX_POLICY_RULES} rules, got ${policy.rules.length}`);
+  if (isObject(spec.template) && isObject(spec.template.spec) && spec.template.spec.restartPolicy !== 'Never')
+    f.add(`${path}.template.spec.restartPolicy: must be Never when podFailurePolicy is set`);
+  const names = containerNames(spec.template);
+  policy.rules.forEach((r, i) => {
+    const rp = `${pp}.rules[${i}]`;
+    if (!isObject(r)) return f.add(`${rp}: must be an object`);
+    if (r.action === 'FailIndex') f.add(`${rp}.action: FailIndex needs backoffLimitPerIndex, which is not supported`);
+    else f.optEnum(r, 'action', rp, ['FailJob', 'Ignore', 'Count']);
+    if (r.action === undefined || r.action === null) f.add(`${rp}.action: required`);
+    const onExit = r.onExitCodes;
+    const onCond = r.onPodConditions;
+    const hasExit = onExit !== undefined && onExit !== null;
+    const hasCond = onCond !== undefined && onCond !== null && !(Array.isArray(onCond) && onCond.length === 0);
+    if (hasExit === hasCond) return f.add(`${rp}: needs exactly one of onExitCodes and onPodConditions`);
+    if (hasExit) {
+      const ep = `${rp}.onExitCodes`;
+      if (!isObject(onExit)) return f.add(`${ep}: must be an object`);
+      if (onExit.containerName !== undefined && onExit.containerName !== null) {
+        if (typeof onExit.containerName !== 'string' || !names.has(onExit.containerName))
+          f.add(`${ep}.containerName: must name one of the template's containers, got ${JSON.stringify(onExit.containerName)}`);
+      }
+      if (onExit.operator !== 'In' && onExit.operator !== 'NotIn') f.add(`${ep}.operator: must be In or NotIn, got ${JSON.stringify(onExit.operator)}`);
+      const values = onExit.values;
+      if (!Array.isArray(values) || values.length === 0 || values.length > MAX_EXIT_CODES || values.some((v) => typeof v !== 'number' || !Number.isInteger(v) || v < -2147483648 || v > 2147483647))
+        f.add(`${ep}.values: must be a list of 1 to ${MAX_EXIT_CODES} integer exit codes`);
+      else {
+        if (new Set(values).size !== values.length) f.add(`${ep}.values: must not repeat a value`);
+        if (onExit.operator === 'In' && values.includes(0)) f.add(`${ep}.values: 0 is not a failure and may not be listed with In`);
+      }
+    } else {
+      const cp = `${rp}.onPodConditions`;
+      if (!Array.isArray(onCond) || onCond.length > MAX_POLICY_RULES) return f.add(`${cp}: must be a list of at most ${MAX_POLICY_RULES} patterns`);
+      onCond.forEach((c, j) => {
+        if (!isObject(c) || typeof c.type !== 'string' || c.type === '') return f.add(`${cp}[${j}].type: required`);
+        if (c.status !== undefined && c.status !== null) f.optEnum(c, 'status', `${cp}[${j}]`, ['True', 'False', 'Unknown']);
+      });
+    }
+  });
+}
+
 /** The API's bound on an Indexed Job's completions and parallelism. */
 const MAX_INDEXED = 100_000;
 const MAX_HOSTNAME = 63;
@@ -157,6 +221,9 @@ function checkJobSpec(f: Findings, spec: unknown, path: string): void {
   f.optInt(spec, 'ttlSecondsAfterFinished', path, 0);
   f.optBool(spec, 'suspend', path);
   f.optBool(spec, 'manualSelector', path);
+  for (const [field, why] of Object.entries(UNSUPPORTED_JOB_FIELDS))
+    if (spec[field] !== undefined && spec[field] !== null) f.add(`${path}.${field}: ${why}`);
+  checkPodFailurePolicy(f, spec, path);
   f.optEnum(spec, 'completionMode', path, ['NonIndexed', 'Indexed']);
   if (spec.completionMode === 'Indexed') {
     if (spec.completions === undefined || spec.completions === null) f.add(`${path}.completions: required when completionMode is Indexed`);

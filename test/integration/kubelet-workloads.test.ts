@@ -199,6 +199,41 @@ spec:
     await waitFor('the Indexed Job\'s pods gone', async () => ((await pods((p) => p.metadata?.labels?.['job-name'] === 'shard')).length === 0 ? true : undefined), 30_000);
   });
 
+  it('applies a Job\'s podFailurePolicy to real exit codes: FailJob ends it, Ignore retries without counting', async () => {
+    const policyJob = (name: string, code: number) => `apiVersion: batch/v1
+kind: Job
+metadata: {name: ${name}}
+spec:
+  backoffLimit: 0
+  podFailurePolicy:
+    rules:
+    - {action: FailJob, onExitCodes: {containerName: c, operator: In, values: [42]}}
+    - {action: Ignore, onExitCodes: {operator: In, values: [3]}}
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: ${node.image}, command: [sh, -c, "exit ${code}"]}]
+`;
+    await node.write('policy.yaml', `${policyJob('fatal', 42)}---\n${policyJob('shrug', 3)}`);
+    const fatal = await waitFor('the FailJob rule to fail the Job', async () => {
+      const w = await workload('Job', 'fatal');
+      return (w?.status.conditions as Array<{ type: string; reason: string; message: string }> | undefined)?.find((c) => c.type === 'Failed');
+    }, 60_000);
+    expect(fatal.reason).toBe('PodFailurePolicy');
+    expect(fatal.message).toMatch(/^container c of pod default\/fatal-[0-9a-z]{5} exited with code 42, which matches podFailurePolicy rule 0 \(FailJob\)$/);
+    // backoffLimit 0, yet an ignored failure is replaced (after the 10 s back-off) and not counted.
+    const shrug = await waitFor('two ignored failures', async () => {
+      const failed = (await pods((p) => p.metadata?.labels?.['job-name'] === 'shrug')).filter((p) => p.status?.phase === 'Failed');
+      return failed.length >= 2 ? failed : undefined;
+    }, 60_000);
+    expect(shrug.every((p) => p.status?.containerStatuses?.[0]?.state?.terminated?.exitCode === 3)).toBe(true);
+    const w = await workload('Job', 'shrug');
+    expect(w?.status.failed).toBe(0);
+    expect(w?.status.conditions ?? []).toEqual([]);
+    await node.remove('policy.yaml');
+    await waitFor('the policy Jobs\' pods gone', async () => ((await pods((p) => ['fatal', 'shrug'].includes(p.metadata?.labels?.['job-name'] ?? ''))).length === 0 ? true : undefined), 30_000);
+  });
+
   it('keeps a finished Job finished across a kill -9, while a slow manifest holds up the next agent\'s first load', async () => {
     await node.write('z-once.yaml', `apiVersion: batch/v1
 kind: Job

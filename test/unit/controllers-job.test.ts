@@ -301,3 +301,81 @@ describe('Indexed Job', () => {
     expect(sim.status('Job', 'own')).toMatchObject({ deleted: true, status: { succeeded: 2, completedIndexes: '0,1' } });
   });
 });
+
+describe('Job podFailurePolicy', () => {
+  /** Ends a pod as Failed with `code` from container `name` (and optionally some pod conditions). */
+  const fail = (sim: Sim, pod: string, code: number, name = 'app', conditions: Array<{ type: string; status: string }> = []) =>
+    sim.setStatus(pod, {
+      phase: 'Failed',
+      conditions: [{ type: 'Ready', status: 'False', reason: 'PodCompleted' }, ...conditions],
+      containerStatuses: [{ name, image: 'x', imageID: '', ready: false, restartCount: 0, state: { terminated: { exitCode: code, finishedAt: new Date(sim.now).toISOString() } } }],
+    });
+  const policy = (rules: unknown[]) => ({ backoffLimit: 3, podFailurePolicy: { rules } });
+
+  it('FailJob on a listed exit code fails the Job at once and removes its running pods', () => {
+    const sim = new Sim(21);
+    sim.workloads = [job('pfp', { parallelism: 2, completions: 2, ...policy([{ action: 'FailJob', onExitCodes: { containerName: 'app', operator: 'In', values: [42] } }]) })];
+    sim.step();
+    const [a, b] = sim.names('pfp');
+    sim.setReady(b!);
+    fail(sim, a!, 42).advance(1000).step();
+    expect(conds(sim, 'pfp')).toEqual([
+      expect.objectContaining({
+        type: 'Failed',
+        reason: 'PodFailurePolicy',
+        message: `container app of pod default/${a} exited with code 42, which matches podFailurePolicy rule 0 (FailJob)`,
+      }),
+    ]);
+    expect(sim.names('pfp')).toEqual([a]);
+    expect(sim.status('Job', 'pfp').status).toMatchObject({ active: 0, failed: 1 });
+  });
+
+  it('Ignore leaves a failure out of status.failed and backoffLimit, but not the back-off; other codes count', () => {
+    const sim = new Sim(22);
+    sim.workloads = [job('ign', { ...policy([{ action: 'Ignore', onExitCodes: { operator: 'In', values: [137] } }, { action: 'FailJob', onExitCodes: { operator: 'NotIn', values: [1] } }]), backoffLimit: 0 })];
+    sim.step();
+    for (let i = 0; i < 5; i++) {
+      const [live] = sim.podsOf('ign').filter((p) => p.status?.phase === 'Pending');
+      fail(sim, live!.metadata!.name!, 137).advance(1000).step();
+      expect(sim.names('ign')).toHaveLength(i + 1); // 10 s, 20 s, … after the last failure
+      expect(sim.last.requeueAfterMs).toBe(10_000 * 2 ** i - 1000);
+      sim.advance(10_000 * 2 ** i).step();
+    }
+    expect(sim.names('ign')).toHaveLength(6);
+    expect(conds(sim, 'ign')).toEqual([]);
+    expect(sim.status('Job', 'ign').status).toMatchObject({ active: 1, failed: 0 });
+    // Exit code 1 is not NotIn [1], so the FailJob rule does not match; it counts, past backoffLimit 0.
+    const [live] = sim.podsOf('ign').filter((p) => p.status?.phase === 'Pending');
+    fail(sim, live!.metadata!.name!, 1).advance(1000).step();
+    expect(conds(sim, 'ign')).toEqual([expect.objectContaining({ type: 'Failed', reason: 'BackoffLimitExceeded' })]);
+    expect(sim.status('Job', 'ign').status).toMatchObject({ failed: 1 });
+  });
+
+  it('matches on the named container only, on pod conditions, and the first matching rule wins', () => {
+    const sim = new Sim(23);
+    const template = podTemplate({ app: 'order' }, 'task:1', 'Never') as { spec: { containers: Array<Record<string, unknown>> } };
+    template.spec.containers.push({ name: 'other', image: 'side:1' });
+    sim.workloads = [
+      job('order', {
+        template,
+        parallelism: 3,
+        completions: 3,
+        ...policy([
+          { action: 'Count', onExitCodes: { containerName: 'app', operator: 'In', values: [3] } },
+          { action: 'FailJob', onExitCodes: { containerName: 'other', operator: 'In', values: [5] } },
+          { action: 'Ignore', onPodConditions: [{ type: 'DisruptionTarget' }] },
+          { action: 'FailJob', onExitCodes: { operator: 'In', values: [3, 5] } },
+        ]),
+      }),
+    ];
+    sim.step();
+    const [a, b, c] = sim.names('order');
+    fail(sim, a!, 3); // rule 0 (Count) before rule 3 (FailJob)
+    fail(sim, b!, 5, 'app', [{ type: 'DisruptionTarget', status: 'True' }]); // rule 1 names another container; rule 2 matches
+    sim.advance(1000).step();
+    expect(conds(sim, 'order')).toEqual([]);
+    expect(sim.status('Job', 'order').status).toMatchObject({ failed: 1 });
+    fail(sim, c!, 5).advance(1000).step(); // rule 3
+    expect(conds(sim, 'order')).toEqual([expect.objectContaining({ reason: 'PodFailurePolicy', message: expect.stringContaining('rule 3 (FailJob)') })]);
+  });
+});
