@@ -19,6 +19,8 @@ export const KUBELET_HELP = `Flags for "skiff kubelet" (the node agent alone, ag
                            image filesystem use that starts image GC (default 85)
   --image-gc-low-threshold PERCENT
                            where image GC stops (default 80)
+  --max-pods N             pods running at once; more wait, Pending, until one
+                           ends (default 110)
   --log-level LEVEL        debug, info, warn or error (default info)
 `;
 
@@ -34,6 +36,7 @@ export const KUBELET_FLAGS = {
   'cluster-dns': { type: 'string', multiple: true, default: [] as string[] },
   'image-gc-high-threshold': { type: 'string', default: '85' },
   'image-gc-low-threshold': { type: 'string', default: '80' },
+  'max-pods': { type: 'string', default: '110' },
   'log-level': { type: 'string', default: 'info' },
 } satisfies FlagSpec;
 
@@ -48,6 +51,8 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
   const high = percent('image-gc-high-threshold');
   const low = percent('image-gc-low-threshold');
   if (low >= high) throw new Error(`--image-gc-low-threshold (${low}) must be below --image-gc-high-threshold (${high})`);
+  const maxPods = Number(str('max-pods'));
+  if (!Number.isInteger(maxPods) || maxPods < 1 || maxPods > 100_000) throw new Error(`--max-pods must be a whole number from 1 to 100000, not "${str('max-pods')}"`);
   return {
     manifests: str('manifests'),
     runtimeEndpoint: str('runtime-endpoint'),
@@ -58,6 +63,7 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
     clusterDomain: str('cluster-domain'),
     clusterDNS: values['cluster-dns'] as string[],
     imageGc: { highThresholdPercent: high, lowThresholdPercent: low },
+    maxPods,
     log,
   };
 }

@@ -50,7 +50,14 @@ export interface AgentOptions {
   hostIP: string;
   /** How often the runtime is relisted while its event stream works (and when it does not: 1 s). */
   relistMs?: number;
+  /**
+   * At most this many pods that have not finished run at once (the kubelet's
+   * maxPods, default 110); more wait, Pending, until one ends.
+   */
+  maxPods?: number;
 }
+
+export const DEFAULT_MAX_PODS = 110;
 
 export interface AgentParts {
   cri: CriEndpoint;
@@ -88,7 +95,11 @@ interface PodEntry {
   worker?: PodWorker;
   /** The pod as last reported: spec + status. */
   view: Pod;
+  /** Not started: the node already runs maxPods pods. It starts, in turn, when one ends. */
+  waiting?: boolean;
 }
+
+const isTerminal = (p: Pod) => p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed';
 
 const podKey = (ns: string, name: string) => `${ns}/${name}`;
 /** How long a starting agent waits for its adopted pods' first syncs before the controllers run. */
@@ -130,6 +141,7 @@ export class Agent {
   private controllersLive = false;
   private workloadStatuses: WorkloadStatus[] = [];
   private controllersTimer: NodeJS.Timeout | undefined;
+  private admitTimer: NodeJS.Immediate | undefined;
 
   constructor(
     readonly opts: AgentOptions,
@@ -200,6 +212,7 @@ export class Agent {
     if (this.relistTimer) clearTimeout(this.relistTimer);
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
     if (this.controllersTimer) clearTimeout(this.controllersTimer);
+    if (this.admitTimer) clearImmediate(this.admitTimer);
     this.parts.controllers?.stop();
     for (const w of this.workers.values()) w.halt();
   }
@@ -289,25 +302,62 @@ export class Agent {
       // Deleted, invalid now, or edited (a new uid): stop the old one first.
       this.retire(e);
     }
+    // Pods that have not finished, started or stopping, count against maxPods; a pod the runtime
+    // already runs (found at start) is adopted whatever the count.
+    const maxPods = this.opts.maxPods ?? DEFAULT_MAX_PODS;
+    let active = 0;
+    for (const e of this.pods.values()) if (!e.waiting && !isTerminal(e.view)) active++;
     for (const [key, { obj, v, controlled }] of wanted) {
       if (!v.ok) continue;
       const cur = this.pods.get(key);
-      if (cur && cur.uid === obj.uid) continue;
+      if (cur && cur.uid === obj.uid && !cur.waiting) continue;
+      // An edited pod (a new uid under the same name) takes the slot of the one it replaces.
+      if (cur && cur.uid !== obj.uid && !cur.waiting && !isTerminal(cur.view)) active--;
+      const room = active < maxPods || this.known.has(obj.uid);
+      if (cur && cur.uid === obj.uid) {
+        // Waiting for room: it starts now if there is some.
+        if (!room) continue;
+        active++;
+        cur.waiting = false;
+        cur.view = { ...cur.view, status: { phase: 'Pending' } };
+        this.launch(cur, cur.view, undefined);
+        this.notify('MODIFIED', cur.view);
+        continue;
+      }
       const pod = v.pod;
       pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name, creationTimestamp: new Date(this.now()).toISOString().replace(/\.\d{3}Z$/, 'Z') };
-      const entry: PodEntry = { key, uid: obj.uid, controlled, view: { ...pod, status: { phase: 'Pending' } } };
-      const previous = cur?.worker;
+      const entry: PodEntry = { key, uid: obj.uid, controlled, view: { ...pod, status: room ? { phase: 'Pending' } : waitingStatus(maxPods, this.now()) } };
       this.pods.set(key, entry);
-      const launch = () => {
-        if (this.stopped || this.pods.get(key) !== entry) return;
-        const worker = this.newWorker(obj.uid, this.context(pod, obj.uid));
-        entry.worker = worker;
-        worker.schedule(0);
-      };
-      if (previous && !previous.isTerminated) void previous.settled().then(launch);
-      else launch();
+      if (room) {
+        active++;
+        this.launch(entry, pod, cur?.worker);
+      } else {
+        entry.waiting = true;
+        this.parts.log.info('the node runs its maximum of pods; this one waits until one ends', { pod: key, maxPods });
+      }
       this.notify(cur ? 'MODIFIED' : 'ADDED', entry.view);
     }
+  }
+
+  /** Starts `entry`'s worker, once `previous` (the pod it replaces under the same name) has stopped. */
+  private launch(entry: PodEntry, pod: Pod, previous: PodWorker | undefined): void {
+    const go = () => {
+      if (this.stopped || this.pods.get(entry.key) !== entry) return;
+      const worker = this.newWorker(entry.uid, this.context(pod, entry.uid));
+      entry.worker = worker;
+      worker.schedule(0);
+    };
+    if (previous && !previous.isTerminated) void previous.settled().then(go);
+    else go();
+  }
+
+  /** A pod ended or went: if others wait for room, look again (once per turn of the loop). */
+  private admitWaiting(): void {
+    if (this.stopped || this.admitTimer || ![...this.pods.values()].some((e) => e.waiting)) return;
+    this.admitTimer = setImmediate(() => {
+      this.admitTimer = undefined;
+      if (!this.stopped) this.reconcilePods();
+    });
   }
 
   private retire(e: PodEntry): void {
@@ -328,6 +378,7 @@ export class Agent {
           this.pods.delete(e.key);
           this.notify('DELETED', e.view);
           if (e.controlled) this.scheduleControllers();
+          this.admitWaiting();
         }
       });
     }
@@ -418,6 +469,7 @@ export class Agent {
     if (JSON.stringify(status) !== before) {
       this.notify('MODIFIED', e.view);
       if (e.controlled) this.scheduleControllers();
+      if (isTerminal(e.view)) this.admitWaiting();
     }
   }
 
@@ -646,6 +698,22 @@ function referencesAny(pod: Pod, refs: Set<string>): boolean {
     for (const e of c.envFrom ?? []) if (has('ConfigMap', e.configMapRef?.name) || has('Secret', e.secretRef?.name)) return true;
   }
   return false;
+}
+
+/** How a pod waiting for room is shown: Pending and not scheduled, as the scheduler leaves a pod that does not fit. */
+function waitingStatus(maxPods: number, now: number): PodStatus {
+  return {
+    phase: 'Pending',
+    conditions: [
+      {
+        type: 'PodScheduled',
+        status: 'False',
+        reason: 'Unschedulable',
+        message: `the node runs its maximum of ${maxPods} pods (--max-pods); this one starts when one of them ends`,
+        lastTransitionTime: new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+      },
+    ],
+  };
 }
 
 /** How a Pod that did not validate is shown: never run, with its file, line and reasons. */

@@ -40,6 +40,8 @@ export interface KubeletOptions {
   clusterDNS: string[];
   nodeIP?: string;
   imageGc?: { highThresholdPercent: number; lowThresholdPercent: number };
+  /** Pods running at once; more wait (default 110, as the kubelet's maxPods). */
+  maxPods?: number;
   /** Safety-net rescan of the manifest directory (the watcher is the main path). */
   rescanMs?: number;
   log: Logger;
@@ -192,6 +194,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       clusterDNS: opts.clusterDNS.length ? opts.clusterDNS : nameservers(hostResolvConf),
       hostResolvConf,
       hostIP: opts.nodeIP ?? detectHostIP(),
+      ...(opts.maxPods !== undefined ? { maxPods: opts.maxPods } : {}),
     },
     {
       cri,

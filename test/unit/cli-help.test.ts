@@ -63,6 +63,15 @@ describe('skiff cri flags in --help and README', () => {
     }
   });
 
+  it('refuses a --max-pods that is not a whole number from 1 before starting anything', async () => {
+    for (const bad of ['0', '-1', '2.5', 'many', '100001']) {
+      await expect(main(['kubelet', `--max-pods=${bad}`, '--runtime-endpoint', 'unix:///nonexistent/skiff.sock'])).rejects.toThrow(
+        `--max-pods must be a whole number from 1 to 100000, not "${bad}"`,
+      );
+    }
+    expect(await capture(['kubelet', '--help'])).toMatch(/--max-pods N +pods running at once; more wait, Pending, until one\n +ends \(default 110\)/);
+  });
+
   it('--images-dir is in --help and defaults under --root', async () => {
     expect(await help()).toMatch(/--images-dir DIR[\s\S]*default <root>\/images/);
   });

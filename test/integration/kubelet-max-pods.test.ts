@@ -1,0 +1,77 @@
+/**
+ * --max-pods through a real agent and runtime: pods beyond the cap wait,
+ * Pending and unscheduled, start in turn as running pods go, and pods that
+ * have finished do not hold a place.
+ */
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { isRoot } from '../helpers/env.js';
+import { podYaml, ready, startNode, type NodeFixture } from '../helpers/kubelet.js';
+import { waitFor } from '../helpers/registry.js';
+
+const sleeper = (name: string, image: string) =>
+  podYaml(name, image, `  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: IMAGE
+    command: [sleep, "3600"]
+`);
+
+const unscheduled = (p: Pod | undefined) => p?.status?.conditions?.find((c) => c.type === 'PodScheduled' && c.status === 'False');
+
+describe.skipIf(!isRoot)('kubelet-lite: --max-pods', () => {
+  let node: NodeFixture;
+
+  beforeAll(async () => {
+    node = await startNode(inject('registryHost'), 'test/kubelet-max-pods', ['--max-pods', '2']);
+  });
+
+  afterAll(async () => {
+    const leaks = await node?.cleanup();
+    expect(leaks?.mounts ?? []).toEqual([]);
+    expect(leaks?.processes ?? []).toEqual([]);
+  });
+
+  const all = async () => (await node.get<{ items: Pod[] }>('/pods')).body.items ?? [];
+
+  it('runs two pods and keeps the third Pending and unscheduled until one of them goes', async () => {
+    for (const n of ['a', 'b', 'c']) await node.write(`${n}.yaml`, sleeper(n, node.image));
+    const { running, waiting } = await waitFor('two pods ready and one waiting', async () => {
+      const ps = await all();
+      const running = ps.filter(ready);
+      const waiting = ps.filter((p) => unscheduled(p));
+      return running.length === 2 && waiting.length === 1 ? { running, waiting: waiting[0]! } : undefined;
+    }, 60_000);
+    expect(waiting.status?.phase).toBe('Pending');
+    expect(unscheduled(waiting)).toMatchObject({ reason: 'Unschedulable', message: expect.stringMatching(/maximum of 2 pods \(--max-pods\)/) });
+    expect(waiting.status?.containerStatuses ?? []).toEqual([]);
+    // It stays so: nothing else ends.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(unscheduled(await node.pod(waiting.metadata!.name!))).toBeDefined();
+
+    await node.remove(`${running[0]!.metadata!.name}.yaml`);
+    const started = await node.waitPod(waiting.metadata!.name!, ready, 'the waiting pod to start');
+    expect(unscheduled(started)).toBeUndefined();
+    expect((await all()).filter(ready)).toHaveLength(2);
+  });
+
+  it('does not count pods that finished', async () => {
+    const [left] = (await all()).filter(ready);
+    await node.write('done.yaml', podYaml('done', node.image, `  restartPolicy: Never
+  containers:
+  - name: main
+    image: IMAGE
+    command: [sh, -c, "exit 0"]
+`));
+    // At the cap: it waits, then runs to completion once a place frees.
+    await node.waitPod('done', (p) => !!unscheduled(p), 'the finishing pod to wait');
+    await node.remove(`${left!.metadata!.name}.yaml`);
+    await node.waitPod('done', (p) => p.status?.phase === 'Succeeded', 'the finishing pod to succeed');
+    // One sleeper and one finished pod: a new pod has room.
+    await node.write('d.yaml', sleeper('d', node.image));
+    const d = await node.waitPod('d', ready, 'a pod started beside the finished one');
+    expect(unscheduled(d)).toBeUndefined();
+    for (const f of ['a', 'b', 'c', 'd', 'done']) await node.remove(`${f}.yaml`);
+    await waitFor('every pod gone', async () => ((await all()).length === 0 ? true : undefined), 30_000);
+  });
+});
