@@ -142,6 +142,8 @@ export class Agent {
   private workloadStatuses: WorkloadStatus[] = [];
   private controllersTimer: NodeJS.Timeout | undefined;
   private admitTimer: NodeJS.Immediate | undefined;
+  /** Every manifest file has been read once (see reconcilePods: until then only adopted pods start). */
+  private manifestsLoaded = false;
 
   constructor(
     readonly opts: AgentOptions,
@@ -177,6 +179,7 @@ export class Agent {
       this.savedUids.set(key, uid);
     }
     await this.parts.manifests.start((changes) => this.onChanges(changes));
+    this.manifestsLoaded = true;
     this.onChanges([]);
     // The controllers first look once the adopted pods have learnt their state from the runtime:
     // before its first sync a pod looks Pending, and a finished Job keeps only the pods it sees
@@ -314,6 +317,10 @@ export class Agent {
       // An edited pod (a new uid under the same name) takes the slot of the one it replaces.
       if (cur && cur.uid !== obj.uid && !cur.waiting && !isTerminal(cur.view)) active--;
       const room = active < maxPods || this.known.has(obj.uid);
+      // While the manifests first load, file by file, only pods the runtime already runs start: a
+      // new pod whose file is read before theirs would take a place they then take as well, and
+      // the node would run more than maxPods. The others come once every file is read.
+      if (!cur && !this.manifestsLoaded && !this.known.has(obj.uid)) continue;
       if (cur && cur.uid === obj.uid) {
         // Waiting for room: it starts now if there is some.
         if (!room) continue;

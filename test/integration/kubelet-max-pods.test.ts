@@ -74,4 +74,25 @@ describe.skipIf(!isRoot)('kubelet-lite: --max-pods', () => {
     for (const f of ['a', 'b', 'c', 'd', 'done']) await node.remove(`${f}.yaml`);
     await waitFor('every pod gone', async () => ((await all()).length === 0 ? true : undefined), 30_000);
   });
+
+  it('after a restart, adopts the running pods first: a waiting pod listed before them still waits', async () => {
+    await waitFor('no pods left from the tests before', async () => ((await all()).length === 0 ? true : undefined), 30_000);
+    for (const n of ['r1', 'r2']) await node.write(`${n}.yaml`, sleeper(n, node.image));
+    for (const n of ['r1', 'r2']) await node.waitPod(n, ready, `${n} to run`);
+    // Its file sorts first, so the restarted agent meets it before the two it must adopt.
+    await node.write('a-waits.yaml', sleeper('a-waits', node.image));
+    await node.waitPod('a-waits', (p) => !!unscheduled(p), 'the third pod to wait');
+    await node.restartAgent('SIGKILL');
+    for (const n of ['r1', 'r2']) await node.waitPod(n, ready, `${n} adopted`);
+    await new Promise((r) => setTimeout(r, 2000));
+    const waiting = await node.pod('a-waits');
+    expect(unscheduled(waiting)).toBeDefined();
+    expect(waiting?.status?.containerStatuses ?? []).toEqual([]);
+    expect((await all()).filter(ready).map((p) => p.metadata!.name).sort()).toEqual(['r1', 'r2']);
+    // Room again: it starts.
+    await node.remove('r1.yaml');
+    await node.waitPod('a-waits', ready, 'the waiting pod to start once r1 went');
+    for (const f of ['r2', 'a-waits']) await node.remove(`${f}.yaml`);
+    await waitFor('every pod gone', async () => ((await all()).length === 0 ? true : undefined), 30_000);
+  });
 });
