@@ -225,6 +225,10 @@ function checkJobSpec(f: Findings, spec: unknown, path: string): void {
     if (spec[field] !== undefined && spec[field] !== null) f.add(`${path}.${field}: ${why}`);
   checkPodFailurePolicy(f, spec, path);
   f.optEnum(spec, 'completionMode', path, ['NonIndexed', 'Indexed']);
+  // Each pod the Job wants is made at once: an unbounded parallelism (the API allows 2^31-1 for
+  // a NonIndexed Job) would have the controller build that many pods and exhaust the agent's memory.
+  if (spec.completionMode !== 'Indexed' && typeof spec.parallelism === 'number' && spec.parallelism > MAX_INDEXED)
+    f.add(`${path}.parallelism: must be at most ${MAX_INDEXED} (no node runs more pods at once), got ${spec.parallelism}`);
   if (spec.completionMode === 'Indexed') {
     if (spec.completions === undefined || spec.completions === null) f.add(`${path}.completions: required when completionMode is Indexed`);
     for (const field of ['completions', 'parallelism'] as const) {

@@ -392,4 +392,14 @@ describe('Job at its size limits', () => {
     expect(performance.now() - t0).toBeLessThan(15_000);
     expect(sim.status('Job', 'wide').status).toMatchObject({ active: 100_000, succeeded: 0 });
   }, 60_000);
+
+  it('refuses a NonIndexed parallelism the node could never run, rather than building that many pods', () => {
+    const sim = new Sim(32);
+    sim.workloads = [job('flood', { parallelism: 200_001 }), job('huge', { parallelism: 2_000_000_000, completions: 1 })];
+    sim.step();
+    expect(sim.pods.size).toBe(0);
+    expect(sim.status('Job', 'flood').problems).toEqual(['spec.parallelism: must be at most 100000 (no node runs more pods at once), got 200001']);
+    expect(conds(sim, 'flood')).toEqual([expect.objectContaining({ type: 'Failed', reason: 'InvalidSpec' })]);
+    expect(sim.status('Job', 'huge').problems.join('\n')).toMatch(/spec\.parallelism: must be at most 100000/);
+  });
 });
