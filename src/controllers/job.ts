@@ -52,7 +52,7 @@ const COMPLETION_INDEX_ENV = 'JOB_COMPLETION_INDEX';
 /** What generateName keeps of a name's base; an index is kept whole within it. */
 const MAX_GENERATED_BASE = 58;
 
-/** The Job controller's pod-failure back-off: 10 s, doubled per failure, at most 6 minutes. */
+/** The Job controller's pod-failure back-off: 10 s, doubled per failure since the last success, at most 6 minutes. */
 const FAILURE_BACKOFF_MS = 10_000;
 const FAILURE_BACKOFF_MAX_MS = 360_000;
 
@@ -299,7 +299,7 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
         const victims = new Set([...live].sort(removalOrder).slice(0, live.length - wantActive));
         live = live.filter((p) => !victims.has(p));
       } else if (live.length < wantActive) {
-        const notBefore = failureBackoffUntil(allFailed);
+        const notBefore = failureBackoffUntil(allFailed, succeededPods);
         if (notBefore !== undefined && now < notBefore) ctx.requeueAt(notBefore);
         else {
           const count = wantActive - live.length;
@@ -362,15 +362,28 @@ function finishedStatus(mem: JobMemory, succeeded = 0, failed = 0): JobStatus {
   };
 }
 
-/** After failed pods, the next one waits 10 s × 2^(failures-1) (at most 6 min) from the last failure. */
-function failureBackoffUntil(failedPods: Pod[]): number | undefined {
-  if (failedPods.length === 0) return undefined;
+/**
+ * After failed pods, the next one waits 10 s × 2^(failures-1) (at most 6 min) from the last
+ * failure, counting only the failures since the latest success, as the Job controller does:
+ * otherwise a long Indexed Job with a few failures scattered among its successes would wait
+ * six minutes after each new one.
+ */
+function failureBackoffUntil(failedPods: Pod[], succeededPods: Pod[]): number | undefined {
+  let lastSuccess: number | undefined;
+  for (const p of succeededPods) {
+    const t = finishedAt(p);
+    if (t !== undefined && (lastSuccess === undefined || t > lastSuccess)) lastSuccess = t;
+  }
   let last: number | undefined;
+  let failures = 0;
   for (const p of failedPods) {
     const t = finishedAt(p);
+    // A failure with no time (its containers never ran) counts until some pod succeeds.
+    if (t === undefined ? lastSuccess !== undefined : lastSuccess !== undefined && t <= lastSuccess) continue;
+    failures++;
     if (t !== undefined && (last === undefined || t > last)) last = t;
   }
   if (last === undefined) return undefined;
-  const delay = Math.min(FAILURE_BACKOFF_MAX_MS, FAILURE_BACKOFF_MS * 2 ** Math.min(30, failedPods.length - 1));
+  const delay = Math.min(FAILURE_BACKOFF_MAX_MS, FAILURE_BACKOFF_MS * 2 ** Math.min(30, failures - 1));
   return last + delay;
 }

@@ -286,6 +286,25 @@ describe('Indexed Job', () => {
     expect(conds(sim2, tooLong)).toEqual([expect.objectContaining({ type: 'Failed', reason: 'InvalidSpec' })]);
   });
 
+  it('a success resets the back-off: failures among many successes each wait 10 s, not up to 6 minutes', () => {
+    const sim = new Sim(16);
+    sim.workloads = [job('flaky', { completionMode: 'Indexed', completions: 8, parallelism: 1, backoffLimit: 10 })];
+    sim.step();
+    for (let ix = 0; ix < 6; ix++) {
+      const [first] = sim.names('flaky').filter((n) => sim.pod(n).status?.phase === 'Pending');
+      expect(indexOf(sim, first!)).toBe(String(ix));
+      // Each index fails once, then its retry succeeds.
+      sim.advance(1000).finish(first!, 'Failed').step();
+      expect(sim.status('Job', 'flaky').status).toMatchObject({ active: 0 });
+      sim.advance(10_000).step();
+      const retry = sim.names('flaky').filter((n) => sim.pod(n).status?.phase === 'Pending');
+      expect(retry.map((n) => indexOf(sim, n)), `index ${ix} retried 10 s after its failure`).toEqual([String(ix)]);
+      // A success: the next index starts at once, without waiting out the earlier failures.
+      sim.advance(1000).finish(retry[0]!, 'Succeeded').step();
+    }
+    expect(sim.status('Job', 'flaky').status).toMatchObject({ active: 1, succeeded: 6, failed: 6, completedIndexes: '0-5' });
+  });
+
   it('keeps a JOB_COMPLETION_INDEX the template sets, and counts a finished Job\'s indexes after its pods are gone', () => {
     const sim = new Sim(15);
     const template = podTemplate({ app: 'own' }, 'task:1', 'Never') as { spec: { containers: Array<Record<string, unknown>> } };
