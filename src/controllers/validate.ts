@@ -16,6 +16,8 @@ const API_VERSIONS: Record<WorkloadKind, string> = {
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** The most pods a node runs at once (the bound of --max-pods): more replicas or parallelism can never be used. */
+const MAX_PODS_AT_ONCE = 100_000;
 const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
 
 export function isObject(v: unknown): v is Record<string, unknown> {
@@ -227,8 +229,8 @@ function checkJobSpec(f: Findings, spec: unknown, path: string): void {
   f.optEnum(spec, 'completionMode', path, ['NonIndexed', 'Indexed']);
   // Each pod the Job wants is made at once: an unbounded parallelism (the API allows 2^31-1 for
   // a NonIndexed Job) would have the controller build that many pods and exhaust the agent's memory.
-  if (spec.completionMode !== 'Indexed' && typeof spec.parallelism === 'number' && spec.parallelism > MAX_INDEXED)
-    f.add(`${path}.parallelism: must be at most ${MAX_INDEXED} (no node runs more pods at once), got ${spec.parallelism}`);
+  if (spec.completionMode !== 'Indexed' && typeof spec.parallelism === 'number' && spec.parallelism > MAX_PODS_AT_ONCE)
+    f.add(`${path}.parallelism: must be at most ${MAX_PODS_AT_ONCE} (no node runs more pods at once), got ${spec.parallelism}`);
   if (spec.completionMode === 'Indexed') {
     if (spec.completions === undefined || spec.completions === null) f.add(`${path}.completions: required when completionMode is Indexed`);
     for (const field of ['completions', 'parallelism'] as const) {
@@ -266,6 +268,9 @@ export function validateWorkload(o: StoredObject, kind: WorkloadKind): string[] 
   switch (kind) {
     case 'Deployment': {
       f.optInt(spec, 'replicas', 'spec', 0);
+      // Each wanted pod is built at once: replicas: 2000000000 (valid for the API) would exhaust the agent's memory.
+      if (typeof spec.replicas === 'number' && spec.replicas > MAX_PODS_AT_ONCE)
+        f.add(`spec.replicas: must be at most ${MAX_PODS_AT_ONCE} (no node runs more pods at once), got ${spec.replicas}`);
       f.optInt(spec, 'minReadySeconds', 'spec', 0);
       f.optInt(spec, 'progressDeadlineSeconds', 'spec', 1);
       f.optBool(spec, 'paused', 'spec');
