@@ -40,7 +40,7 @@ import {
   type Ctx,
 } from './common.js';
 import type { JobMemory } from './types.js';
-import { indexedHostnameProblem } from './validate.js';
+import { indexedHostnameProblem, isObject } from './validate.js';
 
 export const JOB_NAME_LABEL = 'batch.kubernetes.io/job-name';
 export const LEGACY_JOB_NAME_LABEL = 'job-name';
@@ -167,22 +167,30 @@ function failedContainer(statuses: ContainerStatus[] | undefined, req: NonNullab
     const code = cs.state?.terminated?.exitCode;
     if (code === undefined || code === 0) continue;
     if (req.containerName && req.containerName !== cs.name) continue;
-    const listed = (req.values ?? []).includes(code);
+    const listed = Array.isArray(req.values) && req.values.includes(code);
     if (req.operator === 'In' ? listed : req.operator === 'NotIn' ? !listed : false) return cs;
   }
   return undefined;
 }
 
-/** What a failed pod means under the Job's podFailurePolicy: the first rule that matches it, if any. */
+/**
+ * What a failed pod means under the Job's podFailurePolicy: the first rule that matches it, if any.
+ * It is also asked while an edit of the Job does not validate (for the counts it shows), so a rule
+ * of the wrong shape matches nothing rather than throwing.
+ */
 export function matchPodFailurePolicy(policy: PodFailurePolicy | undefined, pod: Pod): PolicyMatch | undefined {
   const who = `${pod.metadata?.namespace}/${pod.metadata?.name}`;
-  for (const [i, rule] of (policy?.rules ?? []).entries()) {
+  const rules: unknown[] = Array.isArray(policy?.rules) ? policy.rules : [];
+  for (const [i, r] of rules.entries()) {
+    if (!isObject(r)) continue;
+    const rule = r as unknown as PodFailurePolicy['rules'][number];
     const action = rule.action as PolicyMatch['action'];
-    if (rule.onExitCodes) {
+    if (isObject(rule.onExitCodes)) {
       const cs = failedContainer(pod.status?.containerStatuses, rule.onExitCodes) ?? failedContainer(pod.status?.initContainerStatuses, rule.onExitCodes);
       if (cs) return { action, message: `container ${cs.name} of pod ${who} exited with code ${cs.state!.terminated!.exitCode}, which matches podFailurePolicy rule ${i} (${action})` };
-    } else if (rule.onPodConditions?.length) {
-      const c = (pod.status?.conditions ?? []).find((c) => rule.onPodConditions!.some((want) => want.type === c.type && (want.status ?? 'True') === c.status));
+    } else if (Array.isArray(rule.onPodConditions)) {
+      const patterns = rule.onPodConditions.filter(isObject);
+      const c = (pod.status?.conditions ?? []).find((c) => patterns.some((want) => want.type === c.type && (want.status ?? 'True') === c.status));
       if (c) return { action, message: `pod ${who} has condition ${c.type}=${c.status}, which matches podFailurePolicy rule ${i} (${action})` };
     }
   }

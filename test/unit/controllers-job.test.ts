@@ -399,6 +399,30 @@ describe('Job podFailurePolicy', () => {
   });
 });
 
+describe('Job podFailurePolicy edited into a wrong shape', () => {
+  it('with failed pods, says what is wrong and keeps its counts instead of an internal error', () => {
+    for (const bad of [
+      { rules: 'x' },
+      { rules: [null] },
+      { rules: [{ action: 'Ignore', onExitCodes: { operator: 'In', values: 5 } }] },
+      { rules: [{ action: 'Ignore', onPodConditions: 'Ready' }] },
+      { rules: [{ action: 'Ignore', onPodConditions: [null] }] },
+    ]) {
+      const sim = new Sim(33);
+      const j = job('edited', { completions: 3 });
+      sim.workloads = [j];
+      sim.step();
+      sim.finish(sim.names('edited')[0]!, 'Failed').advance(1000).step();
+      (j.object.spec as Record<string, unknown>).podFailurePolicy = bad;
+      sim.advance(1000).step();
+      const s = sim.status('Job', 'edited');
+      expect(s.problems, JSON.stringify(bad)).toEqual([expect.stringMatching(/^spec\.podFailurePolicy\.rules/)]);
+      expect(s.status, JSON.stringify(bad)).toMatchObject({ failed: 1, conditions: [expect.objectContaining({ type: 'Failed', reason: 'InvalidSpec' })] });
+      expect(sim.names('edited')).toHaveLength(1);
+    }
+  });
+});
+
 describe('Job at its size limits', () => {
   it('a pass over an Indexed Job of 100000 pods takes seconds, not minutes (pods are grouped by owner in linear time)', () => {
     const sim = new Sim(31);
