@@ -129,7 +129,7 @@ export class Agent {
   private eventsWork = false;
   private stopped = false;
   private readonly lastStates = new Map<string, string>();
-  /** uids the runtime holds for this node (from its sandboxes' labels). */
+  /** uids the runtime held for this node at start (from its sandboxes' labels); a pod leaves once retired. */
   private readonly known = new Set<string>();
   /** The pods the controllers want, by namespace/name. */
   private controllerPods = new Map<string, Pod>();
@@ -369,6 +369,9 @@ export class Agent {
 
   private retire(e: PodEntry): void {
     if (e.view.metadata?.deletionTimestamp) return;
+    // Adopted pods start whatever the count only at the agent's start: the same pod written again
+    // later (the same uid) is a new pod and waits for room like any other.
+    this.known.delete(e.uid);
     e.view = { ...e.view, metadata: { ...e.view.metadata, deletionTimestamp: new Date(this.now()).toISOString().replace(/\.\d{3}Z$/, 'Z') } };
     this.notify('MODIFIED', e.view);
     const w = e.worker;

@@ -75,7 +75,7 @@ describe.skipIf(!isRoot)('kubelet-lite: --max-pods', () => {
     await waitFor('every pod gone', async () => ((await all()).length === 0 ? true : undefined), 30_000);
   });
 
-  it('after a restart, adopts the running pods first: a waiting pod listed before them still waits', async () => {
+  it('after a restart, adopts the running pods first: a waiting pod listed before them still waits, and so does an adopted pod written again', async () => {
     await waitFor('no pods left from the tests before', async () => ((await all()).length === 0 ? true : undefined), 30_000);
     for (const n of ['r1', 'r2']) await node.write(`${n}.yaml`, sleeper(n, node.image));
     for (const n of ['r1', 'r2']) await node.waitPod(n, ready, `${n} to run`);
@@ -92,7 +92,13 @@ describe.skipIf(!isRoot)('kubelet-lite: --max-pods', () => {
     // Room again: it starts.
     await node.remove('r1.yaml');
     await node.waitPod('a-waits', ready, 'the waiting pod to start once r1 went');
-    for (const f of ['r2', 'a-waits']) await node.remove(`${f}.yaml`);
+    // r1 back as it was (the same pod, the same uid): it was adopted once, but now it is a new pod
+    // and waits like any other.
+    await node.write('r1.yaml', sleeper('r1', node.image));
+    await node.waitPod('r1', (p) => !!unscheduled(p), 'r1, written again, to wait');
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await all()).filter(ready).map((p) => p.metadata!.name).sort()).toEqual(['a-waits', 'r2']);
+    for (const f of ['r1', 'r2', 'a-waits']) await node.remove(`${f}.yaml`);
     await waitFor('every pod gone', async () => ((await all()).length === 0 ? true : undefined), 30_000);
   });
 });
