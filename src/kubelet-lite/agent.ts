@@ -129,8 +129,13 @@ export class Agent {
   private eventsWork = false;
   private stopped = false;
   private readonly lastStates = new Map<string, string>();
-  /** uids the runtime held for this node at start (from its sandboxes' labels); a pod leaves once retired. */
+  /** uids the runtime holds for this node (from its sandboxes' labels). */
   private readonly known = new Set<string>();
+  /**
+   * Of those, the ones a wanted pod may still take whatever --max-pods says: adopted pods start
+   * whatever the count, but once retired, the same pod written again is new and waits its turn.
+   */
+  private readonly adoptable = new Set<string>();
   /** The pods the controllers want, by namespace/name. */
   private controllerPods = new Map<string, Pod>();
   private readonly savedUids = new Map<string, string>();
@@ -167,7 +172,10 @@ export class Agent {
     const existing = await cri.runtime.listPodSandbox({ filter: { labelSelector: { [MANAGED_BY_LABEL]: 'true', [NODE_LABEL]: this.opts.nodeName } } });
     for (const sb of existing.items) {
       const uid = sb.labels[POD_UID_LABEL];
-      if (uid) this.known.add(uid);
+      if (uid) {
+        this.known.add(uid);
+        this.adoptable.add(uid);
+      }
     }
     this.subscribeEvents();
     // The pods the controllers wanted last time come back under their old uids (and so adopt
@@ -316,11 +324,11 @@ export class Agent {
       if (cur && cur.uid === obj.uid && !cur.waiting) continue;
       // An edited pod (a new uid under the same name) takes the slot of the one it replaces.
       if (cur && cur.uid !== obj.uid && !cur.waiting && !isTerminal(cur.view)) active--;
-      const room = active < maxPods || this.known.has(obj.uid);
+      const room = active < maxPods || this.adoptable.has(obj.uid);
       // While the manifests first load, file by file, only pods the runtime already runs start: a
       // new pod whose file is read before theirs would take a place they then take as well, and
       // the node would run more than maxPods. The others come once every file is read.
-      if (!cur && !this.manifestsLoaded && !this.known.has(obj.uid)) continue;
+      if (!cur && !this.manifestsLoaded && !this.adoptable.has(obj.uid)) continue;
       if (cur && cur.uid === obj.uid) {
         // Waiting for room: it starts now if there is some.
         if (!room) continue;
@@ -369,9 +377,7 @@ export class Agent {
 
   private retire(e: PodEntry): void {
     if (e.view.metadata?.deletionTimestamp) return;
-    // Adopted pods start whatever the count only at the agent's start: the same pod written again
-    // later (the same uid) is a new pod and waits for room like any other.
-    this.known.delete(e.uid);
+    this.adoptable.delete(e.uid);
     e.view = { ...e.view, metadata: { ...e.view.metadata, deletionTimestamp: new Date(this.now()).toISOString().replace(/\.\d{3}Z$/, 'Z') } };
     this.notify('MODIFIED', e.view);
     const w = e.worker;
