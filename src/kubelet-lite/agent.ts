@@ -97,6 +97,8 @@ interface PodEntry {
   view: Pod;
   /** Not started: the node already runs maxPods pods. It starts, in turn, when one ends. */
   waiting?: boolean;
+  /** When it began to wait (a sequence number): the pod that waited longest starts first. */
+  waitingSince?: number;
 }
 
 const isTerminal = (p: Pod) => p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed';
@@ -147,6 +149,7 @@ export class Agent {
   private workloadStatuses: WorkloadStatus[] = [];
   private controllersTimer: NodeJS.Timeout | undefined;
   private admitTimer: NodeJS.Immediate | undefined;
+  private waitSeq = 0;
   /** Every manifest file has been read once (see reconcilePods: until then only adopted pods start). */
   private manifestsLoaded = false;
 
@@ -318,7 +321,15 @@ export class Agent {
     const maxPods = this.opts.maxPods ?? DEFAULT_MAX_PODS;
     let active = 0;
     for (const e of this.pods.values()) if (!e.waiting && !isTerminal(e.view)) active++;
-    for (const [key, { obj, v, controlled }] of wanted) {
+    // Pods already waiting are placed first, longest waiting first, as a scheduler queue would:
+    // in the manifests' order, a workload listed first and making pods as fast as they end (a
+    // long Job) would keep every place, and a pod of one listed after it would wait for its end.
+    const waitedSince = (key: string) => {
+      const e = this.pods.get(key);
+      return e?.waiting ? e.waitingSince ?? 0 : Infinity;
+    };
+    const inTurn = [...wanted].sort(([a], [b]) => waitedSince(a) - waitedSince(b) || 0);
+    for (const [key, { obj, v, controlled }] of inTurn) {
       if (!v.ok) continue;
       const cur = this.pods.get(key);
       if (cur && cur.uid === obj.uid && !cur.waiting) continue;
@@ -348,6 +359,7 @@ export class Agent {
         this.launch(entry, pod, cur?.worker);
       } else {
         entry.waiting = true;
+        entry.waitingSince = ++this.waitSeq;
         this.parts.log.info('the node runs its maximum of pods; this one waits until one ends', { pod: key, maxPods });
       }
       this.notify(cur ? 'MODIFIED' : 'ADDED', entry.view);

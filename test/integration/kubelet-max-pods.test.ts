@@ -101,4 +101,22 @@ describe.skipIf(!isRoot)('kubelet-lite: --max-pods', () => {
     for (const f of ['r1', 'r2', 'a-waits']) await node.remove(`${f}.yaml`);
     await waitFor('every pod gone', async () => ((await all()).length === 0 ? true : undefined), 30_000);
   });
+
+  it('starts waiting pods in the order they began to wait, not in the order of their files', async () => {
+    await waitFor('no pods left from the tests before', async () => ((await all()).length === 0 ? true : undefined), 30_000);
+    for (const n of ['z-run1', 'z-run2']) await node.write(`${n}.yaml`, sleeper(n, node.image));
+    for (const n of ['z-run1', 'z-run2']) await node.waitPod(n, ready, `${n} to run`);
+    await node.write('z-first.yaml', sleeper('z-first', node.image));
+    await node.waitPod('z-first', (p) => !!unscheduled(p), 'the first pod to wait');
+    // Waits after z-first, though its file sorts (and is listed) first.
+    await node.write('a-second.yaml', sleeper('a-second', node.image));
+    await node.waitPod('a-second', (p) => !!unscheduled(p), 'the second pod to wait');
+    await node.remove('z-run1.yaml');
+    await node.waitPod('z-first', ready, 'the pod that waited longest to start');
+    expect(unscheduled(await node.pod('a-second'))).toBeDefined();
+    await node.remove('z-run2.yaml');
+    await node.waitPod('a-second', ready, 'the second pod to start in its turn');
+    for (const f of ['z-first', 'a-second']) await node.remove(`${f}.yaml`);
+    await waitFor('every pod gone', async () => ((await all()).length === 0 ? true : undefined), 30_000);
+  });
 });
