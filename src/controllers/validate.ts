@@ -336,6 +336,13 @@ export function validateWorkload(o: StoredObject, kind: WorkloadKind): string[] 
           stringMap(f, jt.metadata.annotations, 'spec.jobTemplate.metadata.annotations', false);
         }
         checkJobSpec(f, jt.spec, 'spec.jobTemplate.spec');
+        // Its Jobs are named <cronjob>-<minutes since the epoch> (8 digits until the year 2160): say
+        // now, not at each schedule time, when their Indexed pods' hostnames would be too long.
+        const jobName = typeof name === 'string' ? `${name}-${'0'.repeat(8)}` : undefined;
+        if (jobName && isObject(jt.spec) && indexedHostnameProblem(jobName, jt.spec))
+          f.add(
+            `metadata.name: this CronJob's Jobs are named "<cronjob name>-<8 digits>" and their Indexed pods get the hostname "<job name>-<index>", at most ${MAX_HOSTNAME} characters; with ${JSON.stringify(name)} and ${jt.spec.completions as number} completions the last one has ${jobName.length + 1 + String((jt.spec.completions as number) - 1).length}`,
+          );
       }
       break;
     }
