@@ -141,7 +141,7 @@ export function reconcileCronJob(
   const pods: Pod[] = [];
   const jobs: WorkloadStatus[] = [];
   for (const { job, result } of results.values()) {
-    pods.push(...result.pods);
+    for (const p of result.pods) pods.push(p);
     jobs.push({
       kind: 'Job',
       namespace: job.namespace,

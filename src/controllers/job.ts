@@ -40,7 +40,7 @@ import {
   type Ctx,
 } from './common.js';
 import type { JobMemory } from './types.js';
-import { indexedHostnameProblem } from './validate.js';
+import { indexedHostnameProblem, isObject } from './validate.js';
 
 export const JOB_NAME_LABEL = 'batch.kubernetes.io/job-name';
 export const LEGACY_JOB_NAME_LABEL = 'job-name';
@@ -52,7 +52,7 @@ const COMPLETION_INDEX_ENV = 'JOB_COMPLETION_INDEX';
 /** What generateName keeps of a name's base; an index is kept whole within it. */
 const MAX_GENERATED_BASE = 58;
 
-/** The Job controller's pod-failure back-off: 10 s, doubled per failure, at most 6 minutes. */
+/** The Job controller's pod-failure back-off: 10 s, doubled per failure since the last success, at most 6 minutes. */
 const FAILURE_BACKOFF_MS = 10_000;
 const FAILURE_BACKOFF_MAX_MS = 360_000;
 
@@ -167,22 +167,30 @@ function failedContainer(statuses: ContainerStatus[] | undefined, req: NonNullab
     const code = cs.state?.terminated?.exitCode;
     if (code === undefined || code === 0) continue;
     if (req.containerName && req.containerName !== cs.name) continue;
-    const listed = (req.values ?? []).includes(code);
+    const listed = Array.isArray(req.values) && req.values.includes(code);
     if (req.operator === 'In' ? listed : req.operator === 'NotIn' ? !listed : false) return cs;
   }
   return undefined;
 }
 
-/** What a failed pod means under the Job's podFailurePolicy: the first rule that matches it, if any. */
+/**
+ * What a failed pod means under the Job's podFailurePolicy: the first rule that matches it, if any.
+ * It is also asked while an edit of the Job does not validate (for the counts it shows), so a rule
+ * of the wrong shape matches nothing rather than throwing.
+ */
 export function matchPodFailurePolicy(policy: PodFailurePolicy | undefined, pod: Pod): PolicyMatch | undefined {
   const who = `${pod.metadata?.namespace}/${pod.metadata?.name}`;
-  for (const [i, rule] of (policy?.rules ?? []).entries()) {
+  const rules: unknown[] = Array.isArray(policy?.rules) ? policy.rules : [];
+  for (const [i, r] of rules.entries()) {
+    if (!isObject(r)) continue;
+    const rule = r as unknown as PodFailurePolicy['rules'][number];
     const action = rule.action as PolicyMatch['action'];
-    if (rule.onExitCodes) {
+    if (isObject(rule.onExitCodes)) {
       const cs = failedContainer(pod.status?.containerStatuses, rule.onExitCodes) ?? failedContainer(pod.status?.initContainerStatuses, rule.onExitCodes);
       if (cs) return { action, message: `container ${cs.name} of pod ${who} exited with code ${cs.state!.terminated!.exitCode}, which matches podFailurePolicy rule ${i} (${action})` };
-    } else if (rule.onPodConditions?.length) {
-      const c = (pod.status?.conditions ?? []).find((c) => rule.onPodConditions!.some((want) => want.type === c.type && (want.status ?? 'True') === c.status));
+    } else if (Array.isArray(rule.onPodConditions)) {
+      const patterns = rule.onPodConditions.filter(isObject);
+      const c = (pod.status?.conditions ?? []).find((c) => patterns.some((want) => want.type === c.type && (want.status ?? 'True') === c.status));
       if (c) return { action, message: `pod ${who} has condition ${c.type}=${c.status}, which matches podFailurePolicy rule ${i} (${action})` };
     }
   }
@@ -299,7 +307,7 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
         const victims = new Set([...live].sort(removalOrder).slice(0, live.length - wantActive));
         live = live.filter((p) => !victims.has(p));
       } else if (live.length < wantActive) {
-        const notBefore = failureBackoffUntil(allFailed);
+        const notBefore = failureBackoffUntil(allFailed, succeededPods);
         if (notBefore !== undefined && now < notBefore) ctx.requeueAt(notBefore);
         else {
           const count = wantActive - live.length;
@@ -362,15 +370,28 @@ function finishedStatus(mem: JobMemory, succeeded = 0, failed = 0): JobStatus {
   };
 }
 
-/** After failed pods, the next one waits 10 s × 2^(failures-1) (at most 6 min) from the last failure. */
-function failureBackoffUntil(failedPods: Pod[]): number | undefined {
-  if (failedPods.length === 0) return undefined;
+/**
+ * After failed pods, the next one waits 10 s × 2^(failures-1) (at most 6 min) from the last
+ * failure, counting only the failures since the latest success, as the Job controller does:
+ * otherwise a long Indexed Job with a few failures scattered among its successes would wait
+ * six minutes after each new one.
+ */
+function failureBackoffUntil(failedPods: Pod[], succeededPods: Pod[]): number | undefined {
+  let lastSuccess: number | undefined;
+  for (const p of succeededPods) {
+    const t = finishedAt(p);
+    if (t !== undefined && (lastSuccess === undefined || t > lastSuccess)) lastSuccess = t;
+  }
   let last: number | undefined;
+  let failures = 0;
   for (const p of failedPods) {
     const t = finishedAt(p);
+    // A failure with no time (its containers never ran) counts until some pod succeeds.
+    if (t === undefined ? lastSuccess !== undefined : lastSuccess !== undefined && t <= lastSuccess) continue;
+    failures++;
     if (t !== undefined && (last === undefined || t > last)) last = t;
   }
   if (last === undefined) return undefined;
-  const delay = Math.min(FAILURE_BACKOFF_MAX_MS, FAILURE_BACKOFF_MS * 2 ** Math.min(30, failedPods.length - 1));
+  const delay = Math.min(FAILURE_BACKOFF_MAX_MS, FAILURE_BACKOFF_MS * 2 ** Math.min(30, failures - 1));
   return last + delay;
 }

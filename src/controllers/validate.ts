@@ -16,6 +16,8 @@ const API_VERSIONS: Record<WorkloadKind, string> = {
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** The most pods a node runs at once (the bound of --max-pods): more replicas or parallelism can never be used. */
+const MAX_PODS_AT_ONCE = 100_000;
 const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
 
 export function isObject(v: unknown): v is Record<string, unknown> {
@@ -225,6 +227,10 @@ function checkJobSpec(f: Findings, spec: unknown, path: string): void {
     if (spec[field] !== undefined && spec[field] !== null) f.add(`${path}.${field}: ${why}`);
   checkPodFailurePolicy(f, spec, path);
   f.optEnum(spec, 'completionMode', path, ['NonIndexed', 'Indexed']);
+  // Each pod the Job wants is made at once: an unbounded parallelism (the API allows 2^31-1 for
+  // a NonIndexed Job) would have the controller build that many pods and exhaust the agent's memory.
+  if (spec.completionMode !== 'Indexed' && typeof spec.parallelism === 'number' && spec.parallelism > MAX_PODS_AT_ONCE)
+    f.add(`${path}.parallelism: must be at most ${MAX_PODS_AT_ONCE} (no node runs more pods at once), got ${spec.parallelism}`);
   if (spec.completionMode === 'Indexed') {
     if (spec.completions === undefined || spec.completions === null) f.add(`${path}.completions: required when completionMode is Indexed`);
     for (const field of ['completions', 'parallelism'] as const) {
@@ -262,6 +268,9 @@ export function validateWorkload(o: StoredObject, kind: WorkloadKind): string[] 
   switch (kind) {
     case 'Deployment': {
       f.optInt(spec, 'replicas', 'spec', 0);
+      // Each wanted pod is built at once: replicas: 2000000000 (valid for the API) would exhaust the agent's memory.
+      if (typeof spec.replicas === 'number' && spec.replicas > MAX_PODS_AT_ONCE)
+        f.add(`spec.replicas: must be at most ${MAX_PODS_AT_ONCE} (no node runs more pods at once), got ${spec.replicas}`);
       f.optInt(spec, 'minReadySeconds', 'spec', 0);
       f.optInt(spec, 'progressDeadlineSeconds', 'spec', 1);
       f.optBool(spec, 'paused', 'spec');
@@ -327,6 +336,13 @@ export function validateWorkload(o: StoredObject, kind: WorkloadKind): string[] 
           stringMap(f, jt.metadata.annotations, 'spec.jobTemplate.metadata.annotations', false);
         }
         checkJobSpec(f, jt.spec, 'spec.jobTemplate.spec');
+        // Its Jobs are named <cronjob>-<minutes since the epoch> (8 digits until the year 2160): say
+        // now, not at each schedule time, when their Indexed pods' hostnames would be too long.
+        const jobName = typeof name === 'string' ? `${name}-${'0'.repeat(8)}` : undefined;
+        if (jobName && isObject(jt.spec) && indexedHostnameProblem(jobName, jt.spec))
+          f.add(
+            `metadata.name: this CronJob's Jobs are named "<cronjob name>-<8 digits>" and their Indexed pods get the hostname "<job name>-<index>", at most ${MAX_HOSTNAME} characters; with ${JSON.stringify(name)} and ${jt.spec.completions as number} completions the last one has ${jobName.length + 1 + String((jt.spec.completions as number) - 1).length}`,
+          );
       }
       break;
     }

@@ -97,6 +97,8 @@ interface PodEntry {
   view: Pod;
   /** Not started: the node already runs maxPods pods. It starts, in turn, when one ends. */
   waiting?: boolean;
+  /** When it began to wait (a sequence number): the pod that waited longest starts first. */
+  waitingSince?: number;
 }
 
 const isTerminal = (p: Pod) => p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed';
@@ -131,6 +133,11 @@ export class Agent {
   private readonly lastStates = new Map<string, string>();
   /** uids the runtime holds for this node (from its sandboxes' labels). */
   private readonly known = new Set<string>();
+  /**
+   * Of those, the ones a wanted pod may still take whatever --max-pods says: adopted pods start
+   * whatever the count, but once retired, the same pod written again is new and waits its turn.
+   */
+  private readonly adoptable = new Set<string>();
   /** The pods the controllers want, by namespace/name. */
   private controllerPods = new Map<string, Pod>();
   private readonly savedUids = new Map<string, string>();
@@ -142,6 +149,9 @@ export class Agent {
   private workloadStatuses: WorkloadStatus[] = [];
   private controllersTimer: NodeJS.Timeout | undefined;
   private admitTimer: NodeJS.Immediate | undefined;
+  private waitSeq = 0;
+  /** Every manifest file has been read once (see reconcilePods: until then only adopted pods start). */
+  private manifestsLoaded = false;
 
   constructor(
     readonly opts: AgentOptions,
@@ -165,7 +175,10 @@ export class Agent {
     const existing = await cri.runtime.listPodSandbox({ filter: { labelSelector: { [MANAGED_BY_LABEL]: 'true', [NODE_LABEL]: this.opts.nodeName } } });
     for (const sb of existing.items) {
       const uid = sb.labels[POD_UID_LABEL];
-      if (uid) this.known.add(uid);
+      if (uid) {
+        this.known.add(uid);
+        this.adoptable.add(uid);
+      }
     }
     this.subscribeEvents();
     // The pods the controllers wanted last time come back under their old uids (and so adopt
@@ -177,6 +190,7 @@ export class Agent {
       this.savedUids.set(key, uid);
     }
     await this.parts.manifests.start((changes) => this.onChanges(changes));
+    this.manifestsLoaded = true;
     this.onChanges([]);
     // The controllers first look once the adopted pods have learnt their state from the runtime:
     // before its first sync a pod looks Pending, and a finished Job keeps only the pods it sees
@@ -307,13 +321,25 @@ export class Agent {
     const maxPods = this.opts.maxPods ?? DEFAULT_MAX_PODS;
     let active = 0;
     for (const e of this.pods.values()) if (!e.waiting && !isTerminal(e.view)) active++;
-    for (const [key, { obj, v, controlled }] of wanted) {
+    // Pods already waiting are placed first, longest waiting first, as a scheduler queue would:
+    // in the manifests' order, a workload listed first and making pods as fast as they end (a
+    // long Job) would keep every place, and a pod of one listed after it would wait for its end.
+    const waitedSince = (key: string) => {
+      const e = this.pods.get(key);
+      return e?.waiting ? e.waitingSince ?? 0 : Infinity;
+    };
+    const inTurn = [...wanted].sort(([a], [b]) => waitedSince(a) - waitedSince(b) || 0);
+    for (const [key, { obj, v, controlled }] of inTurn) {
       if (!v.ok) continue;
       const cur = this.pods.get(key);
       if (cur && cur.uid === obj.uid && !cur.waiting) continue;
       // An edited pod (a new uid under the same name) takes the slot of the one it replaces.
       if (cur && cur.uid !== obj.uid && !cur.waiting && !isTerminal(cur.view)) active--;
-      const room = active < maxPods || this.known.has(obj.uid);
+      const room = active < maxPods || this.adoptable.has(obj.uid);
+      // While the manifests first load, file by file, only pods the runtime already runs start: a
+      // new pod whose file is read before theirs would take a place they then take as well, and
+      // the node would run more than maxPods. The others come once every file is read.
+      if (!cur && !this.manifestsLoaded && !this.adoptable.has(obj.uid)) continue;
       if (cur && cur.uid === obj.uid) {
         // Waiting for room: it starts now if there is some.
         if (!room) continue;
@@ -333,6 +359,7 @@ export class Agent {
         this.launch(entry, pod, cur?.worker);
       } else {
         entry.waiting = true;
+        entry.waitingSince = ++this.waitSeq;
         this.parts.log.info('the node runs its maximum of pods; this one waits until one ends', { pod: key, maxPods });
       }
       this.notify(cur ? 'MODIFIED' : 'ADDED', entry.view);
@@ -362,6 +389,7 @@ export class Agent {
 
   private retire(e: PodEntry): void {
     if (e.view.metadata?.deletionTimestamp) return;
+    this.adoptable.delete(e.uid);
     e.view = { ...e.view, metadata: { ...e.view.metadata, deletionTimestamp: new Date(this.now()).toISOString().replace(/\.\d{3}Z$/, 'Z') } };
     this.notify('MODIFIED', e.view);
     const w = e.worker;

@@ -74,4 +74,49 @@ describe.skipIf(!isRoot)('kubelet-lite: --max-pods', () => {
     for (const f of ['a', 'b', 'c', 'd', 'done']) await node.remove(`${f}.yaml`);
     await waitFor('every pod gone', async () => ((await all()).length === 0 ? true : undefined), 30_000);
   });
+
+  it('after a restart, adopts the running pods first: a waiting pod listed before them still waits, and so does an adopted pod written again', async () => {
+    await waitFor('no pods left from the tests before', async () => ((await all()).length === 0 ? true : undefined), 30_000);
+    for (const n of ['r1', 'r2']) await node.write(`${n}.yaml`, sleeper(n, node.image));
+    for (const n of ['r1', 'r2']) await node.waitPod(n, ready, `${n} to run`);
+    // Its file sorts first, so the restarted agent meets it before the two it must adopt.
+    await node.write('a-waits.yaml', sleeper('a-waits', node.image));
+    await node.waitPod('a-waits', (p) => !!unscheduled(p), 'the third pod to wait');
+    await node.restartAgent('SIGKILL');
+    for (const n of ['r1', 'r2']) await node.waitPod(n, ready, `${n} adopted`);
+    await new Promise((r) => setTimeout(r, 2000));
+    const waiting = await node.pod('a-waits');
+    expect(unscheduled(waiting)).toBeDefined();
+    expect(waiting?.status?.containerStatuses ?? []).toEqual([]);
+    expect((await all()).filter(ready).map((p) => p.metadata!.name).sort()).toEqual(['r1', 'r2']);
+    // Room again: it starts.
+    await node.remove('r1.yaml');
+    await node.waitPod('a-waits', ready, 'the waiting pod to start once r1 went');
+    // r1 back as it was (the same pod, the same uid): it was adopted once, but now it is a new pod
+    // and waits like any other.
+    await node.write('r1.yaml', sleeper('r1', node.image));
+    await node.waitPod('r1', (p) => !!unscheduled(p), 'r1, written again, to wait');
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await all()).filter(ready).map((p) => p.metadata!.name).sort()).toEqual(['a-waits', 'r2']);
+    for (const f of ['r1', 'r2', 'a-waits']) await node.remove(`${f}.yaml`);
+    await waitFor('every pod gone', async () => ((await all()).length === 0 ? true : undefined), 30_000);
+  });
+
+  it('starts waiting pods in the order they began to wait, not in the order of their files', async () => {
+    await waitFor('no pods left from the tests before', async () => ((await all()).length === 0 ? true : undefined), 30_000);
+    for (const n of ['z-run1', 'z-run2']) await node.write(`${n}.yaml`, sleeper(n, node.image));
+    for (const n of ['z-run1', 'z-run2']) await node.waitPod(n, ready, `${n} to run`);
+    await node.write('z-first.yaml', sleeper('z-first', node.image));
+    await node.waitPod('z-first', (p) => !!unscheduled(p), 'the first pod to wait');
+    // Waits after z-first, though its file sorts (and is listed) first.
+    await node.write('a-second.yaml', sleeper('a-second', node.image));
+    await node.waitPod('a-second', (p) => !!unscheduled(p), 'the second pod to wait');
+    await node.remove('z-run1.yaml');
+    await node.waitPod('z-first', ready, 'the pod that waited longest to start');
+    expect(unscheduled(await node.pod('a-second'))).toBeDefined();
+    await node.remove('z-run2.yaml');
+    await node.waitPod('a-second', ready, 'the second pod to start in its turn');
+    for (const f of ['z-first', 'a-second']) await node.remove(`${f}.yaml`);
+    await waitFor('every pod gone', async () => ((await all()).length === 0 ? true : undefined), 30_000);
+  });
 });

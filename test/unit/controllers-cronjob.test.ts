@@ -160,6 +160,18 @@ describe('CronJob', () => {
     expect(sim.pods.size).toBe(0);
   });
 
+  it('refuses, on the CronJob itself, an Indexed jobTemplate whose pods\' hostnames would be too long', () => {
+    const sim = new Sim(12);
+    const long = 'c'.repeat(52);
+    sim.workloads = [cronjob(long, '* * * * *', {}, { completionMode: 'Indexed', completions: 11 }), cronjob('c'.repeat(51), '* * * * *', {}, { completionMode: 'Indexed', completions: 11 })];
+    sim.step();
+    expect(sim.status('CronJob', long).problems).toEqual([expect.stringMatching(/hostname "<job name>-<index>", at most 63 characters; .* the last one has 64$/)]);
+    expect(sim.status('CronJob', 'c'.repeat(51)).problems).toEqual([]);
+    sim.advance(MIN).step();
+    expect(jobsOf(sim, long)).toEqual([]);
+    expect(jobsOf(sim, 'c'.repeat(51))).toHaveLength(1);
+  });
+
   it("a Job's ttl removes it from the CronJob's history", () => {
     const sim = new Sim(11);
     sim.workloads = [cronjob('ttl', '0 * * * *', {}, { ttlSecondsAfterFinished: 60 })];

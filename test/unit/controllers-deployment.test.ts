@@ -87,6 +87,16 @@ describe('Deployment: scale', () => {
     expect(s.problems.join()).toMatch(/spec.selector: does not match the template's labels/);
     expect(s.status.conditions).toEqual([expect.objectContaining({ type: 'ReplicaFailure', status: 'True', reason: 'InvalidSpec' })]);
   });
+
+  it('refuses replicas the node could never run, rather than building that many pods', () => {
+    const sim = new Sim();
+    sim.workloads = [deployment('typo', { replicas: 100_001 })];
+    sim.step();
+    expect(sim.names('typo')).toEqual([]);
+    const s = sim.status('Deployment', 'typo');
+    expect(s.problems).toEqual(['spec.replicas: must be at most 100000 (no node runs more pods at once), got 100001']);
+    expect(s.status.conditions).toEqual([expect.objectContaining({ type: 'ReplicaFailure', status: 'True', reason: 'InvalidSpec' })]);
+  });
 });
 
 describe('Deployment: fenceposts', () => {

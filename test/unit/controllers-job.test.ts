@@ -286,6 +286,25 @@ describe('Indexed Job', () => {
     expect(conds(sim2, tooLong)).toEqual([expect.objectContaining({ type: 'Failed', reason: 'InvalidSpec' })]);
   });
 
+  it('a success resets the back-off: failures among many successes each wait 10 s, not up to 6 minutes', () => {
+    const sim = new Sim(16);
+    sim.workloads = [job('flaky', { completionMode: 'Indexed', completions: 8, parallelism: 1, backoffLimit: 10 })];
+    sim.step();
+    for (let ix = 0; ix < 6; ix++) {
+      const [first] = sim.names('flaky').filter((n) => sim.pod(n).status?.phase === 'Pending');
+      expect(indexOf(sim, first!)).toBe(String(ix));
+      // Each index fails once, then its retry succeeds.
+      sim.advance(1000).finish(first!, 'Failed').step();
+      expect(sim.status('Job', 'flaky').status).toMatchObject({ active: 0 });
+      sim.advance(10_000).step();
+      const retry = sim.names('flaky').filter((n) => sim.pod(n).status?.phase === 'Pending');
+      expect(retry.map((n) => indexOf(sim, n)), `index ${ix} retried 10 s after its failure`).toEqual([String(ix)]);
+      // A success: the next index starts at once, without waiting out the earlier failures.
+      sim.advance(1000).finish(retry[0]!, 'Succeeded').step();
+    }
+    expect(sim.status('Job', 'flaky').status).toMatchObject({ active: 1, succeeded: 6, failed: 6, completedIndexes: '0-5' });
+  });
+
   it('keeps a JOB_COMPLETION_INDEX the template sets, and counts a finished Job\'s indexes after its pods are gone', () => {
     const sim = new Sim(15);
     const template = podTemplate({ app: 'own' }, 'task:1', 'Never') as { spec: { containers: Array<Record<string, unknown>> } };
@@ -377,5 +396,53 @@ describe('Job podFailurePolicy', () => {
     expect(sim.status('Job', 'order').status).toMatchObject({ failed: 1 });
     fail(sim, c!, 5).advance(1000).step(); // rule 3
     expect(conds(sim, 'order')).toEqual([expect.objectContaining({ reason: 'PodFailurePolicy', message: expect.stringContaining('rule 3 (FailJob)') })]);
+  });
+});
+
+describe('Job podFailurePolicy edited into a wrong shape', () => {
+  it('with failed pods, says what is wrong and keeps its counts instead of an internal error', () => {
+    for (const bad of [
+      { rules: 'x' },
+      { rules: [null] },
+      { rules: [{ action: 'Ignore', onExitCodes: { operator: 'In', values: 5 } }] },
+      { rules: [{ action: 'Ignore', onPodConditions: 'Ready' }] },
+      { rules: [{ action: 'Ignore', onPodConditions: [null] }] },
+    ]) {
+      const sim = new Sim(33);
+      const j = job('edited', { completions: 3 });
+      sim.workloads = [j];
+      sim.step();
+      sim.finish(sim.names('edited')[0]!, 'Failed').advance(1000).step();
+      (j.object.spec as Record<string, unknown>).podFailurePolicy = bad;
+      sim.advance(1000).step();
+      const s = sim.status('Job', 'edited');
+      expect(s.problems, JSON.stringify(bad)).toEqual([expect.stringMatching(/^spec\.podFailurePolicy\.rules/)]);
+      expect(s.status, JSON.stringify(bad)).toMatchObject({ failed: 1, conditions: [expect.objectContaining({ type: 'Failed', reason: 'InvalidSpec' })] });
+      expect(sim.names('edited')).toHaveLength(1);
+    }
+  });
+});
+
+describe('Job at its size limits', () => {
+  it('a pass over an Indexed Job of 100000 pods takes seconds, not minutes (pods are grouped by owner in linear time)', () => {
+    const sim = new Sim(31);
+    sim.workloads = [job('wide', { completionMode: 'Indexed', completions: 100_000, parallelism: 100_000 })];
+    sim.step();
+    expect(sim.pods.size).toBe(100_000);
+    // Grouping by copying each owner's list per pod made this pass take over a minute.
+    const t0 = performance.now();
+    sim.step();
+    expect(performance.now() - t0).toBeLessThan(15_000);
+    expect(sim.status('Job', 'wide').status).toMatchObject({ active: 100_000, succeeded: 0 });
+  }, 60_000);
+
+  it('refuses a NonIndexed parallelism the node could never run, rather than building that many pods', () => {
+    const sim = new Sim(32);
+    sim.workloads = [job('flood', { parallelism: 200_001 }), job('huge', { parallelism: 2_000_000_000, completions: 1 })];
+    sim.step();
+    expect(sim.pods.size).toBe(0);
+    expect(sim.status('Job', 'flood').problems).toEqual(['spec.parallelism: must be at most 100000 (no node runs more pods at once), got 200001']);
+    expect(conds(sim, 'flood')).toEqual([expect.objectContaining({ type: 'Failed', reason: 'InvalidSpec' })]);
+    expect(sim.status('Job', 'huge').problems.join('\n')).toMatch(/spec\.parallelism: must be at most 100000/);
   });
 });
