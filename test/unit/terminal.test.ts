@@ -82,8 +82,10 @@ describe('receiveFd (SCM_RIGHTS)', () => {
       const r = receiveFd(sock, 5000);
       // A peer that sends a descriptor, as runc does on --console-socket.
       const sender = spawn('python3', ['-c', `import socket, os\ns = socket.socket(socket.AF_UNIX)\ns.connect(${JSON.stringify(sock)})\nsocket.send_fds(s, [b"x"], [os.open("/dev/null", os.O_RDONLY)])`], { stdio: 'ignore' });
+      // Listened for at once: the sender may be gone before the descriptor's two threadpool hops end.
+      const senderClosed = new Promise((res) => sender.once('close', res));
       const fd = await r.fd;
-      await new Promise((res) => sender.once('close', res));
+      await senderClosed;
       expect(fs.readlinkSync(`/proc/self/fd/${fd}`)).toBe('/dev/null');
       expect(isCloexec(fd)).toBe(true);
       closeFd(fd);
