@@ -1,6 +1,7 @@
 /** `skiff kubelet`: the node agent alone, against any CRI endpoint. */
 import os from 'node:os';
 import { parseArgs } from 'node:util';
+import { MAX_PODS_AT_ONCE } from '../controllers/validate.js';
 import { startKubelet, type KubeletOptions } from '../kubelet-lite/run.js';
 import { createLogger, isLogLevel, type Logger } from '../log.js';
 import { untilSignal } from './signals.js';
@@ -52,7 +53,8 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
   const low = percent('image-gc-low-threshold');
   if (low >= high) throw new Error(`--image-gc-low-threshold (${low}) must be below --image-gc-high-threshold (${high})`);
   const maxPods = Number(str('max-pods'));
-  if (!Number.isInteger(maxPods) || maxPods < 1 || maxPods > 100_000) throw new Error(`--max-pods must be a whole number from 1 to 100000, not "${str('max-pods')}"`);
+  if (!Number.isInteger(maxPods) || maxPods < 1 || maxPods > MAX_PODS_AT_ONCE)
+    throw new Error(`--max-pods must be a whole number from 1 to ${MAX_PODS_AT_ONCE}, not "${str('max-pods')}"`);
   return {
     manifests: str('manifests'),
     runtimeEndpoint: str('runtime-endpoint'),

@@ -7,7 +7,7 @@
 import type { CronJob, CronJobStatus, JobSpec } from 'kubernetes-types/batch/v1.js';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { StoredObject } from '../kubelet-lite/model.js';
-import { derivedUid, iso, type Ctx } from './common.js';
+import { append, derivedUid, iso, type Ctx } from './common.js';
 import { mostRecent, parseCron } from './cron.js';
 import { jobMemoryKey, reconcileJob, type JobResult } from './job.js';
 import type { VirtualJob, WorkloadStatus } from './types.js';
@@ -141,7 +141,7 @@ export function reconcileCronJob(
   const pods: Pod[] = [];
   const jobs: WorkloadStatus[] = [];
   for (const { job, result } of results.values()) {
-    for (const p of result.pods) pods.push(p);
+    append(pods, result.pods);
     jobs.push({
       kind: 'Job',
       namespace: job.namespace,

@@ -22,8 +22,7 @@
  * failure, ignored or not, delays the next pod as the back-off says, so a Job
  * that ignores its every failure cannot churn pods as fast as they fail.
  */
-import type { JobSpec, JobStatus } from 'kubernetes-types/batch/v1.js';
-import type { PodFailurePolicy } from 'kubernetes-types/batch/v1.js';
+import type { JobSpec, JobStatus, PodFailurePolicy } from 'kubernetes-types/batch/v1.js';
 import type { ContainerStatus, Pod, PodTemplateSpec } from 'kubernetes-types/core/v1.js';
 import {
   condition,

@@ -7,7 +7,7 @@
 import type { JobSpec } from 'kubernetes-types/batch/v1.js';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { StoredObject } from '../kubelet-lite/model.js';
-import { controllerOf, desiredCopy, isTerminating, podKey, type Ctx } from './common.js';
+import { append, controllerOf, desiredCopy, isTerminating, podKey, type Ctx } from './common.js';
 import { reconcileCronJob } from './cronjob.js';
 import { POD_TEMPLATE_HASH_LABEL, reconcileDeployment } from './deployment.js';
 import { reconcileDaemonSet } from './daemonset.js';
@@ -179,11 +179,6 @@ export function reconcile(input: ReconcileInput): ReconcileOutput {
     return true;
   });
   return { pods: unique, statuses, state, ...(requeue !== undefined ? { requeueAfterMs: requeue - now } : {}) };
-}
-
-/** push(...items) passes every item as an argument: past about 100000 pods that overflows the stack. */
-export function append<T>(out: T[], items: readonly T[]): void {
-  for (const x of items) out.push(x);
 }
 
 /** Drops the memory of workloads (and their CronJobs' Jobs) no longer in the manifests. */

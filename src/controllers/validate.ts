@@ -16,8 +16,11 @@ const API_VERSIONS: Record<WorkloadKind, string> = {
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-/** The most pods a node runs at once (the bound of --max-pods): more replicas or parallelism can never be used. */
-const MAX_PODS_AT_ONCE = 100_000;
+/**
+ * The most pods a node runs at once (the bound of --max-pods): more replicas or parallelism can
+ * never be used. It is also the API's bound on an Indexed Job's completions and parallelism.
+ */
+export const MAX_PODS_AT_ONCE = 100_000;
 const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
 
 export function isObject(v: unknown): v is Record<string, unknown> {
@@ -202,8 +205,6 @@ function checkPodFailurePolicy(f: Findings, spec: Record<string, unknown>, path:
   });
 }
 
-/** The API's bound on an Indexed Job's completions and parallelism. */
-const MAX_INDEXED = 100_000;
 const MAX_HOSTNAME = 63;
 
 /** An Indexed Job's pods get the hostname `<job>-<index>`, which must stay a DNS label. */
@@ -235,8 +236,8 @@ function checkJobSpec(f: Findings, spec: unknown, path: string): void {
     if (spec.completions === undefined || spec.completions === null) f.add(`${path}.completions: required when completionMode is Indexed`);
     for (const field of ['completions', 'parallelism'] as const) {
       const v = spec[field];
-      if (typeof v === 'number' && v > MAX_INDEXED)
-        f.add(`${path}.${field}: must be at most ${MAX_INDEXED} when completionMode is Indexed, got ${v}`);
+      if (typeof v === 'number' && v > MAX_PODS_AT_ONCE)
+        f.add(`${path}.${field}: must be at most ${MAX_PODS_AT_ONCE} when completionMode is Indexed, got ${v}`);
     }
   }
   checkTemplate(f, spec.template, `${path}.template`);

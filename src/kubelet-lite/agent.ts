@@ -27,6 +27,7 @@ import {
 } from './model.js';
 import { PodWorker, type EventSink, type HookRunner, type ProberPort } from './pod-worker.js';
 import { objectUid } from './store.js';
+import { iso } from '../controllers/common.js';
 import type { ControllerDriver } from '../controllers/driver.js';
 import { WORKLOAD_KINDS, type WorkloadStatus } from '../controllers/types.js';
 import { RuntimeObserver } from './runtime-state.js';
@@ -351,7 +352,7 @@ export class Agent {
         continue;
       }
       const pod = v.pod;
-      pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name, creationTimestamp: new Date(this.now()).toISOString().replace(/\.\d{3}Z$/, 'Z') };
+      pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name, creationTimestamp: iso(this.now()) };
       const entry: PodEntry = { key, uid: obj.uid, controlled, view: { ...pod, status: room ? { phase: 'Pending' } : waitingStatus(maxPods, this.now()) } };
       this.pods.set(key, entry);
       if (room) {
@@ -390,7 +391,7 @@ export class Agent {
   private retire(e: PodEntry): void {
     if (e.view.metadata?.deletionTimestamp) return;
     this.adoptable.delete(e.uid);
-    e.view = { ...e.view, metadata: { ...e.view.metadata, deletionTimestamp: new Date(this.now()).toISOString().replace(/\.\d{3}Z$/, 'Z') } };
+    e.view = { ...e.view, metadata: { ...e.view.metadata, deletionTimestamp: iso(this.now()) } };
     this.notify('MODIFIED', e.view);
     const w = e.worker;
     if (w) {
@@ -738,7 +739,7 @@ function waitingStatus(maxPods: number, now: number): PodStatus {
         status: 'False',
         reason: 'Unschedulable',
         message: `the node runs its maximum of ${maxPods} pods (--max-pods); this one starts when one of them ends`,
-        lastTransitionTime: new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+        lastTransitionTime: iso(now),
       },
     ],
   };
@@ -756,7 +757,7 @@ function invalidPod(obj: StoredObject, reasons: string[], now: number): Pod {
       phase: 'Failed',
       reason: 'InvalidManifest',
       message: `${obj.source.file}:${obj.source.line}: ${reasons.join('; ')}`,
-      startTime: new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z'),
+      startTime: iso(now),
     },
   };
 }
