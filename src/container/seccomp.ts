@@ -8,8 +8,8 @@
  * bounding set holds it, so adding CAP_SYS_ADMIN brings mount(2) and the
  * namespace calls back, CAP_SYS_PTRACE brings ptrace(2), and so on.
  */
-import fs from 'node:fs/promises';
-import { invalidArgument } from '../errors.js';
+import { errorMessage, invalidArgument } from '../errors.js';
+import { readSmallRegularFile } from '../sys/small-file.js';
 import { ARCHITECTURES, EPERM, SYSCALL_GROUPS, type SyscallGroup } from './seccomp-profile.js';
 
 export { NAMESPACE_CLONE_FLAGS } from './seccomp-profile.js';
@@ -84,18 +84,40 @@ export function seccompChoice(profile: { profileType?: string | number; localhos
   throw invalidArgument(`unknown seccomp profile "${p}": use runtime/default, unconfined or localhost/<path>`);
 }
 
+/**
+ * The most a Localhost profile may weigh. A profile is a short JSON list of
+ * syscalls (the RuntimeDefault one is about 30 KiB written out); the bound
+ * keeps a request naming /dev/zero or a huge file from costing memory.
+ */
+export const MAX_PROFILE_BYTES = 1024 * 1024;
+
+/** The actions the kernel knows; anything else is refused here, never echoed from the file. */
+const ACTIONS = new Set(['SCMP_ACT_KILL', 'SCMP_ACT_KILL_PROCESS', 'SCMP_ACT_KILL_THREAD', 'SCMP_ACT_TRAP', 'SCMP_ACT_ERRNO', 'SCMP_ACT_TRACE', 'SCMP_ACT_ALLOW', 'SCMP_ACT_LOG', 'SCMP_ACT_NOTIFY']);
+
 export async function loadSeccomp(choice: SeccompChoice, caps: string[], privileged: boolean): Promise<Record<string, unknown> | undefined> {
   if (privileged || choice.kind === 'unconfined') return undefined;
   if (choice.kind === 'default') return defaultProfile(caps);
   let text: string;
   try {
-    text = await fs.readFile(choice.path, 'utf8');
+    // Never a FIFO or device (either could hold a thread or stream forever), never more than the bound.
+    text = (await readSmallRegularFile(choice.path, MAX_PROFILE_BYTES)).toString('utf8');
   } catch (err) {
-    throw invalidArgument(`cannot read seccomp profile ${choice.path}: ${(err as Error).message}`);
+    throw invalidArgument(`cannot read seccomp profile ${choice.path}: ${errorMessage(err)}`);
   }
+  // The messages below never quote the file: its path came from the caller, its bytes may be anyone's secret.
+  let parsed: unknown;
   try {
-    return toOciSeccomp(JSON.parse(text) as Record<string, unknown>);
-  } catch (err) {
-    throw invalidArgument(`seccomp profile ${choice.path} is not valid: ${(err as Error).message}`);
+    parsed = JSON.parse(text);
+  } catch {
+    throw invalidArgument(`seccomp profile ${choice.path} is not valid JSON`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw invalidArgument(`seccomp profile ${choice.path} is not a JSON object`);
+  const profile = parsed as Record<string, unknown>;
+  if (typeof profile.defaultAction !== 'string' || !ACTIONS.has(profile.defaultAction)) throw invalidArgument(`seccomp profile ${choice.path} has no valid defaultAction`);
+  if (profile.syscalls !== undefined && !Array.isArray(profile.syscalls)) throw invalidArgument(`seccomp profile ${choice.path}: syscalls must be a list`);
+  try {
+    return toOciSeccomp(profile);
+  } catch {
+    throw invalidArgument(`seccomp profile ${choice.path} is not valid`);
   }
 }

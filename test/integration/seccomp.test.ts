@@ -149,6 +149,38 @@ describe.skipIf(!isRoot)('RuntimeDefault seccomp allowlist through the daemon', 
     expect(tracer.out).toContain('traceme=ok errno=0\n');
   });
 
+  it('refuses hostile Localhost profiles at once, without reading them whole or quoting them', async () => {
+    const secret = path.join(tmp, 'shadow');
+    await fs.writeFile(secret, 'root:$6$SECRETHASHxyz:19000:0:99999:7:::\n');
+    const fifo = path.join(tmp, 'profile.fifo');
+    expect(spawnSync('mkfifo', [fifo]).status).toBe(0);
+    const big = path.join(tmp, 'big.json');
+    await fs.writeFile(big, JSON.stringify({ defaultAction: 'SCMP_ACT_ALLOW', comment: 'x'.repeat(2 << 20) }));
+    const link = path.join(tmp, 'link.json');
+    await fs.symlink(secret, link);
+    const create = (localhostRef: string) =>
+      fx.skiff.runtime.CreateContainer({
+        podSandboxId: pod.id,
+        config: { metadata: { name: `h${++seq}` }, image: { image }, command: ['true'], linux: { securityContext: { seccomp: { profileType: 'Localhost', localhostRef } } } },
+        sandboxConfig: pod.config,
+      });
+    const started = Date.now();
+    // Four at once on a FIFO used to take every file-system thread of the daemon until someone wrote it.
+    const fifoCalls = [1, 2, 3, 4].map(() => create(fifo).then(() => 'created', (err: Error) => err.message));
+    const list = await fx.skiff.runtime.ListContainers({});
+    expect(list.containers).toBeDefined();
+    for (const msg of await Promise.all(fifoCalls)) expect(msg).toMatch(/not a regular file/);
+    await expect(create('/dev/zero')).rejects.toThrow(/INVALID_ARGUMENT.*not a regular file/);
+    await expect(create(big)).rejects.toThrow(/INVALID_ARGUMENT.*2097\d+ bytes, more than the 1048576 allowed/);
+    for (const f of [secret, link]) {
+      const msg = await create(f).then(() => 'created', (err: Error) => err.message);
+      expect(msg).toMatch(/INVALID_ARGUMENT.*is not valid JSON/);
+      expect(msg).not.toContain('SECRET');
+      expect(msg).not.toContain('root:');
+    }
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
   it('keeps Localhost profiles working as written', async () => {
     const file = path.join(tmp, 'deny-mkdir.json');
     await fs.writeFile(file, JSON.stringify({ defaultAction: 'SCMP_ACT_ALLOW', syscalls: [{ names: ['mkdir', 'mkdirat'], action: 'SCMP_ACT_ERRNO', errnoRet: 1 }] }));
