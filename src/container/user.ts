@@ -107,25 +107,33 @@ export async function resolveUser(rootfs: string, req: UserRequest): Promise<Res
   let gid: number | undefined;
   let entry: PasswdEntry | undefined;
   let groupPart: string | undefined;
-  if (req.runAsUser !== undefined) {
-    uid = req.runAsUser;
-    entry = passwd((p) => p.uid === uid);
-  } else if (req.runAsUsername) {
-    entry = passwd((p) => p.name === req.runAsUsername);
-    if (!entry) throw invalidArgument(`user "${req.runAsUsername}" is not in the image's /etc/passwd`);
-    uid = entry.uid;
+  const [imageUid = '', imageGroup] = (req.imageUser ?? '').split(':');
+  if (req.runAsUser !== undefined || req.runAsUsername) {
+    if (req.runAsUser !== undefined) {
+      const asked = req.runAsUser;
+      uid = asked;
+      entry = passwd((p) => p.uid === asked);
+    } else {
+      entry = passwd((p) => p.name === req.runAsUsername);
+      if (!entry) throw invalidArgument(`user "${req.runAsUsername}" is not in the image's /etc/passwd`);
+      uid = entry.uid;
+    }
+    // A kubelet sends the image's own user as run_as_user (it reads only the uid from the image):
+    // that user keeps the image's group, never root's group by default.
+    const same = /^\d+$/.test(imageUid) ? Number(imageUid) === uid : imageUid !== '' && imageUid === entry?.name;
+    if (same) groupPart = imageGroup;
   } else {
-    const [u = '', g] = (req.imageUser ?? '').split(':');
-    groupPart = g;
-    if (u === '') {
+    groupPart = imageGroup;
+    if (imageUid === '') {
       uid = 0;
       entry = passwd((p) => p.uid === 0);
-    } else if (/^\d+$/.test(u)) {
-      uid = Number(u);
-      entry = passwd((p) => p.uid === uid);
+    } else if (/^\d+$/.test(imageUid)) {
+      const asked = Number(imageUid);
+      uid = asked;
+      entry = passwd((p) => p.uid === asked);
     } else {
-      entry = passwd((p) => p.name === u);
-      if (!entry) throw invalidArgument(`image user "${u}" is not in the image's /etc/passwd`);
+      entry = passwd((p) => p.name === imageUid);
+      if (!entry) throw invalidArgument(`image user "${imageUid}" is not in the image's /etc/passwd`);
       uid = entry.uid;
     }
   }

@@ -133,6 +133,10 @@ export function seccompProfile(podSc: PodSecurityContext | undefined, cSc: Secur
       return { profileType: 'RuntimeDefault' };
     case 'Localhost':
       if (!p.localhostProfile) throw new ContainerConfigError('localhostProfile must be set if seccompProfile type is Localhost.');
+      // Validation refuses these already; a profile that leaves the seccomp directory must never reach the runtime.
+      if (path.isAbsolute(p.localhostProfile) || p.localhostProfile.split('/').includes('..')) {
+        throw new ContainerConfigError(`localhostProfile ${JSON.stringify(p.localhostProfile)} must be a path beneath ${profileRoot} without '..'`);
+      }
       return { profileType: 'Localhost', localhostRef: path.join(profileRoot, p.localhostProfile) };
     default:
       return { profileType: 'Unconfined' };
@@ -302,8 +306,13 @@ export class KubeletConfigBuilder implements ConfigBuilder {
     const runAsUser = sc?.runAsUser ?? podSc?.runAsUser;
     const runAsGroup = sc?.runAsGroup ?? podSc?.runAsGroup;
     if (runAsUser !== undefined) out.runAsUser = { value: runAsUser };
-    else if (opts.imageUser?.uid !== undefined) out.runAsUser = { value: opts.imageUser.uid };
-    else if (opts.imageUser?.username) out.runAsUsername = opts.imageUser.username;
+    else if (runAsGroup !== undefined) {
+      // CRI takes a group only beside a user: the image's, by id or name.
+      if (opts.imageUser?.uid !== undefined) out.runAsUser = { value: opts.imageUser.uid };
+      else if (opts.imageUser?.username) out.runAsUsername = opts.imageUser.username;
+    }
+    // With neither, the runtime applies the image's User whole ("1000:1000" keeps its group);
+    // the image's uid alone, as the kubelet sends it, would leave the group to /etc/passwd or root.
     if (runAsGroup !== undefined) out.runAsGroup = { value: runAsGroup };
     out.supplementalGroups = supplementalGroups(podSc);
     out.privileged = sc?.privileged ?? false;

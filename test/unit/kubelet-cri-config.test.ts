@@ -320,7 +320,7 @@ describe('container config', () => {
     expect(cfg.mounts!.find((m) => m.containerPath === '/etc/hosts')!.hostPath).not.toBe('/x/etc-hosts');
   });
 
-  it('container security settings override the pod and the image user fills in', () => {
+  it('container security settings override the pod; the image user is left to the runtime, group and all', () => {
     const pod = webPod();
     const c: Container = { name: 'c', image: 'i', securityContext: { runAsUser: 5, seccompProfile: { type: 'Localhost', localhostProfile: 'prof.json' }, privileged: true } };
     let sc = builder.containerConfig(ctx(pod), c, opts()).linux!.securityContext!;
@@ -330,16 +330,29 @@ describe('container config', () => {
     expect(sc.noNewPrivs).toBe(false);
     expect(sc.seccomp).toEqual({ profileType: 'Localhost', localhostRef: '/var/lib/kl/seccomp/prof.json' });
     delete pod.spec!.securityContext;
+    // The image's uid alone would lose the image's group ("1000:1000" ran as gid 0): nothing is sent.
     sc = builder.containerConfig(ctx(pod), { name: 'c', image: 'i' }, opts({ imageUser: { uid: 65534 } })).linux!.securityContext!;
-    expect(sc.runAsUser).toEqual({ value: 65534 });
+    expect(sc.runAsUser).toBeUndefined();
+    expect(sc.runAsGroup).toBeUndefined();
     sc = builder.containerConfig(ctx(pod), { name: 'c', image: 'i' }, opts({ imageUser: { username: 'nobody' } })).linux!.securityContext!;
     expect(sc.runAsUser).toBeUndefined();
+    expect(sc.runAsUsername).toBeUndefined();
+    // A group from the pod needs a user beside it in CRI: the image's.
+    sc = builder.containerConfig(ctx(pod), { name: 'c', image: 'i', securityContext: { runAsGroup: 7 } }, opts({ imageUser: { uid: 65534 } })).linux!.securityContext!;
+    expect(sc.runAsUser).toEqual({ value: 65534 });
+    expect(sc.runAsGroup).toEqual({ value: 7 });
+    sc = builder.containerConfig(ctx(pod), { name: 'c', image: 'i', securityContext: { runAsGroup: 7 } }, opts({ imageUser: { username: 'nobody' } })).linux!.securityContext!;
     expect(sc.runAsUsername).toBe('nobody');
     sc = builder.containerConfig(ctx(pod), { name: 'c', image: 'i' }, opts()).linux!.securityContext!;
     expect(sc.runAsUser).toBeUndefined();
     expect(() => builder.containerConfig(ctx(pod), { name: 'c', image: 'i', securityContext: { seccompProfile: { type: 'Localhost' } } }, opts())).toThrow(
       /localhostProfile must be set/,
     );
+    for (const bad of ['../../../../etc/shadow', '/etc/shadow', 'a/../../b']) {
+      expect(() => builder.containerConfig(ctx(pod), { name: 'c', image: 'i', securityContext: { seccompProfile: { type: 'Localhost', localhostProfile: bad } } }, opts())).toThrow(
+        /must be a path beneath \/var\/lib\/kl\/seccomp without '\.\.'/,
+      );
+    }
   });
 
   it.each([

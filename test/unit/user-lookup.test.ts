@@ -99,3 +99,25 @@ describe('ids from the image', () => {
     }
   });
 });
+
+describe("the image's group beside a run_as_user", () => {
+  it("keeps the image's group when run_as_user is the image's own user, as a kubelet sends it", async () => {
+    const rootfs = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-ids-'));
+    try {
+      await fs.mkdir(path.join(rootfs, 'etc'));
+      await fs.writeFile(path.join(rootfs, 'etc/passwd'), 'root:x:0:0::/root:/bin/sh\napp:x:2000:2001::/home/app:/bin/sh\n');
+      await fs.writeFile(path.join(rootfs, 'etc/group'), 'root:x:0:\nstaff:x:50:\n');
+      // Not in /etc/passwd: the group came only from the image's User, and used to fall to root's.
+      expect(await resolveUser(rootfs, { runAsUser: 1000, imageUser: '1000:1000', supplementalGroups: [] })).toMatchObject({ uid: 1000, gid: 1000 });
+      expect(await resolveUser(rootfs, { runAsUser: 2000, imageUser: 'app:staff', supplementalGroups: [] })).toMatchObject({ uid: 2000, gid: 50 });
+      expect(await resolveUser(rootfs, { runAsUsername: 'app', imageUser: '2000:7', supplementalGroups: [] })).toMatchObject({ uid: 2000, gid: 7 });
+      // Another user than the image's: its own primary group, or 0 without an entry, as before.
+      expect(await resolveUser(rootfs, { runAsUser: 3000, imageUser: '1000:1000', supplementalGroups: [] })).toMatchObject({ uid: 3000, gid: 0 });
+      expect(await resolveUser(rootfs, { runAsUser: 2000, imageUser: '1000:1000', supplementalGroups: [] })).toMatchObject({ uid: 2000, gid: 2001 });
+      // An explicit group always wins.
+      expect(await resolveUser(rootfs, { runAsUser: 1000, runAsGroup: 5, imageUser: '1000:1000', supplementalGroups: [] })).toMatchObject({ uid: 1000, gid: 5 });
+    } finally {
+      await fs.rm(rootfs, { recursive: true, force: true });
+    }
+  });
+});
