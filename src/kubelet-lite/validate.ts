@@ -404,6 +404,21 @@ function relativePathError(p: string): string | undefined {
   if (p.split('/').includes('..')) return "must not contain '..'";
   return undefined;
 }
+/** The API server's check of a seccompProfile: a Localhost one names a file beneath the kubelet's seccomp directory. */
+function validateSeccompProfile(p: unknown, path: FieldPath, e: Errors): void {
+  ifObj(p, (sp) => {
+    e.oneOf([...path, 'type'], sp.type, SECCOMP_TYPES);
+    if (sp.type === 'Localhost') {
+      if (empty(sp.localhostProfile)) e.add([...path, 'localhostProfile'], 'Required value: must be set when seccomp type is Localhost');
+      else {
+        const why = relativePathError(sp.localhostProfile as string);
+        if (why) e.invalid([...path, 'localhostProfile'], sp.localhostProfile, why);
+      }
+    } else if (has(sp.localhostProfile)) {
+      e.invalid([...path, 'localhostProfile'], sp.localhostProfile, 'can only be set when seccomp type is Localhost');
+    }
+  });
+}
 function isIP(s: string): boolean {
   if (/^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/.test(s)) return true;
   return /^[0-9a-fA-F:.]+$/.test(s) && s.includes(':') && s.split('::').length <= 2;
@@ -426,6 +441,13 @@ const VOLUME_SOURCES = new Set([
   'scaleIO', 'storageos', 'csi', 'ephemeral', 'image',
 ]);
 const HOST_PATH_TYPES = ['', 'DirectoryOrCreate', 'Directory', 'FileOrCreate', 'File', 'Socket', 'CharDevice', 'BlockDevice'] as const;
+/**
+ * The API sets no number, but a pod is one request (etcd takes 1.5 MiB) and
+ * a pod of thousands of containers is an attack on the node, not a workload:
+ * each costs the agent a sync step and the runtime a conmon.
+ */
+export const MAX_POD_CONTAINERS = 100;
+const SECCOMP_TYPES = ['Localhost', 'RuntimeDefault', 'Unconfined'] as const;
 const RESTART_POLICIES = ['Always', 'OnFailure', 'Never'] as const;
 const DNS_POLICIES = ['ClusterFirstWithHostNet', 'ClusterFirst', 'Default', 'None'] as const;
 const PULL_POLICIES = ['Always', 'IfNotPresent', 'Never'] as const;
@@ -675,6 +697,7 @@ function validateContainer(c: Obj, path: FieldPath, kind: 'init' | 'app', volume
   });
 
   if (isObj(c.resources)) validateResources(c.resources, [...path, 'resources'], e);
+  ifObj(c.securityContext, (sc) => validateSeccompProfile(sc.seccompProfile, [...path, 'securityContext', 'seccompProfile'], e));
 
   const probeKinds = [['livenessProbe', 'liveness'], ['readinessProbe', 'readiness'], ['startupProbe', 'startup']] as const;
   for (const [field, probeKind] of probeKinds) {
@@ -722,6 +745,7 @@ function validateVolume(v: Obj, path: FieldPath, e: Errors): void {
   else if (sources.length > 1) e.add([...path, sources[1]!], 'Forbidden: may not specify more than 1 volume type');
   ifObj(v.hostPath, (h) => {
     if (empty(h.path)) e.required([...path, 'hostPath', 'path']);
+    else if ((h.path as string).split('/').includes('..')) e.invalid([...path, 'hostPath', 'path'], h.path, "must not contain '..'");
     e.oneOf([...path, 'hostPath', 'type'], h.type ?? '', HOST_PATH_TYPES);
   });
   ifObj(v.emptyDir, (d) => {
@@ -824,6 +848,8 @@ export function podErrors(pod: Obj): FieldError[] {
     });
   }
   if (!Array.isArray(spec.containers) || spec.containers.length === 0) e.required(['spec', 'containers']);
+  const count = (Array.isArray(spec.containers) ? spec.containers.length : 0) + (Array.isArray(spec.initContainers) ? spec.initContainers.length : 0);
+  if (count > MAX_POD_CONTAINERS) e.add(['spec', 'containers'], `Too many: ${count}: a pod may have at most ${MAX_POD_CONTAINERS} containers and init containers together`);
   e.oneOf(['spec', 'restartPolicy'], spec.restartPolicy, RESTART_POLICIES);
   e.oneOf(['spec', 'dnsPolicy'], spec.dnsPolicy, DNS_POLICIES);
   if (spec.dnsPolicy === 'None' && !(isObj(spec.dnsConfig) && Array.isArray(spec.dnsConfig.nameservers) && spec.dnsConfig.nameservers.length > 0)) {
@@ -841,6 +867,7 @@ export function podErrors(pod: Obj): FieldError[] {
     });
   });
   if (isObj(spec.resources)) validateResources(spec.resources, ['spec', 'resources'], e);
+  ifObj(spec.securityContext, (sc) => validateSeccompProfile(sc.seccompProfile, ['spec', 'securityContext', 'seccompProfile'], e));
   const grace = spec.terminationGracePeriodSeconds;
   if (typeof grace === 'number' && grace < 0) e.invalid(['spec', 'terminationGracePeriodSeconds'], grace, 'must be greater than or equal to 0');
   const deadline = spec.activeDeadlineSeconds;

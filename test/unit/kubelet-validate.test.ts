@@ -274,6 +274,32 @@ describe('validatePod validation (ValidatePod)', () => {
       'spec.containers[0].volumeMounts[1].mountPath: Invalid value: "/x": must be unique',
     ],
     ['a subPath with ..', podWith((spec) => ((spec.volumes = [{ name: 'v' }]), (c0(spec).volumeMounts = [{ name: 'v', mountPath: '/x', subPath: 'a/../../b' }]))), 'spec.containers[0].volumeMounts[0].subPath: Invalid value'],
+    ['a hostPath with ..', podWith((spec) => (spec.volumes = [{ name: 'v', hostPath: { path: '/var/lib/../../etc' } }])), `spec.volumes[0].hostPath.path: Invalid value: "/var/lib/../../etc": must not contain '..'`],
+    [
+      'a Localhost seccomp profile that climbs out of the seccomp directory',
+      podWith((spec) => (spec.securityContext = { seccompProfile: { type: 'Localhost', localhostProfile: '../../../../../../etc/shadow' } })),
+      `spec.securityContext.seccompProfile.localhostProfile: Invalid value: "../../../../../../etc/shadow": must not contain '..'`,
+    ],
+    [
+      'an absolute Localhost seccomp profile on a container',
+      podWith((spec) => (c0(spec).securityContext = { seccompProfile: { type: 'Localhost', localhostProfile: '/etc/shadow' } })),
+      'spec.containers[0].securityContext.seccompProfile.localhostProfile: Invalid value: "/etc/shadow": must be a relative path',
+    ],
+    ['a Localhost seccomp profile without its file', podWith((spec) => (spec.securityContext = { seccompProfile: { type: 'Localhost' } })), 'spec.securityContext.seccompProfile.localhostProfile: Required value'],
+    ['an unknown seccomp type', podWith((spec) => (spec.securityContext = { seccompProfile: { type: 'Lax' } })), 'spec.securityContext.seccompProfile.type: Unsupported value: "Lax"'],
+    [
+      'a profile file on a RuntimeDefault seccomp profile',
+      podWith((spec) => (spec.securityContext = { seccompProfile: { type: 'RuntimeDefault', localhostProfile: 'p.json' } })),
+      'spec.securityContext.seccompProfile.localhostProfile: Invalid value: "p.json": can only be set when seccomp type is Localhost',
+    ],
+    [
+      'more than 100 containers',
+      podWith((spec) => {
+        spec.containers = Array.from({ length: 90 }, (_, i) => ({ name: `c${i}`, image: 'busybox' }));
+        spec.initContainers = Array.from({ length: 11 }, (_, i) => ({ name: `i${i}`, image: 'busybox' }));
+      }),
+      'spec.containers: Too many: 101: a pod may have at most 100 containers and init containers together',
+    ],
     ['an env var name with =', podWith((spec) => (c0(spec).env = [{ name: 'A=B', value: 'x' }])), 'spec.containers[0].env[0].name: Invalid value: "A=B"'],
     ['an env var name starting with a digit', podWith((spec) => (c0(spec).env = [{ name: '1A' }])), 'spec.containers[0].env[0].name: Invalid value: "1A"'],
     ['an env var without a name', podWith((spec) => (c0(spec).env = [{ value: 'x' }])), 'spec.containers[0].env[0].name: Required value'],
