@@ -38,6 +38,34 @@ export function hostCapacity(): NodeCapacity {
   return { milliCpu: os.cpus().length * 1000, memoryBytes: os.totalmem() };
 }
 
+/**
+ * The pod's memory limit in bytes, as the kubelet sizes the pod cgroup: the
+ * larger of the app containers' sum and the biggest init container, plus
+ * the overhead; undefined unless every container has a memory limit.
+ */
+export function podMemoryLimit(pod: Pod): number | undefined {
+  const limitOf = (c: Container) => {
+    const q = c.resources?.limits?.memory;
+    return q === undefined ? undefined : quantityValue(q);
+  };
+  let apps = 0;
+  for (const c of pod.spec?.containers ?? []) {
+    const l = limitOf(c);
+    if (l === undefined) return undefined;
+    apps += l;
+  }
+  let inits = 0;
+  for (const c of pod.spec?.initContainers ?? []) {
+    const l = limitOf(c);
+    if (l === undefined) return undefined;
+    // A sidecar runs beside the app containers; the others run one at a time.
+    if (c.restartPolicy === 'Always') apps += l;
+    else inits = Math.max(inits, l);
+  }
+  const overhead = pod.spec?.overhead?.memory;
+  return Math.max(apps, inits) + (overhead === undefined ? 0 : quantityValue(overhead));
+}
+
 // ---------------------------------------------------------------- QoS
 
 export type QosClass = 'Guaranteed' | 'Burstable' | 'BestEffort';

@@ -23,7 +23,7 @@ import { writeAtomic, type Payload } from './atomic-writer.js';
 import { podDomain, podHostname } from './cri-config.js';
 import { configMapData, podFieldValue, resourceContainer, secretData } from './env.js';
 import type { PodContext, VolumeManager } from './model.js';
-import { hostCapacity, quantityValue, resourceFieldValue, type NodeCapacity } from './resources.js';
+import { hostCapacity, podMemoryLimit, quantityValue, resourceFieldValue, type NodeCapacity } from './resources.js';
 
 /** A volume that could not be set up; the worker reports it as FailedMount. */
 export class VolumeSetupError extends Error {
@@ -64,6 +64,23 @@ function projectedKind(v: Volume): ProjectedKind | undefined {
   if (v.downwardAPI) return 'downwardAPI';
   if (v.projected) return 'projected';
   return undefined;
+}
+
+/**
+ * A memory-backed emptyDir's size, as the kubelet computes it: the node's
+ * memory, or the pod's memory limit when it has one, or the volume's
+ * sizeLimit when that is smaller still. A missing or zero sizeLimit never
+ * means an unlimited tmpfs (tmpfs takes size=0 as no limit at all).
+ */
+export function memoryVolumeSize(pod: Pod, v: Volume, node: NodeCapacity): number {
+  let size = node.memoryBytes;
+  const podLimit = podMemoryLimit(pod);
+  if (podLimit !== undefined && podLimit > 0 && podLimit <= size) size = podLimit;
+  const limit = v.emptyDir?.sizeLimit;
+  const asked = limit === undefined ? 0 : quantityValue(limit);
+  if (asked > 0 && asked <= size) size = asked;
+  // tmpfs rounds up to whole pages; the bound is what matters.
+  return Math.max(1, Math.ceil(size));
 }
 
 function checkName(kind: string, name: string): void {
@@ -213,10 +230,7 @@ export class HostVolumeManager implements VolumeManager {
       // mountinfo shows resolved paths.
       const real = await fs.realpath(dir);
       if (!(await mountsUnder(real)).includes(real)) {
-        const limit = v.emptyDir?.sizeLimit;
-        // No limit: half the node's memory, what tmpfs gives by default, said out loud.
-        const size = limit !== undefined ? quantityValue(limit) : Math.floor(this.node.memoryBytes / 2);
-        libcMount('tmpfs', dir, 'tmpfs', 0, `size=${size},mode=0777`);
+        libcMount('tmpfs', dir, 'tmpfs', 0, `size=${memoryVolumeSize(ctx.pod, v, this.node)},mode=0777`);
       }
     } else if (medium !== '') {
       throw new VolumeSetupError(v.name, `emptyDir medium ${medium} is not supported`);
@@ -387,6 +401,8 @@ export async function checkHostPath(p: string, type: string): Promise<void> {
   const stat = () => fs.stat(p).catch((err) => (isErrno(err, 'ENOENT') || isErrno(err, 'ENOTDIR') ? undefined : Promise.reject(err)));
   const st = await stat();
   const fail = (what: string) => new Error(`hostPath type check failed: ${p} is not ${what}`);
+  // Validation refuses these; the API server does too, so a path never means other than it reads.
+  if (p.split('/').includes('..')) throw new Error(`hostPath ${p} must not contain '..'`);
   switch (type) {
     case '':
       return;
@@ -399,8 +415,12 @@ export async function checkHostPath(p: string, type: string): Promise<void> {
       return;
     case 'FileOrCreate':
       // The parent must exist, as for the kubelet; O_CREAT without O_TRUNC never clobbers what a race put there.
-      if (!st) await (await fs.open(p, fs.constants.O_WRONLY | fs.constants.O_CREAT, 0o644)).close();
-      else if (!st.isFile()) throw fail('a file');
+      // O_EXCL|O_NONBLOCK: a FIFO a race put there instead is neither opened nor waited on.
+      if (!st) {
+        const made = await fs.open(p, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NONBLOCK, 0o644).catch((err) => (isErrno(err, 'EEXIST') ? undefined : Promise.reject(err)));
+        if (made) await made.close();
+        else if (!(await stat())?.isFile()) throw fail('a file');
+      } else if (!st.isFile()) throw fail('a file');
       return;
     case 'File':
       if (!st?.isFile()) throw fail('a file');

@@ -8,7 +8,7 @@ import type { ConfigMap, Pod, Secret } from 'kubernetes-types/core/v1.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { validatePayloadPath, writeAtomic, type Payload } from '../../src/kubelet-lite/atomic-writer.js';
 import type { ObjectLookup, PodContext } from '../../src/kubelet-lite/model.js';
-import { checkHostPath, HostVolumeManager, managedHostsContent, mountsUnder, VolumeSetupError } from '../../src/kubelet-lite/volumes.js';
+import { checkHostPath, HostVolumeManager, managedHostsContent, memoryVolumeSize, mountsUnder, VolumeSetupError } from '../../src/kubelet-lite/volumes.js';
 import type { Logger } from '../../src/log.js';
 import { MNT_DETACH, umount2 } from '../../src/sys/libc.js';
 
@@ -364,6 +364,27 @@ describe('volume manager', () => {
     await vm.tearDown('u1');
   });
 
+  it("sizes a memory emptyDir as the kubelet: the node's memory, the pod's limit, or a smaller sizeLimit; never unlimited", () => {
+    const node = { milliCpu: 2000, memoryBytes: 8 * GiB };
+    const withLimits = (limits: Array<string | undefined>, init?: string): Pod => ({
+      spec: {
+        containers: limits.map((l, i) => ({ name: `c${i}`, ...(l ? { resources: { limits: { memory: l } } } : {}) })),
+        ...(init ? { initContainers: [{ name: 'i', resources: { limits: { memory: init } } }] } : {}),
+      },
+    });
+    const vol = (sizeLimit?: string) => ({ name: 'm', emptyDir: { medium: 'Memory', ...(sizeLimit !== undefined ? { sizeLimit } : {}) } });
+    expect(memoryVolumeSize(withLimits([undefined]), vol(), node)).toBe(8 * GiB);
+    expect(memoryVolumeSize(withLimits([undefined]), vol('0'), node)).toBe(8 * GiB);
+    expect(memoryVolumeSize(withLimits([undefined]), vol('1Gi'), node)).toBe(GiB);
+    expect(memoryVolumeSize(withLimits([undefined]), vol('100Gi'), node)).toBe(8 * GiB);
+    // Every container limited: their sum (or the largest init container) bounds it.
+    expect(memoryVolumeSize(withLimits(['256Mi', '256Mi']), vol(), node)).toBe(512 * 1024 * 1024);
+    expect(memoryVolumeSize(withLimits(['256Mi', '256Mi'], '1Gi'), vol('0'), node)).toBe(GiB);
+    expect(memoryVolumeSize(withLimits(['256Mi', '256Mi']), vol('64Mi'), node)).toBe(64 * 1024 * 1024);
+    // One container without a limit: the pod has none.
+    expect(memoryVolumeSize(withLimits(['256Mi', undefined]), vol(), node)).toBe(8 * GiB);
+  });
+
   it('emptyDir on disk is a world-writable directory', async () => {
     const vm = new HostVolumeManager({ rootDir: tmp });
     const ctx = ctxFor(tmp, pod([{ name: 'scratch', emptyDir: {} }]), store());
@@ -377,16 +398,18 @@ describe('volume manager', () => {
     expect(fs.existsSync(ctx.podDir)).toBe(false);
   });
 
-  it.skipIf(!isRoot)('emptyDir medium Memory is a tmpfs of sizeLimit (half the node memory without one), unmounted at teardown', async () => {
+  it.skipIf(!isRoot)('emptyDir medium Memory is a tmpfs of sizeLimit (the node memory without one, never unlimited), unmounted at teardown', async () => {
     const vm = new HostVolumeManager({ rootDir: tmp, node: { milliCpu: 1000, memoryBytes: 64 * 1024 * 1024 } });
-    const ctx = ctxFor(tmp, pod([{ name: 'mem', emptyDir: { medium: 'Memory', sizeLimit: '8Mi' } }, { name: 'half', emptyDir: { medium: 'Memory' } }]), store());
+    const ctx = ctxFor(tmp, pod([{ name: 'mem', emptyDir: { medium: 'Memory', sizeLimit: '8Mi' } }, { name: 'half', emptyDir: { medium: 'Memory' } }, { name: 'zero', emptyDir: { medium: 'Memory', sizeLimit: '0' } }]), store());
     const paths = await vm.setUp(ctx);
     await vm.setUp(ctx); // no second mount on top
     const info = fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
     const line = (p: string) => info.filter((l) => l.split(' ')[4] === p);
     expect(line(paths.get('mem')!)).toHaveLength(1);
     expect(line(paths.get('mem')!)[0]).toMatch(/ - tmpfs tmpfs .*size=8192k/);
-    expect(line(paths.get('half')!)[0]).toMatch(/size=32768k/);
+    expect(line(paths.get('half')!)[0]).toMatch(/size=65536k/);
+    // tmpfs takes size=0 as no limit at all: a zero sizeLimit is the node's memory, as none is.
+    expect(line(paths.get('zero')!)[0]).toMatch(/size=65536k/);
     const df = await fsp.statfs(paths.get('mem')!);
     expect(df.blocks * df.bsize).toBe(8 * 1024 * 1024);
     fs.writeFileSync(path.join(paths.get('mem')!, 'f'), 'x');
