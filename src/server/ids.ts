@@ -24,8 +24,13 @@ export function checkId(id: string, field: string, rpc: string): string {
   return id;
 }
 
-/** A metadata name, namespace or uid: it becomes part of file names and log paths. */
-export function checkName(value: string, field: string, rpc: string, opts: { required?: boolean } = {}): void {
+/**
+ * A metadata name, namespace or uid: it becomes part of file names and log
+ * paths. A pod's also reach CNI plugins in CNI_ARGS (`K=V;K=V`, which has no
+ * escaping), where a ';' or '=' would add arguments of the caller's choosing
+ * (`IP=...` picks the pod's address): `cniArg` refuses those too.
+ */
+export function checkName(value: string, field: string, rpc: string, opts: { required?: boolean; cniArg?: boolean } = {}): void {
   if (!value) {
     if (opts.required) throw invalidArgument(`${rpc}: ${field} is required`);
     return;
@@ -34,6 +39,7 @@ export function checkName(value: string, field: string, rpc: string, opts: { req
   if (value.length > 253 || /[/\\\x00-\x1f\x7f]/.test(value) || value.includes('..')) {
     throw invalidArgument(`${rpc}: ${field} ${shown(value)} is not allowed (at most 253 characters, with no '/', '..', NUL or control characters)`);
   }
+  if (opts.cniArg && /[;=]/.test(value)) throw invalidArgument(`${rpc}: ${field} ${shown(value)} is not allowed (no ';' or '=': it is passed to CNI plugins in CNI_ARGS)`);
 }
 
 /** A log path relative to the pod's log directory that stays inside it. */

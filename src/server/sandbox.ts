@@ -52,9 +52,9 @@ export function sandboxHandlers(sandboxes: SandboxService, containers?: { findVi
     RunPodSandbox: async (req: RunPodSandboxRequest__Output): Promise<RunPodSandboxResponse> => {
       if (!req.config) throw invalidArgument('RunPodSandbox: config is required');
       const md = req.config.metadata;
-      checkName(md?.name ?? '', 'metadata.name', 'RunPodSandbox');
-      checkName(md?.namespace ?? '', 'metadata.namespace', 'RunPodSandbox');
-      checkName(md?.uid ?? '', 'metadata.uid', 'RunPodSandbox');
+      checkName(md?.name ?? '', 'metadata.name', 'RunPodSandbox', { cniArg: true });
+      checkName(md?.namespace ?? '', 'metadata.namespace', 'RunPodSandbox', { cniArg: true });
+      checkName(md?.uid ?? '', 'metadata.uid', 'RunPodSandbox', { cniArg: true });
       checkHostname(req.config.hostname, 'RunPodSandbox');
       checkPortMappings(req.config.portMappings, 'RunPodSandbox');
       return { podSandboxId: await sandboxes.run(req.config, req.runtimeHandler) };

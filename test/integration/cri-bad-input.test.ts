@@ -197,7 +197,8 @@ describe.skipIf(!isRoot)('bad input at the CRI door', () => {
         expect(err.details).toMatch(/is not an id/);
       }
     }
-    for (const md of [{ name: 'a/b' }, { name: '..' }, { name: 'x\0y' }, { namespace: '../etc' }, { uid: 'u/../v' }]) {
+    // The last ones would reach CNI_ARGS as arguments of their own: host-local takes IP= as the pod's address.
+    for (const md of [{ name: 'a/b' }, { name: '..' }, { name: 'x\0y' }, { namespace: '../etc' }, { uid: 'u/../v' }, { name: 'inj;IP=10.88.0.250' }, { namespace: 'ns;IP=10.88.0.251' }, { uid: 'u;K8S_POD_NAME=other' }, { name: 'a=b' }]) {
       const config = podConfig();
       const err = await codeOf(fx.skiff.runtime.RunPodSandbox({ config: { ...config, metadata: { ...config.metadata, ...md } } }));
       expect(err.code, `${JSON.stringify(md)}: ${err.details}`).toBe(grpc.status.INVALID_ARGUMENT);
