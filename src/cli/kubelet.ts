@@ -3,6 +3,7 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { MAX_PODS_AT_ONCE } from '../controllers/validate.js';
 import { startKubelet, type KubeletOptions } from '../kubelet-lite/run.js';
+import { SysctlAllowlist } from '../kubelet-lite/sysctls.js';
 import { createLogger, isLogLevel, type Logger } from '../log.js';
 import { untilSignal } from './signals.js';
 import type { FlagSpec, Values } from './flags.js';
@@ -22,6 +23,10 @@ export const KUBELET_HELP = `Flags for "skiff kubelet" (the node agent alone, ag
                            where image GC stops (default 80)
   --max-pods N             pods running at once; more wait, Pending, until one
                            ends (default 110)
+  --allowed-unsafe-sysctls LIST
+                           unsafe sysctls pods may set, comma-separated names or
+                           prefixes ending in * (repeatable; default none: a pod
+                           setting one fails with SysctlForbidden)
   --log-level LEVEL        debug, info, warn or error (default info)
 `;
 
@@ -38,6 +43,7 @@ export const KUBELET_FLAGS = {
   'image-gc-high-threshold': { type: 'string', default: '85' },
   'image-gc-low-threshold': { type: 'string', default: '80' },
   'max-pods': { type: 'string', default: '110' },
+  'allowed-unsafe-sysctls': { type: 'string', multiple: true, default: [] as string[] },
   'log-level': { type: 'string', default: 'info' },
 } satisfies FlagSpec;
 
@@ -55,6 +61,8 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
   const maxPods = Number(str('max-pods'));
   if (!Number.isInteger(maxPods) || maxPods < 1 || maxPods > MAX_PODS_AT_ONCE)
     throw new Error(`--max-pods must be a whole number from 1 to ${MAX_PODS_AT_ONCE}, not "${str('max-pods')}"`);
+  const allowedUnsafeSysctls = (values['allowed-unsafe-sysctls'] as string[]).flatMap((v) => v.split(',')).map((v) => v.trim()).filter(Boolean);
+  new SysctlAllowlist(allowedUnsafeSysctls); // a bad pattern is refused here, naming the flag
   return {
     manifests: str('manifests'),
     runtimeEndpoint: str('runtime-endpoint'),
@@ -66,6 +74,7 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
     clusterDNS: values['cluster-dns'] as string[],
     imageGc: { highThresholdPercent: high, lowThresholdPercent: low },
     maxPods,
+    allowedUnsafeSysctls,
     log,
   };
 }

@@ -300,7 +300,7 @@ export class Agent {
     for (const [key, { obj, v }] of wanted) {
       if (v.ok) continue;
       invalidNow.add(key);
-      const pod = invalidPod(obj, v.reasons, this.now());
+      const pod = invalidPod(obj, v.reasons, this.now(), v.reason);
       const had = this.invalid.get(key);
       this.invalid.set(key, pod);
       if (JSON.stringify(had?.status?.message) !== JSON.stringify(pod.status?.message)) this.notify(had ? 'MODIFIED' : 'ADDED', pod);
@@ -745,8 +745,8 @@ function waitingStatus(maxPods: number, now: number): PodStatus {
   };
 }
 
-/** How a Pod that did not validate is shown: never run, with its file, line and reasons. */
-function invalidPod(obj: StoredObject, reasons: string[], now: number): Pod {
+/** How a Pod that did not validate (or was not admitted) is shown: never run, with its file, line and reasons. */
+function invalidPod(obj: StoredObject, reasons: string[], now: number, reason?: string): Pod {
   const meta = (obj.object.metadata ?? {}) as Pod['metadata'];
   return {
     apiVersion: 'v1',
@@ -755,8 +755,8 @@ function invalidPod(obj: StoredObject, reasons: string[], now: number): Pod {
     spec: { containers: [] },
     status: {
       phase: 'Failed',
-      reason: 'InvalidManifest',
-      message: `${obj.source.file}:${obj.source.line}: ${reasons.join('; ')}`,
+      reason: reason ?? 'InvalidManifest',
+      message: reason ? reasons.join('; ') : `${obj.source.file}:${obj.source.line}: ${reasons.join('; ')}`,
       startTime: iso(now),
     },
   };

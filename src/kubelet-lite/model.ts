@@ -73,7 +73,12 @@ export interface ObjectLookup {
 }
 
 /** A Pod ready to run: validated, with the API server's defaults applied, or the reasons it is not. */
-export type PodValidation = { ok: true; pod: Pod } | { ok: false; reasons: string[] };
+/**
+ * A pod validated (and admitted): runnable, or not with the reasons. `reason`
+ * is the pod status reason shown for it: InvalidManifest unless admission
+ * refused a valid pod (SysctlForbidden), whose message carries no file.
+ */
+export type PodValidation = { ok: true; pod: Pod } | { ok: false; reasons: string[]; reason?: string };
 
 // ---------------------------------------------------------------- CRI configs
 

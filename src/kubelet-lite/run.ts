@@ -23,6 +23,7 @@ import { qosClass } from './resources.js';
 import { SummaryBuilder } from './stats-summary.js';
 import { StatusServer } from './status-server.js';
 import { ObjectStore } from './store.js';
+import { admitPod, SysctlAllowlist } from './sysctls.js';
 import { validatePod } from './validate.js';
 import { StateFile } from './state-file.js';
 import { UsernsAllocator } from './userns.js';
@@ -40,6 +41,8 @@ export interface KubeletOptions {
   clusterDNS: string[];
   nodeIP?: string;
   imageGc?: { highThresholdPercent: number; lowThresholdPercent: number };
+  /** Unsafe sysctls (names or `prefix*`) pods may set beside the safe ones, as the kubelet's flag. */
+  allowedUnsafeSysctls?: string[];
   /** Pods running at once; more wait (default 110, as the kubelet's maxPods). */
   maxPods?: number;
   /** Safety-net rescan of the manifest directory (the watcher is the main path). */
@@ -70,6 +73,7 @@ export function nameservers(resolvConf: string): string[] {
 
 export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = connectCri(opts.runtimeEndpoint)): Promise<RunningKubelet> {
   const log = opts.log;
+  const sysctls = new SysctlAllowlist(opts.allowedUnsafeSysctls);
   await fs.mkdir(opts.rootDir, { recursive: true, mode: 0o700 });
   const hostResolvConf = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
   const store = new ObjectStore({ nodeName: opts.nodeName, log });
@@ -199,7 +203,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     {
       cri,
       manifests,
-      validatePod,
+      validatePod: (obj) => admitPod(validatePod(obj), sysctls),
       builder: new KubeletConfigBuilder(),
       volumes: new HostVolumeManager({ rootDir: opts.rootDir, log }),
       prober,
