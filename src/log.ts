@@ -45,3 +45,53 @@ export function createLogger(level: LogLevel, write: (line: string) => void = wr
 }
 
 export const silentLogger: Logger = { debug() {}, info() {}, warn() {}, error() {} };
+
+/**
+ * A warning that a peer can set off at will (a refused connection): the first
+ * is written at once, the ones after it are counted and written as one line
+ * per interval, so a flood of them costs a few lines, not a disk.
+ */
+export class ThrottledWarning {
+  private pending = 0;
+  private latest: Record<string, unknown> = {};
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly log: Logger,
+    private readonly msg: string,
+    private readonly intervalMs = 10_000,
+  ) {}
+
+  note(fields: Record<string, unknown> = {}): void {
+    if (this.timer) {
+      this.pending++;
+      this.latest = fields;
+      return;
+    }
+    this.log.warn(this.msg, { ...fields, count: 1 });
+    this.arm();
+  }
+
+  /** Writes what is still counted and stops the timer. */
+  flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.writePending();
+  }
+
+  private writePending(): boolean {
+    if (!this.pending) return false;
+    this.log.warn(this.msg, { ...this.latest, count: this.pending });
+    this.pending = 0;
+    return true;
+  }
+
+  private arm(): void {
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      // Another window only while they keep coming.
+      if (this.writePending()) this.arm();
+    }, this.intervalMs);
+    this.timer.unref();
+  }
+}

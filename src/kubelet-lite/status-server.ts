@@ -6,14 +6,17 @@
  * changes anything.
  *
  * Everyone on the host can reach it, so it is bounded: a cap on
- * connections, a deadline for request headers, and a watch or log client
- * that stops reading is dropped instead of buffered for.
+ * connections, shared out by the uid that owns each peer's socket (a few per
+ * non-root user, room kept for root), a deadline for request headers, and a
+ * watch or log client that stops reading is dropped instead of buffered for.
  */
 import http from 'node:http';
 import type { Socket } from 'node:net';
 import type { Container, Event, Pod } from 'kubernetes-types/core/v1.js';
 import { errorMessage, isErrno } from '../errors.js';
-import { silentLogger, type Logger } from '../log.js';
+import { silentLogger, ThrottledWarning, type Logger } from '../log.js';
+import { SockDiag } from '../sys/sock-diag.js';
+import { budgetLimits, ConnectionBudget, UNKNOWN_UID } from './connection-budget.js';
 import { streamCriLog } from './cri-log.js';
 import type { AgentMetrics } from './metrics.js';
 import type { AgentView, PodWatchType } from './model.js';
@@ -38,6 +41,14 @@ export interface StatusServerOptions {
   summary?: { build(): Promise<Summary> };
   log?: Logger;
   maxConnections?: number;
+  /** Connections one non-root uid may hold (16, at most what non-root uids share). */
+  maxConnectionsPerUser?: number;
+  /** Connections non-root uids together leave to root (a quarter of maxConnections). */
+  reservedForRoot?: number;
+  /** The uid that owns a peer's socket; undefined when unknown (never taken as root). A netlink lookup by default. */
+  peerUid?: (socket: Socket) => number | undefined;
+  /** At most one line per this interval about refused connections (10 s). */
+  refusalLogIntervalMs?: number;
   headersTimeoutMs?: number;
   maxStreamBuffer?: number;
   stallTimeoutMs?: number;
@@ -89,6 +100,10 @@ export class StatusServer {
   private readonly server: http.Server;
   private readonly sockets = new Set<Socket>();
   private readonly log: Logger;
+  private readonly budget: ConnectionBudget<Socket>;
+  private readonly diag = new SockDiag();
+  private readonly peerUid: (socket: Socket) => number | undefined;
+  private readonly refusals: ThrottledWarning;
   private streams = 0;
 
   private constructor(private readonly opts: StatusServerOptions) {
@@ -104,18 +119,24 @@ export class StatusServer {
       },
       (req, res) => this.handle(req, res),
     );
-    this.server.maxConnections = opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
-    this.server.on('connection', (s: Socket) => {
-      this.sockets.add(s);
-      s.on('error', () => undefined);
-      s.once('close', () => this.sockets.delete(s));
+    this.budget = new ConnectionBudget(budgetLimits(opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS, opts.maxConnectionsPerUser, opts.reservedForRoot));
+    this.peerUid =
+      opts.peerUid ??
+      ((s) => (s.remoteAddress && s.localAddress ? this.diag.peerUid({ address: s.remoteAddress, port: s.remotePort!, localAddress: s.localAddress, localPort: s.localPort! }) : undefined));
+    this.refusals = new ThrottledWarning(this.log, 'status API connections refused or shed: too many connections', opts.refusalLogIntervalMs ?? 10_000);
+    // Before the HTTP parser is attached: a refused connection costs nothing more.
+    this.server.prependListener('connection', (s: Socket) => this.admit(s));
+    this.server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+      // A connection answering a request is shed after those that wait for one.
+      const s = req.socket;
+      this.budget.setBusy(s, true);
+      res.once('close', () => this.budget.setBusy(s, false));
     });
     this.server.on('clientError', (err, socket) => {
       const timedOut = (err as { code?: string }).code === 'ERR_HTTP_REQUEST_TIMEOUT';
       if (socket.writable) socket.end(`HTTP/1.1 ${timedOut ? '408 Request Timeout' : '400 Bad Request'}\r\nConnection: close\r\n\r\n`);
       socket.destroy();
     });
-    this.server.on('drop', () => this.log.warn('status API connection refused: too many connections', { max: this.server.maxConnections }));
   }
 
   static async listen(opts: StatusServerOptions): Promise<StatusServer> {
@@ -150,10 +171,37 @@ export class StatusServer {
     return this.sockets.size;
   }
 
+  /** Connections held by one uid (-1: peers whose owner is not known). */
+  connectionsOf(uid: number): number {
+    return this.budget.held(uid);
+  }
+
   async close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     for (const s of this.sockets) s.destroy();
     await closed;
+    this.refusals.flush();
+    this.diag.close();
+  }
+
+  private admit(s: Socket): void {
+    s.on('error', () => undefined);
+    const uid = this.peerUid(s) ?? UNKNOWN_UID;
+    const a = this.budget.admit(s, uid);
+    if (!a.admit) {
+      this.refusals.note({ reason: a.reason, uid, ...this.budget.limits });
+      s.destroy();
+      return;
+    }
+    this.sockets.add(s);
+    s.once('close', () => {
+      this.sockets.delete(s);
+      this.budget.remove(s);
+    });
+    if (a.shed) {
+      this.refusals.note({ reason: 'shed for a newcomer', uid: a.shed.uid, ...this.budget.limits });
+      a.shed.conn.destroy();
+    }
   }
 
   private handle(req: http.IncomingMessage, res: http.ServerResponse): void {

@@ -8,6 +8,7 @@ import type { CriEndpoint } from '../../src/kubelet-lite/cri-client.js';
 import { EventRecorder } from '../../src/kubelet-lite/events.js';
 import { AgentMetrics } from '../../src/kubelet-lite/metrics.js';
 import { SummaryBuilder } from '../../src/kubelet-lite/stats-summary.js';
+import { createLogger } from '../../src/log.js';
 import { StatusServer, parseAddress, type StatusServerOptions } from '../../src/kubelet-lite/status-server.js';
 import { FakeAgentView, testPod } from '../helpers/fake-agent-view.js';
 
@@ -338,6 +339,50 @@ describe('status API', () => {
     await waitUntil('the stream', () => s.activeStreams === 1);
     await waitUntil('the stalled client to be dropped', () => s.activeStreams === 0, 10_000);
     expect(s.connections).toBe(0);
+  });
+
+  it('shares connections out by peer uid: an unknown owner is never root, and a connect loop costs a line per interval', async () => {
+    // Peers from 127.0.0.2 stand for a user whose socket's owner could not be found.
+    const lines: string[] = [];
+    const s = await start({
+      maxConnections: 8,
+      maxConnectionsPerUser: 2,
+      reservedForRoot: 4,
+      peerUid: (sock) => (sock.remoteAddress === '127.0.0.2' ? undefined : 0),
+      refusalLogIntervalMs: 60_000,
+      log: createLogger('info', (l) => lines.push(l)),
+    });
+    const open = async (localAddress: string) => {
+      const c = net.connect({ port: s.port, host: '127.0.0.1', localAddress });
+      sockets.push(c);
+      c.on('error', () => undefined);
+      const closed = new Promise<void>((r) => c.once('close', () => r()));
+      await new Promise((r) => c.once('connect', r));
+      return { c, closed };
+    };
+    await open('127.0.0.2');
+    await open('127.0.0.2');
+    await waitUntil('two unknown peers', () => s.connectionsOf(-1) === 2);
+    expect(s.connectionsOf(0)).toBe(0);
+    // A connect loop of the unknown peer: each refused, one line for all of them.
+    for (let i = 0; i < 50; i++) await (await open('127.0.0.2')).closed;
+    expect(s.connectionsOf(-1)).toBe(2);
+    // Root fills the rest, then displaces the unknown peers rather than being refused.
+    const roots = [];
+    for (let i = 0; i < 8; i++) roots.push(await open('127.0.0.1'));
+    await waitUntil('root holding all', () => s.connectionsOf(0) === 8 && s.connectionsOf(-1) === 0);
+    expect((await fetch(`${s.url}/healthz`).catch((e: Error) => e)) instanceof Error).toBe(true);
+    for (const r of roots) r.c.destroy();
+    await waitUntil('the connections to go', () => s.connections === 0);
+    expect((await fetch(`${s.url}/healthz`)).status).toBe(200);
+    const refusals = lines.filter((l) => l.includes('refused or shed'));
+    expect(refusals).toHaveLength(1);
+    expect(JSON.parse(refusals[0]!)).toMatchObject({ level: 'warn', reason: 'per-user', uid: -1, count: 1, perUser: 2 });
+    await s.close();
+    // The rest are counted and written when the server stops: 49 more refused, 2 shed, root's one refused.
+    const all = lines.filter((l) => l.includes('refused or shed')).map((l) => JSON.parse(l) as { count: number });
+    expect(all).toHaveLength(2);
+    expect(all[1]!.count).toBe(52);
   });
 
   it('caps concurrent connections and closes a connection that never finishes its headers', async () => {
