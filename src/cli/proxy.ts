@@ -125,6 +125,8 @@ export interface ProxyOptions {
   dnsAddress: string;
   dnsPort: number;
   clusterDomain: string;
+  /** Where the upstream nameservers are read from (default /etc/resolv.conf; tests name their own). */
+  resolvConf?: string;
 }
 
 /** The proxy's options from parsed flags, each checked with a message that names the flag. */
@@ -174,7 +176,7 @@ export async function startProxy(opts: ProxyOptions, services: ServiceSource, po
   let stopDns = () => {};
   let dns: DnsServer | undefined;
   if (opts.dnsAddress) {
-    const resolvConf = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
+    const resolvConf = await fs.readFile(opts.resolvConf ?? '/etc/resolv.conf', 'utf8').catch(() => '');
     dns = new DnsServer({
       address: opts.dnsAddress,
       port: opts.dnsPort,

@@ -214,6 +214,7 @@ export class DnsServer {
   private readonly maxConns: number;
   private readonly idleMs: number;
   private closed = false;
+  private readonly counters = { queries: 0, forwarded: 0, loops: 0 };
 
   constructor(private readonly opts: DnsServerOptions) {
     this.forwardTimeoutMs = opts.forwardTimeoutMs ?? 2000;
@@ -222,7 +223,15 @@ export class DnsServer {
     this.idleMs = opts.tcpIdleMs ?? 10_000;
   }
 
-  /** Listens on UDP and TCP at the same port. */
+  /**
+   * What the server has done so far: queries it received (UDP datagrams and TCP messages, its own
+   * that came back included), queries it sent upstream (probes included), and queries it refused
+   * as its own coming back.
+   */
+  stats(): { queries: number; forwarded: number; loops: number } {
+    return { ...this.counters };
+  }
+
   /**
    * Serves UDP and TCP on the same port. Asked for port 0, it takes the port the kernel gives UDP,
    * which TCP may already use (another connection's ephemeral port): it then tries another, a few times.
@@ -276,6 +285,7 @@ export class DnsServer {
 
   /** The answer bytes for one raw query, or undefined to stay silent (not even a header to answer). */
   private async handle(raw: Buffer, transport: 'udp' | 'tcp'): Promise<Buffer | undefined> {
+    this.counters.queries++;
     if (raw.length < 12 || raw.length > MAX_QUERY_BYTES) return undefined;
     if (raw[2]! & 0x80) return undefined; // a response: never answer one (reflection loops)
     const headerOnly: Packet = { id: raw.readUInt16BE(0), flags: raw.readUInt16BE(2) & 0x7fff, questions: [] };
@@ -318,6 +328,7 @@ export class DnsServer {
   }
 
   private forwardUdp(raw: Buffer, u: { host: string; port: number }): Promise<Buffer> {
+    this.counters.forwarded++;
     return new Promise((resolve, reject) => {
       const sock = dgram.createSocket(net.isIPv6(u.host) ? 'udp6' : 'udp4');
       const done = (err?: Error, buf?: Buffer) => {
@@ -337,6 +348,7 @@ export class DnsServer {
   }
 
   private forwardTcp(raw: Buffer, u: { host: string; port: number }): Promise<Buffer> {
+    this.counters.forwarded++;
     return new Promise((resolve, reject) => {
       const sock = net.connect({ host: u.host, port: u.port });
       let buf = Buffer.alloc(0);
