@@ -182,7 +182,7 @@ export async function startProxy(opts: ProxyOptions, services: ServiceSource, po
       port: opts.dnsPort,
       clusterDomain: opts.clusterDomain,
       view: proxier,
-      upstreams: parseResolvConf(resolvConf, [opts.dnsAddress]),
+      upstreams: parseResolvConf(resolvConf),
       log,
     });
     stopDns = startDnsWhenPossible(dns, opts.dnsAddress, log);
