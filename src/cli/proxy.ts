@@ -30,6 +30,8 @@ export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables rules i
                            gateway, the first address of --pod-cidr; "" for no DNS)
   --dns-port PORT          its port (default 53)
   --cluster-domain DOMAIN  the cluster's DNS domain (default cluster.local)
+  --resolv-conf FILE       whose nameservers DNS forwards other names to; never to itself
+                           (default /etc/resolv.conf)
   --metrics-address ADDR   host:port serving /metrics (default 127.0.0.1:10249; "" for none)
   --cleanup                remove every rule and chain the proxy made, then exit
   --log-level LEVEL        debug, info, warn or error (default info)
@@ -112,6 +114,7 @@ export const PROXY_FLAGS = {
   'dns-address': { type: 'string' },
   'dns-port': { type: 'string', default: '53' },
   'cluster-domain': { type: 'string', default: 'cluster.local' },
+  'resolv-conf': { type: 'string', default: '/etc/resolv.conf' },
   'metrics-address': { type: 'string', default: '127.0.0.1:10249' },
   'log-level': { type: 'string', default: 'info' },
 } satisfies FlagSpec;
@@ -125,6 +128,8 @@ export interface ProxyOptions {
   dnsAddress: string;
   dnsPort: number;
   clusterDomain: string;
+  /** Where the upstream nameservers are read from. */
+  resolvConf: string;
 }
 
 /** The proxy's options from parsed flags, each checked with a message that names the flag. */
@@ -148,6 +153,7 @@ export function proxyOptionsFrom(values: Values): ProxyOptions {
     dnsAddress: (values['dns-address'] as string | undefined) ?? intToIp(podCidr.base + 1),
     dnsPort,
     clusterDomain: str('cluster-domain'),
+    resolvConf: str('resolv-conf'),
   };
 }
 
@@ -174,13 +180,13 @@ export async function startProxy(opts: ProxyOptions, services: ServiceSource, po
   let stopDns = () => {};
   let dns: DnsServer | undefined;
   if (opts.dnsAddress) {
-    const resolvConf = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
+    const resolvConf = await fs.readFile(opts.resolvConf, 'utf8').catch(() => '');
     dns = new DnsServer({
       address: opts.dnsAddress,
       port: opts.dnsPort,
       clusterDomain: opts.clusterDomain,
       view: proxier,
-      upstreams: parseResolvConf(resolvConf, [opts.dnsAddress]),
+      upstreams: parseResolvConf(resolvConf),
       log,
     });
     stopDns = startDnsWhenPossible(dns, opts.dnsAddress, log);

@@ -4,8 +4,10 @@
  * name to the host's resolvers. dns-packet is the wire codec; this file only
  * decides answers and bounds what a client can make it do.
  */
+import { randomBytes, randomInt } from 'node:crypto';
 import dgram from 'node:dgram';
 import net from 'node:net';
+import os from 'node:os';
 import dnsPacket, { type Answer, type Packet, type Question } from 'dns-packet';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { errorMessage, isErrno } from '../errors.js';
@@ -177,15 +179,83 @@ function srvFor(svc: ServiceInfo, sp: ServiceInfo['ports'][number], serving: Pod
 
 // ---------------------------------------------------------------- upstreams
 
-/** Nameservers from resolv.conf text, as host:port, skipping `exclude` (our own address: no loops). */
-export function parseResolvConf(text: string, exclude: string[] = []): Array<{ host: string; port: number }> {
-  const out: Array<{ host: string; port: number }> = [];
+export interface Upstream {
+  host: string;
+  port: number;
+}
+
+/** Nameservers from resolv.conf text, as host:port (at most three, as glibc reads). */
+export function parseResolvConf(text: string): Upstream[] {
+  const out: Upstream[] = [];
   for (const line of text.split('\n')) {
     const m = /^\s*nameserver\s+(\S+)/.exec(line);
-    if (!m || net.isIP(m[1]!) === 0 || exclude.includes(m[1]!)) continue;
+    if (!m || net.isIP(m[1]!) === 0) continue;
     out.push({ host: m[1]!, port: 53 });
   }
   return out.slice(0, 3);
+}
+
+/** One spelling per address: IPv4-mapped IPv6 as IPv4, IPv6 compressed and lower-case, no zone. */
+export function canonicalIP(ip: string): string {
+  const bare = ip.replace(/%.*$/, '').toLowerCase();
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(bare);
+  if (mapped) return mapped[1]!;
+  if (!net.isIPv6(bare)) return bare;
+  const host = new URL(`http://[${bare}]/`).hostname.slice(1, -1);
+  const mappedHex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(host);
+  if (!mappedHex) return host;
+  const hi = parseInt(mappedHex[1]!, 16);
+  const lo = parseInt(mappedHex[2]!, 16);
+  return `${hi >> 8}.${hi & 0xff}.${lo >> 8}.${lo & 0xff}`;
+}
+
+/** Where Linux delivers a packet sent to `host`, canonical: the unspecified address is loopback. */
+function deliveredTo(host: string): string {
+  const ip = canonicalIP(host);
+  return ip === '0.0.0.0' ? '127.0.0.1' : ip === '::' ? '::1' : ip;
+}
+
+/** The addresses of this host's interfaces, canonical. */
+export function hostAddresses(): string[] {
+  return Object.values(os.networkInterfaces()).flatMap((list) => (list ?? []).map((a) => canonicalIP(a.address)));
+}
+
+/**
+ * Whether a query sent to `u` reaches the server listening at `listen`: the same port, and an address
+ * the listening socket receives on. A socket bound to a specific address receives only what is sent to
+ * that address (so a stub resolver on 127.0.0.53 is a real upstream for a DNS on 127.0.0.1 or on the
+ * pod gateway); one bound to 0.0.0.0 receives what is sent to any of the host's IPv4 addresses, the
+ * whole of 127.0.0.0/8 included; one bound to :: receives IPv6 and IPv4 alike (dual-stack). Linux
+ * delivers a packet for the unspecified address to loopback, so a nameserver 0.0.0.0 is 127.0.0.1.
+ */
+export function isSelf(u: Upstream, listen: { address: string; port: number }, local: readonly string[]): boolean {
+  if (u.port !== listen.port) return false;
+  const dest = deliveredTo(u.host);
+  const bound = canonicalIP(listen.address);
+  const isLocal = (ip: string) => (net.isIPv4(ip) ? ip.startsWith('127.') : ip === '::1') || local.includes(ip);
+  if (bound === '0.0.0.0') return net.isIPv4(dest) && isLocal(dest);
+  if (bound === '::') return isLocal(dest);
+  return dest === bound;
+}
+
+const upstreamText = (u: Upstream) => (net.isIPv6(u.host) ? `[${u.host}]:${u.port}` : `${u.host}:${u.port}`);
+
+/** A name nobody else asks for: two labels of 64 random bits in decimal, as CoreDNS's loop plugin asks. */
+function probeName(): string {
+  const b = randomBytes(16);
+  return `${b.readBigUInt64BE(0)}.${b.readBigUInt64BE(8)}`;
+}
+
+/** A forwarded query as it would look coming back to us: its id and its question, case folded. */
+function loopKey(id: number | undefined, question: Question): string {
+  return `${id ?? 0}/${question.type}/${question.class ?? 'IN'}/${question.name.toLowerCase()}`;
+}
+
+/** The answer bytes with the client's id (a query that shared another's forward gets that one's answer). */
+function withId(answer: Buffer, id: number): Buffer {
+  const out = Buffer.from(answer);
+  out.writeUInt16BE(id, 0);
+  return out;
 }
 
 // ---------------------------------------------------------------- server
@@ -196,13 +266,21 @@ export interface DnsServerOptions {
   port?: number;
   clusterDomain: string;
   view: DnsView;
-  upstreams: Array<{ host: string; port: number }>;
+  /** Where to forward; any that is the server itself or that forwards back to it is dropped. */
+  upstreams: Upstream[];
   log: Logger;
   forwardTimeoutMs?: number;
   maxInflightForwards?: number;
   maxTcpConnections?: number;
   tcpIdleMs?: number;
+  /** The host's addresses, which a server on 0.0.0.0 or :: receives on (default: its interfaces'). */
+  localAddresses?: () => string[];
+  /** How long an upstream that does not answer the loop probe is probed again (default 30 s, as CoreDNS). */
+  loopProbeWindowMs?: number;
 }
+
+/** Between two loop probes of an upstream that answered neither. */
+const PROBE_RETRY_MS = 1000;
 
 export class DnsServer {
   private udp?: dgram.Socket;
@@ -214,6 +292,18 @@ export class DnsServer {
   private readonly maxConns: number;
   private readonly idleMs: number;
   private closed = false;
+  private readonly counters = { queries: 0, forwarded: 0, loops: 0 };
+  /** The upstreams in use: the configured ones less the server itself and those found looping. */
+  private upstreams: Upstream[] = [];
+  /** Loop probes in flight: the probe name → the upstream it was sent to. */
+  private readonly probes = new Map<string, Upstream>();
+  private probing: Promise<void> = Promise.resolve();
+  private readonly wakers = new Set<() => void>();
+  /** Forwards in flight by loopKey → who asked (address:port), one entry per query. */
+  private readonly outstanding = new Map<string, string[]>();
+  /** Forwards in flight by the query's bytes less its id, which identical queries share. */
+  private readonly pending = new Map<string, Promise<Buffer | undefined>>();
+  private warnedEcho = false;
 
   constructor(private readonly opts: DnsServerOptions) {
     this.forwardTimeoutMs = opts.forwardTimeoutMs ?? 2000;
@@ -222,21 +312,103 @@ export class DnsServer {
     this.idleMs = opts.tcpIdleMs ?? 10_000;
   }
 
-  /** Listens on UDP and TCP at the same port. */
+  /**
+   * What the server has done so far: queries it received (UDP datagrams and TCP messages, its own
+   * that came back included), queries it sent upstream (probes included), and queries it refused
+   * as its own coming back.
+   */
+  stats(): { queries: number; forwarded: number; loops: number } {
+    return { ...this.counters };
+  }
+
+  /** The upstreams it forwards to now, copies. */
+  activeUpstreams(): Upstream[] {
+    return this.upstreams.map((u) => ({ ...u }));
+  }
+
+  /** Settles when every upstream has answered its loop probe, or stopped being probed. */
+  loopChecked(): Promise<void> {
+    return this.probing;
+  }
+
   /**
    * Serves UDP and TCP on the same port. Asked for port 0, it takes the port the kernel gives UDP,
    * which TCP may already use (another connection's ephemeral port): it then tries another, a few times.
+   * Then it drops the upstreams that are itself and probes the others for loops, in the background.
    */
   async start(): Promise<{ port: number }> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.bindBoth();
+        const bound = await this.bindBoth();
+        this.useUpstreams(bound.port);
+        return bound;
       } catch (err) {
         await this.close();
         this.closed = false;
         if (this.opts.port || !isErrno(err, 'EADDRINUSE') || attempt >= 5) throw err;
       }
     }
+  }
+
+  /**
+   * A forwarder that forwards to itself sends each query round until its in-flight cap stops it
+   * (a thousand packets a query). The upstreams that are this server, by address and port, are
+   * never used; the others are probed, as CoreDNS's loop plugin does: a query for a random name
+   * goes to each, and if it arrives back here, that upstream forwards to us.
+   */
+  private useUpstreams(port: number): void {
+    const local = this.opts.localAddresses?.() ?? hostAddresses();
+    const listen = { address: this.opts.address, port };
+    const self = this.opts.upstreams.filter((u) => isSelf(u, listen, local));
+    this.upstreams = this.opts.upstreams.filter((u) => !isSelf(u, listen, local)).map((u) => ({ ...u }));
+    if (self.length) {
+      this.opts.log.warn('service DNS does not forward to itself: nameservers that are its own address are skipped', {
+        skipped: self.map(upstreamText),
+        listening: upstreamText({ host: listen.address, port }),
+        remaining: this.upstreams.map(upstreamText),
+      });
+    }
+    const until = Date.now() + (this.opts.loopProbeWindowMs ?? 30_000);
+    this.probing = Promise.all(this.upstreams.map((u) => this.probe(u, until))).then(() => {});
+  }
+
+  /** Probes `u` until it answers (a loop is marked while the probe passes through us) or `until`. */
+  private async probe(u: Upstream, until: number): Promise<void> {
+    while (!this.closed && this.upstreams.includes(u)) {
+      const name = probeName();
+      this.probes.set(name, u);
+      const raw = dnsPacket.encode({ type: 'query', id: randomInt(65536), flags: dnsPacket.RECURSION_DESIRED, questions: [{ type: 'HINFO', name, class: 'IN' }] });
+      const answered = await this.forwardUdp(raw, u).then(
+        () => true,
+        () => false,
+      );
+      this.probes.delete(name);
+      if (answered || Date.now() + PROBE_RETRY_MS >= until) return;
+      await this.sleep(PROBE_RETRY_MS);
+    }
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.wakers.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      timer.unref();
+      this.wakers.add(wake);
+    });
+  }
+
+  private dropLooping(u: Upstream, from: string): void {
+    if (!this.upstreams.includes(u)) return;
+    this.upstreams = this.upstreams.filter((x) => x !== u);
+    this.opts.log.error('service DNS upstream forwards our queries back to us (a forwarding loop): no longer forwarding to it', {
+      upstream: upstreamText(u),
+      cameBackFrom: from,
+      remaining: this.upstreams.map(upstreamText),
+    });
   }
 
   private async bindBoth(): Promise<{ port: number }> {
@@ -267,6 +439,7 @@ export class DnsServer {
 
   async close(): Promise<void> {
     this.closed = true;
+    for (const wake of [...this.wakers]) wake();
     for (const c of this.conns) c.destroy();
     await Promise.all([
       new Promise<void>((r) => (this.udp ? this.udp.close(() => r()) : r())),
@@ -274,8 +447,9 @@ export class DnsServer {
     ]);
   }
 
-  /** The answer bytes for one raw query, or undefined to stay silent (not even a header to answer). */
-  private async handle(raw: Buffer, transport: 'udp' | 'tcp'): Promise<Buffer | undefined> {
+  /** The answer bytes for one raw query from `from` (address:port), or undefined to stay silent. */
+  private async handle(raw: Buffer, transport: 'udp' | 'tcp', from: string): Promise<Buffer | undefined> {
+    this.counters.queries++;
     if (raw.length < 12 || raw.length > MAX_QUERY_BYTES) return undefined;
     if (raw[2]! & 0x80) return undefined; // a response: never answer one (reflection loops)
     const headerOnly: Packet = { id: raw.readUInt16BE(0), flags: raw.readUInt16BE(2) & 0x7fff, questions: [] };
@@ -289,7 +463,7 @@ export class DnsServer {
     if (((raw[2]! >> 3) & 0xf) !== 0) return dnsPacket.encode(reply({ ...q, questions: q.questions }, RCODE.NOTIMP));
     const d = decide(q, this.opts.view, this.opts.clusterDomain);
     if (d.kind === 'answer') return this.fit(d.packet, q, transport);
-    return this.forward(raw, q, transport);
+    return this.forward(raw, q, transport, from);
   }
 
   /** Keeps a UDP answer within what the client can take; TC tells it to retry over TCP. */
@@ -302,24 +476,75 @@ export class DnsServer {
     return dnsPacket.encode({ ...p, flags: (p.flags ?? 0) | dnsPacket.TRUNCATED_RESPONSE, answers: [], additionals: [], authorities: [] });
   }
 
-  private async forward(raw: Buffer, q: Packet, transport: 'udp' | 'tcp'): Promise<Buffer> {
-    const upstream = this.opts.upstreams[0];
-    if (!upstream || this.inflight >= this.maxInflight) return dnsPacket.encode(reply(q, upstream ? RCODE.SERVFAIL : RCODE.REFUSED));
-    this.inflight++;
-    try {
-      for (const u of this.opts.upstreams) {
-        const answer = await (transport === 'udp' ? this.forwardUdp(raw, u) : this.forwardTcp(raw, u)).catch(() => undefined);
-        if (answer && answer.length >= 12 && answer.readUInt16BE(0) === raw.readUInt16BE(0)) return answer;
+  /**
+   * Forwards a query, unless it is one of ours come back. A loop probe arriving here names the
+   * upstream that sent it round, which is then dropped. A query with the id and question of a
+   * forward still in flight, from someone other than who asked for that forward (a client's own
+   * retransmission is not a loop), is that forward returning through an upstream that keeps ids:
+   * SERVFAIL at once stops the round after one lap. Identical queries in flight share one forward,
+   * so a loop through an upstream that changes ids waits out one timeout instead of going round.
+   * No usable upstream at all is REFUSED: the server will not resolve that name, now or on a
+   * retry, and a stub with another nameserver goes to it at once (RFC 2308 lets SERVFAIL be cached).
+   */
+  private async forward(raw: Buffer, q: Packet, transport: 'udp' | 'tcp', from: string): Promise<Buffer> {
+    const question = q.questions![0]!;
+    const probed = this.probes.get(question.name);
+    if (probed) {
+      this.counters.loops++;
+      this.dropLooping(probed, from);
+      return dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+    }
+    const key = loopKey(q.id, question);
+    const askers = this.outstanding.get(key);
+    if (askers && !askers.includes(from)) {
+      this.counters.loops++;
+      if (!this.warnedEcho) {
+        this.warnedEcho = true;
+        this.opts.log.error('service DNS received a query it is forwarding, from another address: an upstream forwards to us (a loop); answering those SERVFAIL', {
+          cameBackFrom: from,
+          upstreams: this.upstreams.map(upstreamText),
+        });
       }
       return dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+    }
+    if (this.upstreams.length === 0) return dnsPacket.encode(reply(q, RCODE.REFUSED));
+    if (this.inflight >= this.maxInflight) return dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+    this.inflight++;
+    this.outstanding.set(key, [...(askers ?? []), from]);
+    try {
+      const shareKey = `${transport}:${raw.toString('latin1', 2)}`;
+      let shared = this.pending.get(shareKey);
+      if (!shared) {
+        const p = this.forwardAll(raw, transport).finally(() => {
+          if (this.pending.get(shareKey) === p) this.pending.delete(shareKey);
+        });
+        this.pending.set(shareKey, p);
+        shared = p;
+      }
+      const answer = await shared;
+      return answer ? withId(answer, q.id ?? 0) : dnsPacket.encode(reply(q, RCODE.SERVFAIL));
     } finally {
       this.inflight--;
+      const left = this.outstanding.get(key) ?? [];
+      left.splice(left.indexOf(from), 1);
+      if (left.length === 0) this.outstanding.delete(key);
     }
   }
 
+  /** The first upstream's answer with the query's id, trying each in turn; undefined when none answers. */
+  private async forwardAll(raw: Buffer, transport: 'udp' | 'tcp'): Promise<Buffer | undefined> {
+    for (const u of [...this.upstreams]) {
+      const answer = await (transport === 'udp' ? this.forwardUdp(raw, u) : this.forwardTcp(raw, u)).catch(() => undefined);
+      if (answer && answer.length >= 12 && answer.readUInt16BE(0) === raw.readUInt16BE(0)) return answer;
+    }
+    return undefined;
+  }
+
   private forwardUdp(raw: Buffer, u: { host: string; port: number }): Promise<Buffer> {
+    this.counters.forwarded++;
     return new Promise((resolve, reject) => {
       const sock = dgram.createSocket(net.isIPv6(u.host) ? 'udp6' : 'udp4');
+      const answerer = deliveredTo(u.host);
       const done = (err?: Error, buf?: Buffer) => {
         clearTimeout(timer);
         sock.close();
@@ -329,7 +554,7 @@ export class DnsServer {
       const timer = setTimeout(() => done(new Error('upstream timed out')), this.forwardTimeoutMs);
       sock.on('error', (err) => done(err));
       sock.on('message', (msg, rinfo) => {
-        if (rinfo.address !== u.host || rinfo.port !== u.port) return; // not from the upstream we asked
+        if (canonicalIP(rinfo.address) !== answerer || rinfo.port !== u.port) return; // not from the upstream we asked
         done(undefined, msg);
       });
       sock.send(raw, u.port, u.host);
@@ -337,6 +562,7 @@ export class DnsServer {
   }
 
   private forwardTcp(raw: Buffer, u: { host: string; port: number }): Promise<Buffer> {
+    this.counters.forwarded++;
     return new Promise((resolve, reject) => {
       const sock = net.connect({ host: u.host, port: u.port });
       let buf = Buffer.alloc(0);
@@ -371,7 +597,7 @@ export class DnsServer {
 
   private async onUdp(msg: Buffer, rinfo: dgram.RemoteInfo): Promise<void> {
     try {
-      const out = await this.handle(msg, 'udp');
+      const out = await this.handle(msg, 'udp', `${rinfo.address}:${rinfo.port}`);
       if (out && !this.closed) this.udp?.send(out, rinfo.port, rinfo.address);
     } catch (err) {
       this.opts.log.warn('dns query failed', { error: errorMessage(err) });
@@ -384,6 +610,7 @@ export class DnsServer {
       return;
     }
     this.conns.add(sock);
+    const from = `${sock.remoteAddress}:${sock.remotePort}`;
     sock.setTimeout(this.idleMs, () => sock.destroy());
     sock.on('close', () => this.conns.delete(sock));
     sock.on('error', () => {});
@@ -402,7 +629,7 @@ export class DnsServer {
           if (buf.length < 2 + len) break;
           const raw = buf.subarray(2, 2 + len);
           buf = buf.subarray(2 + len);
-          const out = await this.handle(Buffer.from(raw), 'tcp');
+          const out = await this.handle(Buffer.from(raw), 'tcp', from);
           if (!out || sock.destroyed) continue;
           const hdr = Buffer.alloc(2);
           hdr.writeUInt16BE(out.length);

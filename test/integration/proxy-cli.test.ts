@@ -77,7 +77,10 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
       'apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: demo}\nspec:\n  clusterIP: 10.96.0.20\n  selector: {app: web}\n  ports: [{name: http, port: 80, targetPort: 8080}]\n' +
         '---\napiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: demo}\nspec:\n  clusterIP: None\n  selector: {app: web}\n  ports: [{name: pg, port: 5432}]\n',
     );
-    dnsPort = 10053;
+    // The netns is the test's own, so DNS can take port 53; its resolv.conf names DNS itself,
+    // which it must skip (never the host's /etc/resolv.conf: nothing leaves this machine).
+    dnsPort = 53;
+    await fs.writeFile(path.join(dir, 'resolv.conf'), 'nameserver 10.244.0.1\n');
     proxy = spawn(
       'nsenter',
       [
@@ -95,6 +98,8 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
         '100ms',
         '--dns-port',
         String(dnsPort),
+        '--resolv-conf',
+        path.join(dir, 'resolv.conf'),
         '--metrics-address',
         '',
       ],
@@ -137,6 +142,9 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
     });
     expect(resolve('db.demo.svc.cluster.local')).toEqual(['10.244.0.11']);
     expect(resolve('nope.demo.svc.cluster.local')).toBe('ENOTFOUND');
+    // Its only nameserver is itself: skipped with a warning, so other names are refused at once.
+    expect(resolve('example.org')).toBe('EREFUSED');
+    expect(logs).toMatch(/does not forward to itself.*"skipped":\["10\.244\.0\.1:53"\]/);
   });
 
   it('follows the watch and the directory: an unready pod and a removed manifest take the rules away', async () => {

@@ -72,6 +72,10 @@ describe('skiff cri flags in --help and README', () => {
     expect(await capture(['kubelet', '--help'])).toMatch(/--max-pods N +pods running at once; more wait, Pending, until one\n +ends \(default 110\)/);
   });
 
+  it('skiff proxy --help names the resolv.conf that service DNS forwards with', async () => {
+    expect(await capture(['proxy', '--help'])).toMatch(/--resolv-conf FILE +whose nameservers DNS forwards other names to; never to itself\n +\(default \/etc\/resolv\.conf\)/);
+  });
+
   it('--images-dir is in --help and defaults under --root', async () => {
     expect(await help()).toMatch(/--images-dir DIR[\s\S]*default <root>\/images/);
   });

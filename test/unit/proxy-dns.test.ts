@@ -1,10 +1,11 @@
 import dgram from 'node:dgram';
 import { Resolver } from 'node:dns/promises';
 import net from 'node:net';
+import os from 'node:os';
 import dnsPacket from 'dns-packet';
 import { afterEach, describe, expect, it } from 'vitest';
-import { silentLogger } from '../../src/log.js';
-import { DnsServer, parseResolvConf, RCODE } from '../../src/proxy/dns.js';
+import { createLogger, silentLogger } from '../../src/log.js';
+import { canonicalIP, DnsServer, isSelf, parseResolvConf, RCODE } from '../../src/proxy/dns.js';
 import { Allocator } from '../../src/proxy/service.js';
 import { pod, serviceObject } from '../helpers/proxy-fixtures.js';
 
@@ -24,13 +25,16 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-/** A fake upstream resolver on 127.0.0.1: answers example.org, stays silent for silent.example. */
-async function fakeUpstream(): Promise<{ port: number; queries: () => number }> {
+/**
+ * A fake upstream resolver (127.0.0.1 and a free port unless told): answers example.org, stays
+ * silent for silent.example; counts the queries it gets, the server's loop probes (HINFO) aside.
+ */
+async function fakeUpstream(address = '127.0.0.1', wantPort = 0): Promise<{ port: number; queries: () => number }> {
   let count = 0;
   const answer = (raw: Buffer): Buffer | undefined => {
-    count++;
     const q = dnsPacket.decode(raw);
     const name = q.questions![0]!.name;
+    if (q.questions![0]!.type !== 'HINFO') count++;
     if (name === 'silent.example') return undefined;
     return dnsPacket.encode({
       type: 'response',
@@ -45,8 +49,12 @@ async function fakeUpstream(): Promise<{ port: number; queries: () => number }> 
     const out = answer(m);
     if (out) udp.send(out, r.port, r.address);
   });
-  await new Promise<void>((r) => udp.bind(0, '127.0.0.1', r));
-  const port = udp.address().port;
+  // A port free for both, not UDP's ephemeral one, which TCP may be using (the test would hang).
+  const port = wantPort || (await freePort(address));
+  await new Promise<void>((resolve, reject) => {
+    udp.once('error', reject);
+    udp.bind(port, address, () => resolve());
+  });
   const tcp = net.createServer((s) => {
     s.on('error', () => {});
     s.once('data', (b: Buffer) => {
@@ -57,8 +65,12 @@ async function fakeUpstream(): Promise<{ port: number; queries: () => number }> 
       s.end(Buffer.concat([len, out]));
     });
   });
-  await new Promise<void>((r) => tcp.listen(port, '127.0.0.1', r));
-  cleanups.push(() => new Promise<void>((r) => udp.close(() => r())), () => new Promise<void>((r) => tcp.close(() => r())));
+  cleanups.push(() => new Promise<void>((r) => udp.close(() => r())));
+  await new Promise<void>((resolve, reject) => {
+    tcp.once('error', reject);
+    tcp.listen(port, address, () => resolve());
+  });
+  cleanups.push(() => new Promise<void>((r) => tcp.close(() => r())));
   return { port, queries: () => count };
 }
 
@@ -81,7 +93,7 @@ async function startDns(opts: Partial<ConstructorParameters<typeof DnsServer>[0]
   return { port, resolver, up };
 }
 
-function udpQuery(port: number, raw: Buffer): Promise<Buffer | undefined> {
+function udpQuery(port: number, raw: Buffer, address = '127.0.0.1'): Promise<Buffer | undefined> {
   return new Promise((resolve) => {
     const s = dgram.createSocket('udp4');
     const t = setTimeout(() => {
@@ -93,7 +105,7 @@ function udpQuery(port: number, raw: Buffer): Promise<Buffer | undefined> {
       s.close();
       resolve(m);
     });
-    s.send(raw, port, '127.0.0.1');
+    s.send(raw, port, address);
   });
 }
 
@@ -217,12 +229,260 @@ describe('service DNS over real sockets', () => {
 });
 
 describe('resolv.conf', () => {
-  it('takes up to three nameservers and never our own address', () => {
+  it('takes up to three nameservers (the server drops itself, by address and port)', () => {
     const text = '# comment\nsearch example.com\nnameserver 10.88.0.1\nnameserver 192.168.1.1\nnameserver bogus\nnameserver ::1\nnameserver 8.8.8.8\nnameserver 1.1.1.1\n';
-    expect(parseResolvConf(text, ['10.88.0.1'])).toEqual([
+    expect(parseResolvConf(text)).toEqual([
+      { host: '10.88.0.1', port: 53 },
       { host: '192.168.1.1', port: 53 },
       { host: '::1', port: 53 },
-      { host: '8.8.8.8', port: 53 },
     ]);
+  });
+});
+
+describe('which upstreams are the server itself', () => {
+  const local = ['127.0.0.1', '10.88.0.1', '192.0.2.2', '::1', 'fe80::1'];
+  it.each([
+    // [upstream, listening address, self?]
+    ['10.88.0.1:53', '10.88.0.1', true],
+    ['10.88.0.1:5353', '10.88.0.1', false], // same address, another port: another server
+    ['127.0.0.53:53', '10.88.0.1', false], // a stub resolver on loopback is an upstream
+    ['127.0.0.53:53', '127.0.0.1', false], // ... even for a DNS on 127.0.0.1
+    ['127.0.0.1:53', '127.0.0.1', true],
+    ['0.0.0.0:53', '127.0.0.1', true], // delivered to loopback
+    ['::ffff:10.88.0.1:53', '10.88.0.1', true],
+    ['127.0.0.1:53', '0.0.0.0', true],
+    ['127.0.0.53:53', '0.0.0.0', true], // a wildcard socket takes all of 127.0.0.0/8
+    ['192.0.2.2:53', '0.0.0.0', true],
+    ['192.0.2.9:53', '0.0.0.0', false], // not this host's
+    ['::1:53', '0.0.0.0', false], // an IPv4 socket hears no IPv6
+    ['::1:53', '::', true],
+    ['0:0:0:0:0:0:0:1:53', '::', true],
+    ['FE80::1:53', '::', true],
+    ['10.88.0.1:53', '::', true], // dual-stack
+    ['2001:db8::1:53', '::', false],
+  ])('%s for a DNS on %s: %s', (up, address, self) => {
+    const i = up.lastIndexOf(':');
+    expect(isSelf({ host: up.slice(0, i), port: Number(up.slice(i + 1)) }, { address, port: 53 }, local)).toBe(self);
+  });
+
+  it('spells addresses one way', () => {
+    expect(canonicalIP('::FFFF:127.0.0.1')).toBe('127.0.0.1');
+    expect(canonicalIP('::ffff:7f00:1')).toBe('127.0.0.1');
+    expect(canonicalIP('fe80::1%eth0')).toBe('fe80::1');
+    expect(canonicalIP('2001:DB8:0:0::1')).toBe('2001:db8::1');
+  });
+});
+
+/** A port free on `address` for both UDP and TCP, for servers that must be named before they start. */
+async function freePort(address: string): Promise<number> {
+  for (;;) {
+    const udp = dgram.createSocket(net.isIPv6(address) ? 'udp6' : 'udp4');
+    await new Promise<void>((r) => udp.bind(0, address, r));
+    const port = udp.address().port;
+    const tcp = net.createServer();
+    const ok = await new Promise<boolean>((r) => {
+      tcp.once('error', () => r(false));
+      tcp.listen(port, address, () => r(true));
+    });
+    await new Promise<void>((r) => (ok ? tcp.close(() => r()) : r()));
+    await new Promise<void>((r) => udp.close(() => r()));
+    if (ok) return port;
+  }
+}
+
+/**
+ * A forwarding resolver in the test, as an upstream that forwards back to the server: relays each
+ * UDP query to `to` and the answer back. `newIds` gives each relayed query an id of its own (as
+ * dnsmasq or systemd-resolved do); `answerProbes` answers HINFO itself, so the server's loop probe
+ * finds no loop (a loop for some names only). Counts every packet it receives.
+ */
+async function relay(address: string, to: { host: string; port: number }, o: { newIds: boolean; answerProbes: boolean }) {
+  let packets = 0;
+  let nextId = 1000;
+  let closed = false;
+  const front = dgram.createSocket('udp4');
+  const reply = (b: Buffer, port: number, host: string) => !closed && front.send(b, port, host);
+  front.on('message', (m, client) => {
+    packets++;
+    const q = dnsPacket.decode(m);
+    if (o.answerProbes && q.questions?.[0]?.type === 'HINFO') {
+      reply(dnsPacket.encode({ type: 'response', id: q.id, flags: 3, questions: q.questions }), client.port, client.address);
+      return;
+    }
+    const back = dgram.createSocket('udp4');
+    const out = Buffer.from(m);
+    if (o.newIds) out.writeUInt16BE(nextId++ & 0xffff, 0);
+    back.on('message', (a) => {
+      packets++;
+      const answer = Buffer.from(a);
+      answer.writeUInt16BE(m.readUInt16BE(0), 0);
+      reply(answer, client.port, client.address);
+      back.close();
+    });
+    setTimeout(() => back.close(), 3000).unref(); // no answer: drop the socket
+    back.send(out, to.port, to.host);
+  });
+  await new Promise<void>((r) => front.bind(0, address, r));
+  cleanups.push(() => new Promise<void>((r) => ((closed = true), front.close(() => r()))));
+  return { upstream: { host: address, port: front.address().port }, packets: () => packets };
+}
+
+/** Log lines, to see the warnings and errors the server gives. */
+function capturingLog() {
+  const lines: Array<{ level: string; msg: string } & Record<string, unknown>> = [];
+  return { log: createLogger('warn', (l) => lines.push(JSON.parse(l))), lines };
+}
+
+async function loopingServer(address: string, port: number, upstreams: Array<{ host: string; port: number }>) {
+  const { log, lines } = capturingLog();
+  const server = new DnsServer({ address, port, clusterDomain: 'cluster.local', view, upstreams, log, forwardTimeoutMs: 300 });
+  await server.start();
+  cleanups.push(() => server.close());
+  return { server, lines };
+}
+
+/** One query, its rcode and how long its answer took; undefined rcode for no answer. */
+async function timedQuery(port: number, address: string, name = 'example.org', id = 7) {
+  const t0 = Date.now();
+  const answer = await udpQuery(port, query(name, 'A', id), address);
+  return { rcode: answer ? decode(answer).rcode : undefined, ms: Date.now() - t0, answers: (answer ? decode(answer).answers : undefined) ?? [] };
+}
+
+describe('a self-forwarding DNS', () => {
+  it('never forwards to its own address and port; other loopback addresses and other ports are upstreams', async () => {
+    const port = await freePort('127.0.0.20');
+    const stub = await fakeUpstream('127.0.0.21', port); // a stub resolver on another loopback address, same port
+    const { server, lines } = await loopingServer('127.0.0.20', port, [{ host: '127.0.0.20', port }, { host: '127.0.0.21', port }]);
+    await server.loopChecked();
+    const before = server.stats();
+    const r = await timedQuery(port, '127.0.0.20');
+    expect(r.rcode).toBe('NOERROR');
+    expect(r.answers.map((a) => (a as { data?: unknown }).data)).toEqual(['192.0.2.1']);
+    expect(stub.queries()).toBe(1);
+    expect(server.stats().queries - before.queries).toBe(1);
+    expect(server.stats().forwarded - before.forwarded).toBe(1);
+    expect(lines.filter((l) => /does not forward to itself/.test(l.msg))).toMatchObject([{ level: 'warn', skipped: [`127.0.0.20:${port}`] }]);
+  });
+
+  it('with only itself to forward to, other names get REFUSED at once and cost one packet', async () => {
+    const port = await freePort('127.0.0.22');
+    const { server } = await loopingServer('127.0.0.22', port, [{ host: '127.0.0.22', port }]);
+    await server.loopChecked();
+    for (let i = 0; i < 20; i++) {
+      const r = await timedQuery(port, '127.0.0.22', 'example.org', i);
+      expect(r.rcode).toBe('REFUSED');
+      expect(r.ms).toBeLessThan(200);
+    }
+    expect(server.stats()).toMatchObject({ queries: 20, forwarded: 0 });
+  });
+
+  it('on 0.0.0.0, every address of the host on its port is itself; an upstream on another port still answers', async () => {
+    const port = await freePort('0.0.0.0');
+    const up = await fakeUpstream('127.0.0.1');
+    const hostV4 = Object.values(os.networkInterfaces()).flatMap((l) => l ?? []).find((a) => a.family === 'IPv4' && !a.internal)?.address;
+    const selves = [{ host: '127.0.0.1', port }, { host: '0.0.0.0', port }, { host: '127.0.0.23', port }, ...(hostV4 ? [{ host: hostV4, port }] : [])];
+    const { server, lines } = await loopingServer('0.0.0.0', port, [...selves, { host: '127.0.0.1', port: up.port }]);
+    expect(server.activeUpstreams()).toEqual([{ host: '127.0.0.1', port: up.port }]);
+    await server.loopChecked();
+    const before = server.stats();
+    const r = await timedQuery(port, '127.0.0.1');
+    expect(r.rcode).toBe('NOERROR');
+    expect(up.queries()).toBe(1);
+    expect(server.stats().queries - before.queries).toBe(1);
+    expect(server.stats().forwarded - before.forwarded).toBe(1);
+    expect(lines.find((l) => /does not forward to itself/.test(l.msg))?.skipped).toHaveLength(selves.length);
+  });
+
+  it('on 0.0.0.0 with only 127.0.0.1 on its own port: REFUSED at once, nothing forwarded', async () => {
+    const port = await freePort('0.0.0.0');
+    const { server } = await loopingServer('0.0.0.0', port, [{ host: '127.0.0.1', port }]);
+    const r = await timedQuery(port, '127.0.0.1');
+    expect(r.rcode).toBe('REFUSED');
+    expect(r.ms).toBeLessThan(200);
+    expect(server.stats()).toMatchObject({ queries: 1, forwarded: 0 });
+  });
+
+  it('a query coming back through an upstream that keeps ids (the probe passing) gets SERVFAIL after one lap', async () => {
+    const port = await freePort('127.0.0.24');
+    const back = await relay('127.0.0.25', { host: '127.0.0.24', port }, { newIds: false, answerProbes: true });
+    const { server, lines } = await loopingServer('127.0.0.24', port, [back.upstream]);
+    await server.loopChecked();
+    expect(server.activeUpstreams()).toEqual([back.upstream]); // the probe saw no loop
+    const before = { ...server.stats(), relayed: back.packets() };
+    for (let i = 0; i < 10; i++) {
+      const r = await timedQuery(port, '127.0.0.24', `name${i}.example.org`, 100 + i);
+      expect(r.rcode).toBe('SERVFAIL');
+      expect(r.ms).toBeLessThan(250);
+    }
+    const after = server.stats();
+    // Per query: the client's, and ours once back (2 in); one forward out; the relay sees the query and our answer.
+    expect(after.queries - before.queries).toBe(20);
+    expect(after.forwarded - before.forwarded).toBe(10);
+    expect(after.loops - before.loops).toBe(10);
+    expect(back.packets() - before.relayed).toBe(20);
+    expect(lines.some((l) => l.level === 'error' && /a loop/.test(l.msg))).toBe(true);
+  });
+
+  it('a query coming back with a new id (the probe passing) shares its own forward: one lap, SERVFAIL at the timeout', async () => {
+    const port = await freePort('127.0.0.26');
+    const back = await relay('127.0.0.27', { host: '127.0.0.26', port }, { newIds: true, answerProbes: true });
+    const { server } = await loopingServer('127.0.0.26', port, [back.upstream]);
+    await server.loopChecked();
+    const before = { ...server.stats(), relayed: back.packets() };
+    const r = await timedQuery(port, '127.0.0.26');
+    expect(r.rcode).toBe('SERVFAIL');
+    expect(r.ms).toBeLessThan(450); // the 300 ms forward timeout, not a thousand laps
+    const after = server.stats();
+    expect(after.queries - before.queries).toBe(2);
+    expect(after.forwarded - before.forwarded).toBe(1);
+    expect(back.packets() - before.relayed).toBeLessThanOrEqual(2);
+  });
+
+  it('the loop probe finds an upstream that forwards back with new ids, and stops using it', async () => {
+    const port = await freePort('127.0.0.28');
+    const back = await relay('127.0.0.29', { host: '127.0.0.28', port }, { newIds: true, answerProbes: false });
+    const up = await fakeUpstream('127.0.0.30');
+    const { server, lines } = await loopingServer('127.0.0.28', port, [back.upstream, { host: '127.0.0.30', port: up.port }]);
+    await server.loopChecked();
+    expect(server.activeUpstreams()).toEqual([{ host: '127.0.0.30', port: up.port }]);
+    expect(lines.filter((l) => /forwarding loop/.test(l.msg))).toMatchObject([{ level: 'error', upstream: `127.0.0.29:${back.upstream.port}` }]);
+    const relayed = back.packets();
+    const r = await timedQuery(port, '127.0.0.28');
+    expect(r.rcode).toBe('NOERROR');
+    expect(up.queries()).toBe(1);
+    expect(back.packets()).toBe(relayed);
+  });
+
+  it('two servers forwarding to each other find the loop; a query costs a handful of packets', async () => {
+    const [pa, pb] = [await freePort('127.0.0.31'), await freePort('127.0.0.32')];
+    const a = await loopingServer('127.0.0.31', pa, [{ host: '127.0.0.32', port: pb }]);
+    const b = await loopingServer('127.0.0.32', pb, [{ host: '127.0.0.31', port: pa }]);
+    await Promise.all([a.server.loopChecked(), b.server.loopChecked()]);
+    const found = [...a.lines, ...b.lines].filter((l) => /forwarding loop/.test(l.msg));
+    expect(found.length).toBeGreaterThanOrEqual(1);
+    const before = [a.server.stats(), b.server.stats()];
+    for (const [port, address] of [[pa, '127.0.0.31'], [pb, '127.0.0.32']] as const) {
+      for (let i = 0; i < 5; i++) {
+        const r = await timedQuery(port, address, `x${i}.example.org`, i);
+        expect(['SERVFAIL', 'REFUSED']).toContain(r.rcode);
+        expect(r.ms).toBeLessThan(250);
+      }
+    }
+    const after = [a.server.stats(), b.server.stats()];
+    const packets = after.reduce((n, s, i) => n + s.queries - before[i]!.queries + s.forwarded - before[i]!.forwarded, 0);
+    expect(packets).toBeLessThanOrEqual(10 * 4);
+  });
+
+  it('two servers forwarding to each other stop a query after one lap even before their probes are done', async () => {
+    // A query circles A → B → A with the client's id (neither changes it): A knows it as its own.
+    const [pa, pb] = [await freePort('127.0.0.33'), await freePort('127.0.0.34')];
+    const a = await loopingServer('127.0.0.33', pa, [{ host: '127.0.0.34', port: pb }]);
+    const b = await loopingServer('127.0.0.34', pb, [{ host: '127.0.0.33', port: pa }]);
+    // No waiting for the probes: queries sent at once still cost a handful of packets.
+    const r = await timedQuery(pa, '127.0.0.33');
+    expect(['SERVFAIL', 'REFUSED']).toContain(r.rcode);
+    expect(r.ms).toBeLessThan(250);
+    const total = a.server.stats().queries + b.server.stats().queries;
+    expect(total).toBeLessThanOrEqual(8);
   });
 });
