@@ -117,6 +117,24 @@ export function installCrashGuard(log: Logger): void {
   process.on('unhandledRejection', (err) => log.error(CRASH_GUARD_MESSAGE, { kind: 'unhandledRejection', error: err instanceof Error ? (err.stack ?? err.message) : String(err) }));
 }
 
+/**
+ * The root holds every image and the records of every container (their
+ * environments, secrets among them): only the daemon's user may enter it.
+ * A root made here is 0700 already; one that was there before is tightened
+ * to that, and one another user owns is refused, as that user could change
+ * what the daemon reads.
+ */
+async function ownRoot(root: string, log: Logger): Promise<void> {
+  const st = await fsp.stat(root);
+  if (!st.isDirectory()) throw new SkiffError('FailedPrecondition', `--root ${root} is not a directory`);
+  const me = process.getuid?.() ?? 0;
+  if (st.uid !== me) throw new SkiffError('FailedPrecondition', `--root ${root} belongs to uid ${st.uid}, not to this daemon's uid ${me}: give it to uid ${me} (chown) or choose another root`);
+  if ((st.mode & 0o077) !== 0) {
+    await fsp.chmod(root, 0o700);
+    log.warn('--root was open to other users; its mode is now 0700', { root, was: `0${(st.mode & 0o7777).toString(8)}` });
+  }
+}
+
 export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Daemon> {
   // Checked before anything is created: a bad name should leave no state behind.
   const bridge = checkBridgeName(opts.cniBridge || defaultBridgeName(opts.root));
@@ -125,6 +143,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
   // restrictive mode of its own, the sockets included.
   await fsp.mkdir(opts.state, { recursive: true, mode: 0o711 });
   for (const dir of [opts.root, path.dirname(opts.socket)]) await fsp.mkdir(dir, { recursive: true, mode: 0o700 });
+  await ownRoot(opts.root, log);
   // Two daemons on one root would corrupt each other's images and pods (and the second would
   // take the socket of the first while it is still finishing its calls): the root is locked
   // for the daemon's whole life, released by the kernel however it ends.

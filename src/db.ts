@@ -47,8 +47,19 @@ const migrations: string[] = [
 
 export function openDb(file: string): Db {
   fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+  // The records hold container environments, secretKeyRef values among them: the owner's alone,
+  // whatever the umask or an older version left. SQLite gives the WAL and shm files the
+  // database's own mode when it makes them; those already there are tightened too.
+  fs.closeSync(fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600));
   const db = new Database(file);
   db.pragma('journal_mode = WAL');
+  for (const f of [file, `${file}-wal`, `${file}-shm`]) {
+    try {
+      if ((fs.statSync(f).mode & 0o777) !== 0o600) fs.chmodSync(f, 0o600);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+  }
   db.pragma('synchronous = NORMAL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');

@@ -213,3 +213,49 @@ describe.skipIf(!isRoot)('skiff cri: shutdown', () => {
     }
   });
 });
+
+describe.skipIf(!isRoot)('skiff cri: a --root that others can read', () => {
+  let dirs: DaemonDirs;
+  afterAll(async () => {
+    if (dirs) await fs.rm(dirs.base, { recursive: true, force: true });
+  });
+
+  it('tightens a 0755 root and 0644 database files left from before to 0700 and 0600', async () => {
+    dirs = await makeDirs();
+    await fs.mkdir(dirs.root, { recursive: true, mode: 0o755 });
+    await fs.chmod(dirs.root, 0o755);
+    let skiff = await new SkiffProcess(dirs).start();
+    // A pod record makes the WAL hold something; then the files are opened up, as an old version or umask left them.
+    await skiff.stop();
+    await fs.chmod(dirs.root, 0o755);
+    const dbFiles = ['metadata.db', 'metadata.db-wal', 'metadata.db-shm'].map((f) => path.join(dirs.root, f));
+    for (const f of dbFiles) {
+      await fs.writeFile(f, '', { flag: 'a' });
+      await fs.chmod(f, 0o644);
+    }
+    skiff = await new SkiffProcess(dirs).start();
+    try {
+      expect((await fs.stat(dirs.root)).mode & 0o777).toBe(0o700);
+      for (const f of dbFiles) expect((await fs.stat(f)).mode & 0o777, f).toBe(0o600);
+      expect(skiff.log).toMatch(/--root was open to other users; its mode is now 0700.*"was":"0755"/);
+      // What a user other than root could reach before: nothing below the root now.
+      const probe = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', 'cat', dbFiles[0]!], { encoding: 'utf8' });
+      expect(probe.status).not.toBe(0);
+      expect(probe.stderr).toMatch(/Permission denied/);
+    } finally {
+      await skiff.stop();
+    }
+  });
+
+  it("refuses a root that another user owns, saying so, and starts nothing", async () => {
+    const other = await makeDirs();
+    try {
+      await fs.mkdir(other.root, { recursive: true, mode: 0o700 });
+      await fs.chown(other.root, 65534, 65534);
+      await expect(new SkiffProcess(other).start()).rejects.toThrow(/--root .* belongs to uid 65534, not to this daemon's uid 0/);
+      expect(existsSync(path.join(other.root, 'metadata.db'))).toBe(false);
+    } finally {
+      await fs.rm(other.base, { recursive: true, force: true });
+    }
+  });
+});
