@@ -268,6 +268,9 @@ export class PodWorker {
         }
       }
       for (const s of actions.start) {
+        // A newer desired state (the pod deleted or edited) wins over the rest of this start: a
+        // pod of many containers removed half-way is not started to the end and then torn down.
+        if (this.desired !== ctx) break;
         const r = await this.start(ctx, sandbox.id, s);
         if (r === 'started') changed = true;
         else if (typeof r === 'number') wakeAt = Math.min(wakeAt, r);
@@ -392,6 +395,8 @@ export class PodWorker {
     }
     const sandboxConfig = this.sandboxConfig ?? this.deps.builder.sandboxConfig(ctx, 0);
     const image = await this.deps.images.ensure(ctx.pod, s.container, sandboxConfig, (type, reason, message) => this.event(type, reason, message, name));
+    // A pull can take minutes: the pod may have been deleted meanwhile.
+    if (this.desired !== ctx) return 'skipped';
     if (!image.ok) {
       this.waiting.set(name, { reason: image.reason, message: image.message });
       return now() + (image.reason === 'ErrImageNeverPull' ? RESYNC_MS : 5_000);
