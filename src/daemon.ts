@@ -62,6 +62,8 @@ export interface DaemonOptions {
   imagesDir?: string;
   /** Memory the daemon holds but does not use goes back after this long with no calls (0: never; default 5 s). */
   idleReleaseAfterMs?: number;
+  /** conmon's --log-size-max for every container (0 or undefined: no cap). */
+  containerLogSizeMax?: number;
 }
 
 export interface Daemon {
@@ -215,6 +217,7 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     log,
     oomScoreAdjFloor: oomFloor,
     allowedCaps: await boundingCaps(),
+    logSizeMax: opts.containerLogSizeMax,
     onEvent: (type, c) => events.publish(type, c),
   });
   sandboxes = new SandboxService({

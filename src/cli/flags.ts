@@ -25,6 +25,7 @@ export const CRI_FLAGS = {
   'stream-idle-timeout': { type: 'string', default: '4h' },
   'images-dir': { type: 'string' },
   'idle-release-after': { type: 'string', default: '5s' },
+  'log-size-max': { type: 'string', default: '0' },
 } satisfies FlagSpec;
 
 export type Values = Record<string, string | boolean | (string | boolean)[] | undefined>;
@@ -45,8 +46,11 @@ export function daemonOptionsFrom(values: Values): DaemonOptions & { logLevel: L
   if (idleReleaseAfterMs === undefined) throw new Error(`--idle-release-after must be a duration such as 5s or 1m (0: never), not "${str('idle-release-after')}"`);
   const streamIdleTimeoutMs = parseDuration(str('stream-idle-timeout'));
   if (streamIdleTimeoutMs === undefined || streamIdleTimeoutMs <= 0) throw new Error(`--stream-idle-timeout must be a positive duration such as 90s, 30m or 4h, not "${str('stream-idle-timeout')}"`);
+  const logSizeMax = parseSize(str('log-size-max'));
+  if (logSizeMax === undefined) throw new Error(`--log-size-max must be a size in bytes such as 20Mi or 0 (no cap), not "${str('log-size-max')}"`);
   return {
     logLevel: level,
+    containerLogSizeMax: logSizeMax,
     socket: str('socket'),
     root: str('root'),
     state: str('state'),
@@ -64,6 +68,15 @@ export function daemonOptionsFrom(values: Values): DaemonOptions & { logLevel: L
     idleReleaseAfterMs,
     imagesDir: (values['images-dir'] as string | undefined) ?? path.join(str('root'), 'images'),
   };
+}
+
+/** A size: bytes, or with a suffix as Kubernetes quantities have them (`20Mi`, `50M`, `1Gi`). */
+export function parseSize(s: string): number | undefined {
+  const m = /^(\d{1,15})(Ki|Mi|Gi|k|M|G)?$/.exec(s);
+  if (!m) return undefined;
+  const unit = { Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, k: 1e3, M: 1e6, G: 1e9 }[m[2] ?? ''] ?? 1;
+  const n = Number(m[1]) * unit;
+  return Number.isSafeInteger(n) ? n : undefined;
 }
 
 /** Go-style durations as containerd's config takes them: `1h30m`, `5m`, `30s`, `500ms`, or `0`. */

@@ -2,6 +2,7 @@
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { MAX_PODS_AT_ONCE } from '../controllers/validate.js';
+import { tryParseQuantity } from '../kubelet-lite/quantity.js';
 import { startKubelet, type KubeletOptions } from '../kubelet-lite/run.js';
 import { SysctlAllowlist } from '../kubelet-lite/sysctls.js';
 import { createLogger, isLogLevel, type Logger } from '../log.js';
@@ -27,6 +28,12 @@ export const KUBELET_HELP = `Flags for "skiff kubelet" (the node agent alone, ag
                            unsafe sysctls pods may set, comma-separated names or
                            prefixes ending in * (repeatable; default none: a pod
                            setting one fails with SysctlForbidden)
+  --container-log-max-size SIZE
+                           a running container's log is rotated when it passes
+                           this, checked every 10s (default 10Mi)
+  --container-log-max-files N
+                           log files kept per container, the current one
+                           included (default 5, at least 2)
   --log-level LEVEL        debug, info, warn or error (default info)
 `;
 
@@ -44,6 +51,8 @@ export const KUBELET_FLAGS = {
   'image-gc-low-threshold': { type: 'string', default: '80' },
   'max-pods': { type: 'string', default: '110' },
   'allowed-unsafe-sysctls': { type: 'string', multiple: true, default: [] as string[] },
+  'container-log-max-size': { type: 'string', default: '10Mi' },
+  'container-log-max-files': { type: 'string', default: '5' },
   'log-level': { type: 'string', default: 'info' },
 } satisfies FlagSpec;
 
@@ -63,6 +72,14 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
     throw new Error(`--max-pods must be a whole number from 1 to ${MAX_PODS_AT_ONCE}, not "${str('max-pods')}"`);
   const allowedUnsafeSysctls = (values['allowed-unsafe-sysctls'] as string[]).flatMap((v) => v.split(',')).map((v) => v.trim()).filter(Boolean);
   new SysctlAllowlist(allowedUnsafeSysctls); // a bad pattern is refused here, naming the flag
+  const logMaxSize = tryParseQuantity(str('container-log-max-size'));
+  if (logMaxSize === undefined || !Number.isSafeInteger(logMaxSize) || logMaxSize < 1)
+    throw new Error(`--container-log-max-size must be a size in bytes such as 10Mi or 50M, not "${str('container-log-max-size')}"`);
+  const logMaxFiles = Number(str('container-log-max-files'));
+  if (!Number.isInteger(logMaxFiles) || logMaxFiles < 2 || logMaxFiles > 1000)
+    throw new Error(`--container-log-max-files must be a whole number from 2 to 1000, not "${str('container-log-max-files')}"`);
+  // Not a flag of the kubelet's: tests shorten the monitor period through the environment.
+  const monitorMs = Number(process.env.SKIFF_CONTAINER_LOG_MONITOR_MS) || undefined;
   return {
     manifests: str('manifests'),
     runtimeEndpoint: str('runtime-endpoint'),
@@ -75,6 +92,7 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
     imageGc: { highThresholdPercent: high, lowThresholdPercent: low },
     maxPods,
     allowedUnsafeSysctls,
+    containerLogs: { maxSize: logMaxSize, maxFiles: logMaxFiles, ...(monitorMs ? { monitorMs } : {}) },
     log,
   };
 }

@@ -58,6 +58,10 @@ Flags for "skiff cri":
                            /var/lib/skiff/images; "" for none)
   --idle-release-after D   after D with no call that changes something (polls do not count), give
                            back memory held but unused (default 5s; 0 never)
+  --log-size-max SIZE      conmon starts a container's log afresh (dropping what it held) when a
+                           write would take it past SIZE: a backstop between the agent's log
+                           rotations (default 0, none; "skiff node" sets twice
+                           --container-log-max-size)
   --log-level LEVEL        debug, info, warn or error (default info)
 
 ${KUBELET_HELP}

@@ -69,6 +69,8 @@ export async function node(args: string[]): Promise<number> {
   const log = createLogger(daemonOpts.logLevel);
   const kubeletOpts = kubeletOptionsFrom({ ...values, 'runtime-endpoint': `unix://${daemonOpts.socket}` }, log);
   if (kubeletOpts.clusterDNS.length === 0 && proxyOpts.dnsAddress) kubeletOpts.clusterDNS = [proxyOpts.dnsAddress];
+  // The runtime's backstop between the agent's rotations (every 10 s), unless one was given.
+  if (!daemonOpts.containerLogSizeMax && kubeletOpts.containerLogs) daemonOpts.containerLogSizeMax = 2 * kubeletOpts.containerLogs.maxSize;
   installCrashGuard(log);
   if (process.getuid?.() !== 0) log.warn('skiff node is not running as root: pods, images and rules all need root');
 

@@ -144,6 +144,13 @@ export interface ConmonArgs {
   bundle: string;
   runtime: OciRuntime;
   logPath: string;
+  /**
+   * conmon 2.1 (checked in 2.1.6): when a write would take the bytes it has
+   * written since it last started a file past this, it opens `<log>.tmp`
+   * afresh and renames it over the log: what the old file held is dropped,
+   * not rotated. Undefined or 0: no cap.
+   */
+  logSizeMax?: number;
   exitDir: string;
   socketDir: string;
   pidFile: string;
@@ -174,6 +181,7 @@ export function startConmon(a: ConmonArgs, conmonBinary = 'conmon'): Promise<num
     '--log-level', 'error',
     '--syslog',
   ];
+  if (a.logSizeMax) args.push('--log-size-max', String(a.logSizeMax));
   if (a.tty) args.push('-t');
   if (a.stdin) args.push('-i');
   if (a.stdin && !a.stdinOnce) args.push('--leave-stdin-open');

@@ -29,6 +29,7 @@ import { checkContainerUserns, hostIdOf } from '../sandbox/userns.js';
 import { ociIdMappings } from '../sandbox/service.js';
 import { closeFd, openpty, setCloexec } from '../sys/libc.js';
 import type { Runner } from '../sys/run.js';
+import { clearReopenTarget, prepareContainerLog } from './log-file.js';
 import { startConmon, type OciRuntime } from './oci-runtime.js';
 import { PhaseTrace } from '../trace.js';
 import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
@@ -85,6 +86,8 @@ export interface ContainerDeps {
   oomScoreAdjFloor: number;
   /** The capabilities this daemon holds (its bounding set). */
   allowedCaps?: string[];
+  /** conmon's --log-size-max: a container's log never grows past it between two rotations. */
+  logSizeMax?: number;
   /** What the runtime behind a pod's handler supports (recursive read-only mounts). */
   handlerFeatures?: (handler: string) => HandlerFeatures;
   onEvent?: (type: 'CONTAINER_CREATED_EVENT' | 'CONTAINER_STARTED_EVENT' | 'CONTAINER_STOPPED_EVENT' | 'CONTAINER_DELETED_EVENT', c: ContainerRecord) => void;
@@ -453,7 +456,7 @@ export class ContainerService {
       if (c.state !== 'CONTAINER_CREATED') throw failedPrecondition(`container ${c.id} is ${c.state}, not CONTAINER_CREATED`);
       const runtime = this.d.runtimeFor(c.runtimeHandler);
       const trace = new PhaseTrace();
-      await Promise.all([fsp.mkdir(path.dirname(c.logPath), { recursive: true }), fsp.rm(path.join(this.exitDir, c.id), { force: true })]);
+      await Promise.all([this.prepareLog(c), fsp.rm(path.join(this.exitDir, c.id), { force: true })]);
       trace.mark('files');
       try {
         const pid = await startConmon({
@@ -462,6 +465,7 @@ export class ContainerService {
           bundle: c.bundle,
           runtime,
           logPath: c.logPath,
+          logSizeMax: this.d.logSizeMax,
           exitDir: this.exitDir,
           socketDir: this.socketDir,
           pidFile: path.join(c.bundle, 'pid'),
@@ -799,10 +803,31 @@ export class ContainerService {
     });
   }
 
+  /** The CRI client's log directory and the path in it, when the log is there (not the bundle's console.log). */
+  private logIn(c: ContainerRecord): { dir: string; rel: string } | undefined {
+    const rel = c.config.logPath;
+    if (!rel || !c.logPath.endsWith(`/${rel}`)) return undefined;
+    return { dir: c.logPath.slice(0, -rel.length - 1), rel };
+  }
+
+  /** The log file conmon is about to open, made by the runtime with nothing a pod left there followed. */
+  private async prepareLog(c: ContainerRecord): Promise<void> {
+    const at = this.logIn(c);
+    if (!at) {
+      await fsp.mkdir(path.dirname(c.logPath), { recursive: true });
+      return;
+    }
+    await fsp.mkdir(at.dir, { recursive: true });
+    const removed = await prepareContainerLog(at.dir, at.rel);
+    if (removed.length) this.d.log.warn('removed what was not a plain log file at a container log path before starting it', { id: c.id, log: c.logPath, removed });
+  }
+
   /** Asks conmon to reopen the log file (after the kubelet rotated it). */
   async reopenLog(id: string): Promise<void> {
     const c = this.mustGet(id);
     if (c.state !== 'CONTAINER_RUNNING') throw failedPrecondition(`container ${c.id} is not running`);
+    const at = this.logIn(c);
+    if (at && (await clearReopenTarget(at.dir, at.rel))) this.d.log.warn('removed what was at a container log\'s reopen path before conmon opened it', { id: c.id, log: `${c.logPath}.tmp` });
     const ctl = path.join(c.bundle, 'ctl');
     let fh: fsp.FileHandle;
     try {

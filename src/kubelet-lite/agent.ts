@@ -6,12 +6,14 @@
  */
 import type { Event, Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import os from 'node:os';
+import path from 'node:path';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { Backoff, CONTAINER_BACKOFF } from './backoff.js';
 import { grpcCode, type CriEndpoint } from './cri-client.js';
 import { containerLogIn } from './cri-config.js';
 import { ImageManager } from './images.js';
+import type { LogRef } from './log-files.js';
 import {
   MANAGED_BY_LABEL,
   NODE_LABEL,
@@ -677,13 +679,14 @@ export class Agent {
   }
 
   /** The CRI log file of a pod's container (its previous instance with `previous`). */
-  async logPath(namespace: string, name: string, container: string, previous: boolean): Promise<string | undefined> {
+  async logPath(namespace: string, name: string, container: string, previous: boolean): Promise<LogRef | undefined> {
     const e = this.pods.get(podKey(namespace, name));
     if (!e) return undefined;
     const observed = await this.observer.observe(e.uid);
     const instances = observed.containers.filter((c) => c.name === container);
     const c = previous ? instances.find((x, i) => i > 0 && x.state === 'exited') ?? undefined : instances[0];
-    return c ? containerLogIn(`${this.opts.rootDir}/pods/${e.uid}`, c.logPath) : undefined;
+    const file = c ? containerLogIn(path.join(this.opts.rootDir, 'pods', e.uid), c.logPath) : undefined;
+    return file ? { root: this.opts.rootDir, path: path.relative(this.opts.rootDir, file) } : undefined;
   }
 
   /** Counts for the metrics: running pods and containers by state. */

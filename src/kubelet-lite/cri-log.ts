@@ -2,11 +2,13 @@
  * Reading CRI log files (`<RFC3339Nano time> <stdout|stderr> <P|F> <text>`,
  * one per line, as conmon writes them) the way `kubectl logs` shows them:
  * partial (P) lines joined with what follows, the last N lines found by
- * reading backwards from the end, and following a file as it grows until it
- * is replaced or removed.
+ * reading backwards from the end, across the files rotation left beside
+ * the current one, and following the log as it grows and is rotated.
  */
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
+import { isErrno } from '../errors.js';
+import { openLogDir, openLogFile, probeLogFile, rotatedLogs, UnsafeLogError, type LogRef } from './log-files.js';
 
 export interface CriLogLine {
   time: string;
@@ -102,7 +104,12 @@ const TAIL_CHUNK = 64 * 1024;
  * A logical line ends at an F line (or at a line not in the CRI format).
  */
 export async function tailOffset(fh: fsp.FileHandle, size: number, lines: number): Promise<number> {
-  if (lines <= 0) return size;
+  return (await tailStart(fh, size, lines)).offset;
+}
+
+/** tailOffset, with how many complete logical lines there are from that offset on (fewer than asked when the file has fewer). */
+export async function tailStart(fh: fsp.FileHandle, size: number, lines: number): Promise<{ offset: number; count: number }> {
+  if (lines <= 0) return { offset: size, count: 0 };
   let pos = size;
   // Complete logical lines seen so far from the end (the file's last, unterminated one does not count).
   let count = 0;
@@ -136,15 +143,18 @@ export async function tailOffset(fh: fsp.FileHandle, size: number, lines: number
       const parsed = parseCriLogLine(raw);
       if (raw.length && (!parsed || parsed.full)) {
         count++;
-        if (count > lines) return pos + end;
+        if (count > lines) return { offset: pos + end, count: lines };
       }
       end = nl + 1;
     }
     // A monster line without newlines: count it as one line without holding it whole, and
     // if it is wanted, start inside it.
-    if (carry.length > MAX_RAW_LINE) return ++count > lines ? pos + carry.length : pos;
+    if (carry.length > MAX_RAW_LINE) {
+      // Nothing before it is read: the count is as good as met.
+      return { offset: ++count > lines ? pos + carry.length : pos, count: lines };
+    }
   }
-  return 0;
+  return { offset: 0, count };
 }
 
 async function readFully(fh: fsp.FileHandle, buf: Buffer, position: number): Promise<void> {
@@ -165,47 +175,109 @@ export interface StreamLogOptions {
   signal: AbortSignal;
   /** Writes output; resolves when the reader can take more. */
   write(chunk: Buffer): Promise<void>;
-  /** How often a followed file is checked for growth and replacement when no change notice comes. */
+  /** How often a followed file is checked for growth and rotation when no change notice comes. */
   pollMs?: number;
+  /**
+   * How long a followed log may be missing before the stream ends (rotation
+   * renames it away until the runtime has reopened it; removal is for good).
+   */
+  goneGraceMs?: number;
+  /** Told when a followed log is replaced by something it will not read. */
+  onUnsafe?(err: UnsafeLogError): void;
 }
 
 const READ_CHUNK = 64 * 1024;
+/** The runtime's ReopenContainerLog answers within 5 s; a little more before a missing log counts as removed. */
+export const DEFAULT_GONE_GRACE_MS = 10_000;
 
 /**
- * Streams a CRI log file's content. With `follow`, keeps going as the file
- * grows and ends once the file at `file` is removed or replaced by another
- * (after sending what the old one still held), or when the signal aborts.
+ * Streams a container's CRI log: the rotated files beside it (as many as
+ * `tailLines` needs, or all), then the current file. With `follow`, keeps
+ * going as the file grows, and into the new file when it is rotated (or
+ * replaced, as the runtime's own size cap does); ends once it has been gone
+ * for longer than the grace, when it is replaced by a file that is not safe
+ * to read, or when the signal aborts. Every file is opened beneath the log
+ * directory without following a symlink (see log-files.ts).
  */
-export async function streamCriLog(file: string, opts: StreamLogOptions): Promise<void> {
-  const fh = await fsp.open(file, 'r');
+export async function streamCriLog(ref: LogRef, opts: StreamLogOptions): Promise<void> {
+  const { dirFd, name } = openLogDir(ref);
   try {
-    const st = await fh.stat();
-    let pos = opts.tailLines === undefined ? 0 : await tailOffset(fh, st.size, opts.tailLines);
-    const decoder = new CriLogDecoder({ timestamps: opts.timestamps });
-    const buf = Buffer.alloc(READ_CHUNK);
+    await streamIn(dirFd, name, opts);
+  } finally {
+    fs.closeSync(dirFd);
+  }
+}
+
+async function streamIn(dirFd: number, name: string, opts: StreamLogOptions): Promise<void> {
+  const decoder = new CriLogDecoder({ timestamps: opts.timestamps });
+  const buf = Buffer.alloc(READ_CHUNK);
+  const emit = async (bytes: Buffer) => {
+    const out = decoder.feed(bytes);
+    if (out.length) await opts.write(out);
+  };
+  /** Reads from `pos` to the end of what the file has now; returns the new position. */
+  const drain = async (fh: fsp.FileHandle, pos: number) => {
+    while (!opts.signal.aborted) {
+      const { bytesRead } = await fh.read(buf, 0, buf.length, pos);
+      if (bytesRead === 0) break;
+      pos += bytesRead;
+      await emit(buf.subarray(0, bytesRead));
+    }
+    return pos;
+  };
+
+  let cur = await openLogFile(dirFd, name);
+  try {
+    // Where to start: in the current file, or back in the rotated ones when it holds fewer lines than asked.
+    let pos = 0;
+    let older: Array<{ file: string; offset: number }> = [];
+    const rotated = await rotatedLogs(dirFd, name);
+    if (opts.tailLines === undefined) older = rotated.map((file) => ({ file, offset: 0 }));
+    else {
+      const t = await tailStart(cur.fh, cur.st.size, opts.tailLines);
+      pos = t.offset;
+      let want = opts.tailLines - t.count;
+      for (let i = rotated.length - 1; i >= 0 && want > 0; i--) {
+        const r = await openLogFile(dirFd, rotated[i]!).catch(() => undefined);
+        if (!r) continue;
+        try {
+          const ts = await tailStart(r.fh, r.st.size, want);
+          older.unshift({ file: rotated[i]!, offset: ts.offset });
+          want -= ts.count;
+        } finally {
+          await r.fh.close();
+        }
+      }
+    }
+    for (const o of older) {
+      if (opts.signal.aborted) return;
+      // Rotated away and pruned meanwhile, or swapped for something unsafe: skip it, the rest is still worth showing.
+      const r = await openLogFile(dirFd, o.file).catch(() => undefined);
+      if (!r) continue;
+      try {
+        await drain(r.fh, o.offset);
+      } finally {
+        await r.fh.close();
+      }
+    }
+    pos = await drain(cur.fh, pos);
+    if (!opts.follow) return;
+
     let watcher: fs.FSWatcher | undefined;
     let wake: (() => void) | undefined;
     const onChange = () => wake?.();
-    if (opts.follow) {
-      try {
-        watcher = fs.watch(file, { persistent: false }, onChange);
-        watcher.on('error', () => undefined);
-      } catch {
-        // Polling alone will do.
-      }
+    try {
+      // The directory, through the descriptor: renames and new files show up as well as writes.
+      watcher = fs.watch(`/proc/self/fd/${dirFd}`, { persistent: false }, onChange);
+      watcher.on('error', () => undefined);
+    } catch {
+      // Polling alone will do.
     }
     opts.signal.addEventListener('abort', onChange);
+    const grace = opts.goneGraceMs ?? DEFAULT_GONE_GRACE_MS;
+    let missingSince: number | undefined;
     try {
-      let gone = false;
       while (!opts.signal.aborted) {
-        const { bytesRead } = await fh.read(buf, 0, buf.length, pos);
-        if (bytesRead > 0) {
-          pos += bytesRead;
-          const out = decoder.feed(buf.subarray(0, bytesRead));
-          if (out.length) await opts.write(out);
-          continue;
-        }
-        if (!opts.follow || gone) break;
         await new Promise<void>((resolve) => {
           const t = setTimeout(resolve, opts.pollMs ?? 250);
           t.unref();
@@ -215,17 +287,51 @@ export async function streamCriLog(file: string, opts: StreamLogOptions): Promis
           };
         });
         wake = undefined;
-        // Replaced or removed: read what the old file still has, then stop.
-        const now = await fsp.stat(file).catch(() => undefined);
-        if (!now || now.ino !== st.ino || now.dev !== st.dev) gone = true;
-        // Truncated in place: what is there now is new output.
-        else if ((await fh.stat()).size < pos) pos = 0;
+        pos = await drain(cur.fh, pos);
+        let now: { dev: number; ino: number } | undefined;
+        try {
+          now = await probeLogFile(dirFd, name);
+        } catch (err) {
+          if (err instanceof UnsafeLogError) {
+            opts.onUnsafe?.(err);
+            return;
+          }
+          throw err;
+        }
+        if (!now) {
+          missingSince ??= Date.now();
+          if (Date.now() - missingSince > grace) return;
+          continue;
+        }
+        missingSince = undefined;
+        if (now.ino === cur.st.ino && now.dev === cur.st.dev) {
+          // Truncated in place: what is there now is new output.
+          if ((await cur.fh.stat()).size < pos) pos = 0;
+          continue;
+        }
+        // Rotated: the old file's last words, then on into the new one.
+        await drain(cur.fh, pos);
+        let next: { fh: fsp.FileHandle; st: fs.Stats };
+        try {
+          next = await openLogFile(dirFd, name);
+        } catch (err) {
+          if (err instanceof UnsafeLogError) {
+            opts.onUnsafe?.(err);
+            return;
+          }
+          // Gone again between the look and the open: the next round sees it.
+          if (isErrno(err, 'ENOENT')) continue;
+          throw err;
+        }
+        await cur.fh.close();
+        cur = next;
+        pos = await drain(cur.fh, 0);
       }
     } finally {
       watcher?.close();
       opts.signal.removeEventListener('abort', onChange);
     }
   } finally {
-    await fh.close();
+    await cur.fh.close().catch(() => undefined);
   }
 }

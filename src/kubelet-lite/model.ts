@@ -7,6 +7,7 @@ import type { ConfigMap, Container, Event, Pod, Probe, Secret, Service } from 'k
 import type { ContainerConfig } from '../gen/runtime/v1/ContainerConfig.js';
 import type { PodSandboxConfig } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { CriEndpoint } from './cri-client.js';
+import type { LogRef } from './log-files.js';
 
 // ---------------------------------------------------------------- labels
 
@@ -193,8 +194,12 @@ export interface AgentView {
   pod(namespace: string, name: string): Pod | undefined;
   events(): Event[];
   problems(): ManifestProblem[];
-  /** The CRI log file of a container (the previous instance's with `previous`). */
-  logPath(namespace: string, pod: string, container: string, previous: boolean): Promise<string | undefined>;
+  /**
+   * The CRI log file of a container (the previous instance's with
+   * `previous`): the agent's root, and the path beneath it that is opened
+   * with no symlink followed.
+   */
+  logPath(namespace: string, pod: string, container: string, previous: boolean): Promise<LogRef | undefined>;
   /**
    * Calls `listener` with a copy of each pod as it is added, changes or goes,
    * synchronously from the agent (so a caller that subscribes and then lists

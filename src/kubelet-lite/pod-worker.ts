@@ -5,6 +5,8 @@
  * kill, make the sandbox, pull, create and start, then reports the status.
  */
 import fs from 'node:fs/promises';
+import { closeSync } from 'node:fs';
+import path from 'node:path';
 import type { Container, LifecycleHandler, Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import type { PodSandboxConfig } from '../gen/runtime/v1/PodSandboxConfig.js';
 import { errorMessage } from '../errors.js';
@@ -12,6 +14,7 @@ import type { Logger } from '../log.js';
 import { computePodActions, type KillAction, type ProbeView, type StartAction } from './actions.js';
 import type { Backoff } from './backoff.js';
 import { containerLogIn } from './cri-config.js';
+import { openLogDir, openLogFile } from './log-files.js';
 import { isNotFound, type CriEndpoint } from './cri-client.js';
 import { grpcDetails, type ImageManager } from './images.js';
 import { ContainerConfigError, type ConfigBuilder, type PodContext, type ProbeTarget, type VolumeManager } from './model.js';
@@ -527,7 +530,7 @@ export class PodWorker {
         // The monitor may still be writing the last output when the exit is seen: look again briefly.
         for (let i = 0; i < 5 && !msg; i++) {
           if (i > 0) await new Promise((r) => setTimeout(r, 100));
-          msg = await tailLog(containerLogIn(ctx.podDir, c.logPath));
+          msg = await tailLog(ctx.podDir, containerLogIn(ctx.podDir, c.logPath));
         }
       }
       this.messages.set(c.id, msg);
@@ -570,12 +573,21 @@ export class PodWorker {
 }
 
 /** The last lines of a container's log, for FallbackToLogsOnError (the kubelet takes 80 lines, 2 KiB). */
-async function tailLog(file: string | undefined): Promise<string> {
+/** The end of a container's log, opened as the status API opens it (no symlink, FIFO or device: the message is served). */
+async function tailLog(podDir: string, file: string | undefined): Promise<string> {
   if (!file) return '';
   try {
-    const fh = await fs.open(file, 'r');
+    // The agent's root (`<root>/pods/<uid>`), opened as it is; the rest beneath it strictly.
+    const root = path.dirname(path.dirname(podDir));
+    const { dirFd, name } = openLogDir({ root, path: path.relative(root, file) });
+    let fh: fs.FileHandle;
+    let size: number;
     try {
-      const { size } = await fh.stat();
+      ({ fh, st: { size } } = await openLogFile(dirFd, name));
+    } finally {
+      closeSync(dirFd);
+    }
+    try {
       const len = Math.min(size, 64 * 1024);
       const buf = Buffer.alloc(len);
       await fh.read(buf, 0, len, size - len);

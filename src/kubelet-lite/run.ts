@@ -13,6 +13,7 @@ import { terminationLogHostPath, KubeletConfigBuilder } from './cri-config.js';
 import { ControllerDriver } from '../controllers/driver.js';
 import { EventRecorder } from './events.js';
 import { ImageGc } from './image-gc.js';
+import { ContainerLogManager, DEFAULT_CONTAINER_LOG_MAX_FILES, DEFAULT_CONTAINER_LOG_MAX_SIZE } from './log-rotation.js';
 import { runHook } from './hooks.js';
 import { AgentMetrics } from './metrics.js';
 import type { AgentView, ObjectChange, ProbeResult } from './model.js';
@@ -45,6 +46,8 @@ export interface KubeletOptions {
   allowedUnsafeSysctls?: string[];
   /** Pods running at once; more wait (default 110, as the kubelet's maxPods). */
   maxPods?: number;
+  /** Container log rotation (the kubelet's containerLogMaxSize, containerLogMaxFiles and its 10 s monitor period). */
+  containerLogs?: { maxSize: number; maxFiles: number; monitorMs?: number };
   /** Safety-net rescan of the manifest directory (the watcher is the main path). */
   rescanMs?: number;
   log: Logger;
@@ -241,6 +244,13 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   await agent.start();
   const gc = new ImageGc(cri, { ...(opts.imageGc ?? { highThresholdPercent: 85, lowThresholdPercent: 80 }), log });
   const stopGc = gc.start();
+  const stopLogRotation = new ContainerLogManager(cri, {
+    rootDir: opts.rootDir,
+    maxSize: opts.containerLogs?.maxSize ?? DEFAULT_CONTAINER_LOG_MAX_SIZE,
+    maxFiles: opts.containerLogs?.maxFiles ?? DEFAULT_CONTAINER_LOG_MAX_FILES,
+    monitorMs: opts.containerLogs?.monitorMs,
+    log,
+  }).start();
   const status = await StatusServer.listen({
     address: opts.statusAddress,
     view,
@@ -261,6 +271,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       clearInterval(gauges);
       await probeState.settled();
       stopGc();
+      stopLogRotation();
       await workloadsState.settled();
       agent!.stop();
       manager.stopAll();

@@ -18,6 +18,7 @@ import { silentLogger, ThrottledWarning, type Logger } from '../log.js';
 import { SockDiag } from '../sys/sock-diag.js';
 import { budgetLimits, ConnectionBudget, UNKNOWN_UID } from './connection-budget.js';
 import { streamCriLog } from './cri-log.js';
+import { UnsafeLogError } from './log-files.js';
 import type { AgentMetrics } from './metrics.js';
 import type { AgentView, PodWatchType } from './model.js';
 import type { Summary } from './stats-summary.js';
@@ -54,6 +55,8 @@ export interface StatusServerOptions {
   stallTimeoutMs?: number;
   /** How often a followed log file is checked when no change notice comes. */
   logPollMs?: number;
+  /** How long a followed log may be missing (mid-rotation) before the stream ends. */
+  logGoneGraceMs?: number;
 }
 
 /** "127.0.0.1:10255", "[::1]:0", "localhost:8080". */
@@ -69,7 +72,7 @@ export function statusObject(code: number, reason: string, message: string): Rec
   return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
 }
 
-const REASONS: Record<number, string> = { 400: 'BadRequest', 404: 'NotFound', 405: 'MethodNotAllowed', 500: 'InternalError', 503: 'ServiceUnavailable' };
+const REASONS: Record<number, string> = { 400: 'BadRequest', 403: 'Forbidden', 404: 'NotFound', 405: 'MethodNotAllowed', 500: 'InternalError', 503: 'ServiceUnavailable' };
 
 class HttpError extends Error {
   constructor(
@@ -360,8 +363,8 @@ export class StatusServer {
     const pod = this.opts.view.pod(ns, podName);
     if (!pod) throw new HttpError(404, `pods "${podName}" not found in namespace "${ns}"`);
     if (!allContainers(pod).some((c) => c.name === container)) throw new HttpError(400, `container ${container} is not valid for pod ${podName}`);
-    const file = await this.opts.view.logPath(ns, podName, container, previous);
-    if (!file) {
+    const ref = await this.opts.view.logPath(ns, podName, container, previous);
+    if (!ref) {
       throw new HttpError(
         previous ? 400 : 404,
         previous ? `previous terminated container "${container}" in pod "${podName}" not found` : `container "${container}" in pod "${podName}" has no log yet`,
@@ -383,12 +386,14 @@ export class StatusServer {
     }
     this.streams++;
     try {
-      await streamCriLog(file, {
+      await streamCriLog(ref, {
         tailLines,
+        onUnsafe: (err) => this.log.warn('stopped following a container log replaced by something unsafe to read', { pod: `${ns}/${podName}`, container, error: err.message }),
         follow,
         timestamps,
         signal: ac.signal,
         pollMs: this.opts.logPollMs,
+        goneGraceMs: this.opts.logGoneGraceMs,
         write: (chunk) => {
           start();
           if (res.destroyed) return Promise.resolve();
@@ -412,6 +417,11 @@ export class StatusServer {
       });
     } catch (err) {
       if (isErrno(err, 'ENOENT')) throw new HttpError(404, `the log of container "${container}" in pod "${podName}" is gone`);
+      if (err instanceof UnsafeLogError) {
+        // The pod has been at its own log directory (a hostPath reaching it): say so to the operator, serve nothing.
+        this.log.warn('refusing to serve a container log that is not a plain file', { pod: `${ns}/${podName}`, container, error: err.message });
+        throw new HttpError(403, `the log of container "${container}" in pod "${podName}" is not a regular file of its own (${err.why}); not serving it`);
+      }
       throw err;
     } finally {
       this.streams--;

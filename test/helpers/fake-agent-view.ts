@@ -3,6 +3,8 @@
  * and log files, with the watch the status API subscribes to.
  */
 import type { Event, Pod } from 'kubernetes-types/core/v1.js';
+import path from 'node:path';
+import type { LogRef } from '../../src/kubelet-lite/log-files.js';
 import type { CriEndpoint } from '../../src/kubelet-lite/cri-client.js';
 import type { AgentView, ManifestProblem, PodWatchType } from '../../src/kubelet-lite/model.js';
 
@@ -22,6 +24,8 @@ export class FakeAgentView implements AgentView {
   problemList: ManifestProblem[] = [];
   /** "<ns>/<pod>/<container>" (with "#previous" for the previous instance) → log file. */
   readonly logs = new Map<string, string>();
+  /** The root a log is opened beneath (default: its own directory). */
+  readonly roots = new Map<string, string>();
   private readonly listeners = new Set<(type: PodWatchType, pod: Pod) => void>();
 
   constructor(public cri: CriEndpoint = {} as CriEndpoint) {}
@@ -61,8 +65,11 @@ export class FakeAgentView implements AgentView {
     return structuredClone(this.problemList);
   }
 
-  async logPath(namespace: string, pod: string, container: string, previous: boolean): Promise<string | undefined> {
-    return this.logs.get(`${namespace}/${pod}/${container}${previous ? '#previous' : ''}`);
+  async logPath(namespace: string, pod: string, container: string, previous: boolean): Promise<LogRef | undefined> {
+    const key = `${namespace}/${pod}/${container}${previous ? '#previous' : ''}`;
+    const file = this.logs.get(key);
+    const root = this.roots.get(key) ?? (file && path.dirname(file));
+    return file === undefined || !root ? undefined : { root, path: path.relative(root, file) };
   }
 
   watchPods(listener: (type: PodWatchType, pod: Pod) => void): () => void {

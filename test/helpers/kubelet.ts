@@ -22,12 +22,13 @@ export class AgentProcess {
   constructor(
     readonly args: string[],
     readonly wrap: (argv: string[]) => string[],
+    readonly env: Record<string, string> = {},
   ) {}
 
   async start(): Promise<this> {
     this.log = '';
     const argv = this.wrap([process.execPath, bin, 'kubelet', ...this.args]);
-    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...this.env } });
     this.child.stdout!.on('data', (d: Buffer) => (this.log += d.toString()));
     this.child.stderr!.on('data', (d: Buffer) => (this.log += d.toString()));
     this.exit = new Promise((resolve) => this.child.once('exit', (code, signal) => resolve({ code, signal })));
@@ -72,8 +73,8 @@ export interface NodeFixture {
   cleanup(): Promise<{ mounts: string[]; processes: string[] }>;
 }
 
-export async function startNode(registryHost: string, repo: string, agentArgs: string[] = []): Promise<NodeFixture> {
-  const pods = await startPodFixture(registryHost, repo);
+export async function startNode(registryHost: string, repo: string, agentArgs: string[] = [], opts: { daemonArgs?: string[]; env?: Record<string, string> } = {}): Promise<NodeFixture> {
+  const pods = await startPodFixture(registryHost, repo, opts.daemonArgs);
   const manifests = path.join(pods.dirs.base, 'manifests');
   const rootDir = path.join(pods.dirs.base, 'kubelet');
   await fs.mkdir(manifests, { recursive: true });
@@ -87,7 +88,7 @@ export async function startNode(registryHost: string, repo: string, agentArgs: s
     '--log-level', 'debug',
     ...agentArgs,
   ];
-  const agent = await new AgentProcess(args, (a) => pods.ns.wrap(a)).start();
+  const agent = await new AgentProcess(args, (a) => pods.ns.wrap(a), opts.env).start();
   const hostPort = await pods.ns.exposePort(port, pods.dirs.base);
   const status = `http://127.0.0.1:${hostPort}`;
 

@@ -11,6 +11,7 @@ import { SummaryBuilder } from '../../src/kubelet-lite/stats-summary.js';
 import { createLogger } from '../../src/log.js';
 import { StatusServer, parseAddress, type StatusServerOptions } from '../../src/kubelet-lite/status-server.js';
 import { FakeAgentView, testPod } from '../helpers/fake-agent-view.js';
+import { mknod, S_IFIFO } from '../../src/sys/libc.js';
 
 async function waitUntil(what: string, fn: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> {
   const end = Date.now() + ms;
@@ -57,7 +58,7 @@ describe('status API', () => {
   const sockets: net.Socket[] = [];
 
   async function start(opts: Partial<StatusServerOptions> = {}): Promise<StatusServer> {
-    const s = await StatusServer.listen({ address: '127.0.0.1:0', view, logPollMs: 50, ...opts });
+    const s = await StatusServer.listen({ address: '127.0.0.1:0', view, logPollMs: 50, logGoneGraceMs: 500, ...opts });
     servers.push(s);
     return s;
   }
@@ -235,6 +236,54 @@ describe('status API', () => {
     expect((await get('?previous=true')).status).toBe(404);
   });
 
+  it('refuses a log that is a symlink, a FIFO or a hard link, at once and without serving what it reaches', async () => {
+    const secret = path.join(dir, 'secret');
+    await fs.writeFile(secret, criLine('stdout', 'F', 'the-secret'));
+    const get = async () => {
+      const r = await fetch(`${server.url}/containerLogs/default/web/main?follow=true`, { signal: AbortSignal.timeout(5_000) });
+      return { status: r.status, text: await r.text() };
+    };
+    await fs.mkdir(path.join(dir, 'c'));
+    view.logs.set('default/web/main', path.join(dir, 'c', '0.log'));
+    await fs.symlink(secret, path.join(dir, 'c', '0.log'));
+    let r = await get();
+    expect(r.status).toBe(403);
+    expect(r.text).not.toContain('the-secret');
+    expect(JSON.parse(r.text)).toMatchObject({ kind: 'Status', reason: 'Forbidden' });
+    await fs.rm(path.join(dir, 'c', '0.log'));
+    mknod(path.join(dir, 'c', '0.log'), S_IFIFO | 0o600);
+    expect((await get()).status).toBe(403);
+    await fs.rm(path.join(dir, 'c', '0.log'));
+    await fs.link(secret, path.join(dir, 'c', '0.log'));
+    r = await get();
+    expect(r.status).toBe(403);
+    expect(r.text).not.toContain('the-secret');
+    // A symlinked directory on the way is refused as well.
+    await fs.rm(path.join(dir, 'c'), { recursive: true });
+    await fs.mkdir(path.join(dir, 'elsewhere'));
+    await fs.writeFile(path.join(dir, 'elsewhere', '0.log'), criLine('stdout', 'F', 'the-secret'));
+    await fs.symlink(path.join(dir, 'elsewhere'), path.join(dir, 'c'));
+    view.logs.set('default/web/main', path.join(dir, 'c', '0.log'));
+    // (The fake view's root is the file's own directory: point it one level up so `c` is a component.)
+    view.roots.set('default/web/main', dir);
+    r = await get();
+    expect(r.status).toBe(403);
+    expect(r.text).not.toContain('the-secret');
+  });
+
+  it('tails across rotated files, oldest first, and serves them all without tailLines', async () => {
+    const file = path.join(dir, '0.log');
+    await fs.writeFile(`${file}.20261201-100000.000`, criLine('stdout', 'F', 'a') + criLine('stdout', 'F', 'b'));
+    await fs.writeFile(`${file}.20261201-100010.000`, criLine('stdout', 'F', 'c'));
+    await fs.writeFile(file, criLine('stdout', 'F', 'd') + criLine('stdout', 'F', 'e'));
+    view.logs.set('default/web/main', file);
+    const get = async (q: string) => (await fetch(`${server.url}/containerLogs/default/web/main${q}`)).text();
+    expect(await get('')).toBe('a\nb\nc\nd\ne\n');
+    expect(await get('?tailLines=2')).toBe('d\ne\n');
+    expect(await get('?tailLines=4')).toBe('b\nc\nd\ne\n');
+    expect(await get('?tailLines=100')).toBe('a\nb\nc\nd\ne\n');
+  });
+
   it('tails a huge file by reading only its end', async () => {
     // 64 GiB, sparse: reading it whole would take minutes; the tail must come back at once.
     const file = path.join(dir, 'huge.log');
@@ -250,7 +299,7 @@ describe('status API', () => {
     expect(Date.now() - started).toBeLessThan(5_000);
   });
 
-  it('follows a log as lines are appended, joins partial lines, and ends when the file is replaced', async () => {
+  it('follows a log as lines are appended, joins partial lines, and goes on into the file that replaces it', async () => {
     const file = path.join(dir, 'follow.log');
     await fs.writeFile(file, criLine('stdout', 'F', 'first'));
     view.logs.set('default/web/main', file);
@@ -268,12 +317,15 @@ describe('status API', () => {
     await fs.appendFile(file, raw.slice(20));
     await waitUntil('the split line', () => f.text.endsWith('second\nsplit across writes\n'));
     expect(f.ended).toBe(false);
-    // Rotation: the old file's last words are sent, then the stream ends.
+    // Rotation: the old file's last words are sent, then the new file's lines.
     await fs.appendFile(file, criLine('stdout', 'F', 'last words'));
-    await fs.rename(file, `${file}.1`);
+    await fs.rename(file, `${file}.20261201-100000.000`);
     await fs.writeFile(file, criLine('stdout', 'F', 'new file'));
+    await waitUntil('the new file', () => f.text.endsWith('last words\nnew file\n'));
+    expect(f.text).toBe('first\nhalf whole\nsecond\nsplit across writes\nlast words\nnew file\n');
+    // Removed for good (the container is gone): the stream ends once the grace has passed.
+    await fs.rm(file);
     await f.done;
-    expect(f.text).toBe('first\nhalf whole\nsecond\nsplit across writes\nlast words\n');
     await waitUntil('no streams', () => server.activeStreams === 0);
   });
 
