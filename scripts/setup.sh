@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian 12 machine for skiff: system packages, npm packages, build.
-# Run as root from the repository root: ./scripts/setup.sh
+# Sets up a Debian 12 machine for skiff: system packages, npm packages, the build, the demo
+# images. Each step is skipped when nothing is missing. Run as root: ./scripts/setup.sh
+# (scripts/demo.sh and scripts/test.sh run it first.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +27,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Debian starts docker-registry as a service on install where it can; the tests run their own.
 
-npm ci --no-audit --no-fund
+# npm ci only when the lock file changed since the last install (it is the slow step).
+lock_hash=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ "$(cat node_modules/.skiff-lock-hash 2>/dev/null)" != "$lock_hash" ]; then
+  npm ci --no-audit --no-fund
+  echo "$lock_hash" > node_modules/.skiff-lock-hash
+fi
 npm run build
-npx tsx scripts/build-demo-images.ts   # the demo images, from busybox-static: build/images/*.tar
-echo "setup: done. Run the whole-node demo: npx skiff node --manifests examples/demo --images-dir build/images"
+# The demo images, from busybox-static: build/images/*.tar, remade when their builder changes.
+if [ ! -s build/images/demo-web.tar ] || [ ! -s build/images/demo-client.tar ] || [ scripts/build-demo-images.ts -nt build/images/demo-web.tar ]; then
+  npx tsx scripts/build-demo-images.ts
+fi
+echo "setup: done."

@@ -35,26 +35,54 @@ async function help(): Promise<string> {
   return out;
 }
 
-describe('skiff cri flags in --help and README', () => {
-  it('README has one unbroken flag table, with the same flags as --help', async () => {
-    const readme = await fs.readFile(path.join(repoRoot, 'README.md'), 'utf8');
-    const section = readme.split('\n## `skiff cri`\n')[1]!.split('\n## ')[0]!;
-    const lines = section.split('\n');
-    const start = lines.findIndex((l) => l.startsWith('| flag |'));
-    expect(start).toBeGreaterThanOrEqual(0);
-    const table: string[] = [];
-    for (const l of lines.slice(start)) {
-      if (!l.startsWith('|')) break;
-      table.push(l);
-    }
+/** The `--flag`s of the first table under `heading` in a doc, and every flag row anywhere in that section. */
+async function docFlags(doc: string, heading: string): Promise<{ table: string[]; rowsAnywhere: number }> {
+  const text = `\n${await fs.readFile(path.join(repoRoot, doc), 'utf8')}`;
+  const section = text.split(`\n${heading}\n`)[1]!.split('\n## ')[0]!;
+  const lines = section.split('\n');
+  const start = lines.findIndex((l) => l.startsWith('| flag'));
+  expect(start, `a flag table under ${heading} in ${doc}`).toBeGreaterThanOrEqual(0);
+  const rows: string[] = [];
+  for (const l of lines.slice(start)) {
+    if (!l.startsWith('|')) break;
+    rows.push(l);
+  }
+  // A row may name several flags in its first column ("`--a`, `--b`").
+  const flagsOf = (row: string) => [...(row.split('|')[1] ?? '').matchAll(/`(--[a-z-]+)`/g)].map((m) => m[1]!);
+  return { table: rows.flatMap(flagsOf), rowsAnywhere: lines.filter((l) => /^\| `--/.test(l)).length - rows.filter((l) => /^\| `--/.test(l)).length };
+}
+
+async function helpFlags(args: string[], title: string): Promise<string[]> {
+  let out = '';
+  const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+    out += String(chunk);
+    return true;
+  });
+  try {
+    expect(await main(args)).toBe(0);
+  } finally {
+    spy.mockRestore();
+  }
+  const section = out.split(`${title}\n`)[1]!.split('\n\n')[0]!;
+  return [...section.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]!);
+}
+
+describe('flag tables in docs/ match --help', () => {
+  it('docs/cri.md has one unbroken flag table, with the same flags as skiff cri --help', async () => {
+    const { table, rowsAnywhere } = await docFlags('docs/cri.md', '## `skiff cri`');
     // No second table after a blank line: every flag row sits in the first one.
-    const rowsAnywhere = lines.filter((l) => /^\| `--/.test(l));
-    const readmeFlags = table.filter((l) => /^\| `--/.test(l)).map((l) => /^\| `(--[a-z-]+)`/.exec(l)![1]);
-    expect(rowsAnywhere).toHaveLength(readmeFlags.length);
-    const criSection = (await help()).split('Flags for "skiff cri":\n')[1]!.split('\n\n')[0]!;
-    const helpFlags = [...criSection.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]);
-    expect(readmeFlags.sort()).toEqual(helpFlags.sort());
-    expect(helpFlags).toContain('--cni-bridge');
+    expect(rowsAnywhere).toBe(0);
+    const flags = (await help()).split('Flags for "skiff cri":\n')[1]!.split('\n\n')[0]!;
+    const fromHelp = [...flags.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]);
+    expect(table.sort()).toEqual(fromHelp.sort());
+    expect(fromHelp).toContain('--cni-bridge');
+  });
+
+  it('docs/node.md and docs/proxy.md list the flags of skiff kubelet --help and skiff proxy --help', async () => {
+    const kubelet = await docFlags('docs/node.md', '## `skiff node` and `skiff kubelet`');
+    expect(kubelet.table.sort()).toEqual((await helpFlags(['kubelet', '--help'], 'Flags for "skiff kubelet" (the node agent alone, against skiff, containerd or CRI-O):')).sort());
+    const proxy = await docFlags('docs/proxy.md', '# The service proxy and service DNS: `skiff proxy`');
+    expect(proxy.table.sort()).toEqual((await helpFlags(['proxy', '--help'], 'Flags for "skiff proxy" (Services to iptables rules in kube-proxy\'s layout, and service DNS):')).sort());
   });
 
   it('refuses a pod CIDR the bridge could not use before starting anything', async () => {
