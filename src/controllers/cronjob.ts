@@ -6,7 +6,7 @@
  */
 import type { CronJob, CronJobStatus, JobSpec } from 'kubernetes-types/batch/v1.js';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import type { StoredObject } from '../kubelet-lite/model.js';
+import type { StoredObject } from '../stored-object.js';
 import { append, derivedUid, iso, type Ctx } from './common.js';
 import { mostRecent, parseCron } from './cron.js';
 import { jobMemoryKey, reconcileJob, type JobResult } from './job.js';

@@ -7,7 +7,7 @@
  */
 import type { Deployment, DeploymentStatus } from 'kubernetes-types/apps/v1.js';
 import type { Pod, PodTemplateSpec } from 'kubernetes-types/core/v1.js';
-import type { StoredObject } from '../kubelet-lite/model.js';
+import type { StoredObject } from '../stored-object.js';
 import {
   availableAt,
   CREATED_ANNOTATION,

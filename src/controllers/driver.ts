@@ -5,7 +5,7 @@
  * driver calls `onRequeue` so the agent runs it again.
  */
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import type { StoredObject } from '../kubelet-lite/model.js';
+import type { StoredObject } from '../stored-object.js';
 import { reconcile, sanitizeState } from './reconcile.js';
 import { emptyState, type ControllerState, type ReconcileOutput } from './types.js';
 

@@ -6,7 +6,7 @@
  */
 import type { JobSpec } from 'kubernetes-types/batch/v1.js';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import type { StoredObject } from '../kubelet-lite/model.js';
+import type { StoredObject } from '../stored-object.js';
 import { append, controllerOf, desiredCopy, isTerminating, podKey, type Ctx } from './common.js';
 import { reconcileCronJob } from './cronjob.js';
 import { POD_TEMPLATE_HASH_LABEL, reconcileDeployment } from './deployment.js';

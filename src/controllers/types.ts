@@ -29,7 +29,7 @@
  *   edit — and nothing new starts.
  */
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import type { StoredObject } from '../kubelet-lite/model.js';
+import type { StoredObject } from '../stored-object.js';
 
 export type WorkloadKind = 'Deployment' | 'DaemonSet' | 'Job' | 'CronJob';
 export const WORKLOAD_KINDS: readonly WorkloadKind[] = ['Deployment', 'DaemonSet', 'Job', 'CronJob'];

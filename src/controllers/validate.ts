@@ -3,7 +3,7 @@
  * are parsed YAML with no defaults and no schema: anything may be a string, a
  * list or null. Every finding is a sentence naming the field; nothing throws.
  */
-import type { StoredObject } from '../kubelet-lite/model.js';
+import type { StoredObject } from '../stored-object.js';
 import { selectorMatches } from './common.js';
 import type { WorkloadKind } from './types.js';
 

@@ -8,6 +8,9 @@ import type { ContainerConfig } from '../gen/runtime/v1/ContainerConfig.js';
 import type { PodSandboxConfig } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { CriEndpoint } from './cri-client.js';
 import type { LogRef } from './log-files.js';
+import type { ObjectSource, StoredObject } from '../stored-object.js';
+
+export type { ObjectSource, StoredObject };
 
 // ---------------------------------------------------------------- labels
 
@@ -29,13 +32,6 @@ export const CONTAINER_TYPE_LABEL = 'io.skiff.kubelet-lite/container-type';
 
 // ---------------------------------------------------------------- manifests
 
-/** Where an object was read from: the file, the document's index in it and its first line (1-based). */
-export interface ObjectSource {
-  file: string;
-  document: number;
-  line: number;
-}
-
 /** A manifest (or one document of it) that could not be used, with the reason. */
 export interface ManifestProblem {
   file: string;
@@ -43,18 +39,6 @@ export interface ManifestProblem {
   /** The object's kind/namespace/name when it got that far. */
   object?: string;
   reason: string;
-}
-
-/** One object from the manifest directory, of any kind, as parsed (no defaults applied). */
-export interface StoredObject {
-  apiVersion: string;
-  kind: string;
-  namespace: string;
-  name: string;
-  /** Stable for an unchanged object; changes when its content changes (as the kubelet's static pod UID). */
-  uid: string;
-  object: Record<string, unknown>;
-  source: ObjectSource;
 }
 
 export type ChangeType = 'added' | 'modified' | 'deleted';
@@ -73,7 +57,6 @@ export interface ObjectLookup {
   secret(namespace: string, name: string): Secret | undefined;
 }
 
-/** A Pod ready to run: validated, with the API server's defaults applied, or the reasons it is not. */
 /**
  * A pod validated (and admitted): runnable, or not with the reasons. `reason`
  * is the pod status reason shown for it: InvalidManifest unless admission

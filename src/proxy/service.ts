@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { Service, ServicePort } from 'kubernetes-types/core/v1.js';
-import type { StoredObject } from '../kubelet-lite/model.js';
+import type { StoredObject } from '../stored-object.js';
 
 export type Protocol = 'TCP' | 'UDP' | 'SCTP';
 

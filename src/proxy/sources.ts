@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { StoredObject } from '../kubelet-lite/model.js';
+import type { StoredObject } from '../stored-object.js';
 
 /** The Services the proxy programs (StoredObjects of kind Service), and a signal when they change. */
 export interface ServiceSource {

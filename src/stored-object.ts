@@ -1,0 +1,25 @@
+/**
+ * The node's objects as its parts exchange them: one Kubernetes object of
+ * any kind, as written (no defaults applied), with the identity the agent
+ * gives it and where it came from. The agent, the controllers and the proxy
+ * all read these, so the type lives beneath all three.
+ */
+
+/** Where an object was read from: the file, the document's index in it and its first line (1-based). */
+export interface ObjectSource {
+  file: string;
+  document: number;
+  line: number;
+}
+
+/** One object from the manifest directory, of any kind, as parsed (no defaults applied). */
+export interface StoredObject {
+  apiVersion: string;
+  kind: string;
+  namespace: string;
+  name: string;
+  /** Stable for an unchanged object; changes when its content changes (as the kubelet's static pod UID). */
+  uid: string;
+  object: Record<string, unknown>;
+  source: ObjectSource;
+}
