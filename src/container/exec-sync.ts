@@ -17,7 +17,7 @@ import path from 'node:path';
 import { SkiffError } from '../errors.js';
 import { closeFd, pidfdOpen, pidfdSendSignal } from '../sys/libc.js';
 import { spawnChild } from '../sys/spawn.js';
-import { parentPid } from './proc.js';
+import { parentPid } from '../sys/proc.js';
 
 export interface ExecSyncResult {
   stdout: Buffer;

@@ -30,13 +30,13 @@ import { ociIdMappings } from '../sandbox/service.js';
 import { closeFd, openpty, setCloexec } from '../sys/libc.js';
 import type { Runner } from '../sys/run.js';
 import { clearReopenTarget, prepareContainerLog } from './log-file.js';
-import { startConmon, type OciRuntime } from './oci-runtime.js';
+import { startConmon, type OciRuntime } from '../oci/runtime.js';
 import { PhaseTrace } from '../trace.js';
 import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
 import { loadSeccomp, seccompChoice } from './seccomp.js';
-import type { HandlerFeatures } from './runtime-features.js';
+import type { HandlerFeatures } from '../oci/features.js';
 import { resolveUser } from './user.js';
-import { isSameProcess, processStartTimeSync } from './proc.js';
+import { isSameProcess, processStartTimeSync } from '../sys/proc.js';
 import { oomKilled } from './stats.js';
 import { runExecSync, type ExecSyncResult } from './exec-sync.js';
 

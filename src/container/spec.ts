@@ -6,6 +6,7 @@
 import type { ContainerConfig__Output } from '../gen/runtime/v1/ContainerConfig.js';
 import { invalidArgument } from '../errors.js';
 import type { ImageConfig } from '../image/service.js';
+import { DEFAULT_MASKED, DEFAULT_READONLY } from '../oci/defaults.js';
 
 export interface OciSpec {
   ociVersion: string;
@@ -61,11 +62,6 @@ export const ALL_CAPS = [
   'CAP_WAKE_ALARM', 'CAP_BLOCK_SUSPEND', 'CAP_AUDIT_READ', 'CAP_PERFMON', 'CAP_BPF', 'CAP_CHECKPOINT_RESTORE',
 ];
 
-export const DEFAULT_MASKED = [
-  '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
-  '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware', '/sys/devices/virtual/powercap',
-];
-export const DEFAULT_READONLY = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
 
 /** Where the pod's namespaces are; `undefined` means the host's (NODE mode). */
 export interface PodContext {

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { SkiffError, isErrno } from '../errors.js';
 import type { Runner } from '../sys/run.js';
 import { spawnChild } from '../sys/spawn.js';
-import { isSameProcess } from './proc.js';
+import { isSameProcess } from '../sys/proc.js';
 
 export interface RuntimeState {
   status: 'creating' | 'created' | 'running' | 'stopped' | 'paused';

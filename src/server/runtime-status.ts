@@ -1,7 +1,7 @@
 import type { StatusRequest__Output } from '../gen/runtime/v1/StatusRequest.js';
 import type { StatusResponse } from '../gen/runtime/v1/StatusResponse.js';
 import type { RuntimeCondition } from '../gen/runtime/v1/RuntimeCondition.js';
-import { NO_FEATURES, type HandlerFeatures } from '../container/runtime-features.js';
+import { NO_FEATURES, type HandlerFeatures } from '../oci/features.js';
 
 type Condition = { ready: boolean; reason?: string; message?: string };
 

@@ -5,7 +5,7 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import fsp from 'node:fs/promises';
-import { parentPid } from '../container/proc.js';
+import { parentPid } from '../sys/proc.js';
 import { closeFd, pidfdOpen, pidfdSendSignal } from '../sys/libc.js';
 
 export interface HeldProcess {

@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { OciRuntime, startConmon } from '../../src/container/oci-runtime.js';
+import { OciRuntime, startConmon } from '../../src/oci/runtime.js';
 import { SkiffError } from '../../src/errors.js';
 import { run } from '../../src/sys/run.js';
 

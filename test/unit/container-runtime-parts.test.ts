@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ByteBudget, parseCriLog, readCriLog } from '../../src/container/exec-sync.js';
-import { parseStartTime } from '../../src/container/proc.js';
+import { parseStartTime } from '../../src/sys/proc.js';
 import { CpuRates, oomKilled } from '../../src/container/stats.js';
 import { nowWireNs, wireNs } from '../../src/container/time.js';
 

@@ -4,7 +4,7 @@
  * read from a runtime's features document.
  */
 import { describe, expect, it } from 'vitest';
-import { featuresFromDocument, probeFeatures } from '../../src/container/runtime-features.js';
+import { featuresFromDocument, probeFeatures } from '../../src/oci/features.js';
 import { buildSpec, type PodContext } from '../../src/container/spec.js';
 import { status } from '../../src/server/runtime-status.js';
 import type { ContainerConfig__Output } from '../../src/gen/runtime/v1/ContainerConfig.js';

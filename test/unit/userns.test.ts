@@ -5,7 +5,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { mapText, unsearchableAncestor } from '../../src/sys/idmap.js';
-import { joinsUserNamespaces, probeUserNamespaces } from '../../src/container/runtime-features.js';
+import { joinsUserNamespaces, probeUserNamespaces } from '../../src/oci/features.js';
 import { status } from '../../src/server/runtime-status.js';
 import type { Runner } from '../../src/sys/run.js';
 import { buildSpec, type PodContext } from '../../src/container/spec.js';
