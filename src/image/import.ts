@@ -15,7 +15,8 @@ import { digestOf, parseDigest, sha256Digest } from './content.js';
 import { selectPlatform, hostPlatform, type Platform } from './platform.js';
 import { parseReference, type Reference } from './reference.js';
 import { Limits, MediaType, type FetchedManifest } from './registry.js';
-import { parseJson, type BlobSource, type Descriptor } from './service.js';
+import { parseJson } from './json.js';
+import type { BlobSource, Descriptor } from './source.js';
 import { cancelledError } from './shared-work.js';
 
 /** Images named in one archive's index.json or manifest.json. */

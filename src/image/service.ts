@@ -22,6 +22,10 @@ import type { ImageArchive, ArchiveLimits } from './archive.js';
 import { findInLowers, type Snapshot, type Snapshotter } from './snapshot.js';
 import type { ApplyResult } from './unpack.js';
 import { lazyCode } from '../lazy-code.js';
+import { parseJson } from './json.js';
+import type { BlobSource, Descriptor } from './source.js';
+
+export type { BlobSource, Descriptor };
 
 /**
  * What unpacks layers (tar-stream, the layer thread) and reads image archives is loaded by the
@@ -39,12 +43,6 @@ const loadArchiveCode = lazyCode('image archive', () =>
   Promise.all([import('./archive.js'), import('./import.js')]).then(([archive, imp]) => ({ ImageArchive: archive.ImageArchive, readImageArchive: imp.readImageArchive })),
 );
 
-export interface Descriptor {
-  mediaType: string;
-  digest: string;
-  size: number;
-  platform?: Partial<Platform>;
-}
 
 export interface ImageConfig {
   architecture?: string;
@@ -103,15 +101,6 @@ export interface ImageServiceDeps {
   importTmpDir?: string;
 }
 
-/** Where a pull or import reads manifests and blobs from: a registry session, or an archive. */
-export interface BlobSource {
-  /** The manifest or index named by a tag or digest, its digest verified. */
-  manifest(tagOrDigest: string): Promise<FetchedManifest>;
-  /** Exactly `desc.size` bytes; the store verifies the digest. */
-  blob(desc: { digest: string; size: number }): Promise<Readable>;
-  /** The work this source serves was abandoned. */
-  readonly aborted: boolean;
-}
 
 /** How far a pull or import has come. */
 export interface PullProgress {
@@ -248,43 +237,6 @@ export function chainIds(diffIds: string[]): string[] {
     out.push(prev ? `sha256:${createHash('sha256').update(`${prev} ${d}`).digest('hex')}` : d);
   }
   return out;
-}
-
-/**
- * The most JSON values (objects, arrays, strings, numbers...) skiff parses in
- * one manifest, index or image config. Parsed, each costs tens of bytes of
- * heap: the 8 MiB a config may weigh, written as "{},{},...", would be close
- * to three million objects (over 100 MiB). Real ones hold a few thousand.
- */
-export const MAX_JSON_VALUES = 100_000;
-
-/**
- * An upper bound on the JSON values in `buf`, counted without parsing it:
- * one plus every comma and every opening bracket outside strings (at most
- * twice the real count).
- */
-export function countJsonValues(buf: Buffer): number {
-  let n = 1;
-  let inString = false;
-  for (let i = 0; i < buf.length; i++) {
-    const b = buf[i]!;
-    if (inString) {
-      if (b === 0x5c) i++; // a backslash escapes the next byte
-      else if (b === 0x22) inString = false;
-    } else if (b === 0x22) inString = true;
-    else if (b === 0x2c || b === 0x5b || b === 0x7b) n++;
-  }
-  return n;
-}
-
-export function parseJson<T>(buf: Buffer, what: string): T {
-  const values = countJsonValues(buf);
-  if (values > MAX_JSON_VALUES) throw new SkiffError('InvalidArgument', `${what} holds about ${values} JSON values, more than the ${MAX_JSON_VALUES} skiff accepts`);
-  try {
-    return JSON.parse(buf.toString('utf8')) as T;
-  } catch {
-    throw new SkiffError('InvalidArgument', `${what} is not valid JSON`);
-  }
 }
 
 const isString = (v: unknown): v is string => typeof v === 'string';

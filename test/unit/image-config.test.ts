@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { countJsonValues, MAX_JSON_VALUES, normalizeConfig } from '../../src/image/service.js';
+import { countJsonValues, MAX_JSON_VALUES } from '../../src/image/json.js';
+import { normalizeConfig } from '../../src/image/service.js';
 
 describe('image config handling', () => {
   it('counts JSON values from above without parsing, ignoring brackets and commas inside strings', () => {
