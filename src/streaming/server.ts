@@ -25,9 +25,6 @@ import { lazyCode } from '../lazy-code.js';
 
 type SessionCode = typeof import('./exec.js') & typeof import('./port-forward.js') & typeof import('./spdy.js') & typeof import('./streams.js');
 
-/** Set once sessionCode() has loaded: every session runs after that. */
-let code: SessionCode;
-
 /**
  * What sessions run on (the SPDY codec, WebSocket channels, exec, attach and port-forward) is
  * loaded for the first session: an idle daemon, and one whose clients only call ExecSync, needs
@@ -35,7 +32,7 @@ let code: SessionCode;
  */
 const sessionCode = lazyCode('streaming session', () =>
   Promise.all([import('./exec.js'), import('./port-forward.js'), import('./spdy.js'), import('./streams.js')]).then(
-    ([exec, portForward, spdy, streams]) => (code = { ...exec, ...portForward, ...spdy, ...streams }),
+    ([exec, portForward, spdy, streams]): SessionCode => ({ ...exec, ...portForward, ...spdy, ...streams }),
   ),
 );
 
@@ -152,6 +149,9 @@ export class StreamingServer {
   private baseUrl = '';
   private readonly idleTimeoutMs: number;
 
+  /** The session code, set once it has loaded: every session runs after that. */
+  private code!: SessionCode;
+
   constructor(private readonly d: StreamingDeps) {
     this.tokens = new TokenStore(d.tokenTtlMs);
     this.idleTimeoutMs = d.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
@@ -264,7 +264,8 @@ export class StreamingServer {
     const upgrade = String(req.headers.upgrade ?? '').toLowerCase();
     // Until the session code is loaded nobody reads the socket: what the client sends meanwhile waits in it.
     sessionCode()
-      .then(() => {
+      .then((code) => {
+        this.code = code;
         if (!socket.destroyed) this.onSession(req, socket, head, target, upgrade);
       })
       .catch((err: unknown) => {
@@ -303,7 +304,7 @@ export class StreamingServer {
       return;
     }
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${protocol}\r\n\r\n`);
-    const session = new code.SpdySession(socket, { maxStreams: target.kind === 'portforward' ? code.MAX_PORTFORWARD_STREAMS : 8 });
+    const session = new this.code.SpdySession(socket, { maxStreams: target.kind === 'portforward' ? this.code.MAX_PORTFORWARD_STREAMS : 8 });
     session.on('protocol-error', (e: Error) => this.d.log.warn('SPDY protocol error', { error: e.message }));
     this.idle(socket, () => session.destroy());
     if (head.length) socket.unshift(head);
@@ -344,9 +345,9 @@ export class StreamingServer {
   /** Runs the operation a session's target names against its streams. */
   private run(t: ExecTarget | AttachTarget, io: SessionStreams): void {
     if (t.kind === 'exec') {
-      code.runExec(this.d, t.containerId, t.cmd, t.tty, io).catch((err) => io.finish({ kind: 'failure', message: errorMessage(err) }));
+      this.code.runExec(this.d, t.containerId, t.cmd, t.tty, io).catch((err) => io.finish({ kind: 'failure', message: errorMessage(err) }));
     } else {
-      code.runAttach(t.bundle, t.containerId, conmonResizer(t.bundle), io);
+      this.code.runAttach(t.bundle, t.containerId, conmonResizer(t.bundle), io);
     }
   }
 
@@ -374,7 +375,7 @@ export class StreamingServer {
     session.on('stream', (s: SpdyStream) => {
       const type = s.headers.streamtype ?? '';
       if (started || !want.includes(type) || streams.has(type)) {
-        s.reset(code.RstStatus.REFUSED_STREAM);
+        s.reset(this.code.RstStatus.REFUSED_STREAM);
         return;
       }
       void s.reply({});
@@ -398,9 +399,9 @@ export class StreamingServer {
           if (finished) return;
           finished = true;
           void (async () => {
-            await Promise.all([code.flushed(io.stdout, ac.signal), code.flushed(io.stderr, ac.signal)]);
+            await Promise.all([this.code.flushed(io.stdout, ac.signal), this.code.flushed(io.stderr, ac.signal)]);
             if (!errStream.writableEnded && !errStream.isGone) errStream.end(statusText(outcome, cmd, json));
-            await code.flushed(errStream, ac.signal);
+            await this.code.flushed(errStream, ac.signal);
             // The client closes once it has read the status; a client that does not is closed.
             setTimeout(() => session.close(), LINGER_MS).unref();
           })();
@@ -413,7 +414,7 @@ export class StreamingServer {
   /** Port-forward over SPDY: a data and an error stream per connection, paired by request id. */
   private spdyPortForward(session: SpdySession, t: PortForwardTarget): void {
     const pairs = new Map<string, { data?: SpdyStream; error?: SpdyStream; port: number }>();
-    const limit = new code.HelperLimit();
+    const limit = new this.code.HelperLimit();
     const ac = new AbortController();
     session.on('close', () => ac.abort());
     session.on('stream', (s: SpdyStream) => {
@@ -421,12 +422,12 @@ export class StreamingServer {
       const id = s.headers.requestid ?? '';
       const type = s.headers.streamtype;
       if (!Number.isInteger(port) || port <= 0 || port > 65535 || (type !== 'error' && type !== 'data')) {
-        s.reset(code.RstStatus.REFUSED_STREAM);
+        s.reset(this.code.RstStatus.REFUSED_STREAM);
         return;
       }
       const p = pairs.get(id) ?? { port };
       if (p.port !== port || p[type]) {
-        s.reset(code.RstStatus.REFUSED_STREAM);
+        s.reset(this.code.RstStatus.REFUSED_STREAM);
         return;
       }
       void s.reply({});
@@ -439,7 +440,7 @@ export class StreamingServer {
       });
       if (p.data && p.error) {
         pairs.delete(id);
-        void code.forwardPort(t, p.port, p.data, p.error, limit, ac.signal);
+        void this.code.forwardPort(t, p.port, p.data, p.error, limit, ac.signal);
       }
     });
   }
@@ -454,7 +455,7 @@ export class StreamingServer {
     this.idle(socket, () => ws.terminate());
     if (t.kind === 'portforward') return this.webSocketPortForward(ws, socket, t, query);
     const inputs = new Set<number>([...(t.stdin ? [0] : []), ...(t.tty ? [4] : [])]);
-    const ch = new code.WsChannels(ws, socket, inputs);
+    const ch = new this.code.WsChannels(ws, socket, inputs);
     const ac = new AbortController();
     ws.on('close', () => ac.abort());
     const stderr = t.stderr && !(t.kind === 'attach' && t.tty);
@@ -470,7 +471,7 @@ export class StreamingServer {
         if (finished) return;
         finished = true;
         void (async () => {
-          await Promise.all([code.flushed(io.stdout, ac.signal), code.flushed(io.stderr, ac.signal)]);
+          await Promise.all([this.code.flushed(io.stdout, ac.signal), this.code.flushed(io.stderr, ac.signal)]);
           ch.sendNow(3, Buffer.from(statusText(outcome, cmd, true)), () => ch.close(1000));
         })();
       },
@@ -490,19 +491,19 @@ export class StreamingServer {
       ws.close(1008, 'port-forward needs valid ports');
       return;
     }
-    const ch = new code.WsChannels(ws, socket, new Set(list.map((_, i) => 2 * i)));
+    const ch = new this.code.WsChannels(ws, socket, new Set(list.map((_, i) => 2 * i)));
     const ac = new AbortController();
     ws.on('close', () => ac.abort());
-    const limit = new code.HelperLimit();
+    const limit = new this.code.HelperLimit();
     const conns = list.map((port, i) => {
       const portBytes = Buffer.alloc(2);
       portBytes.writeUInt16LE(port);
       ch.sendNow(2 * i, portBytes);
       ch.sendNow(2 * i + 1, portBytes);
-      return code.forwardPort(t, port, ch.channel(2 * i), ch.channel(2 * i + 1), limit, ac.signal);
+      return this.code.forwardPort(t, port, ch.channel(2 * i), ch.channel(2 * i + 1), limit, ac.signal);
     });
     void Promise.all(conns).then(async () => {
-      await Promise.all(list.map((_, i) => code.flushed(ch.channel(2 * i), ac.signal)));
+      await Promise.all(list.map((_, i) => this.code.flushed(ch.channel(2 * i), ac.signal)));
       ch.close(1000);
     });
   }
