@@ -2,6 +2,7 @@
 import type { Pod, PodTemplateSpec } from 'kubernetes-types/core/v1.js';
 import type { LabelSelector, OwnerReference } from 'kubernetes-types/meta/v1.js';
 import type { ConditionMemory, ControllerState } from './types.js';
+import { keyOf, selectorMatches } from '../labels.js';
 
 /** Consonants and digits only, as Kubernetes' generated names use, so no suffix spells a word. */
 const SAFE_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
@@ -113,9 +114,7 @@ export function parseTime(v: unknown): number | undefined {
 
 // ---------------------------------------------------------------- pods
 
-export function podKey(p: Pod): string {
-  return `${p.metadata?.namespace ?? 'default'}/${p.metadata?.name ?? ''}`;
-}
+export const podKey: (p: Pod) => string = keyOf;
 
 export function controllerOf(p: Pod): OwnerReference | undefined {
   return (p.metadata?.ownerReferences ?? []).find((r) => r && r.controller) ?? p.metadata?.ownerReferences?.[0];
@@ -242,30 +241,7 @@ export function podFromTemplate(opts: {
 
 // ---------------------------------------------------------------- selectors
 
-export function selectorMatches(sel: LabelSelector, labels: Record<string, string>): boolean {
-  for (const [k, v] of Object.entries(sel.matchLabels ?? {})) if (labels[k] !== v) return false;
-  for (const e of sel.matchExpressions ?? []) {
-    const has = Object.prototype.hasOwnProperty.call(labels, e.key);
-    const values = e.values ?? [];
-    switch (e.operator) {
-      case 'In':
-        if (!has || !values.includes(labels[e.key]!)) return false;
-        break;
-      case 'NotIn':
-        if (has && values.includes(labels[e.key]!)) return false;
-        break;
-      case 'Exists':
-        if (!has) return false;
-        break;
-      case 'DoesNotExist':
-        if (has) return false;
-        break;
-      default:
-        return false;
-    }
-  }
-  return true;
-}
+export { selectorMatches };
 
 // ---------------------------------------------------------------- conditions
 

@@ -34,6 +34,7 @@ import type { ControllerDriver } from '../controllers/driver.js';
 import { WORKLOAD_KINDS, type WorkloadStatus } from '../controllers/types.js';
 import { RuntimeObserver } from './runtime-state.js';
 import type { UsernsAllocator } from './userns.js';
+import { namespacedKey as podKey } from '../labels.js';
 
 /** Where manifests come from: the directory store and its watcher, behind one face. */
 export interface ManifestSource {
@@ -106,7 +107,6 @@ interface PodEntry {
 
 const isTerminal = (p: Pod) => p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed';
 
-const podKey = (ns: string, name: string) => `${ns}/${name}`;
 /** How long a starting agent waits for its adopted pods' first syncs before the controllers run. */
 const ADOPTION_SYNC_MS = 5_000;
 

@@ -8,6 +8,7 @@
  * week holds as many events as one that failed once.
  */
 import type { Event } from 'kubernetes-types/core/v1.js';
+import { namespacedKey as podKey } from '../labels.js';
 
 export type EventType = 'Normal' | 'Warning';
 
@@ -186,9 +187,6 @@ export class EventRecorder {
   }
 }
 
-function podKey(namespace: string, name: string): string {
-  return `${namespace}/${name}`;
-}
 
 function sortByLast(events: Event[]): Event[] {
   // Stable: events updated in the same second keep their update order.

@@ -9,6 +9,7 @@
 import type { ConfigMap, Pod, Secret } from 'kubernetes-types/core/v1.js';
 import type { PodValidation, StoredObject } from './model.js';
 import { tryParseQuantity } from './quantity.js';
+import { namespacedKey } from '../labels.js';
 
 export { parseMilliQuantity, parseQuantity, tryParseQuantity } from './quantity.js';
 
@@ -19,9 +20,7 @@ export interface FieldError {
 }
 
 /** The store's and the agent's key for a pod (or any namespaced object). */
-export function podKey(namespace: string, name: string): string {
-  return `${namespace}/${name}`;
-}
+export const podKey = namespacedKey;
 
 /** `spec.containers[1].image`; map keys that are not identifiers print as `[key]`. */
 export function formatFieldPath(p: FieldPath): string {

@@ -6,6 +6,7 @@
  */
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo, ServicePortInfo } from './service.js';
+import { matchesLabels } from '../labels.js';
 
 export interface Endpoint {
   ip: string;
@@ -33,10 +34,8 @@ function podServes(pod: Pod): boolean {
   return phase !== 'Succeeded' && phase !== 'Failed' && !pod.metadata?.deletionTimestamp;
 }
 
-export function selectorMatches(selector: Record<string, string>, labels: Record<string, string> | undefined): boolean {
-  for (const [k, v] of Object.entries(selector)) if (labels?.[k] !== v) return false;
-  return true;
-}
+/** A Service's selector: equality only. */
+export const selectorMatches = matchesLabels;
 
 /** The port number `sp.targetPort` means in `pod`, or undefined when the pod has no such named port. */
 export function resolveTargetPort(sp: ServicePortInfo, pod: Pod): number | undefined {

@@ -9,6 +9,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { StoredObject } from '../stored-object.js';
+import { keyOf as podKey } from '../labels.js';
 
 /** The Services the proxy programs (StoredObjects of kind Service), and a signal when they change. */
 export interface ServiceSource {
@@ -27,7 +28,6 @@ export interface PodSource {
 
 export type PodWatchType = 'ADDED' | 'MODIFIED' | 'DELETED';
 
-const podKey = (p: Pod) => `${p.metadata?.namespace ?? 'default'}/${p.metadata?.name ?? ''}`;
 
 /** A pod map that applies watch events and tells listeners; the base of both pod sources. */
 class PodCache implements PodSource {

@@ -13,9 +13,11 @@ import { nowWireNs, wireNs } from '../container/time.js';
 import { checkHostname, checkId, checkName, checkPortMappings, notTheOtherKind } from './ids.js';
 import { EncodedList } from './encoded-list.js';
 import { protoPath, serviceMethods } from './proto.js';
+import { matchesLabels } from '../labels.js';
 
+/** CRI's label_selector filter: every pair must match. */
 export function matchLabels(labels: Record<string, string>, selector: Record<string, string>): boolean {
-  return Object.entries(selector).every(([k, v]) => labels[k] === v);
+  return matchesLabels(selector, labels);
 }
 
 function toPodSandbox(s: Readonly<SandboxRecord>): PodSandbox {
