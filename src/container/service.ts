@@ -279,6 +279,17 @@ export class ContainerService {
     return out;
   }
 
+  private appArmor: Promise<boolean> | undefined;
+
+  /** Whether the host has AppArmor: asked once (it cannot change without a reboot), never with a sync call on a request. */
+  private appArmorEnabled(): Promise<boolean> {
+    this.appArmor ??= fsp.access('/sys/module/apparmor/parameters/enabled').then(
+      () => true,
+      () => false,
+    );
+    return this.appArmor;
+  }
+
   private async createInPod(sandboxId: string, config: ContainerConfig__Output): Promise<string> {
     const sandbox = this.d.sandboxes().get(sandboxId);
     if (!sandbox) throw notFound(`pod sandbox "${sandboxId}" not found (it was removed)`);
@@ -379,7 +390,7 @@ export class ContainerService {
       const devices = await resolveDevices(config);
       const apparmor = sc?.apparmor ? String(sc.apparmor.profileType) : '';
       const wantsLocalAppArmor = apparmor === 'Localhost' || apparmor === '2' || (sc?.apparmorProfile ?? '').startsWith('localhost/');
-      if (wantsLocalAppArmor && !fs.existsSync('/sys/module/apparmor/parameters/enabled')) {
+      if (wantsLocalAppArmor && !(await this.appArmorEnabled())) {
         throw invalidArgument('an AppArmor profile was requested, but AppArmor is not enabled on this host');
       }
       const nsOpts = sc?.namespaceOptions;
