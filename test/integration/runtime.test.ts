@@ -190,12 +190,15 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
 
   it('stops with the image\'s signal, then SIGKILL after the timeout', async () => {
     const pod = await runPod();
-    const graceful = await runContainer(pod, { command: ['sh', '-c', 'trap "exit 42" TERM; while true; do sleep 0.1; done'] });
-    await new Promise((r) => setTimeout(r, 300));
+    // Each container says when its trap is set: the stop must reach a shell that has one.
+    const trapped = async (id: string) =>
+      waitFor('the trap to be set', async () => (await skiff.runtime.ExecSync({ containerId: id, cmd: ['test', '-e', '/tmp/trapped'], timeout: 5 })).exitCode === 0 || undefined, 10_000);
+    const graceful = await runContainer(pod, { command: ['sh', '-c', 'trap "exit 42" TERM; touch /tmp/trapped; while true; do sleep 0.1; done'] });
+    await trapped(graceful);
     await skiff.runtime.StopContainer({ containerId: graceful, timeout: 10 });
     expect((await skiff.runtime.ContainerStatus({ containerId: graceful })).status).toMatchObject({ state: 'CONTAINER_EXITED', exitCode: 42 });
-    const stubborn = await runContainer(pod, { command: ['sh', '-c', 'trap "" TERM; while true; do sleep 0.1; done'] });
-    await new Promise((r) => setTimeout(r, 300));
+    const stubborn = await runContainer(pod, { command: ['sh', '-c', 'trap "" TERM; touch /tmp/trapped; while true; do sleep 0.1; done'] });
+    await trapped(stubborn);
     const t0 = Date.now();
     await skiff.runtime.StopContainer({ containerId: stubborn, timeout: 1 });
     expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
