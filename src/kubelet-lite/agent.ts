@@ -395,6 +395,9 @@ export class Agent {
     this.adoptable.delete(e.uid);
     e.view = { ...e.view, metadata: { ...e.view.metadata, deletionTimestamp: iso(this.now()) } };
     this.notify('MODIFIED', e.view);
+    // A controller sees a terminating pod as gone (as a ReplicaSet does): a rolling update's next
+    // pod is made now, not after the old one's grace period.
+    if (e.controlled) this.scheduleControllers();
     const w = e.worker;
     if (w) {
       w.update(undefined);

@@ -1,8 +1,12 @@
 /**
  * Endpoints, computed purely from Services and pods as the EndpointSlice
- * controller would: the pods in the Service's namespace whose labels match
- * its selector, serving only when Ready (unless the Service publishes
- * not-ready addresses), with each targetPort resolved against that pod.
+ * controller and kube-proxy would: the pods in the Service's namespace whose
+ * labels match its selector, serving only when Ready (unless the Service
+ * publishes not-ready addresses), with each targetPort resolved against that
+ * pod. A pod being deleted that is still Ready is a serving, terminating
+ * endpoint: used only while the Service port has no ready one, so the
+ * connections to the last replica of a rolling update keep working through
+ * its grace period (kube-proxy's ProxyTerminatingEndpoints).
  */
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo, ServicePortInfo } from './service.js';
@@ -15,6 +19,8 @@ export interface Endpoint {
   pod: string;
   /** On this node: always true for kubelet-lite's own pods. */
   local: boolean;
+  /** Being deleted and still serving: used only when the port has no ready endpoint. */
+  terminating?: boolean;
 }
 
 /** The address a pod serves on: the host's for hostNetwork pods, else its pod IP; undefined before it has one. */
@@ -28,10 +34,13 @@ export function podReady(pod: Pod): boolean {
   return pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 }
 
-/** Terminated or being deleted pods never serve. */
-function podServes(pod: Pod): boolean {
+/** Terminated pods never serve; being deleted, a pod no longer counts as ready. */
+function podFinished(pod: Pod): boolean {
   const phase = pod.status?.phase;
-  return phase !== 'Succeeded' && phase !== 'Failed' && !pod.metadata?.deletionTimestamp;
+  return phase === 'Succeeded' || phase === 'Failed';
+}
+function podServes(pod: Pod): boolean {
+  return !podFinished(pod) && !pod.metadata?.deletionTimestamp;
 }
 
 /** A Service's selector: equality only. */
@@ -90,25 +99,59 @@ export function selectedPods(svc: ServiceInfo, pods: Pod[] | PodIndex): Pod[] {
   return out;
 }
 
-/** Endpoints per service port key (`ns/name:port`), sorted by address. */
+/**
+ * The pods selected by a Service that are being deleted and still Ready
+ * (the EndpointSlice controller's serving and terminating endpoints); with
+ * published not-ready addresses they are ready endpoints instead.
+ */
+function servingTerminatingPods(svc: ServiceInfo, pods: Pod[] | PodIndex): Pod[] {
+  if (!svc.selector) return [];
+  const out: Pod[] = [];
+  const candidates = pods instanceof PodIndex ? pods.candidates(svc.namespace, svc.selector) : pods;
+  for (const pod of candidates) {
+    if (!pod.metadata?.deletionTimestamp || podFinished(pod) || !podAddress(pod)) continue;
+    if ((pod.metadata?.namespace ?? 'default') !== svc.namespace) continue;
+    if (!selectorMatches(svc.selector, pod.metadata?.labels)) continue;
+    if (svc.publishNotReady || podReady(pod)) out.push(pod);
+  }
+  return out;
+}
+
+/** Each pod's endpoint for one service port: once per address and port (two hostNetwork pods on one host port are one). */
+function endpointsOf(sp: ServicePortInfo, pods: Pod[], terminating: boolean): Endpoint[] {
+  const eps: Endpoint[] = [];
+  const seen = new Set<string>();
+  for (const pod of pods) {
+    const port = resolveTargetPort(sp, pod);
+    if (port === undefined) continue;
+    const ip = podAddress(pod)!;
+    const id = `${ip}:${port}`;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    const ep: Endpoint = { ip, port, pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name ?? ''}`, local: true };
+    if (terminating) ep.terminating = true;
+    eps.push(ep);
+  }
+  return eps.sort(compareEndpoints);
+}
+
+/**
+ * Endpoints per service port key (`ns/name:port`), sorted by address: the
+ * ready ones, or, when a port has none, its serving terminating ones.
+ */
 export function computeEndpoints(services: ServiceInfo[], pods: Pod[] | PodIndex): Map<string, Endpoint[]> {
   const out = new Map<string, Endpoint[]>();
   const index = pods instanceof PodIndex || services.length === 1 ? pods : new PodIndex(pods);
   for (const svc of services) {
-    const selected = selectedPods(svc, index);
+    // Published not-ready addresses make every pod a ready endpoint, terminating ones too.
+    const selected = svc.publishNotReady ? [...selectedPods(svc, index), ...servingTerminatingPods(svc, index)] : selectedPods(svc, index);
+    let terminating: Pod[] | undefined;
     for (const sp of svc.ports) {
-      const eps: Endpoint[] = [];
-      const seen = new Set<string>();
-      for (const pod of selected) {
-        const port = resolveTargetPort(sp, pod);
-        if (port === undefined) continue;
-        const ip = podAddress(pod)!;
-        const id = `${ip}:${port}`;
-        if (seen.has(id)) continue; // two hostNetwork pods on one host port: one endpoint
-        seen.add(id);
-        eps.push({ ip, port, pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name ?? ''}`, local: true });
+      let eps = endpointsOf(sp, selected, false);
+      if (eps.length === 0 && !svc.publishNotReady) {
+        terminating ??= servingTerminatingPods(svc, index);
+        eps = endpointsOf(sp, terminating, true);
       }
-      eps.sort(compareEndpoints);
       out.set(sp.key, eps);
     }
   }

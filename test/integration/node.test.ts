@@ -182,6 +182,72 @@ describe.skipIf(!isRoot)('skiff node: the demo, offline, in one process', () => 
     expect(minReady).toBe(3);
   }, 120_000);
 
+  it('keeps a one-replica Service answering through its old pod\'s grace period while the new one is not ready', async () => {
+    // maxSurge 0: the old pod goes first; its preStop keeps it serving for 12 s, and the new pod
+    // is not Ready for its first 4 s. Only the terminating pod can answer meanwhile.
+    const solo = (edition: string) => `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: solo}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: solo}}
+  strategy: {rollingUpdate: {maxSurge: 0, maxUnavailable: 1}}
+  template:
+    metadata: {labels: {app: solo}}
+    spec:
+      terminationGracePeriodSeconds: 20
+      containers:
+      - name: web
+        image: skiff.local/demo-web:1
+        imagePullPolicy: IfNotPresent
+        env: [{name: EDITION, value: "${edition}"}]
+        command: [sh, -c, 'mkdir -p /www; echo "solo $EDITION $(hostname)" > /www/index.html; exec httpd -f -p 8080 -h /www']
+        ports: [{name: http, containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1, initialDelaySeconds: 4}
+        lifecycle: {preStop: {exec: {command: [sleep, "12"]}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: solo}
+spec:
+  type: NodePort
+  selector: {app: solo}
+  ports: [{name: http, port: 80, targetPort: http, nodePort: 30081}]
+`;
+    const file = path.join(dirs().manifests, '50-solo.yaml');
+    const write = async (text: string) => {
+      await fs.writeFile(`${file}.tmp`, text);
+      await fs.rename(`${file}.tmp`, file);
+    };
+    await write(solo('1'));
+    // Through the node port, as the demo's test reaches its Service (the namespace has no route to cluster IPs).
+    const url = `http://${(await pods()).find((p) => p.metadata?.labels?.app === 'web')!.status!.hostIP!}:30081/`;
+    await waitFor('solo edition 1 answering', async () => (wgetInNode(url).stdout.startsWith('solo 1 ') ? true : undefined), 60_000).catch(async (err) => {
+      const r = wgetInNode(url);
+      throw new Error(`${(err as Error).message}: wget ${r.status} ${r.stdout} ${r.stderr}; pods ${JSON.stringify((await pods()).filter((p) => p.metadata?.labels?.app === 'solo').map((p) => p.status))}`);
+    });
+    await write(solo('2'));
+    const failures: string[] = [];
+    let answered = 0;
+    let sawOldWhileTerminating = false;
+    const started = Date.now();
+    while (Date.now() - started < 40_000) {
+      const r = wgetInNode(url);
+      if (r.status !== 0) failures.push(`${Date.now() - started} ms: ${r.stderr.trim() || `exit ${r.status}`}`);
+      else {
+        answered++;
+        if (r.stdout.startsWith('solo 1 ') && (await pods()).some((p) => p.metadata?.labels?.app === 'solo' && p.metadata?.deletionTimestamp)) sawOldWhileTerminating = true;
+        if (r.stdout.startsWith('solo 2 ')) break;
+      }
+      await new Promise((res) => setTimeout(res, 200));
+    }
+    expect(failures).toEqual([]);
+    expect(sawOldWhileTerminating).toBe(true);
+    expect(answered).toBeGreaterThan(5);
+    await fs.rm(file);
+    await waitFor('the solo pods gone', async () => ((await pods()).some((p) => p.metadata?.labels?.app === 'solo') ? undefined : true), 60_000);
+  }, 150_000);
+
   it('survives a kill -9 of the node: the next one adopts every pod and restarts none', async () => {
     const before = (await pods()).filter((p) => p.metadata?.labels?.app === 'web').map((p) => `${p.metadata!.name} ${p.status?.containerStatuses?.[0]?.containerID}`).sort();
     const restarts = async () => Object.fromEntries((await pods()).map((p) => [p.metadata!.name!, (p.status?.containerStatuses ?? []).map((c) => c.restartCount)]));

@@ -11,6 +11,8 @@ function endpointsOf(spec: Parameters<typeof serviceObject>[2], pods: Pod[], ns 
   return Object.fromEntries([...map].map(([k, v]) => [k, v.map((e) => `${e.ip}:${e.port}`)]));
 }
 
+const terminating = (p: Pod): Pod => ({ ...p, metadata: { ...p.metadata, deletionTimestamp: '2026-12-01T00:00:00Z' } });
+
 describe('endpoints from pods', () => {
   const named = [{ name: 'web', containerPort: 8080 }];
   const cases: Array<{ name: string; spec: Parameters<typeof serviceObject>[2]; pods: Pod[]; want: Record<string, string[]> }> = [
@@ -66,6 +68,30 @@ describe('endpoints from pods', () => {
       spec: { selector: { app: 'web' }, ports: [{ port: 80 }] },
       pods: [pod('a', { hostNetwork: true, hostIP: '192.168.1.10', ip: '192.168.1.10' })],
       want: { 'default/svc': ['192.168.1.10:80'] },
+    },
+    {
+      name: 'a pod being deleted is not used while a ready one serves',
+      spec: { selector: { app: 'web' }, ports: [{ port: 80 }] },
+      pods: [terminating(pod('old', { ip: '10.88.0.2' })), pod('new', { ip: '10.88.0.3' })],
+      want: { 'default/svc': ['10.88.0.3:80'] },
+    },
+    {
+      name: 'with no ready endpoint, pods being deleted that are still Ready serve (a rolling update of one replica)',
+      spec: { selector: { app: 'web' }, ports: [{ port: 80 }] },
+      pods: [terminating(pod('old', { ip: '10.88.0.2' })), pod('new', { ip: '10.88.0.3', ready: false }), terminating(pod('gone', { ip: '10.88.0.4', ready: false }))],
+      want: { 'default/svc': ['10.88.0.2:80'] },
+    },
+    {
+      name: 'the fallback is per port: a port that has ready endpoints does not use terminating ones',
+      spec: { selector: { app: 'web' }, ports: [{ name: 'http', port: 80, targetPort: 'web' }, { name: 'metrics', port: 9090 }] },
+      pods: [terminating(pod('old', { ip: '10.88.0.2', ports: named })), pod('new', { ip: '10.88.0.3' })],
+      want: { 'default/svc:http': ['10.88.0.2:8080'], 'default/svc:metrics': ['10.88.0.3:9090'] },
+    },
+    {
+      name: 'publishNotReadyAddresses counts pods being deleted as ready, as the EndpointSlice controller does',
+      spec: { selector: { app: 'web' }, publishNotReadyAddresses: true, ports: [{ port: 80 }] },
+      pods: [terminating(pod('old', { ip: '10.88.0.2', ready: false })), pod('new', { ip: '10.88.0.3' })],
+      want: { 'default/svc': ['10.88.0.2:80', '10.88.0.3:80'] },
     },
     {
       name: 'a Service without a selector has no endpoints',
