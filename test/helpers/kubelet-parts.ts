@@ -98,7 +98,7 @@ export class TestManifests implements ManifestSource {
   }
 }
 
-/** A one-container pod manifest; `extra` is YAML spliced into its spec (indented by the caller to four spaces). */
+/** A pod manifest with one container "app"; `spec` is YAML lines added to its spec (two-space indent), `container` lines added after the container (or further list items). */
 export function podYaml(name: string, opts: { image?: string; namespace?: string; restartPolicy?: string; spec?: string; container?: string } = {}): string {
   return [
     'apiVersion: v1',
