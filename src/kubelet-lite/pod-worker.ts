@@ -42,7 +42,8 @@ export interface ProberPort {
 }
 
 export interface HookRunner {
-  (handler: LifecycleHandler, target: ProbeTarget, timeoutMs: number): Promise<{ ok: boolean; message: string }>;
+  /** `signal` ends the hook early (the pod is being deleted). */
+  (handler: LifecycleHandler, target: ProbeTarget, timeoutMs: number, signal?: AbortSignal): Promise<{ ok: boolean; message: string }>;
 }
 
 export interface WorkerDeps {
@@ -86,6 +87,8 @@ const TERMINATION_MESSAGE_MAX = 4096;
 
 export class PodWorker {
   private desired: PodContext | undefined;
+  /** Aborted when the pod is deleted: what a sync waits on for the pod's sake (a postStart hook) stops waiting. */
+  private deleting = new AbortController();
   private sandboxConfig: PodSandboxConfig | undefined;
   private sandboxId = '';
   private etcHosts: string | undefined;
@@ -128,6 +131,8 @@ export class PodWorker {
   /** A new desired state: the pod (same uid, e.g. a ConfigMap it uses changed) or undefined to stop it. */
   update(ctx: PodContext | undefined, opts: { refreshVolumes?: boolean } = {}): void {
     this.desired = ctx;
+    if (!ctx) this.deleting.abort();
+    else if (this.deleting.signal.aborted) this.deleting = new AbortController();
     if (ctx) this.lastPod = ctx.pod;
     if (opts.refreshVolumes) this.refreshVolumes = true;
     this.schedule(0);
@@ -448,7 +453,11 @@ export class PodWorker {
     const target: ProbeTarget = { containerId: id, podIP: ctx.podIP ?? '', container: s.container };
     const postStart = s.container.lifecycle?.postStart;
     if (postStart) {
-      const r = await this.deps.hooks(postStart, target, (ctx.pod.spec?.terminationGracePeriodSeconds ?? 30) * 1000);
+      // The kubelet cancels a postStart hook when the pod is deleted: a hook that blocks for the whole
+      // grace period would otherwise hold the deletion (and every other change of the pod) that long.
+      const deleting = this.deleting.signal;
+      const r = await this.deps.hooks(postStart, target, (ctx.pod.spec?.terminationGracePeriodSeconds ?? 30) * 1000, deleting);
+      if (deleting.aborted) return 'started';
       if (!r.ok) {
         this.event('Warning', 'FailedPostStartHook', r.message, name);
         await this.kill(ctx, { id, name, reason: `FailedPostStartHook`, remove: false }, ctx.pod.spec?.terminationGracePeriodSeconds ?? 30, false);
