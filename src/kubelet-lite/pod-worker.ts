@@ -15,6 +15,7 @@ import { computePodActions, type KillAction, type ProbeView, type StartAction } 
 import type { Backoff } from './backoff.js';
 import { containerLogIn } from './cri-config.js';
 import { openLogDir, openLogFile } from './log-files.js';
+import { readTerminationLog, removeTerminationLog } from './termination-log.js';
 import { isNotFound, type CriEndpoint } from './cri-client.js';
 import { grpcDetails, type ImageManager } from './images.js';
 import { ContainerConfigError, type ConfigBuilder, type PodContext, type ProbeTarget, type VolumeManager } from './model.js';
@@ -511,7 +512,7 @@ export class PodWorker {
     const c = seen.find((x) => x.id === id);
     if (!c || seen.some((x) => x.id !== id && x.name === c.name && x.restartCount === c.restartCount)) return;
     try {
-      await fs.rm(this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), { force: true });
+      await removeTerminationLog(ctx.podDir, this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount));
     } catch {
       // not a name the agent made a file for, or already gone
     }
@@ -524,14 +525,8 @@ export class PodWorker {
       const spec = this.containerSpec(ctx.pod, c.name);
       let msg = '';
       try {
-        const fh = await fs.open(this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), 'r');
-        try {
-          const buf = Buffer.alloc(TERMINATION_MESSAGE_MAX);
-          const { bytesRead } = await fh.read(buf, 0, buf.length, 0);
-          msg = buf.subarray(0, bytesRead).toString('utf8');
-        } finally {
-          await fh.close();
-        }
+        // Only a regular file of its own, reached with no symlink: the message is shown to anyone on the host.
+        msg = await readTerminationLog(ctx.podDir, this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), TERMINATION_MESSAGE_MAX);
       } catch {
         // no file: no message
       }

@@ -161,6 +161,47 @@ describe.skipIf(!isRoot)('attack kubelet-lite: a pod at its own log directory', 
     await node.remove('pre.yaml');
     await node.waitGone('pre');
   }, 150_000);
+
+  it('never shows a host file its termination log is linked to, and never makes the next one in a host directory it links', async () => {
+    const secret = path.join(secretDir, 'term-shadow');
+    await fs.writeFile(secret, 'root:TERM-SECRET-HASH:19000:0:99999:7:::\n', { mode: 0o600 });
+    const victim = await fs.mkdtemp(path.join(secretDir, 'victim-dir-'));
+    const pod = (name: string, restart: string, script: string) =>
+      podYaml(name, node.image, `  restartPolicy: ${restart}
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: pods
+    hostPath: {path: ${path.join(node.rootDir, 'pods')}}
+  containers:
+  - name: main
+    image: IMAGE
+    env:
+    - name: UID
+      valueFrom: {fieldRef: {fieldPath: metadata.uid}}
+    volumeMounts:
+    - {name: pods, mountPath: /pods}
+    command: [sh, -c, "${script}"]
+`);
+    // Its own termination log, swapped for a link to a host file just before it exits (and a FIFO in a second pod).
+    await node.write('term-link.yaml', pod('term-link', 'Never', `T=/pods/$UID/containers/main/0.termination-log; rm $T; ln -s ${secret} $T; exit 1`));
+    await node.write('term-fifo.yaml', pod('term-fifo', 'Never', 'T=/pods/$UID/containers/main/0.termination-log; rm $T; mkfifo $T; exit 1'));
+    // Its termination-log directory, swapped for a link to a host directory before its restart.
+    await node.write('term-dir.yaml', pod('term-dir', 'Always', `D=/pods/$UID/containers/main; if [ ! -e /pods/$UID/moved ]; then mv $D $D.old; ln -s ${victim} $D; touch /pods/$UID/moved; exit 1; fi; exec sleep 3600`));
+    for (const name of ['term-link', 'term-fifo']) {
+      const p = await node.waitPod(name, (x) => !!containerStatus(x, 'main')?.state?.terminated, 'terminated');
+      const t = containerStatus(p, 'main')!.state!.terminated!;
+      expect(t.exitCode).toBe(1);
+      expect(t.message ?? '').not.toContain('TERM-SECRET');
+    }
+    expect(JSON.stringify((await node.get('/pods')).body)).not.toContain('TERM-SECRET');
+    const p = await node.waitPod('term-dir', (x) => containerStatus(x, 'main')?.state?.waiting?.reason === 'CreateContainerConfigError' || (containerStatus(x, 'main')?.restartCount ?? 0) >= 1, 'restarted or refused', 90_000);
+    expect(await fs.readdir(victim)).toEqual([]);
+    expect(containerStatus(p, 'main')?.state?.waiting?.message).toMatch(/termination log directory .* is not a directory of its own/);
+    expect((await node.get('/healthz')).status).toBe(200);
+    for (const f of ['term-link', 'term-fifo', 'term-dir']) await node.remove(`${f}.yaml`);
+    for (const f of ['term-link', 'term-fifo', 'term-dir']) await node.waitGone(f);
+    expect(await fs.readFile(secret, 'utf8')).toContain('TERM-SECRET');
+  }, 180_000);
 });
 
 describe.skipIf(!isRoot)('kubelet-lite: a container writing 100 MB to stdout', () => {
