@@ -17,11 +17,10 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { isErrno } from '../errors.js';
-import { AT_FDCWD, O_CLOEXEC, O_PATH, openat2, RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS } from '../sys/libc.js';
+import { O_CLOEXEC, O_PATH, openat2 } from '../sys/libc.js';
+import { NotOwnDirectoryError, openDirBeneath, STRICT } from './beneath.js';
 import { openLogDir, openLogFile, UnsafeLogError } from './log-files.js';
 import { ContainerConfigError } from './model.js';
-
-const STRICT = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
 
 /** The file's place beneath the pod directory: `containers/<name>/<N>.termination-log`. */
 function parts(podDir: string, file: string): { dirs: string[]; name: string } {
@@ -42,26 +41,14 @@ function parts(podDir: string, file: string): { dirs: string[]; name: string } {
  */
 export function createTerminationLog(podDir: string, file: string): string {
   const { dirs, name } = parts(podDir, file);
-  let dirFd = openat2(AT_FDCWD, podDir, O_PATH | fs.constants.O_DIRECTORY | O_CLOEXEC, 0);
+  let dirFd: number;
   try {
-    for (const d of dirs) {
-      try {
-        fs.mkdirSync(`/proc/self/fd/${dirFd}/${d}`, { mode: 0o750 });
-      } catch (err) {
-        if (!isErrno(err, 'EEXIST')) throw err;
-      }
-      let next: number;
-      try {
-        next = openat2(dirFd, d, O_PATH | fs.constants.O_DIRECTORY | O_CLOEXEC, STRICT);
-      } catch (err) {
-        if (isErrno(err, 'ELOOP') || isErrno(err, 'ENOTDIR') || isErrno(err, 'EXDEV')) {
-          throw new ContainerConfigError(`the termination log directory ${path.join(podDir, ...dirs)} is not a directory of its own (a symlink?)`);
-        }
-        throw err;
-      }
-      fs.closeSync(dirFd);
-      dirFd = next;
-    }
+    dirFd = openDirBeneath(podDir, dirs.join('/'));
+  } catch (err) {
+    if (err instanceof NotOwnDirectoryError) throw new ContainerConfigError(`the termination log directory ${err.dir} is not a directory of its own (a symlink?)`);
+    throw err;
+  }
+  try {
     // Not a plain file of ours: removed (unlink(2) removes a symlink itself, never its target).
     let old: number | undefined;
     try {

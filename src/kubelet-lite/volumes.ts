@@ -7,6 +7,7 @@
  * /etc/hosts, and teardown.
  */
 import fs from 'node:fs/promises';
+import { closeSync } from 'node:fs';
 import path from 'node:path';
 import type {
   ConfigMapProjection,
@@ -20,6 +21,7 @@ import { errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
 import { MNT_DETACH, mount as libcMount, umount2 } from '../sys/libc.js';
 import { writeAtomic, type Payload } from './atomic-writer.js';
+import { NotOwnDirectoryError, openDirBeneath } from './beneath.js';
 import { podDomain, podHostname } from './cri-config.js';
 import { configMapData, podFieldValue, resourceContainer, secretData } from './env.js';
 import type { PodContext, VolumeManager } from './model.js';
@@ -224,24 +226,41 @@ export class HostVolumeManager implements VolumeManager {
 
   private async emptyDir(ctx: PodContext, v: Volume): Promise<string> {
     const dir = this.volumeDir(ctx, PLUGIN_DIRS.emptyDir, v.name);
-    await fs.mkdir(dir, { recursive: true });
     const medium = v.emptyDir?.medium ?? '';
-    if (medium === 'Memory') {
-      // mountinfo shows resolved paths.
-      const real = await fs.realpath(dir);
-      if (!(await mountsUnder(real)).includes(real)) {
-        libcMount('tmpfs', dir, 'tmpfs', 0, `size=${memoryVolumeSize(ctx.pod, v, this.node)},mode=0777`);
+    if (medium !== '' && medium !== 'Memory') throw new VolumeSetupError(v.name, `emptyDir medium ${medium} is not supported`);
+    // The pod may reach its own directory: a symlink left at the volume's place (or on the way to it)
+    // would have the chmod below open a host directory to everyone, or the tmpfs mounted over it.
+    const open = () => {
+      try {
+        return openDirBeneath(this.opts.rootDir, path.relative(this.opts.rootDir, dir), 0o755);
+      } catch (err) {
+        if (err instanceof NotOwnDirectoryError) throw new VolumeSetupError(v.name, err.message);
+        throw err;
       }
-    } else if (medium !== '') {
-      throw new VolumeSetupError(v.name, `emptyDir medium ${medium} is not supported`);
-    }
-    // Any user the containers run as may write here.
-    await fs.chmod(dir, 0o777);
-    const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
-    if (fsGroup !== undefined) {
-      const st = await fs.lstat(dir);
-      await fs.lchown(dir, st.uid, fsGroup);
-      await fs.chmod(dir, 0o2777);
+    };
+    let fd = open();
+    try {
+      if (medium === 'Memory') {
+        // mountinfo shows resolved paths.
+        const real = await fs.realpath(`/proc/self/fd/${fd}`);
+        if (!(await mountsUnder(real)).includes(real)) {
+          libcMount('tmpfs', `/proc/self/fd/${fd}`, 'tmpfs', 0, `size=${memoryVolumeSize(ctx.pod, v, this.node)},mode=0777`);
+          // The descriptor still names the directory beneath the mount: the tmpfs's root is what gets the modes.
+          closeSync(fd);
+          fd = open();
+        }
+      }
+      const at = `/proc/self/fd/${fd}`;
+      // Any user the containers run as may write here.
+      await fs.chmod(at, 0o777);
+      const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
+      if (fsGroup !== undefined) {
+        const st = await fs.stat(at);
+        await fs.chown(at, st.uid, fsGroup);
+        await fs.chmod(at, 0o2777);
+      }
+    } finally {
+      closeSync(fd);
     }
     return dir;
   }

@@ -202,6 +202,41 @@ describe.skipIf(!isRoot)('attack kubelet-lite: a pod at its own log directory', 
     for (const f of ['term-link', 'term-fifo', 'term-dir']) await node.waitGone(f);
     expect(await fs.readFile(secret, 'utf8')).toContain('TERM-SECRET');
   }, 180_000);
+
+  it('never opens a host directory to everyone through a symlink it leaves at its own emptyDir', async () => {
+    const victim = await fs.mkdtemp(path.join(secretDir, 'victim-empty-'));
+    await fs.chmod(victim, 0o700);
+    await node.write('empty-link.yaml', podYaml('empty-link', node.image, `  restartPolicy: Always
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: pods
+    hostPath: {path: ${path.join(node.rootDir, 'pods')}}
+  - name: scratch
+    emptyDir: {}
+  containers:
+  - name: main
+    image: IMAGE
+    env:
+    - name: UID
+      valueFrom: {fieldRef: {fieldPath: metadata.uid}}
+    volumeMounts:
+    - {name: pods, mountPath: /pods}
+    - {name: scratch, mountPath: /scratch}
+    command: [sh, -c, "E=/pods/$UID/volumes/kubernetes.io~empty-dir/scratch; if [ ! -e /pods/$UID/planted ]; then mv $E $E.old; ln -s ${victim} $E; touch /pods/$UID/planted; fi; until [ -e /pods/$UID/go ]; do sleep 0.2; done; rm /pods/$UID/go; exit 1"]
+`));
+    const p = await node.waitPod('empty-link', (x) => !!containerStatus(x, 'main')?.state?.running, 'running');
+    const podDir = path.join(node.rootDir, 'pods', p.metadata!.uid!);
+    await waitFor('the pod to link its emptyDir to a host directory', () => fs.stat(path.join(podDir, 'planted')).then(() => true, () => undefined), 30_000);
+    // A restarted agent sets the volumes up again at the container's next start.
+    await node.restartAgent();
+    await fs.writeFile(path.join(podDir, 'go'), '');
+    await waitFor('the agent to refuse the linked emptyDir', async () => ((await node.events('empty-link')).some((e) => /is not a directory of its own/.test(e.message ?? '')) || ((await fs.stat(victim)).mode & 0o777) !== 0o700 ? true : undefined), 60_000);
+    expect(((await fs.stat(victim)).mode & 0o7777).toString(8)).toBe('700');
+    expect(await fs.readdir(victim)).toEqual([]);
+    await node.remove('empty-link.yaml');
+    await node.waitGone('empty-link');
+    expect(((await fs.stat(victim)).mode & 0o7777).toString(8)).toBe('700');
+  }, 180_000);
 });
 
 describe.skipIf(!isRoot)('kubelet-lite: a container writing 100 MB to stdout', () => {
