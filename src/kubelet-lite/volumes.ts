@@ -206,7 +206,14 @@ export class HostVolumeManager implements VolumeManager {
       const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
       // With an fsGroup the files belong to that group and it may read them, as the kubelet's volume ownership does.
       if (fsGroup !== undefined) for (const f of payload.values()) f.mode |= 0o440;
-      await this.serially(dir, () => writeAtomic(dir, payload, { gid: fsGroup }));
+      // Written through a descriptor of the volume's directory, reached with no symlink: a link the pod left
+      // there would otherwise have its files (and key-named links to them) made in a host directory.
+      const fd = this.openVolumeDir(v.name, dir);
+      try {
+        await this.serially(dir, () => writeAtomic(`/proc/self/fd/${fd}`, payload, { gid: fsGroup }));
+      } finally {
+        closeSync(fd);
+      }
       return dir;
     }
     const type = Object.keys(v).find((k) => k !== 'name') ?? 'unknown';
@@ -224,20 +231,23 @@ export class HostVolumeManager implements VolumeManager {
     return next;
   }
 
+  /** An O_PATH descriptor of a volume's directory under the pod directory, made as needed, with no symlink followed. */
+  private openVolumeDir(volume: string, dir: string): number {
+    try {
+      return openDirBeneath(this.opts.rootDir, path.relative(this.opts.rootDir, dir), 0o755);
+    } catch (err) {
+      if (err instanceof NotOwnDirectoryError) throw new VolumeSetupError(volume, err.message);
+      throw err;
+    }
+  }
+
   private async emptyDir(ctx: PodContext, v: Volume): Promise<string> {
     const dir = this.volumeDir(ctx, PLUGIN_DIRS.emptyDir, v.name);
     const medium = v.emptyDir?.medium ?? '';
     if (medium !== '' && medium !== 'Memory') throw new VolumeSetupError(v.name, `emptyDir medium ${medium} is not supported`);
     // The pod may reach its own directory: a symlink left at the volume's place (or on the way to it)
     // would have the chmod below open a host directory to everyone, or the tmpfs mounted over it.
-    const open = () => {
-      try {
-        return openDirBeneath(this.opts.rootDir, path.relative(this.opts.rootDir, dir), 0o755);
-      } catch (err) {
-        if (err instanceof NotOwnDirectoryError) throw new VolumeSetupError(v.name, err.message);
-        throw err;
-      }
-    };
+    const open = () => this.openVolumeDir(v.name, dir);
     let fd = open();
     try {
       if (medium === 'Memory') {

@@ -203,14 +203,18 @@ describe.skipIf(!isRoot)('attack kubelet-lite: a pod at its own log directory', 
     expect(await fs.readFile(secret, 'utf8')).toContain('TERM-SECRET');
   }, 180_000);
 
-  it('never opens a host directory to everyone through a symlink it leaves at its own emptyDir', async () => {
+  it('never opens a host directory to everyone, nor writes files into one, through symlinks it leaves at its own volumes', async () => {
     const victim = await fs.mkdtemp(path.join(secretDir, 'victim-empty-'));
     await fs.chmod(victim, 0o700);
+    const victim2 = await fs.mkdtemp(path.join(secretDir, 'victim-downward-'));
     await node.write('empty-link.yaml', podYaml('empty-link', node.image, `  restartPolicy: Always
   terminationGracePeriodSeconds: 1
   volumes:
   - name: pods
     hostPath: {path: ${path.join(node.rootDir, 'pods')}}
+  - name: info
+    downwardAPI:
+      items: [{path: job, fieldRef: {fieldPath: metadata.name}}]
   - name: scratch
     emptyDir: {}
   containers:
@@ -222,7 +226,8 @@ describe.skipIf(!isRoot)('attack kubelet-lite: a pod at its own log directory', 
     volumeMounts:
     - {name: pods, mountPath: /pods}
     - {name: scratch, mountPath: /scratch}
-    command: [sh, -c, "E=/pods/$UID/volumes/kubernetes.io~empty-dir/scratch; if [ ! -e /pods/$UID/planted ]; then mv $E $E.old; ln -s ${victim} $E; touch /pods/$UID/planted; fi; until [ -e /pods/$UID/go ]; do sleep 0.2; done; rm /pods/$UID/go; exit 1"]
+    - {name: info, mountPath: /info}
+    command: [sh, -c, "E=/pods/$UID/volumes/kubernetes.io~empty-dir/scratch; if [ ! -e /pods/$UID/planted ]; then mv $E $E.old; ln -s ${victim} $E; I=/pods/$UID/volumes/kubernetes.io~downward-api/info; mv $I $I.old; ln -s ${victim2} $I; touch /pods/$UID/planted; fi; until [ -e /pods/$UID/go ]; do sleep 0.2; done; rm /pods/$UID/go; exit 1"]
 `));
     const p = await node.waitPod('empty-link', (x) => !!containerStatus(x, 'main')?.state?.running, 'running');
     const podDir = path.join(node.rootDir, 'pods', p.metadata!.uid!);
@@ -233,6 +238,8 @@ describe.skipIf(!isRoot)('attack kubelet-lite: a pod at its own log directory', 
     await waitFor('the agent to refuse the linked emptyDir', async () => ((await node.events('empty-link')).some((e) => /is not a directory of its own/.test(e.message ?? '')) || ((await fs.stat(victim)).mode & 0o777) !== 0o700 ? true : undefined), 60_000);
     expect(((await fs.stat(victim)).mode & 0o7777).toString(8)).toBe('700');
     expect(await fs.readdir(victim)).toEqual([]);
+    // The downwardAPI volume is set up before the emptyDir: a link there was refused too.
+    expect(await fs.readdir(victim2)).toEqual([]);
     await node.remove('empty-link.yaml');
     await node.waitGone('empty-link');
     expect(((await fs.stat(victim)).mode & 0o7777).toString(8)).toBe('700');
