@@ -22,14 +22,18 @@ import { NotOwnDirectoryError, openDirBeneath, STRICT } from './beneath.js';
 import { openLogDir, openLogFile, UnsafeLogError } from './log-files.js';
 import { ContainerConfigError } from './model.js';
 
-/** The file's place beneath the pod directory: `containers/<name>/<N>.termination-log`. */
-function parts(podDir: string, file: string): { dirs: string[]; name: string } {
-  const rel = path.relative(podDir, file);
+/**
+ * The agent's root (`<root>/pods/<uid>` is the pod directory, which the pod
+ * may itself have swapped for a link), and the file's place beneath it.
+ */
+function parts(podDir: string, file: string): { root: string; dirs: string[]; name: string } {
+  const root = path.dirname(path.dirname(podDir));
+  const rel = path.relative(root, file);
   const segs = rel.split(path.sep);
   if (rel.startsWith('..') || path.isAbsolute(rel) || segs.some((s) => s === '' || s === '.' || s === '..')) {
     throw new Error(`termination log ${file} is not beneath the pod directory ${podDir}`);
   }
-  return { dirs: segs.slice(0, -1), name: segs[segs.length - 1]! };
+  return { root, dirs: segs.slice(0, -1), name: segs[segs.length - 1]! };
 }
 
 /**
@@ -40,10 +44,10 @@ function parts(podDir: string, file: string): { dirs: string[]; name: string } {
  * fails the container's start.
  */
 export function createTerminationLog(podDir: string, file: string): string {
-  const { dirs, name } = parts(podDir, file);
+  const { root, dirs, name } = parts(podDir, file);
   let dirFd: number;
   try {
-    dirFd = openDirBeneath(podDir, dirs.join('/'));
+    dirFd = openDirBeneath(root, dirs.join('/'));
   } catch (err) {
     if (err instanceof NotOwnDirectoryError) throw new ContainerConfigError(`the termination log directory ${err.dir} is not a directory of its own (a symlink?)`);
     throw err;
@@ -85,10 +89,10 @@ export function createTerminationLog(podDir: string, file: string): string {
  * are never opened for reading.
  */
 export async function readTerminationLog(podDir: string, file: string, max: number): Promise<string> {
-  const { dirs, name } = parts(podDir, file);
+  const { root, dirs, name } = parts(podDir, file);
   let dirFd: number;
   try {
-    ({ dirFd } = openLogDir({ root: podDir, path: path.join(...dirs, name) }));
+    ({ dirFd } = openLogDir({ root, path: path.join(...dirs, name) }));
   } catch {
     return '';
   }
@@ -111,10 +115,10 @@ export async function readTerminationLog(podDir: string, file: string, max: numb
 
 /** Removes the termination log (when it is there), never through a symlinked directory. */
 export async function removeTerminationLog(podDir: string, file: string): Promise<void> {
-  const { dirs, name } = parts(podDir, file);
+  const { root, dirs, name } = parts(podDir, file);
   let dirFd: number;
   try {
-    ({ dirFd } = openLogDir({ root: podDir, path: path.join(...dirs, name) }));
+    ({ dirFd } = openLogDir({ root, path: path.join(...dirs, name) }));
   } catch {
     return;
   }

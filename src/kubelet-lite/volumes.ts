@@ -369,14 +369,28 @@ export class HostVolumeManager implements VolumeManager {
       if (!ctx.podIP) throw new Error(`pod ${pod.metadata?.name}: no pod IP yet for its hosts file`);
       content = managedHostsContent(pod, [ctx.podIP], ctx.clusterDomain);
     }
-    await fs.mkdir(ctx.podDir, { recursive: true, mode: 0o750 });
     const file = path.join(ctx.podDir, ETC_HOSTS);
     const want = Buffer.from(content);
+    // The pod directory reached with no symlink (the pod may have swapped it for one), the file with none either.
+    let dirFd: number;
+    try {
+      dirFd = openDirBeneath(this.opts.rootDir, path.relative(this.opts.rootDir, ctx.podDir), 0o750);
+    } catch (err) {
+      if (err instanceof NotOwnDirectoryError) throw new Error(`not writing the pod's hosts file: ${err.message}`);
+      throw err;
+    }
     // Rewritten in place, never replaced: running containers have this inode bind-mounted, and may write
     // to it as much as they like, so only a file of the wanted size is read to compare.
-    const fh = await fs.open(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o644);
+    let fh: fs.FileHandle;
     try {
-      const { size } = await fh.stat();
+      fh = await fs.open(`/proc/self/fd/${dirFd}/${ETC_HOSTS}`, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK, 0o644);
+    } finally {
+      closeSync(dirFd);
+    }
+    try {
+      const st = await fh.stat();
+      if (!st.isFile()) throw new Error(`not writing the pod's hosts file: ${file} is not a regular file`);
+      const { size } = st;
       let same = false;
       if (size === want.length) {
         const buf = Buffer.alloc(want.length);

@@ -244,6 +244,42 @@ describe.skipIf(!isRoot)('attack kubelet-lite: a pod at its own log directory', 
     await node.waitGone('empty-link');
     expect(((await fs.stat(victim)).mode & 0o7777).toString(8)).toBe('700');
   }, 180_000);
+
+  it('writes neither its hosts file nor a termination log into a host directory it links its whole pod directory to', async () => {
+    const victim = await fs.mkdtemp(path.join(secretDir, 'victim-poddir-'));
+    await node.write('poddir-link.yaml', podYaml('poddir-link', node.image, `  restartPolicy: Always
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: pods
+    hostPath: {path: ${path.join(node.rootDir, 'pods')}}
+  containers:
+  - name: main
+    image: IMAGE
+    env:
+    - name: UID
+      valueFrom: {fieldRef: {fieldPath: metadata.uid}}
+    volumeMounts:
+    - {name: pods, mountPath: /pods}
+    command: [sh, -c, "if [ ! -e /pods/$UID.moved ]; then mv /pods/$UID /pods/$UID.moved; ln -s ${victim} /pods/$UID; fi; until [ -e /pods/$UID.moved/go ]; do sleep 0.2; done; rm /pods/$UID.moved/go; exit 1"]
+`));
+    const p = await node.waitPod('poddir-link', (x) => !!containerStatus(x, 'main')?.state?.running, 'running');
+    const podDir = path.join(node.rootDir, 'pods', p.metadata!.uid!);
+    await waitFor('the pod to link its pod directory to a host directory', () => fs.lstat(podDir).then((st) => (st.isSymbolicLink() ? true : undefined), () => undefined), 30_000);
+    // A restarted agent writes the hosts file again, and a termination log, at the container's next start.
+    await node.restartAgent();
+    await fs.writeFile(`${podDir}.moved/go`, '');
+    await waitFor('the agent to refuse the linked pod directory', async () => {
+      const x = await node.pod('poddir-link');
+      return /is not a directory of its own/.test(JSON.stringify(x?.status ?? {})) || (await fs.readdir(victim)).length ? true : undefined;
+    }, 60_000);
+    expect(await fs.readdir(victim)).toEqual([]);
+    // The pod directory the agent made comes back for the teardown.
+    await fs.rm(podDir);
+    await fs.rename(`${podDir}.moved`, podDir);
+    await node.remove('poddir-link.yaml');
+    await node.waitGone('poddir-link');
+    expect(await fs.readdir(victim)).toEqual([]);
+  }, 180_000);
 });
 
 describe.skipIf(!isRoot)('kubelet-lite: a container writing 100 MB to stdout', () => {
