@@ -40,6 +40,7 @@ import {
   type PodContext,
 } from './model.js';
 import { containerResources, hostCapacity, type NodeCapacity } from './resources.js';
+import { createTerminationLog } from './termination-log.js';
 
 export const CONTAINER_HASH_ANNOTATION = 'io.kubernetes.container.hash';
 const HOSTNAME_MAX = 63;
@@ -352,12 +353,8 @@ export class KubeletConfigBuilder implements ConfigBuilder {
       out.push({ containerPath: '/etc/hosts', hostPath: opts.etcHosts, readonly: false, propagation: 'PROPAGATION_PRIVATE' });
     }
     if (c.terminationMessagePath) {
-      const file = terminationLogHostPath(ctx.podDir, c.name, opts.restartCount);
-      fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o750 });
-      const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW, 0o666);
-      fs.closeSync(fd);
-      // Writable by whatever user the container runs as; umask would take that away.
-      fs.chmodSync(file, 0o666);
+      // Made beneath the pod directory with no symlink followed: the pod may reach its own directory.
+      const file = createTerminationLog(ctx.podDir, terminationLogHostPath(ctx.podDir, c.name, opts.restartCount));
       out.push({ containerPath: c.terminationMessagePath, hostPath: file, readonly: false, propagation: 'PROPAGATION_PRIVATE' });
     }
     return out;

@@ -15,6 +15,7 @@ import { computePodActions, type KillAction, type ProbeView, type StartAction } 
 import type { Backoff } from './backoff.js';
 import { containerLogIn } from './cri-config.js';
 import { openLogDir, openLogFile } from './log-files.js';
+import { readTerminationLog, removeTerminationLog } from './termination-log.js';
 import { isNotFound, type CriEndpoint } from './cri-client.js';
 import { grpcDetails, type ImageManager } from './images.js';
 import { ContainerConfigError, type ConfigBuilder, type PodContext, type ProbeTarget, type VolumeManager } from './model.js';
@@ -42,7 +43,8 @@ export interface ProberPort {
 }
 
 export interface HookRunner {
-  (handler: LifecycleHandler, target: ProbeTarget, timeoutMs: number): Promise<{ ok: boolean; message: string }>;
+  /** `signal` ends the hook early (the pod is being deleted). */
+  (handler: LifecycleHandler, target: ProbeTarget, timeoutMs: number, signal?: AbortSignal): Promise<{ ok: boolean; message: string }>;
 }
 
 export interface WorkerDeps {
@@ -86,6 +88,8 @@ const TERMINATION_MESSAGE_MAX = 4096;
 
 export class PodWorker {
   private desired: PodContext | undefined;
+  /** Aborted when the pod is deleted: what a sync waits on for the pod's sake (a postStart hook) stops waiting. */
+  private deleting = new AbortController();
   private sandboxConfig: PodSandboxConfig | undefined;
   private sandboxId = '';
   private etcHosts: string | undefined;
@@ -128,6 +132,8 @@ export class PodWorker {
   /** A new desired state: the pod (same uid, e.g. a ConfigMap it uses changed) or undefined to stop it. */
   update(ctx: PodContext | undefined, opts: { refreshVolumes?: boolean } = {}): void {
     this.desired = ctx;
+    if (!ctx) this.deleting.abort();
+    else if (this.deleting.signal.aborted) this.deleting = new AbortController();
     if (ctx) this.lastPod = ctx.pod;
     if (opts.refreshVolumes) this.refreshVolumes = true;
     this.schedule(0);
@@ -448,7 +454,11 @@ export class PodWorker {
     const target: ProbeTarget = { containerId: id, podIP: ctx.podIP ?? '', container: s.container };
     const postStart = s.container.lifecycle?.postStart;
     if (postStart) {
-      const r = await this.deps.hooks(postStart, target, (ctx.pod.spec?.terminationGracePeriodSeconds ?? 30) * 1000);
+      // The kubelet cancels a postStart hook when the pod is deleted: a hook that blocks for the whole
+      // grace period would otherwise hold the deletion (and every other change of the pod) that long.
+      const deleting = this.deleting.signal;
+      const r = await this.deps.hooks(postStart, target, (ctx.pod.spec?.terminationGracePeriodSeconds ?? 30) * 1000, deleting);
+      if (deleting.aborted) return 'started';
       if (!r.ok) {
         this.event('Warning', 'FailedPostStartHook', r.message, name);
         await this.kill(ctx, { id, name, reason: `FailedPostStartHook`, remove: false }, ctx.pod.spec?.terminationGracePeriodSeconds ?? 30, false);
@@ -502,7 +512,7 @@ export class PodWorker {
     const c = seen.find((x) => x.id === id);
     if (!c || seen.some((x) => x.id !== id && x.name === c.name && x.restartCount === c.restartCount)) return;
     try {
-      await fs.rm(this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), { force: true });
+      await removeTerminationLog(ctx.podDir, this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount));
     } catch {
       // not a name the agent made a file for, or already gone
     }
@@ -515,14 +525,8 @@ export class PodWorker {
       const spec = this.containerSpec(ctx.pod, c.name);
       let msg = '';
       try {
-        const fh = await fs.open(this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), 'r');
-        try {
-          const buf = Buffer.alloc(TERMINATION_MESSAGE_MAX);
-          const { bytesRead } = await fh.read(buf, 0, buf.length, 0);
-          msg = buf.subarray(0, bytesRead).toString('utf8');
-        } finally {
-          await fh.close();
-        }
+        // Only a regular file of its own, reached with no symlink: the message is shown to anyone on the host.
+        msg = await readTerminationLog(ctx.podDir, this.deps.terminationLogPath(ctx.podDir, c.name, c.restartCount), TERMINATION_MESSAGE_MAX);
       } catch {
         // no file: no message
       }

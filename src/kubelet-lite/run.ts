@@ -210,7 +210,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       builder: new KubeletConfigBuilder(),
       volumes: new HostVolumeManager({ rootDir: opts.rootDir, log }),
       prober,
-      hooks: (handler, target, timeoutMs) => runHook(handler, target, cri, timeoutMs),
+      hooks: (handler, target, timeoutMs, signal) => runHook(handler, target, cri, timeoutMs, signal),
       events: { record: (pod, type, reason, message, container) => events.record(ref(pod), type, reason, message, container), list: () => events.list() },
       qosClass,
       terminationLogPath: terminationLogHostPath,

@@ -7,6 +7,7 @@
  * /etc/hosts, and teardown.
  */
 import fs from 'node:fs/promises';
+import { closeSync } from 'node:fs';
 import path from 'node:path';
 import type {
   ConfigMapProjection,
@@ -20,6 +21,7 @@ import { errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
 import { MNT_DETACH, mount as libcMount, umount2 } from '../sys/libc.js';
 import { writeAtomic, type Payload } from './atomic-writer.js';
+import { NotOwnDirectoryError, openDirBeneath } from './beneath.js';
 import { podDomain, podHostname } from './cri-config.js';
 import { configMapData, podFieldValue, resourceContainer, secretData } from './env.js';
 import type { PodContext, VolumeManager } from './model.js';
@@ -204,7 +206,14 @@ export class HostVolumeManager implements VolumeManager {
       const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
       // With an fsGroup the files belong to that group and it may read them, as the kubelet's volume ownership does.
       if (fsGroup !== undefined) for (const f of payload.values()) f.mode |= 0o440;
-      await this.serially(dir, () => writeAtomic(dir, payload, { gid: fsGroup }));
+      // Written through a descriptor of the volume's directory, reached with no symlink: a link the pod left
+      // there would otherwise have its files (and key-named links to them) made in a host directory.
+      const fd = this.openVolumeDir(v.name, dir);
+      try {
+        await this.serially(dir, () => writeAtomic(`/proc/self/fd/${fd}`, payload, { gid: fsGroup }));
+      } finally {
+        closeSync(fd);
+      }
       return dir;
     }
     const type = Object.keys(v).find((k) => k !== 'name') ?? 'unknown';
@@ -222,26 +231,46 @@ export class HostVolumeManager implements VolumeManager {
     return next;
   }
 
+  /** An O_PATH descriptor of a volume's directory under the pod directory, made as needed, with no symlink followed. */
+  private openVolumeDir(volume: string, dir: string): number {
+    try {
+      return openDirBeneath(this.opts.rootDir, path.relative(this.opts.rootDir, dir), 0o755);
+    } catch (err) {
+      if (err instanceof NotOwnDirectoryError) throw new VolumeSetupError(volume, err.message);
+      throw err;
+    }
+  }
+
   private async emptyDir(ctx: PodContext, v: Volume): Promise<string> {
     const dir = this.volumeDir(ctx, PLUGIN_DIRS.emptyDir, v.name);
-    await fs.mkdir(dir, { recursive: true });
     const medium = v.emptyDir?.medium ?? '';
-    if (medium === 'Memory') {
-      // mountinfo shows resolved paths.
-      const real = await fs.realpath(dir);
-      if (!(await mountsUnder(real)).includes(real)) {
-        libcMount('tmpfs', dir, 'tmpfs', 0, `size=${memoryVolumeSize(ctx.pod, v, this.node)},mode=0777`);
+    if (medium !== '' && medium !== 'Memory') throw new VolumeSetupError(v.name, `emptyDir medium ${medium} is not supported`);
+    // The pod may reach its own directory: a symlink left at the volume's place (or on the way to it)
+    // would have the chmod below open a host directory to everyone, or the tmpfs mounted over it.
+    const open = () => this.openVolumeDir(v.name, dir);
+    let fd = open();
+    try {
+      if (medium === 'Memory') {
+        // mountinfo shows resolved paths.
+        const real = await fs.realpath(`/proc/self/fd/${fd}`);
+        if (!(await mountsUnder(real)).includes(real)) {
+          libcMount('tmpfs', `/proc/self/fd/${fd}`, 'tmpfs', 0, `size=${memoryVolumeSize(ctx.pod, v, this.node)},mode=0777`);
+          // The descriptor still names the directory beneath the mount: the tmpfs's root is what gets the modes.
+          closeSync(fd);
+          fd = open();
+        }
       }
-    } else if (medium !== '') {
-      throw new VolumeSetupError(v.name, `emptyDir medium ${medium} is not supported`);
-    }
-    // Any user the containers run as may write here.
-    await fs.chmod(dir, 0o777);
-    const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
-    if (fsGroup !== undefined) {
-      const st = await fs.lstat(dir);
-      await fs.lchown(dir, st.uid, fsGroup);
-      await fs.chmod(dir, 0o2777);
+      const at = `/proc/self/fd/${fd}`;
+      // Any user the containers run as may write here.
+      await fs.chmod(at, 0o777);
+      const fsGroup = ctx.pod.spec?.securityContext?.fsGroup;
+      if (fsGroup !== undefined) {
+        const st = await fs.stat(at);
+        await fs.chown(at, st.uid, fsGroup);
+        await fs.chmod(at, 0o2777);
+      }
+    } finally {
+      closeSync(fd);
     }
     return dir;
   }
@@ -340,14 +369,28 @@ export class HostVolumeManager implements VolumeManager {
       if (!ctx.podIP) throw new Error(`pod ${pod.metadata?.name}: no pod IP yet for its hosts file`);
       content = managedHostsContent(pod, [ctx.podIP], ctx.clusterDomain);
     }
-    await fs.mkdir(ctx.podDir, { recursive: true, mode: 0o750 });
     const file = path.join(ctx.podDir, ETC_HOSTS);
     const want = Buffer.from(content);
+    // The pod directory reached with no symlink (the pod may have swapped it for one), the file with none either.
+    let dirFd: number;
+    try {
+      dirFd = openDirBeneath(this.opts.rootDir, path.relative(this.opts.rootDir, ctx.podDir), 0o750);
+    } catch (err) {
+      if (err instanceof NotOwnDirectoryError) throw new Error(`not writing the pod's hosts file: ${err.message}`);
+      throw err;
+    }
     // Rewritten in place, never replaced: running containers have this inode bind-mounted, and may write
     // to it as much as they like, so only a file of the wanted size is read to compare.
-    const fh = await fs.open(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o644);
+    let fh: fs.FileHandle;
     try {
-      const { size } = await fh.stat();
+      fh = await fs.open(`/proc/self/fd/${dirFd}/${ETC_HOSTS}`, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK, 0o644);
+    } finally {
+      closeSync(dirFd);
+    }
+    try {
+      const st = await fh.stat();
+      if (!st.isFile()) throw new Error(`not writing the pod's hosts file: ${file} is not a regular file`);
+      const { size } = st;
       let same = false;
       if (size === want.length) {
         const buf = Buffer.alloc(want.length);

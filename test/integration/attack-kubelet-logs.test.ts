@@ -161,6 +161,125 @@ describe.skipIf(!isRoot)('attack kubelet-lite: a pod at its own log directory', 
     await node.remove('pre.yaml');
     await node.waitGone('pre');
   }, 150_000);
+
+  it('never shows a host file its termination log is linked to, and never makes the next one in a host directory it links', async () => {
+    const secret = path.join(secretDir, 'term-shadow');
+    await fs.writeFile(secret, 'root:TERM-SECRET-HASH:19000:0:99999:7:::\n', { mode: 0o600 });
+    const victim = await fs.mkdtemp(path.join(secretDir, 'victim-dir-'));
+    const pod = (name: string, restart: string, script: string) =>
+      podYaml(name, node.image, `  restartPolicy: ${restart}
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: pods
+    hostPath: {path: ${path.join(node.rootDir, 'pods')}}
+  containers:
+  - name: main
+    image: IMAGE
+    env:
+    - name: UID
+      valueFrom: {fieldRef: {fieldPath: metadata.uid}}
+    volumeMounts:
+    - {name: pods, mountPath: /pods}
+    command: [sh, -c, "${script}"]
+`);
+    // Its own termination log, swapped for a link to a host file just before it exits (and a FIFO in a second pod).
+    await node.write('term-link.yaml', pod('term-link', 'Never', `T=/pods/$UID/containers/main/0.termination-log; rm $T; ln -s ${secret} $T; exit 1`));
+    await node.write('term-fifo.yaml', pod('term-fifo', 'Never', 'T=/pods/$UID/containers/main/0.termination-log; rm $T; mkfifo $T; exit 1'));
+    // Its termination-log directory, swapped for a link to a host directory before its restart.
+    await node.write('term-dir.yaml', pod('term-dir', 'Always', `D=/pods/$UID/containers/main; if [ ! -e /pods/$UID/moved ]; then mv $D $D.old; ln -s ${victim} $D; touch /pods/$UID/moved; exit 1; fi; exec sleep 3600`));
+    for (const name of ['term-link', 'term-fifo']) {
+      const p = await node.waitPod(name, (x) => !!containerStatus(x, 'main')?.state?.terminated, 'terminated');
+      const t = containerStatus(p, 'main')!.state!.terminated!;
+      expect(t.exitCode).toBe(1);
+      expect(t.message ?? '').not.toContain('TERM-SECRET');
+    }
+    expect(JSON.stringify((await node.get('/pods')).body)).not.toContain('TERM-SECRET');
+    const p = await node.waitPod('term-dir', (x) => containerStatus(x, 'main')?.state?.waiting?.reason === 'CreateContainerConfigError' || (containerStatus(x, 'main')?.restartCount ?? 0) >= 1, 'restarted or refused', 90_000);
+    expect(await fs.readdir(victim)).toEqual([]);
+    expect(containerStatus(p, 'main')?.state?.waiting?.message).toMatch(/termination log directory .* is not a directory of its own/);
+    expect((await node.get('/healthz')).status).toBe(200);
+    for (const f of ['term-link', 'term-fifo', 'term-dir']) await node.remove(`${f}.yaml`);
+    for (const f of ['term-link', 'term-fifo', 'term-dir']) await node.waitGone(f);
+    expect(await fs.readFile(secret, 'utf8')).toContain('TERM-SECRET');
+  }, 180_000);
+
+  it('never opens a host directory to everyone, nor writes files into one, through symlinks it leaves at its own volumes', async () => {
+    const victim = await fs.mkdtemp(path.join(secretDir, 'victim-empty-'));
+    await fs.chmod(victim, 0o700);
+    const victim2 = await fs.mkdtemp(path.join(secretDir, 'victim-downward-'));
+    await node.write('empty-link.yaml', podYaml('empty-link', node.image, `  restartPolicy: Always
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: pods
+    hostPath: {path: ${path.join(node.rootDir, 'pods')}}
+  - name: info
+    downwardAPI:
+      items: [{path: job, fieldRef: {fieldPath: metadata.name}}]
+  - name: scratch
+    emptyDir: {}
+  containers:
+  - name: main
+    image: IMAGE
+    env:
+    - name: UID
+      valueFrom: {fieldRef: {fieldPath: metadata.uid}}
+    volumeMounts:
+    - {name: pods, mountPath: /pods}
+    - {name: scratch, mountPath: /scratch}
+    - {name: info, mountPath: /info}
+    command: [sh, -c, "E=/pods/$UID/volumes/kubernetes.io~empty-dir/scratch; if [ ! -e /pods/$UID/planted ]; then mv $E $E.old; ln -s ${victim} $E; I=/pods/$UID/volumes/kubernetes.io~downward-api/info; mv $I $I.old; ln -s ${victim2} $I; touch /pods/$UID/planted; fi; until [ -e /pods/$UID/go ]; do sleep 0.2; done; rm /pods/$UID/go; exit 1"]
+`));
+    const p = await node.waitPod('empty-link', (x) => !!containerStatus(x, 'main')?.state?.running, 'running');
+    const podDir = path.join(node.rootDir, 'pods', p.metadata!.uid!);
+    await waitFor('the pod to link its emptyDir to a host directory', () => fs.stat(path.join(podDir, 'planted')).then(() => true, () => undefined), 30_000);
+    // A restarted agent sets the volumes up again at the container's next start.
+    await node.restartAgent();
+    await fs.writeFile(path.join(podDir, 'go'), '');
+    await waitFor('the agent to refuse the linked emptyDir', async () => ((await node.events('empty-link')).some((e) => /is not a directory of its own/.test(e.message ?? '')) || ((await fs.stat(victim)).mode & 0o777) !== 0o700 ? true : undefined), 60_000);
+    expect(((await fs.stat(victim)).mode & 0o7777).toString(8)).toBe('700');
+    expect(await fs.readdir(victim)).toEqual([]);
+    // The downwardAPI volume is set up before the emptyDir: a link there was refused too.
+    expect(await fs.readdir(victim2)).toEqual([]);
+    await node.remove('empty-link.yaml');
+    await node.waitGone('empty-link');
+    expect(((await fs.stat(victim)).mode & 0o7777).toString(8)).toBe('700');
+  }, 180_000);
+
+  it('writes neither its hosts file nor a termination log into a host directory it links its whole pod directory to', async () => {
+    const victim = await fs.mkdtemp(path.join(secretDir, 'victim-poddir-'));
+    await node.write('poddir-link.yaml', podYaml('poddir-link', node.image, `  restartPolicy: Always
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: pods
+    hostPath: {path: ${path.join(node.rootDir, 'pods')}}
+  containers:
+  - name: main
+    image: IMAGE
+    env:
+    - name: UID
+      valueFrom: {fieldRef: {fieldPath: metadata.uid}}
+    volumeMounts:
+    - {name: pods, mountPath: /pods}
+    command: [sh, -c, "if [ ! -e /pods/$UID.moved ]; then mv /pods/$UID /pods/$UID.moved; ln -s ${victim} /pods/$UID; fi; until [ -e /pods/$UID.moved/go ]; do sleep 0.2; done; rm /pods/$UID.moved/go; exit 1"]
+`));
+    const p = await node.waitPod('poddir-link', (x) => !!containerStatus(x, 'main')?.state?.running, 'running');
+    const podDir = path.join(node.rootDir, 'pods', p.metadata!.uid!);
+    await waitFor('the pod to link its pod directory to a host directory', () => fs.lstat(podDir).then((st) => (st.isSymbolicLink() ? true : undefined), () => undefined), 30_000);
+    // A restarted agent writes the hosts file again, and a termination log, at the container's next start.
+    await node.restartAgent();
+    await fs.writeFile(`${podDir}.moved/go`, '');
+    await waitFor('the agent to refuse the linked pod directory', async () => {
+      const x = await node.pod('poddir-link');
+      return /is not a directory of its own/.test(JSON.stringify(x?.status ?? {})) || (await fs.readdir(victim)).length ? true : undefined;
+    }, 60_000);
+    expect(await fs.readdir(victim)).toEqual([]);
+    // The pod directory the agent made comes back for the teardown.
+    await fs.rm(podDir);
+    await fs.rename(`${podDir}.moved`, podDir);
+    await node.remove('poddir-link.yaml');
+    await node.waitGone('poddir-link');
+    expect(await fs.readdir(victim)).toEqual([]);
+  }, 180_000);
 });
 
 describe.skipIf(!isRoot)('kubelet-lite: a container writing 100 MB to stdout', () => {

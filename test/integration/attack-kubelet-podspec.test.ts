@@ -206,4 +206,23 @@ describe.skipIf(!isRoot)('attack kubelet-lite: hostile pod specs', () => {
     const left = ((await node.pods.skiff.runtime.ListContainers({})).containers ?? []).filter((c: { labels?: Record<string, string> }) => c.labels?.['io.kubernetes.pod.name'] === 'wide');
     expect(left).toEqual([]);
   }, 180_000);
+  it('a pod removed while its postStart hook blocks goes at once, not after the hook\'s whole grace period', async () => {
+    // The hook's bound is the grace period (10 minutes here); the container itself stops within a second of SIGTERM.
+    await node.write('hook.yaml', podYaml('hook', node.image, `  terminationGracePeriodSeconds: 600
+  containers:
+  - name: main
+    image: IMAGE
+    command: [sh, -c, "trap 'exit 0' TERM; while true; do sleep 1; done"]
+    lifecycle:
+      postStart:
+        exec: {command: [sleep, "3600"]}
+`));
+    await waitFor('the hook container to start', async () => ((await node.events('hook')).some((e) => e.reason === 'Started') ? true : undefined), 60_000);
+    const t0 = Date.now();
+    await node.remove('hook.yaml');
+    await node.waitGone('hook', 45_000);
+    expect(Date.now() - t0).toBeLessThan(45_000);
+    // Cancelled by the deletion, not failed: no FailedPostStartHook for it.
+    expect((await node.events('hook')).filter((e) => e.reason === 'FailedPostStartHook')).toEqual([]);
+  }, 120_000);
 });
