@@ -78,6 +78,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   const log = opts.log;
   const sysctls = new SysctlAllowlist(opts.allowedUnsafeSysctls);
   await fs.mkdir(opts.rootDir, { recursive: true, mode: 0o700 });
+  await ownRootDir(opts.rootDir, log);
   const hostResolvConf = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
   const store = new ObjectStore({ nodeName: opts.nodeName, log });
   const watcher = new ManifestWatcher({ dir: opts.manifests, store, log });
@@ -279,6 +280,23 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       cri.close();
     },
   };
+}
+
+/**
+ * The root dir holds every pod's volumes (Secrets among them), logs and
+ * termination messages: the agent's alone, as the runtime's --root is. One
+ * made here is 0700; an existing one open to others is tightened, one
+ * another user owns is refused.
+ */
+async function ownRootDir(dir: string, log: Logger): Promise<void> {
+  const st = await fs.stat(dir);
+  if (!st.isDirectory()) throw new Error(`--root-dir ${dir} is not a directory`);
+  const me = process.getuid?.() ?? 0;
+  if (st.uid !== me) throw new Error(`--root-dir ${dir} belongs to uid ${st.uid}, not to this agent's uid ${me}: give it to uid ${me} (chown) or choose another`);
+  if ((st.mode & 0o077) !== 0) {
+    await fs.chmod(dir, 0o700);
+    log.warn('--root-dir was open to other users; its mode is now 0700', { rootDir: dir, was: `0${(st.mode & 0o7777).toString(8)}` });
+  }
 }
 
 function ref(pod: Pod): { namespace: string; name: string; uid: string } {
