@@ -80,7 +80,12 @@ export function seccompChoice(profile: { profileType?: string | number; localhos
   const p = legacyPath;
   if (p === '' || p === 'unconfined') return { kind: 'unconfined' };
   if (p === 'runtime/default' || p === 'docker/default') return { kind: 'default' };
-  if (p.startsWith('localhost/')) return { kind: 'localhost', path: p.slice('localhost/'.length) };
+  if (p.startsWith('localhost/')) {
+    const file = p.slice('localhost/'.length);
+    // As for localhost_ref: a path relative to the daemon's working directory means nothing to the caller.
+    if (!file.startsWith('/')) throw invalidArgument(`seccomp profile "${p}" must name an absolute path (localhost/<absolute path>)`);
+    return { kind: 'localhost', path: file };
+  }
   throw invalidArgument(`unknown seccomp profile "${p}": use runtime/default, unconfined or localhost/<path>`);
 }
 
@@ -90,6 +95,21 @@ export function seccompChoice(profile: { profileType?: string | number; localhos
  * keeps a request naming /dev/zero or a huge file from costing memory.
  */
 export const MAX_PROFILE_BYTES = 1024 * 1024;
+
+/** A real profile nests five levels (profile, syscalls, rule, args, arg); deeper ones only break what handles them later. */
+const MAX_PROFILE_DEPTH = 16;
+
+/** Whether `v` nests objects or arrays deeper than `max`, walked without recursion. */
+function depthOver(v: unknown, max: number): boolean {
+  const stack: Array<[unknown, number]> = [[v, 1]];
+  while (stack.length) {
+    const [x, d] = stack.pop()!;
+    if (typeof x !== 'object' || x === null) continue;
+    if (d > max) return true;
+    for (const child of Object.values(x as Record<string, unknown>)) if (typeof child === 'object' && child !== null) stack.push([child, d + 1]);
+  }
+  return false;
+}
 
 /** The actions the kernel knows; anything else is refused here, never echoed from the file. */
 const ACTIONS = new Set(['SCMP_ACT_KILL', 'SCMP_ACT_KILL_PROCESS', 'SCMP_ACT_KILL_THREAD', 'SCMP_ACT_TRAP', 'SCMP_ACT_ERRNO', 'SCMP_ACT_TRACE', 'SCMP_ACT_ALLOW', 'SCMP_ACT_LOG', 'SCMP_ACT_NOTIFY']);
@@ -112,6 +132,7 @@ export async function loadSeccomp(choice: SeccompChoice, caps: string[], privile
     throw invalidArgument(`seccomp profile ${choice.path} is not valid JSON`);
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw invalidArgument(`seccomp profile ${choice.path} is not a JSON object`);
+  if (depthOver(parsed, MAX_PROFILE_DEPTH)) throw invalidArgument(`seccomp profile ${choice.path} nests deeper than ${MAX_PROFILE_DEPTH} levels`);
   const profile = parsed as Record<string, unknown>;
   if (typeof profile.defaultAction !== 'string' || !ACTIONS.has(profile.defaultAction)) throw invalidArgument(`seccomp profile ${choice.path} has no valid defaultAction`);
   if (profile.syscalls !== undefined && !Array.isArray(profile.syscalls)) throw invalidArgument(`seccomp profile ${choice.path}: syscalls must be a list`);

@@ -8,7 +8,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { defaultProfile, loadSeccomp, type OciSyscallRule } from '../../src/container/seccomp.js';
+import { defaultProfile, loadSeccomp, seccompChoice, type OciSyscallRule } from '../../src/container/seccomp.js';
 import { NAMESPACE_CLONE_FLAGS, SYSCALL_GROUPS } from '../../src/container/seccomp-profile.js';
 import { DEFAULT_CAPS } from '../../src/container/spec.js';
 
@@ -134,6 +134,13 @@ describe('RuntimeDefault seccomp allowlist', () => {
   });
 });
 
+describe('seccompChoice', () => {
+  it('refuses a legacy localhost/ path that is not absolute, as localhost_ref', () => {
+    expect(() => seccompChoice(undefined, 'localhost/profiles/p.json')).toThrow(/must name an absolute path/);
+    expect(seccompChoice(undefined, 'localhost//var/lib/p.json')).toEqual({ kind: 'localhost', path: '/var/lib/p.json' });
+  });
+});
+
 describe('loadSeccomp', () => {
   it('gives no filter for Unconfined and privileged containers, the allowlist for RuntimeDefault, and converts a Localhost file', async () => {
     expect(await loadSeccomp({ kind: 'unconfined' }, DEFAULT_CAPS, false)).toBeUndefined();
@@ -147,6 +154,10 @@ describe('loadSeccomp', () => {
       await fs.writeFile(file, '{not json');
       await expect(loadSeccomp({ kind: 'localhost', path: file }, DEFAULT_CAPS, false)).rejects.toThrow(/not valid/);
       await expect(loadSeccomp({ kind: 'localhost', path: path.join(dir, 'absent.json') }, DEFAULT_CAPS, false)).rejects.toThrow(/cannot read/);
+      // Nested past any real profile: refused here, not an INTERNAL error when the spec is written.
+      const deep = `${'['.repeat(100_000)}1${']'.repeat(100_000)}`;
+      await fs.writeFile(file, `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["read"],"action":"SCMP_ACT_ALLOW","args":${deep}}]}`);
+      await expect(loadSeccomp({ kind: 'localhost', path: file }, DEFAULT_CAPS, false)).rejects.toThrow(/nests deeper than 16 levels/);
     } finally {
       await fs.rm(dir, { recursive: true, force: true });
     }
