@@ -19,7 +19,8 @@ import type { PodSandboxConfig } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { PortMapping } from '../gen/runtime/v1/PortMapping.js';
 import type { Protocol } from '../gen/runtime/v1/Protocol.js';
 import type { SecurityProfile } from '../gen/runtime/v1/SecurityProfile.js';
-import { AT_FDCWD, MNT_DETACH, mount as libcMount, O_CLOEXEC, O_PATH, openat2, RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, umount2 } from '../sys/libc.js';
+import { AT_FDCWD, MNT_DETACH, mount as libcMount, O_CLOEXEC, O_PATH, openat2, RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, umount2, UMOUNT_NOFOLLOW } from '../sys/libc.js';
+import { NotOwnDirectoryError, openDirBeneath, STRICT } from './beneath.js';
 import { podDnsConfig } from './dns.js';
 import { expand, mapLookup, resolveEnv, servicesFromObjects } from './env.js';
 import {
@@ -198,7 +199,7 @@ export interface ConfigBuilderOptions {
    */
   services?: (ctx: PodContext) => Service[];
   /** Binds a checked subPath where the runtime mounts it from (default: pinSubpath; tests record instead). */
-  pinSubpath?: (root: string, checked: string, target: string) => void;
+  pinSubpath?: (root: string, checked: string, target: string, targetRoot?: string) => void;
 }
 
 export class KubeletConfigBuilder implements ConfigBuilder {
@@ -340,7 +341,7 @@ export class KubeletConfigBuilder implements ConfigBuilder {
         // runtime mounts it): the runtime gets a bind of what was checked, in a directory no container reaches.
         const checked = safeSubpath(base, sub);
         hostPath = subpathTarget(ctx.podDir, vm.name, c.name, i);
-        (this.opts.pinSubpath ?? pinSubpath)(fs.realpathSync(base), checked, hostPath);
+        (this.opts.pinSubpath ?? pinSubpath)(fs.realpathSync(base), checked, hostPath, path.dirname(path.dirname(ctx.podDir)));
       }
       out.push({
         containerPath: vm.mountPath,
@@ -388,7 +389,7 @@ const MS_REC = 0x4000;
  * open, and what the descriptor holds is what gets mounted. A mount left at
  * `target` by an earlier instance of the container is replaced.
  */
-export function pinSubpath(root: string, checked: string, target: string): void {
+export function pinSubpath(root: string, checked: string, target: string, targetRoot = path.dirname(target)): void {
   const rel = path.relative(root, checked);
   if (rel === '..' || rel.startsWith('../') || path.isAbsolute(rel)) throw new ContainerConfigError(`subpath ${checked} not within volume path ${root}`);
   let fd: number;
@@ -400,27 +401,47 @@ export function pinSubpath(root: string, checked: string, target: string): void 
   } finally {
     fs.closeSync(rootFd);
   }
+  let dirFd: number | undefined;
+  let targetFd: number | undefined;
   try {
     const isDir = fs.fstatSync(fd).isDirectory();
-    fs.mkdirSync(path.dirname(target), { recursive: true, mode: 0o750 });
+    // The target's directory is the pod's too (volume-subpaths/...): reached with no symlink
+    // followed, and the target itself handled through that directory's descriptor.
     try {
-      umount2(target, MNT_DETACH);
+      dirFd = openDirBeneath(targetRoot, path.relative(targetRoot, path.dirname(target)), 0o750);
+    } catch (err) {
+      if (err instanceof NotOwnDirectoryError) throw new ContainerConfigError(`cannot mount subpath: ${err.message}`);
+      throw err;
+    }
+    const name = path.basename(target);
+    const at = `/proc/self/fd/${dirFd}/${name}`;
+    try {
+      umount2(at, MNT_DETACH | UMOUNT_NOFOLLOW);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== 'EINVAL' && code !== 'ENOENT') throw err;
     }
-    const st = fs.lstatSync(target, { throwIfNoEntry: false });
+    const st = fs.lstatSync(at, { throwIfNoEntry: false });
     const fits = st !== undefined && (isDir ? st.isDirectory() : st.isFile());
     if (st && !fits) {
-      if (st.isDirectory()) fs.rmdirSync(target);
-      else fs.unlinkSync(target);
+      if (st.isDirectory()) fs.rmdirSync(at);
+      else fs.unlinkSync(at);
     }
     if (!fits) {
-      if (isDir) fs.mkdirSync(target, { mode: 0o750 });
-      else fs.closeSync(fs.openSync(target, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o640));
+      if (isDir) fs.mkdirSync(at, { mode: 0o750 });
+      else fs.closeSync(fs.openSync(at, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK, 0o640));
     }
-    libcMount(`/proc/self/fd/${fd}`, target, '', MS_BIND | MS_REC, '');
+    try {
+      targetFd = openat2(dirFd, name, O_PATH | O_CLOEXEC, STRICT);
+    } catch (err) {
+      throw new ContainerConfigError(`subpath mount target ${target} changed while it was being made: ${(err as Error).message}`);
+    }
+    const made = fs.fstatSync(targetFd);
+    if (isDir ? !made.isDirectory() : !made.isFile()) throw new ContainerConfigError(`subpath mount target ${target} changed while it was being made`);
+    libcMount(`/proc/self/fd/${fd}`, `/proc/self/fd/${targetFd}`, '', MS_BIND | MS_REC, '');
   } finally {
+    if (targetFd !== undefined) fs.closeSync(targetFd);
+    if (dirFd !== undefined) fs.closeSync(dirFd);
     fs.closeSync(fd);
   }
 }

@@ -243,6 +243,8 @@ const mountRaw = libc.func('int mount(const char *source, const char *target, co
 const umount2Raw = libc.func('int umount2(const char *target, int flags)');
 
 export const MNT_DETACH = 2;
+/** umount2: do not follow a symlink in the last component of the target. */
+export const UMOUNT_NOFOLLOW = 8;
 
 export function mount(source: string, target: string, fstype: string, flags: number, data: string): void {
   if (mountRaw(source, target, fstype, flags, data) !== 0) throw errnoError('mount', target);

@@ -612,6 +612,21 @@ describe('subPath', () => {
     expect(fs.readdirSync(outside)).toEqual([]);
   });
 
+  it.skipIf(process.getuid?.() !== 0)("refuses a mount target whose directory the pod swapped for a symlink, mounting nothing there", () => {
+    const vol = path.join(tmp, 'vol2');
+    const outside = path.join(tmp, 'outside2');
+    fs.mkdirSync(path.join(vol, 'a'), { recursive: true });
+    fs.mkdirSync(outside);
+    const root = fs.realpathSync(vol);
+    // <agent root>/pods/u/volume-subpaths/v -> a host directory, as a hostPath onto the pod dir could make it.
+    fs.mkdirSync(path.join(tmp, 'agent/pods/u/volume-subpaths'), { recursive: true });
+    fs.symlinkSync(outside, path.join(tmp, 'agent/pods/u/volume-subpaths/v'));
+    const target = path.join(tmp, 'agent/pods/u/volume-subpaths/v/c/0');
+    expect(() => pinSubpath(root, safeSubpath(vol, 'a'), target, path.join(tmp, 'agent'))).toThrow(/is not a directory of its own/);
+    expect(fs.readdirSync(outside)).toEqual([]);
+    expect(fs.readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(outside);
+  });
+
   it.skipIf(process.getuid?.() !== 0)('binds what was checked, and refuses a component swapped for a symlink since', () => {
     const vol = path.join(tmp, 'vol');
     const outside = path.join(tmp, 'outside');
@@ -671,7 +686,7 @@ describe('subPath', () => {
     const root = fs.realpathSync(volumes.get('scratch')!);
     // The runtime mounts the agent's bind of the checked directory, never the path in the volume.
     expect(cfg.mounts![0].hostPath).toBe(path.join(podDir, 'volume-subpaths/scratch/c/0'));
-    expect(pinned).toEqual([[root, path.join(root, 'logs/web'), path.join(podDir, 'volume-subpaths/scratch/c/0')]]);
+    expect(pinned).toEqual([[root, path.join(root, 'logs/web'), path.join(podDir, 'volume-subpaths/scratch/c/0'), path.dirname(path.dirname(podDir))]]);
     c.volumeMounts![0].subPathExpr = '$(NOPE)/x';
     expect(() => b.containerConfig(ctx(pod), c, opts({ volumes }))).toThrow('missing value for NOPE');
   });
