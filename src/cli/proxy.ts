@@ -187,6 +187,7 @@ export async function startProxy(opts: ProxyOptions, services: ServiceSource, po
       clusterDomain: opts.clusterDomain,
       view: proxier,
       upstreams: parseResolvConf(resolvConf),
+      reverseCidrs: [opts.serviceCidr, opts.podCidr],
       log,
     });
     stopDns = startDnsWhenPossible(dns, opts.dnsAddress, log);
