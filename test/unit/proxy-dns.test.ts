@@ -1,11 +1,12 @@
-import { execFile, spawnSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import dgram from 'node:dgram';
 import { Resolver } from 'node:dns/promises';
 import net from 'node:net';
 import os from 'node:os';
-import { promisify } from 'node:util';
+import { parseArgs, promisify } from 'node:util';
 import dnsPacket from 'dns-packet';
 import { afterEach, describe, expect, it } from 'vitest';
+import { PROXY_FLAGS, proxyOptionsFrom } from '../../src/cli/proxy.js';
 import { createLogger, silentLogger } from '../../src/log.js';
 import { canonicalIP, DnsServer, isSelf, parseResolvConf, RCODE } from '../../src/proxy/dns.js';
 import { Allocator } from '../../src/proxy/service.js';
@@ -515,9 +516,7 @@ const specPods = [
 const specView = { services: () => specServices, pods: () => specPods };
 const REVERSE = ['10.96.0.0/12', '10.88.0.0/16'];
 
-const hasDig = spawnSync('dig', ['-v']).status === 0;
-
-/** `dig` against the server: +short lines, or with `full` the whole answer text. */
+/** `dig` (scripts/setup.sh installs dnsutils) against the server: +short lines, or with `full` the whole answer text. */
 async function dig(port: number, args: string[], full = false): Promise<string> {
   const { stdout } = await execFileP('dig', ['@127.0.0.1', '-p', String(port), '+time=2', '+tries=1', ...(full ? [] : ['+short']), ...args]);
   return stdout;
@@ -557,7 +556,7 @@ describe('the DNS specification\'s records (schema 1.0.1), over real sockets', (
     const a = decode((await udpQuery(port, query('DNS-Version.cluster.local.')))!);
     expect([a.rcode, a.answers]).toEqual(['NOERROR', []]);
     expect(a.authorities!.map((r) => r.type)).toEqual(['SOA']);
-    if (hasDig) expect(await dig(port, ['dns-version.cluster.local', 'TXT'])).toBe('"1.0.1"\n');
+    expect(await dig(port, ['dns-version.cluster.local', 'TXT'])).toBe('"1.0.1"\n');
     expect(up.queries()).toBe(0);
   });
 
@@ -579,11 +578,9 @@ describe('the DNS specification\'s records (schema 1.0.1), over real sockets', (
     // Outside the CIDRs: forwarded, as before.
     expect((await ptr('192.0.2.7')).aa).toBe(false);
     expect(up.queries()).toBe(1);
-    if (hasDig) {
-      expect(await dig(port, ['-x', '10.96.0.10'])).toBe('web.ns1.svc.cluster.local.\n');
-      expect(await dig(port, ['-x', '10.88.0.5'])).toBe('db-0.db.ns1.svc.cluster.local.\n');
-      expect(await dig(port, ['-x', '10.88.0.250'], true)).toMatch(/status: NXDOMAIN.*\n.*flags: qr aa rd ra/);
-    }
+    expect(await dig(port, ['-x', '10.96.0.10'])).toBe('web.ns1.svc.cluster.local.\n');
+    expect(await dig(port, ['-x', '10.88.0.5'])).toBe('db-0.db.ns1.svc.cluster.local.\n');
+    expect(await dig(port, ['-x', '10.88.0.250'], true)).toMatch(/status: NXDOMAIN.*\n.*flags: qr aa rd ra/);
   });
 
   it('headless pods with hostname and subdomain get <hostname>.<svc>.<ns>.svc A records, and SRV targets use them', async () => {
@@ -603,7 +600,7 @@ describe('the DNS specification\'s records (schema 1.0.1), over real sockets', (
       '10-88-0-8.db.ns1.svc.cluster.local 10.88.0.8',
       'db-0.db.ns1.svc.cluster.local 10.88.0.5',
     ]);
-    if (hasDig) expect(await dig(port, ['db-0.db.ns1.svc.cluster.local'])).toBe('10.88.0.5\n');
+    expect(await dig(port, ['db-0.db.ns1.svc.cluster.local'])).toBe('10.88.0.5\n');
   });
 
   it('a headless Service with no ready endpoints is NXDOMAIN for every type, and so is every name below it', async () => {
@@ -650,11 +647,9 @@ describe('the DNS specification\'s records (schema 1.0.1), over real sockets', (
     expect([srvUdp.flags! & dnsPacket.TRUNCATED_RESPONSE, srvUdp.answers!.length]).toEqual([dnsPacket.TRUNCATED_RESPONSE, 0]);
     const srvTcp = decode(await tcpQuery(port, edns('_http._tcp.big.ns1.svc.cluster.local', 'SRV')));
     expect([srvTcp.answers!.length, srvTcp.additionals!.filter((x) => x.type === 'A').length]).toEqual([150, 150]);
-    if (hasDig) {
-      // A real resolver reads the compressed answer, and retries over TCP on TC by itself.
-      expect((await dig(port, ['+bufsize=4096', 'big.ns1.svc.cluster.local'])).trim().split('\n').length).toBe(150);
-      expect((await dig(port, ['+noedns', '_http._tcp.big.ns1.svc.cluster.local', 'SRV'])).trim().split('\n').length).toBe(150);
-    }
+    // A real resolver reads the compressed answer, and retries over TCP on TC by itself.
+    expect((await dig(port, ['+bufsize=4096', 'big.ns1.svc.cluster.local'])).trim().split('\n').length).toBe(150);
+    expect((await dig(port, ['+noedns', '_http._tcp.big.ns1.svc.cluster.local', 'SRV'])).trim().split('\n').length).toBe(150);
   });
 
   it('pod names: "verified" answers only for a pod of that namespace; "insecure" for any address', async () => {
@@ -668,5 +663,14 @@ describe('the DNS specification\'s records (schema 1.0.1), over real sockets', (
     for (const name of ['192-0-2-256.ns1.pod.cluster.local', '192-0-2-01.ns1.pod.cluster.local', '1-2-3.ns1.pod.cluster.local']) {
       await expect(insecure.resolver.resolve4(name)).rejects.toMatchObject({ code: 'ENOTFOUND' });
     }
+  });
+});
+
+describe('--dns-pods', () => {
+  const optionsOf = (args: string[]) => proxyOptionsFrom(parseArgs({ args, options: PROXY_FLAGS, strict: true }).values);
+  it('is verified unless told insecure; anything else is refused, naming the flag', () => {
+    expect(optionsOf([]).podRecords).toBe('verified');
+    expect(optionsOf(['--dns-pods', 'insecure']).podRecords).toBe('insecure');
+    expect(() => optionsOf(['--dns-pods', 'disabled'])).toThrow('--dns-pods must be verified or insecure, not "disabled"');
   });
 });
