@@ -601,8 +601,11 @@ export class DnsServer {
       return dnsPacket.encode(reply(headerOnly, RCODE.FORMERR));
     }
     if (((raw[2]! >> 3) & 0xf) !== 0) return dnsPacket.encode(reply({ ...q, questions: q.questions }, RCODE.NOTIMP));
+    const question = rawQuestion(raw);
+    // dns-packet joins labels with dots, so the one label "web.ns1" would read as two: keep it one.
+    if (question?.labels.some((l) => l.includes('.'))) q.questions![0]!.name = question.labels.map((l) => l.replace(/[\\.]/g, '\\$&')).join('.');
     const d = decide(q, this.opts.view, this.opts.clusterDomain, this.zone);
-    if (d.kind === 'answer') return this.fit(d.packet, q, transport, rawQuestion(raw));
+    if (d.kind === 'answer') return this.fit(d.packet, q, transport, question);
     return this.forward(raw, q, transport, from);
   }
 
@@ -638,11 +641,12 @@ export class DnsServer {
    */
   private async forward(raw: Buffer, q: Packet, transport: 'udp' | 'tcp', from: string): Promise<Buffer> {
     const question = q.questions![0]!;
+    const fail = (rcode: number) => encodeResponse(reply(q, rcode), rawQuestion(raw));
     const probed = this.probes.get(question.name);
     if (probed) {
       this.counters.loops++;
       this.dropLooping(probed, from);
-      return dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+      return fail(RCODE.SERVFAIL);
     }
     const key = loopKey(q.id, question);
     const askers = this.outstanding.get(key);
@@ -655,10 +659,10 @@ export class DnsServer {
           upstreams: this.upstreams.map(upstreamText),
         });
       }
-      return dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+      return fail(RCODE.SERVFAIL);
     }
-    if (this.upstreams.length === 0) return dnsPacket.encode(reply(q, RCODE.REFUSED));
-    if (this.inflight >= this.maxInflight) return dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+    if (this.upstreams.length === 0) return fail(RCODE.REFUSED);
+    if (this.inflight >= this.maxInflight) return fail(RCODE.SERVFAIL);
     this.inflight++;
     this.outstanding.set(key, [...(askers ?? []), from]);
     try {
@@ -672,7 +676,7 @@ export class DnsServer {
         shared = p;
       }
       const answer = await shared;
-      return answer ? withId(answer, q.id ?? 0) : dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+      return answer ? withId(answer, q.id ?? 0) : fail(RCODE.SERVFAIL);
     } finally {
       this.inflight--;
       const left = this.outstanding.get(key) ?? [];

@@ -652,6 +652,20 @@ describe('the DNS specification\'s records (schema 1.0.1), over real sockets', (
     expect((await dig(port, ['+noedns', '_http._tcp.big.ns1.svc.cluster.local', 'SRV'])).trim().split('\n').length).toBe(150);
   });
 
+  it('a label with a dot in it is one label: "web.ns1" is no Service, and the question comes back as sent', async () => {
+    const { port, up } = await startSpecDns();
+    const wire = (labels: string[]) =>
+      Buffer.concat([Buffer.from([0, 5, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]), ...labels.map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l, 'latin1')])), Buffer.from([0, 0, 1, 0, 1])]);
+    const dotted = wire(['web.ns1', 'svc', 'cluster', 'local']);
+    const r = (await udpQuery(port, dotted))!;
+    expect(decode(r).rcode).toBe('NXDOMAIN');
+    expect(r.subarray(12, dotted.length)).toEqual(dotted.subarray(12));
+    // Outside the zone ("cluster.local" as one label): forwarded as sent, the upstream's answer back.
+    const outside = wire(['web', 'ns1', 'svc', 'cluster.local']);
+    expect(decode((await udpQuery(port, outside))!).rcode).toBe('NOERROR');
+    expect(up.queries()).toBe(1);
+  });
+
   it('pod names: "verified" answers only for a pod of that namespace; "insecure" for any address', async () => {
     const verified = await startSpecDns();
     expect(await verified.resolver.resolve4('10-88-0-6.ns1.pod.cluster.local')).toEqual(['10.88.0.6']);
