@@ -611,16 +611,16 @@ export class DnsServer {
 
   /**
    * Encodes an answer, names compressed, with an OPT record when the query had one (RFC 6891), and
-   * keeps it within what a UDP client can take: the additional records (SRV targets' addresses) are
-   * optional and go first (RFC 2181 9); if the answer still does not fit, TC with no records tells
-   * the client to ask again over TCP.
+   * keeps it within what the client can take (UDP: its buffer; TCP: 65,535 bytes): the additional
+   * records (SRV targets' addresses) are optional and go first (RFC 2181 9); if the answer still does
+   * not fit, TC with no records tells a UDP client to ask again over TCP.
    */
   private fit(p: Packet, q: Packet, transport: 'udp' | 'tcp', question: RawQuestion | undefined): Buffer {
     const opt = q.additionals?.find((a) => a.type === 'OPT') as { udpPayloadSize?: number } | undefined;
     const encode = (x: Packet) => encodeResponse(opt ? { ...x, additionals: [...(x.additionals ?? []), OPT_ANSWER] } : x, question);
     const buf = encode(p);
-    if (transport === 'tcp') return buf;
-    const limit = Math.max(UDP_PLAIN_LIMIT, Math.min(opt?.udpPayloadSize ?? UDP_PLAIN_LIMIT, MAX_UDP_ANSWER));
+    // Over TCP a message is at most 65,535 bytes, its length being two bytes.
+    const limit = transport === 'tcp' ? 0xffff : Math.max(UDP_PLAIN_LIMIT, Math.min(opt?.udpPayloadSize ?? UDP_PLAIN_LIMIT, MAX_UDP_ANSWER));
     if (buf.length <= limit) return buf;
     if (p.additionals?.length) {
       const lean = encode({ ...p, additionals: [] });

@@ -538,6 +538,7 @@ function tcpQuery(port: number, raw: Buffer): Promise<Buffer> {
       }
     });
     s.on('error', reject);
+    s.on('close', () => reject(new Error('the server closed the connection without an answer')));
     const len = Buffer.alloc(2);
     len.writeUInt16BE(raw.length);
     s.write(Buffer.concat([len, raw]));
@@ -650,6 +651,19 @@ describe('the DNS specification\'s records (schema 1.0.1), over real sockets', (
     // A real resolver reads the compressed answer, and retries over TCP on TC by itself.
     expect((await dig(port, ['+bufsize=4096', 'big.ns1.svc.cluster.local'])).trim().split('\n').length).toBe(150);
     expect((await dig(port, ['+noedns', '_http._tcp.big.ns1.svc.cluster.local', 'SRV'])).trim().split('\n').length).toBe(150);
+  });
+
+  it('over TCP an answer stays within 65,535 bytes: the additional records go first, then TC', async () => {
+    const many = (n: number) => {
+      const services = new Allocator('10.96.0.0/12').resolve([serviceObject('ns1', 'huge', { clusterIP: 'None', selector: { app: 'huge' }, ports: [{ name: 'http', port: 80 }] })]).services;
+      const pods = Array.from({ length: n }, (_, i) => pod(`huge-${i}`, { ns: 'ns1', labels: { app: 'huge' }, ip: `10.89.${i >> 8}.${i & 255}` }));
+      return { services: () => services, pods: () => pods };
+    };
+    const srv = edns('_http._tcp.huge.ns1.svc.cluster.local', 'SRV');
+    const fits = decode(await tcpQuery((await startSpecDns({ view: many(1000) })).port, srv));
+    expect([fits.flags! & dnsPacket.TRUNCATED_RESPONSE, fits.answers!.length, fits.additionals!.filter((a) => a.type === 'A').length]).toEqual([0, 1000, 0]);
+    const over = decode(await tcpQuery((await startSpecDns({ view: many(1300) })).port, srv));
+    expect([over.flags! & dnsPacket.TRUNCATED_RESPONSE, over.answers!.length, over.rcode]).toEqual([dnsPacket.TRUNCATED_RESPONSE, 0, 'NOERROR']);
   });
 
   it('a label with a dot in it is one label: "web.ns1" is no Service, and the question comes back as sent', async () => {
