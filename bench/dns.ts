@@ -214,7 +214,7 @@ export async function benchDns(seconds = SECONDS): Promise<void> {
       const check = await ready(SERVER_ADDRESS, skiff.port, inZone[0]!);
       if ((check.answers?.[0] as { data?: string } | undefined)?.data !== IN_ZONE.ip) throw new Error(`skiff answered ${JSON.stringify(check.answers)} for ${IN_ZONE.name}`);
       const pids = { server: skiff.child.pid!, upstream: upstream.child.pid! };
-      results.skiff = { inZone: await load(SERVER_ADDRESS, skiff.port, inZone, seconds, pids), forwarded: await load(SERVER_ADDRESS, skiff.port, forwarded, seconds, pids) };
+      results.skiff = { inZone: await load(SERVER_ADDRESS, skiff.port, inZone, seconds, { server: pids.server }), forwarded: await load(SERVER_ADDRESS, skiff.port, forwarded, seconds, pids) };
       process.stdout.write(line('skiff', 'in-zone A', results.skiff.inZone) + line('skiff', 'forwarded A', results.skiff.forwarded));
     } finally {
       await stop(skiff.child);
@@ -240,7 +240,7 @@ export async function benchDns(seconds = SECONDS): Promise<void> {
       });
       if ((check.answers?.[0] as { data?: string } | undefined)?.data !== IN_ZONE.ip) throw new Error(`dnsmasq answered ${JSON.stringify(check.answers)} for ${IN_ZONE.name}`);
       const pids = { server: dnsmasq.pid!, upstream: upstream.child.pid! };
-      results.dnsmasq = { inZone: await load(DNSMASQ_ADDRESS, port, inZone, seconds, pids), forwarded: await load(DNSMASQ_ADDRESS, port, forwarded, seconds, pids) };
+      results.dnsmasq = { inZone: await load(DNSMASQ_ADDRESS, port, inZone, seconds, { server: pids.server }), forwarded: await load(DNSMASQ_ADDRESS, port, forwarded, seconds, pids) };
       process.stdout.write(line('dnsmasq', 'in-zone A', results.dnsmasq.inZone) + line('dnsmasq', 'forwarded A', results.dnsmasq.forwarded));
     } finally {
       await stop(dnsmasq);
