@@ -27,6 +27,7 @@ import { TestNetns } from '../test/helpers/netns.js';
 import { benchKubelet, reportKubelet, type KubeletResults } from './kubelet.js';
 import { benchNode, reportNode } from './node.js';
 import { benchProxy } from './proxy.js';
+import { benchDns } from './dns.js';
 import { measureFloor, type FloorSamples } from './floor.js';
 import { client, report, type PodResults } from './pods.js';
 import type { PodsChildSpec } from './pods-child.js';
@@ -435,6 +436,7 @@ async function benchKubeletAll(registry: Awaited<ReturnType<typeof startRegistry
 }
 
 async function main(): Promise<void> {
+  if (process.argv[2] === 'dns') return benchDns(); // no root needed: 127.0.0.x only
   if (process.getuid?.() !== 0) throw new Error('the benchmark runs skiff cri, which needs root');
   if (process.argv[2] === 'proxy') return benchProxy();
   const registry = await startRegistry();

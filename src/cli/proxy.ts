@@ -8,7 +8,7 @@ import { errorMessage, isErrno } from '../errors.js';
 import { ObjectStore } from '../kubelet-lite/store.js';
 import { ManifestWatcher } from '../kubelet-lite/watch.js';
 import { createLogger, isLogLevel, type Logger } from '../log.js';
-import { DnsServer, parseResolvConf } from '../proxy/dns.js';
+import { DnsServer, parseResolvConf, type PodRecords } from '../proxy/dns.js';
 import { processRunner } from '../proxy/iptables.js';
 import { cleanupRules, Proxier, registerProxyMetrics } from '../proxy/proxier.js';
 import { intToIp, parseCidr } from '../proxy/service.js';
@@ -30,6 +30,8 @@ export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables rules i
                            gateway, the first address of --pod-cidr; "" for no DNS)
   --dns-port PORT          its port (default 53)
   --cluster-domain DOMAIN  the cluster's DNS domain (default cluster.local)
+  --dns-pods MODE          <a-b-c-d>.<ns>.pod names: "verified" answers only for a pod's
+                           address in that namespace, "insecure" for any (default verified)
   --resolv-conf FILE       whose nameservers DNS forwards other names to; never to itself
                            (default /etc/resolv.conf)
   --metrics-address ADDR   host:port serving /metrics (default 127.0.0.1:10249; "" for none)
@@ -114,6 +116,7 @@ export const PROXY_FLAGS = {
   'dns-address': { type: 'string' },
   'dns-port': { type: 'string', default: '53' },
   'cluster-domain': { type: 'string', default: 'cluster.local' },
+  'dns-pods': { type: 'string', default: 'verified' },
   'resolv-conf': { type: 'string', default: '/etc/resolv.conf' },
   'metrics-address': { type: 'string', default: '127.0.0.1:10249' },
   'log-level': { type: 'string', default: 'info' },
@@ -128,6 +131,7 @@ export interface ProxyOptions {
   dnsAddress: string;
   dnsPort: number;
   clusterDomain: string;
+  podRecords: PodRecords;
   /** Where the upstream nameservers are read from. */
   resolvConf: string;
 }
@@ -145,6 +149,8 @@ export function proxyOptionsFrom(values: Values): ProxyOptions {
   if (!syncPeriodMs) throw new Error(`--sync-period must be a positive duration such as 30s, not "${str('sync-period')}"`);
   const dnsPort = Number(str('dns-port'));
   if (!Number.isInteger(dnsPort) || dnsPort < 0 || dnsPort > 65535) throw new Error(`--dns-port must be a port number, not "${str('dns-port')}"`);
+  const podRecords = str('dns-pods');
+  if (podRecords !== 'verified' && podRecords !== 'insecure') throw new Error(`--dns-pods must be verified or insecure, not "${podRecords}"`);
   return {
     serviceCidr: serviceCidr.text,
     podCidr: podCidr.text,
@@ -153,6 +159,7 @@ export function proxyOptionsFrom(values: Values): ProxyOptions {
     dnsAddress: (values['dns-address'] as string | undefined) ?? intToIp(podCidr.base + 1),
     dnsPort,
     clusterDomain: str('cluster-domain'),
+    podRecords,
     resolvConf: str('resolv-conf'),
   };
 }
@@ -187,6 +194,8 @@ export async function startProxy(opts: ProxyOptions, services: ServiceSource, po
       clusterDomain: opts.clusterDomain,
       view: proxier,
       upstreams: parseResolvConf(resolvConf),
+      reverseCidrs: [opts.serviceCidr, opts.podCidr],
+      podRecords: opts.podRecords,
       log,
     });
     stopDns = startDnsWhenPossible(dns, opts.dnsAddress, log);

@@ -13,13 +13,17 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
 import { PodIndex, podAddress, resolveTargetPort, selectedPods } from './endpoints.js';
-import type { ServiceInfo } from './service.js';
+import { encodeResponse, rawQuestion, type RawQuestion } from './dns-wire.js';
+import { cidrContains, intToIp, ipToInt, parseCidr, type Cidr, type ServiceInfo } from './service.js';
 
 export const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, NOTIMP: 4, REFUSED: 5 } as const;
 const TTL = 5;
 /** Largest query accepted (UDP datagram or TCP message); real queries are well under 512 bytes. */
 export const MAX_QUERY_BYTES = 4096;
 const UDP_PLAIN_LIMIT = 512;
+/** The largest UDP answer sent, whatever buffer a client advertises; also what the OPT record advertises. */
+const MAX_UDP_ANSWER = 4096;
+const OPT_ANSWER = { type: 'OPT', name: '.', udpPayloadSize: MAX_UDP_ANSWER, flags: 0 } as unknown as Answer;
 
 /** What DNS answers from: the Services as the proxier last resolved them, and the pods. */
 export interface DnsView {
@@ -43,55 +47,99 @@ function reply(q: Packet, rcode: number, answers: Answer[] = [], extra: Partial<
   };
 }
 
-function soa(domain: string): Answer {
+/** The zone's SOA, for negative answers; `apex` is the zone it is for (the cluster domain or a reverse zone). */
+function soa(apex: string, clusterDomain: string): Answer {
   return {
     type: 'SOA',
-    name: domain,
+    name: apex,
     ttl: TTL,
     class: 'IN',
-    data: { mname: `ns.dns.${domain}`, rname: `hostmaster.${domain}`, serial: 1, refresh: 7200, retry: 1800, expire: 86400, minimum: TTL },
+    data: { mname: `ns.dns.${clusterDomain}`, rname: `hostmaster.${clusterDomain}`, serial: 1, refresh: 7200, retry: 1800, expire: 86400, minimum: TTL },
   };
 }
 
 const dashed = (ip: string) => ip.replace(/\./g, '-');
 
+/** The schema of the Kubernetes DNS-Based Service Discovery specification this server follows. */
+export const DNS_SCHEMA_VERSION = '1.0.1';
+
+/**
+ * `<a-b-c-d>.<ns>.pod.<zone>`: "verified" answers only for the address of a pod that runs in that
+ * namespace (as CoreDNS's `pods verified`); "insecure" for any address (kube-dns, `pods insecure`).
+ */
+export type PodRecords = 'verified' | 'insecure';
+
+export interface ZoneOptions {
+  /**
+   * The address ranges whose reverse names (`<d>.<c>.<b>.<a>.in-addr.arpa`) are answered here with
+   * authority, NXDOMAIN when unknown, never forwarded: the service and pod CIDRs. Reverse names of
+   * cluster IPs and headless endpoints outside them are answered too; other reverse names are forwarded.
+   */
+  reverse?: Cidr[];
+  pods?: PodRecords;
+}
+
 /**
  * Decides the answer to one query, purely. Names in the cluster domain are
- * answered (NXDOMAIN when unknown); anything else is forwarded.
+ * answered (NXDOMAIN when unknown), and the reverse names of cluster IPs,
+ * headless endpoints and the CIDRs in `zone.reverse`; anything else is forwarded.
  */
-export function decide(q: Packet, view: DnsView, domain: string): Decision {
+export function decide(q: Packet, view: DnsView, domain: string, zone: ZoneOptions = {}): Decision {
   const question = q.questions?.[0] as Question | undefined;
   if (!question || (q.questions?.length ?? 0) !== 1) return { kind: 'answer', packet: reply(q, RCODE.FORMERR) };
   const name = question.name.toLowerCase().replace(/\.$/, '');
-  const zone = domain.toLowerCase();
-  if (name !== zone && !name.endsWith(`.${zone}`)) return { kind: 'forward' };
+  const cluster = domain.toLowerCase();
+  const inCluster = name === cluster || name.endsWith(`.${cluster}`);
+  const rev = inCluster ? undefined : reverseLookup(name, view, cluster, zone.reverse ?? []);
+  if (!inCluster && !rev) return { kind: 'forward' };
   if (question.class !== 'IN' && question.class !== undefined) return { kind: 'answer', packet: reply(q, RCODE.NOTIMP) };
-  const labels = name === zone ? [] : name.slice(0, -(zone.length + 1)).split('.');
-  const found = lookup(labels, view, zone);
-  if (!found) return { kind: 'answer', packet: reply(q, RCODE.NXDOMAIN, [], { authorities: [soa(zone)] }) };
+  let found: Found | undefined;
+  let apex = cluster;
+  if (rev) {
+    apex = rev.apex;
+    found = rev.names.length ? { ...NONE, ptr: rev.names } : undefined;
+  } else {
+    const labels = name === cluster ? [] : name.slice(0, -(cluster.length + 1)).split('.');
+    found = lookup(labels, view, cluster, zone.pods ?? 'verified');
+  }
+  if (!found) return { kind: 'answer', packet: reply(q, RCODE.NXDOMAIN, [], { authorities: [soa(apex, cluster)] }) };
   const wanted = question.type as string;
   const any = wanted === 'ANY' || wanted === '*';
   const answers: Answer[] = [];
   const additionals: Answer[] = [];
-  if (wanted === 'A' || any) for (const ip of found.a) answers.push({ type: 'A', name: question.name, ttl: TTL, class: 'IN', data: ip });
+  const rr = (type: 'A' | 'PTR' | 'TXT', data: string) => ({ type, name: question.name, ttl: TTL, class: 'IN', data }) as Answer;
+  if (wanted === 'A' || any) for (const ip of found.a) answers.push(rr('A', ip));
+  if (wanted === 'PTR' || any) for (const target of found.ptr) answers.push(rr('PTR', target));
+  if (wanted === 'TXT' || any) for (const text of found.txt) answers.push(rr('TXT', text));
   if (wanted === 'SRV' || any) {
+    const glue = new Set<string>();
     for (const s of found.srv) {
       answers.push({ type: 'SRV', name: question.name, ttl: TTL, class: 'IN', data: { priority: 0, weight: Math.floor(100 / found.srv.length) || 1, port: s.port, target: s.target } });
-      for (const ip of s.ips) additionals.push({ type: 'A', name: s.target, ttl: TTL, class: 'IN', data: ip });
+      for (const ip of s.ips) {
+        if (glue.has(`${s.target}/${ip}`)) continue;
+        glue.add(`${s.target}/${ip}`);
+        additionals.push({ type: 'A', name: s.target, ttl: TTL, class: 'IN', data: ip });
+      }
     }
   }
   // A name that exists without records of this type: NOERROR with no answers (NODATA), and the SOA.
-  return { kind: 'answer', packet: reply(q, RCODE.NOERROR, answers, { additionals, authorities: answers.length ? [] : [soa(zone)] }) };
+  return { kind: 'answer', packet: reply(q, RCODE.NOERROR, answers, { additionals, authorities: answers.length ? [] : [soa(apex, cluster)] }) };
 }
 
 interface Found {
   a: string[];
   srv: Array<{ port: number; target: string; ips: string[] }>;
+  ptr: string[];
+  txt: string[];
 }
+
+const NONE: Found = { a: [], srv: [], ptr: [], txt: [] };
 
 /** Per-snapshot lookups, so a query costs a map lookup, not a walk over 10,000 Services or 30,000 pods. */
 const serviceMaps = new WeakMap<ServiceInfo[], { byName: Map<string, ServiceInfo>; namespaces: Set<string> }>();
 const podIndexes = new WeakMap<Pod[], { index: PodIndex; byIP: Map<string, Pod[]> }>();
+/** Address → the names it has (cluster IPs, headless endpoints), per Service snapshot, for its pods and zone. */
+const reverseMaps = new WeakMap<ServiceInfo[], { pods: Pod[]; zone: string; names: Map<string, string[]> }>();
 
 function servicesOf(view: DnsView) {
   const list = view.services();
@@ -118,20 +166,50 @@ function podsOf(view: DnsView) {
   return m;
 }
 
-function lookup(labels: string[], view: DnsView, zone: string): Found | undefined {
+/** A DNS label as Kubernetes validates a hostname (RFC 1123), lower-cased; undefined when it is not one. */
+function hostLabel(text: string | undefined): string | undefined {
+  const l = text?.toLowerCase();
+  return l && l.length <= 63 && /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(l) ? l : undefined;
+}
+
+/** A ready endpoint of a headless Service and the label that names it under the Service. */
+interface NamedEndpoint {
+  pod: Pod;
+  ip: string;
+  /**
+   * The spec's _hostname_: the pod's `hostname` when its `subdomain` is this Service (as the
+   * EndpointSlice controller sets the endpoint's hostname), else its address dashed.
+   */
+  label: string;
+}
+
+function headlessEndpoints(svc: ServiceInfo, view: DnsView): NamedEndpoint[] {
+  const out: NamedEndpoint[] = [];
+  for (const pod of selectedPods(svc, podsOf(view).index)) {
+    const ip = podAddress(pod);
+    if (!ip) continue;
+    const host = pod.spec?.subdomain?.toLowerCase() === svc.name.toLowerCase() ? hostLabel(pod.spec?.hostname) : undefined;
+    out.push({ pod, ip, label: host ?? dashed(ip) });
+  }
+  return out;
+}
+
+function lookup(labels: string[], view: DnsView, zone: string, pods: PodRecords): Found | undefined {
   // Structure-only names (the zone, "svc", "<ns>.svc", "pod") exist, with no records.
-  if (labels.length === 0 || (labels.length === 1 && (labels[0] === 'svc' || labels[0] === 'pod'))) return { a: [], srv: [] };
+  if (labels.length === 0 || (labels.length === 1 && (labels[0] === 'svc' || labels[0] === 'pod'))) return NONE;
+  if (labels.length === 1 && labels[0] === 'dns-version') return { ...NONE, txt: [DNS_SCHEMA_VERSION] };
   const kind = labels[labels.length - 1];
   if (kind === 'pod' && labels.length === 3) {
     const [ipDashed, ns] = labels as [string, string];
     const ip = ipDashed.replace(/-/g, '.');
+    if (pods === 'insecure') return net.isIPv4(ip) && dashed(ip) === ipDashed ? { ...NONE, a: [ip] } : undefined;
     const exists = (podsOf(view).byIP.get(ip) ?? []).some((p) => (p.metadata?.namespace ?? 'default') === ns && !p.spec?.hostNetwork);
-    return exists ? { a: [ip], srv: [] } : undefined;
+    return exists ? { ...NONE, a: [ip] } : undefined;
   }
   if (kind !== 'svc') return undefined;
   if (labels.length === 2) {
     const ns = labels[0];
-    return servicesOf(view).namespaces.has(ns!) ? { a: [], srv: [] } : undefined;
+    return servicesOf(view).namespaces.has(ns!) ? NONE : undefined;
   }
   const svcLabelIndex = labels.length - 3;
   if (svcLabelIndex < 0) return undefined;
@@ -140,19 +218,21 @@ function lookup(labels: string[], view: DnsView, zone: string): Found | undefine
   const svc = servicesOf(view).byName.get(`${ns}/${svcName}`);
   if (!svc) return undefined;
   const svcFqdn = `${svcName}.${ns}.svc.${zone}`;
-  const serving = svc.headless ? selectedPods(svc, podsOf(view).index) : [];
-  const podIPs = serving.map((p) => podAddress(p)!).filter(Boolean);
+  const endpoints = svc.headless ? headlessEndpoints(svc, view) : [];
+  // A headless Service without ready endpoints has no records, so its name does not exist (the
+  // spec's SHOULD for A), and no name below it does either (RFC 8020): NXDOMAIN for every type.
+  if (svc.headless && endpoints.length === 0) return undefined;
   const prefix = labels.slice(0, svcLabelIndex);
   if (prefix.length === 0) {
     // <svc>.<ns>.svc: A = cluster IP (headless: the ready pods); SRV = every named port.
-    const a = svc.headless ? [...new Set(podIPs)].sort() : svc.clusterIP ? [svc.clusterIP] : [];
-    const srv = svc.ports.filter((p) => p.portName).flatMap((p) => srvFor(svc, p, serving, svcFqdn));
-    return { a, srv };
+    const a = svc.headless ? [...new Set(endpoints.map((e) => e.ip))].sort() : svc.clusterIP ? [svc.clusterIP] : [];
+    const srv = svc.ports.filter((p) => p.portName).flatMap((p) => srvFor(svc, p, endpoints, svcFqdn));
+    return { ...NONE, a, srv };
   }
   if (prefix.length === 1 && svc.headless) {
-    // <a-b-c-d>.<svc>.<ns>.svc: one pod of a headless Service.
-    const ip = podIPs.find((x) => dashed(x) === prefix[0]);
-    return ip ? { a: [ip], srv: [] } : undefined;
+    // <hostname>.<svc>.<ns>.svc: the endpoints of that name, one A record per address.
+    const a = [...new Set(endpoints.filter((e) => e.label === prefix[0]).map((e) => e.ip))].sort();
+    return a.length ? { ...NONE, a } : undefined;
   }
   if (prefix.length === 2 && prefix[0]!.startsWith('_') && prefix[1]!.startsWith('_')) {
     // _<port>._<proto>.<svc>.<ns>.svc
@@ -160,21 +240,70 @@ function lookup(labels: string[], view: DnsView, zone: string): Found | undefine
     const proto = prefix[1]!.slice(1).toUpperCase();
     const sp = svc.ports.find((p) => p.portName === portName && p.protocol === proto);
     if (!sp) return undefined;
-    return { a: [], srv: srvFor(svc, sp, serving, svcFqdn) };
+    return { ...NONE, srv: srvFor(svc, sp, endpoints, svcFqdn) };
   }
   return undefined;
 }
 
-function srvFor(svc: ServiceInfo, sp: ServiceInfo['ports'][number], serving: Pod[], svcFqdn: string): Found['srv'] {
+function srvFor(svc: ServiceInfo, sp: ServiceInfo['ports'][number], endpoints: NamedEndpoint[], svcFqdn: string): Found['srv'] {
   if (!svc.headless) return [{ port: sp.port, target: svcFqdn, ips: svc.clusterIP ? [svc.clusterIP] : [] }];
-  const out: Found['srv'] = [];
-  for (const pod of serving) {
-    const port = resolveTargetPort(sp, pod);
-    const ip = podAddress(pod);
-    if (port === undefined || !ip) continue;
-    out.push({ port, target: `${dashed(ip)}.${svcFqdn}`, ips: [ip] });
+  // One record per endpoint name and port; endpoints sharing a hostname share its record.
+  const byTarget = new Map<string, Found['srv'][number]>();
+  for (const e of endpoints) {
+    const port = resolveTargetPort(sp, e.pod);
+    if (port === undefined) continue;
+    const target = `${e.label}.${svcFqdn}`;
+    const key = `${target}:${port}`;
+    const rec = byTarget.get(key);
+    if (!rec) byTarget.set(key, { port, target, ips: [e.ip] });
+    else if (!rec.ips.includes(e.ip)) rec.ips.push(e.ip);
   }
-  return out;
+  return [...byTarget.values()];
+}
+
+// ---------------------------------------------------------------- reverse names
+
+/** The reverse zone an IPv4 CIDR lies in, octet aligned: 10.96.0.0/12 → 10.in-addr.arpa. */
+export function reverseZone(c: Cidr): string {
+  const octets = intToIp(c.base).split('.').slice(0, Math.floor(c.bits / 8));
+  return [...octets.reverse(), 'in-addr', 'arpa'].join('.');
+}
+
+function reverseNames(view: DnsView, zone: string): Map<string, string[]> {
+  const services = view.services();
+  const pods = view.pods();
+  const cached = reverseMaps.get(services);
+  if (cached && cached.pods === pods && cached.zone === zone) return cached.names;
+  const names = new Map<string, string[]>();
+  const add = (ip: string, name: string) => {
+    const list = names.get(ip);
+    if (!list) names.set(ip, [name]);
+    else if (!list.includes(name)) list.push(name);
+  };
+  for (const svc of services) {
+    const fqdn = `${svc.name.toLowerCase()}.${svc.namespace.toLowerCase()}.svc.${zone}`;
+    if (!svc.headless && svc.clusterIP) add(svc.clusterIP, fqdn);
+    if (svc.headless) for (const e of headlessEndpoints(svc, view)) add(e.ip, `${e.label}.${fqdn}`);
+  }
+  for (const list of names.values()) list.sort();
+  reverseMaps.set(services, { pods, zone, names });
+  return names;
+}
+
+/**
+ * A reverse name answered here: the names of the address (none: NXDOMAIN) and the zone whose SOA
+ * goes with a negative answer; undefined for a reverse name that is not ours to answer.
+ */
+function reverseLookup(name: string, view: DnsView, zone: string, cidrs: Cidr[]): { names: string[]; apex: string } | undefined {
+  const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.in-addr\.arpa$/.exec(name);
+  if (!m) return undefined;
+  const ip = [m[4], m[3], m[2], m[1]].map(Number).join('.');
+  if (ipToInt(ip) === undefined) return undefined;
+  const canonical = `${ip.split('.').reverse().join('.')}.in-addr.arpa` === name;
+  const known = canonical ? (reverseNames(view, zone).get(ip) ?? []) : [];
+  const within = cidrs.find((c) => cidrContains(c, ip));
+  if (!known.length && !within) return undefined;
+  return { names: known, apex: within ? reverseZone(within) : 'in-addr.arpa' };
 }
 
 // ---------------------------------------------------------------- upstreams
@@ -277,6 +406,10 @@ export interface DnsServerOptions {
   localAddresses?: () => string[];
   /** How long an upstream that does not answer the loop probe is probed again (default 30 s, as CoreDNS). */
   loopProbeWindowMs?: number;
+  /** CIDRs whose reverse names are answered here and never forwarded (the service and pod CIDRs). */
+  reverseCidrs?: string[];
+  /** Which `<a-b-c-d>.<ns>.pod.<zone>` names exist (default verified). */
+  podRecords?: PodRecords;
 }
 
 /** Between two loop probes of an upstream that answered neither. */
@@ -304,8 +437,15 @@ export class DnsServer {
   /** Forwards in flight by the query's bytes less its id, which identical queries share. */
   private readonly pending = new Map<string, Promise<Buffer | undefined>>();
   private warnedEcho = false;
+  private readonly zone: ZoneOptions;
 
   constructor(private readonly opts: DnsServerOptions) {
+    const reverse = (opts.reverseCidrs ?? []).map((text) => {
+      const c = parseCidr(text);
+      if (!c) throw new Error(`service DNS: "${text}" is not an IPv4 CIDR`);
+      return c;
+    });
+    this.zone = { reverse, pods: opts.podRecords ?? 'verified' };
     this.forwardTimeoutMs = opts.forwardTimeoutMs ?? 2000;
     this.maxInflight = opts.maxInflightForwards ?? 256;
     this.maxConns = opts.maxTcpConnections ?? 64;
@@ -461,19 +601,32 @@ export class DnsServer {
       return dnsPacket.encode(reply(headerOnly, RCODE.FORMERR));
     }
     if (((raw[2]! >> 3) & 0xf) !== 0) return dnsPacket.encode(reply({ ...q, questions: q.questions }, RCODE.NOTIMP));
-    const d = decide(q, this.opts.view, this.opts.clusterDomain);
-    if (d.kind === 'answer') return this.fit(d.packet, q, transport);
+    const question = rawQuestion(raw);
+    // dns-packet joins labels with dots, so the one label "web.ns1" would read as two: keep it one.
+    if (question?.labels.some((l) => l.includes('.'))) q.questions![0]!.name = question.labels.map((l) => l.replace(/[\\.]/g, '\\$&')).join('.');
+    const d = decide(q, this.opts.view, this.opts.clusterDomain, this.zone);
+    if (d.kind === 'answer') return this.fit(d.packet, q, transport, question);
     return this.forward(raw, q, transport, from);
   }
 
-  /** Keeps a UDP answer within what the client can take; TC tells it to retry over TCP. */
-  private fit(p: Packet, q: Packet, transport: 'udp' | 'tcp'): Buffer {
-    const buf = dnsPacket.encode(p);
-    if (transport === 'tcp') return buf;
+  /**
+   * Encodes an answer, names compressed, with an OPT record when the query had one (RFC 6891), and
+   * keeps it within what the client can take (UDP: its buffer; TCP: 65,535 bytes): the additional
+   * records (SRV targets' addresses) are optional and go first (RFC 2181 9); if the answer still does
+   * not fit, TC with no records tells a UDP client to ask again over TCP.
+   */
+  private fit(p: Packet, q: Packet, transport: 'udp' | 'tcp', question: RawQuestion | undefined): Buffer {
     const opt = q.additionals?.find((a) => a.type === 'OPT') as { udpPayloadSize?: number } | undefined;
-    const limit = Math.max(UDP_PLAIN_LIMIT, Math.min(opt?.udpPayloadSize ?? UDP_PLAIN_LIMIT, 4096));
+    const encode = (x: Packet) => encodeResponse(opt ? { ...x, additionals: [...(x.additionals ?? []), OPT_ANSWER] } : x, question);
+    const buf = encode(p);
+    // Over TCP a message is at most 65,535 bytes, its length being two bytes.
+    const limit = transport === 'tcp' ? 0xffff : Math.max(UDP_PLAIN_LIMIT, Math.min(opt?.udpPayloadSize ?? UDP_PLAIN_LIMIT, MAX_UDP_ANSWER));
     if (buf.length <= limit) return buf;
-    return dnsPacket.encode({ ...p, flags: (p.flags ?? 0) | dnsPacket.TRUNCATED_RESPONSE, answers: [], additionals: [], authorities: [] });
+    if (p.additionals?.length) {
+      const lean = encode({ ...p, additionals: [] });
+      if (lean.length <= limit) return lean;
+    }
+    return encode({ ...p, flags: (p.flags ?? 0) | dnsPacket.TRUNCATED_RESPONSE, answers: [], additionals: [], authorities: [] });
   }
 
   /**
@@ -488,11 +641,12 @@ export class DnsServer {
    */
   private async forward(raw: Buffer, q: Packet, transport: 'udp' | 'tcp', from: string): Promise<Buffer> {
     const question = q.questions![0]!;
+    const fail = (rcode: number) => encodeResponse(reply(q, rcode), rawQuestion(raw));
     const probed = this.probes.get(question.name);
     if (probed) {
       this.counters.loops++;
       this.dropLooping(probed, from);
-      return dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+      return fail(RCODE.SERVFAIL);
     }
     const key = loopKey(q.id, question);
     const askers = this.outstanding.get(key);
@@ -505,10 +659,10 @@ export class DnsServer {
           upstreams: this.upstreams.map(upstreamText),
         });
       }
-      return dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+      return fail(RCODE.SERVFAIL);
     }
-    if (this.upstreams.length === 0) return dnsPacket.encode(reply(q, RCODE.REFUSED));
-    if (this.inflight >= this.maxInflight) return dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+    if (this.upstreams.length === 0) return fail(RCODE.REFUSED);
+    if (this.inflight >= this.maxInflight) return fail(RCODE.SERVFAIL);
     this.inflight++;
     this.outstanding.set(key, [...(askers ?? []), from]);
     try {
@@ -522,7 +676,7 @@ export class DnsServer {
         shared = p;
       }
       const answer = await shared;
-      return answer ? withId(answer, q.id ?? 0) : dnsPacket.encode(reply(q, RCODE.SERVFAIL));
+      return answer ? withId(answer, q.id ?? 0) : fail(RCODE.SERVFAIL);
     } finally {
       this.inflight--;
       const left = this.outstanding.get(key) ?? [];

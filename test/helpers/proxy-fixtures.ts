@@ -25,6 +25,9 @@ export interface PodOpts {
   hostNetwork?: boolean;
   hostIP?: string;
   phase?: string;
+  /** spec.hostname and spec.subdomain: a headless Service named `subdomain` names the pod `hostname`. */
+  hostname?: string;
+  subdomain?: string;
 }
 
 export function pod(name: string, o: PodOpts = {}): Pod {
@@ -32,7 +35,7 @@ export function pod(name: string, o: PodOpts = {}): Pod {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: { namespace: o.ns ?? 'default', name, labels: o.labels ?? { app: 'web' } },
-    spec: { hostNetwork: o.hostNetwork, containers: [{ name: 'c', image: 'busybox', ports: o.ports }] },
+    spec: { hostNetwork: o.hostNetwork, hostname: o.hostname, subdomain: o.subdomain, containers: [{ name: 'c', image: 'busybox', ports: o.ports }] },
     status: {
       phase: o.phase ?? 'Running',
       podIP: o.ip,

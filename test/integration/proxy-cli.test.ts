@@ -23,7 +23,7 @@ const RESOLVE = `
 const { Resolver } = require('dns').promises;
 const r = new Resolver({ timeout: 1000, tries: 2 });
 r.setServers([process.env.SERVER]);
-r.resolve4(process.env.NAME).then((a) => process.stdout.write(JSON.stringify(a)), (e) => process.stdout.write(JSON.stringify(e.code)));
+r[process.env.METHOD || 'resolve4'](process.env.NAME).then((a) => process.stdout.write(JSON.stringify(a)), (e) => process.stdout.write(JSON.stringify(e.code)));
 `;
 
 describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
@@ -130,11 +130,11 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
     const nat = inNs(['iptables-save', '-t', 'nat']).stdout;
     expect(nat).toContain('-A KUBE-SERVICES -d 10.96.0.20/32 -p tcp -m comment --comment "demo/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-');
     // From a pod, at the pod network's gateway (the default --dns-address); headless too.
-    const resolve = (name: string) =>
+    const resolve = (name: string, method = 'resolve4') =>
       JSON.parse(
         spawnSync('nsenter', [`--net=${client.path}`, process.execPath, '-e', RESOLVE], {
           encoding: 'utf8',
-          env: { ...process.env, SERVER: `10.244.0.1:${dnsPort}`, NAME: name },
+          env: { ...process.env, SERVER: `10.244.0.1:${dnsPort}`, NAME: name, METHOD: method },
         }).stdout,
       ) as unknown;
     await waitFor('service DNS', async () => JSON.stringify(resolve('web.demo.svc.cluster.local')) === '["10.96.0.20"]', 20_000).catch((err) => {
@@ -142,6 +142,14 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
     });
     expect(resolve('db.demo.svc.cluster.local')).toEqual(['10.244.0.11']);
     expect(resolve('nope.demo.svc.cluster.local')).toBe('ENOTFOUND');
+    // The specification's other records: its version, and PTR for the cluster IP and the headless
+    // pod, answered here; an unknown address in --pod-cidr is NXDOMAIN, not forwarded (which would be
+    // REFUSED: the only nameserver is DNS itself).
+    expect(resolve('dns-version.cluster.local', 'resolveTxt')).toEqual([['1.0.1']]);
+    expect(resolve('10.96.0.20', 'reverse')).toEqual(['web.demo.svc.cluster.local']);
+    expect(resolve('10.244.0.11', 'reverse')).toEqual(['10-244-0-11.db.demo.svc.cluster.local']);
+    expect(resolve('99.0.244.10.in-addr.arpa', 'resolvePtr')).toBe('ENOTFOUND');
+    expect(resolve('1.2.0.192.in-addr.arpa', 'resolvePtr')).toBe('EREFUSED');
     // Its only nameserver is itself: skipped with a warning, so other names are refused at once.
     expect(resolve('example.org')).toBe('EREFUSED');
     expect(logs).toMatch(/does not forward to itself.*"skipped":\["10\.244\.0\.1:53"\]/);

@@ -1,9 +1,12 @@
+import { execFile } from 'node:child_process';
 import dgram from 'node:dgram';
 import { Resolver } from 'node:dns/promises';
 import net from 'node:net';
 import os from 'node:os';
+import { parseArgs, promisify } from 'node:util';
 import dnsPacket from 'dns-packet';
 import { afterEach, describe, expect, it } from 'vitest';
+import { PROXY_FLAGS, proxyOptionsFrom } from '../../src/cli/proxy.js';
 import { createLogger, silentLogger } from '../../src/log.js';
 import { canonicalIP, DnsServer, isSelf, parseResolvConf, RCODE } from '../../src/proxy/dns.js';
 import { Allocator } from '../../src/proxy/service.js';
@@ -19,6 +22,8 @@ const pods = [
   pod('db-2', { ns: 'ns1', labels: { app: 'db' }, ip: '10.88.0.7', ready: false }),
 ];
 const view = { services: () => services, pods: () => pods };
+
+const execFileP = promisify(execFile);
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -484,5 +489,216 @@ describe('a self-forwarding DNS', () => {
     expect(r.ms).toBeLessThan(250);
     const total = a.server.stats().queries + b.server.stats().queries;
     expect(total).toBeLessThanOrEqual(8);
+  });
+});
+
+// ------------------------------------------------------------ the specification's records
+
+/** The records the Kubernetes DNS-Based Service Discovery specification (schema 1.0.1) requires. */
+const specServices = new Allocator('10.96.0.0/12').resolve([
+  serviceObject('ns1', 'web', { clusterIP: '10.96.0.10', selector: { app: 'web' }, ports: [{ name: 'http', port: 80 }] }),
+  serviceObject('ns1', 'db', { clusterIP: 'None', selector: { app: 'db' }, ports: [{ name: 'pg', port: 5432, targetPort: 'pg' }] }),
+  serviceObject('ns1', 'empty', { clusterIP: 'None', selector: { app: 'none-ready' }, ports: [{ name: 'http', port: 80 }] }),
+  serviceObject('ns1', 'big', { clusterIP: 'None', selector: { app: 'big' }, ports: [{ name: 'http', port: 80 }] }),
+  serviceObject('ns1', 'mid', { clusterIP: 'None', selector: { app: 'mid' }, ports: [{ name: 'http', port: 80 }] }),
+]).services;
+const pg = [{ name: 'pg', containerPort: 5433 }];
+const specPods = [
+  pod('db-0', { ns: 'ns1', labels: { app: 'db' }, ip: '10.88.0.5', ports: pg, hostname: 'db-0', subdomain: 'db' }),
+  pod('db-1', { ns: 'ns1', labels: { app: 'db' }, ip: '10.88.0.6', ports: pg }),
+  // A hostname under another subdomain does not name it in this Service.
+  pod('db-x', { ns: 'ns1', labels: { app: 'db' }, ip: '10.88.0.8', ports: pg, hostname: 'x', subdomain: 'elsewhere' }),
+  pod('db-unready', { ns: 'ns1', labels: { app: 'db' }, ip: '10.88.0.7', ports: pg, hostname: 'db-unready', subdomain: 'db', ready: false }),
+  pod('empty-0', { ns: 'ns1', labels: { app: 'none-ready' }, ip: '10.88.0.9', ready: false }),
+  ...Array.from({ length: 150 }, (_, i) => pod(`big-${i}`, { ns: 'ns1', labels: { app: 'big' }, ip: `10.88.1.${i + 1}` })),
+  ...Array.from({ length: 60 }, (_, i) => pod(`mid-${i}`, { ns: 'ns1', labels: { app: 'mid' }, ip: `10.88.2.${i + 1}`, hostname: `mid-${i}`, subdomain: 'mid' })),
+];
+const specView = { services: () => specServices, pods: () => specPods };
+const REVERSE = ['10.96.0.0/12', '10.88.0.0/16'];
+
+/** `dig` (scripts/setup.sh installs dnsutils) against the server: +short lines, or with `full` the whole answer text. */
+async function dig(port: number, args: string[], full = false): Promise<string> {
+  const { stdout } = await execFileP('dig', ['@127.0.0.1', '-p', String(port), '+time=2', '+tries=1', ...(full ? [] : ['+short']), ...args]);
+  return stdout;
+}
+
+type Rr = { type: string; name: string; data: unknown };
+const edns = (name: string, type: string, size = 4096, id = 9) =>
+  dnsPacket.encode({ type: 'query', id, flags: dnsPacket.RECURSION_DESIRED, questions: [{ type, name, class: 'IN' } as dnsPacket.Question], additionals: [{ type: 'OPT', name: '.', udpPayloadSize: size } as dnsPacket.Answer] });
+
+function tcpQuery(port: number, raw: Buffer): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1');
+    let buf = Buffer.alloc(0);
+    s.on('data', (c: Buffer) => {
+      buf = Buffer.concat([buf, c]);
+      if (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
+        s.destroy();
+        resolve(buf.subarray(2, 2 + buf.readUInt16BE(0)));
+      }
+    });
+    s.on('error', reject);
+    s.on('close', () => reject(new Error('the server closed the connection without an answer')));
+    const len = Buffer.alloc(2);
+    len.writeUInt16BE(raw.length);
+    s.write(Buffer.concat([len, raw]));
+  });
+}
+
+const startSpecDns = (opts: Partial<ConstructorParameters<typeof DnsServer>[0]> = {}) => startDns({ view: specView, reverseCidrs: REVERSE, ...opts });
+
+describe('the DNS specification\'s records (schema 1.0.1), over real sockets', () => {
+  it('dns-version.<zone> TXT is "1.0.1", with authority; other types there are NODATA', async () => {
+    const { port, up } = await startSpecDns();
+    const txt = decode((await udpQuery(port, query('dns-version.cluster.local', 'TXT' as 'A')))!);
+    expect(txt.rcode).toBe('NOERROR');
+    expect(txt.flags! & dnsPacket.AUTHORITATIVE_ANSWER).toBeTruthy();
+    expect(txt.answers!.map((a) => (a as { data: Buffer[] }).data.map(String))).toEqual([['1.0.1']]);
+    const a = decode((await udpQuery(port, query('DNS-Version.cluster.local.')))!);
+    expect([a.rcode, a.answers]).toEqual(['NOERROR', []]);
+    expect(a.authorities!.map((r) => r.type)).toEqual(['SOA']);
+    expect(await dig(port, ['dns-version.cluster.local', 'TXT'])).toBe('"1.0.1"\n');
+    expect(up.queries()).toBe(0);
+  });
+
+  it('PTR for cluster IPs and headless endpoints, with authority; unknown addresses in the CIDRs are NXDOMAIN, never forwarded', async () => {
+    const { port, up } = await startSpecDns();
+    const ptr = async (ip: string) => {
+      const r = decode((await udpQuery(port, query(`${ip.split('.').reverse().join('.')}.in-addr.arpa`, 'PTR' as 'A')))!);
+      return { rcode: r.rcode, aa: Boolean(r.flags! & dnsPacket.AUTHORITATIVE_ANSWER), names: r.answers!.map((x) => (x as Rr).data), soa: r.authorities!.map((x) => x.name) };
+    };
+    expect(await ptr('10.96.0.10')).toEqual({ rcode: 'NOERROR', aa: true, names: ['web.ns1.svc.cluster.local'], soa: [] });
+    // A headless endpoint is named by its hostname when its subdomain is the Service, else by its address.
+    expect(await ptr('10.88.0.5')).toEqual({ rcode: 'NOERROR', aa: true, names: ['db-0.db.ns1.svc.cluster.local'], soa: [] });
+    expect(await ptr('10.88.0.6')).toEqual({ rcode: 'NOERROR', aa: true, names: ['10-88-0-6.db.ns1.svc.cluster.local'], soa: [] });
+    expect(await ptr('10.88.0.8')).toEqual({ rcode: 'NOERROR', aa: true, names: ['10-88-0-8.db.ns1.svc.cluster.local'], soa: [] });
+    // Not ready, an unallocated cluster IP: NXDOMAIN, with the reverse zone's SOA.
+    expect(await ptr('10.88.0.7')).toEqual({ rcode: 'NXDOMAIN', aa: true, names: [], soa: ['88.10.in-addr.arpa'] });
+    expect(await ptr('10.96.0.99')).toEqual({ rcode: 'NXDOMAIN', aa: true, names: [], soa: ['10.in-addr.arpa'] });
+    expect(up.queries()).toBe(0);
+    // Outside the CIDRs: forwarded, as before.
+    expect((await ptr('192.0.2.7')).aa).toBe(false);
+    expect(up.queries()).toBe(1);
+    expect(await dig(port, ['-x', '10.96.0.10'])).toBe('web.ns1.svc.cluster.local.\n');
+    expect(await dig(port, ['-x', '10.88.0.5'])).toBe('db-0.db.ns1.svc.cluster.local.\n');
+    expect(await dig(port, ['-x', '10.88.0.250'], true)).toMatch(/status: NXDOMAIN.*\n.*flags: qr aa rd ra/);
+  });
+
+  it('headless pods with hostname and subdomain get <hostname>.<svc>.<ns>.svc A records, and SRV targets use them', async () => {
+    const { port, resolver } = await startSpecDns();
+    expect(await resolver.resolve4('db-0.db.ns1.svc.cluster.local')).toEqual(['10.88.0.5']);
+    expect(await resolver.resolve4('DB-0.db.ns1.svc.cluster.local')).toEqual(['10.88.0.5']);
+    expect(await resolver.resolve4('10-88-0-6.db.ns1.svc.cluster.local')).toEqual(['10.88.0.6']);
+    // The hostname is the endpoint's name (the spec's precedence); "x" is another Service's.
+    for (const name of ['10-88-0-5.db.ns1.svc.cluster.local', 'x.db.ns1.svc.cluster.local', 'db-unready.db.ns1.svc.cluster.local']) {
+      await expect(resolver.resolve4(name)).rejects.toMatchObject({ code: 'ENOTFOUND' });
+    }
+    const srv = decode((await udpQuery(port, query('_pg._tcp.db.ns1.svc.cluster.local', 'SRV')))!);
+    const targets = srv.answers!.map((a) => `${(a as { data: { target: string; port: number } }).data.target}:${(a as { data: { port: number } }).data.port}`).sort();
+    expect(targets).toEqual(['10-88-0-6.db.ns1.svc.cluster.local:5433', '10-88-0-8.db.ns1.svc.cluster.local:5433', 'db-0.db.ns1.svc.cluster.local:5433']);
+    expect(srv.additionals!.map((a) => `${a.name} ${(a as Rr).data}`).sort()).toEqual([
+      '10-88-0-6.db.ns1.svc.cluster.local 10.88.0.6',
+      '10-88-0-8.db.ns1.svc.cluster.local 10.88.0.8',
+      'db-0.db.ns1.svc.cluster.local 10.88.0.5',
+    ]);
+    expect(await dig(port, ['db-0.db.ns1.svc.cluster.local'])).toBe('10.88.0.5\n');
+  });
+
+  it('a headless Service with no ready endpoints is NXDOMAIN for every type, and so is every name below it', async () => {
+    const { port, up } = await startSpecDns();
+    for (const [name, type] of [
+      ['empty.ns1.svc.cluster.local', 'A'],
+      ['empty.ns1.svc.cluster.local', 'AAAA'],
+      ['empty.ns1.svc.cluster.local', 'SRV'],
+      ['_http._tcp.empty.ns1.svc.cluster.local', 'SRV'],
+      ['10-88-0-9.empty.ns1.svc.cluster.local', 'A'],
+    ] as const) {
+      const r = decode((await udpQuery(port, query(name, type)))!);
+      expect([name, type, r.rcode, r.answers!.length, r.authorities!.map((a) => `${a.type} ${a.name}`)]).toEqual([name, type, 'NXDOMAIN', 0, ['SOA cluster.local']]);
+    }
+    // With ready endpoints, a type it has no records of is NODATA (the name exists).
+    const aaaa = decode((await udpQuery(port, query('db.ns1.svc.cluster.local', 'AAAA')))!);
+    expect([aaaa.rcode, aaaa.answers]).toEqual(['NOERROR', []]);
+    expect(up.queries()).toBe(0);
+  });
+
+  it('compresses names: 150 endpoints fit a 4096-byte EDNS answer; beyond what fits, additionals go first, then TC and TCP has it all', async () => {
+    const { port } = await startSpecDns();
+    const big = await udpQuery(port, edns('big.ns1.svc.cluster.local', 'A'));
+    const a = decode(big!);
+    expect(a.flags! & dnsPacket.TRUNCATED_RESPONSE).toBe(0);
+    expect(a.answers!.length).toBe(150);
+    expect(new Set(a.answers!.map((x) => (x as Rr).data)).size).toBe(150);
+    expect(a.answers!.every((x) => x.name === 'big.ns1.svc.cluster.local')).toBe(true);
+    expect(a.additionals!.map((x) => x.type)).toEqual(['OPT']); // EDNS answered with EDNS (RFC 6891)
+    expect(big!.length).toBeLessThan(2600);
+    // Without EDNS the same answer does not fit 512 bytes: TC, no records, and the client asks over TCP.
+    const plain = decode((await udpQuery(port, query('big.ns1.svc.cluster.local')))!);
+    expect([plain.flags! & dnsPacket.TRUNCATED_RESPONSE, plain.answers!.length, plain.rcode]).toEqual([dnsPacket.TRUNCATED_RESPONSE, 0, 'NOERROR']);
+    expect(decode(await tcpQuery(port, query('big.ns1.svc.cluster.local'))).answers!.length).toBe(150);
+    // 60 SRV records fit 4096 bytes, their targets' addresses too (optional, RFC 2181 9) do not: dropped, no TC.
+    const mid = decode((await udpQuery(port, edns('_http._tcp.mid.ns1.svc.cluster.local', 'SRV')))!);
+    expect(mid.flags! & dnsPacket.TRUNCATED_RESPONSE).toBe(0);
+    expect(mid.answers!.length).toBe(60);
+    expect(mid.additionals!.map((x) => x.type)).toEqual(['OPT']);
+    const midTcp = decode(await tcpQuery(port, edns('_http._tcp.mid.ns1.svc.cluster.local', 'SRV')));
+    expect(midTcp.additionals!.filter((x) => x.type === 'A').length).toBe(60);
+    // 150 SRV records (targets are never compressed, RFC 2782) exceed 4096: TC over UDP, all of them over TCP.
+    const srvUdp = decode((await udpQuery(port, edns('_http._tcp.big.ns1.svc.cluster.local', 'SRV')))!);
+    expect([srvUdp.flags! & dnsPacket.TRUNCATED_RESPONSE, srvUdp.answers!.length]).toEqual([dnsPacket.TRUNCATED_RESPONSE, 0]);
+    const srvTcp = decode(await tcpQuery(port, edns('_http._tcp.big.ns1.svc.cluster.local', 'SRV')));
+    expect([srvTcp.answers!.length, srvTcp.additionals!.filter((x) => x.type === 'A').length]).toEqual([150, 150]);
+    // A real resolver reads the compressed answer, and retries over TCP on TC by itself.
+    expect((await dig(port, ['+bufsize=4096', 'big.ns1.svc.cluster.local'])).trim().split('\n').length).toBe(150);
+    expect((await dig(port, ['+noedns', '_http._tcp.big.ns1.svc.cluster.local', 'SRV'])).trim().split('\n').length).toBe(150);
+  });
+
+  it('over TCP an answer stays within 65,535 bytes: the additional records go first, then TC', async () => {
+    const many = (n: number) => {
+      const services = new Allocator('10.96.0.0/12').resolve([serviceObject('ns1', 'huge', { clusterIP: 'None', selector: { app: 'huge' }, ports: [{ name: 'http', port: 80 }] })]).services;
+      const pods = Array.from({ length: n }, (_, i) => pod(`huge-${i}`, { ns: 'ns1', labels: { app: 'huge' }, ip: `10.89.${i >> 8}.${i & 255}` }));
+      return { services: () => services, pods: () => pods };
+    };
+    const srv = edns('_http._tcp.huge.ns1.svc.cluster.local', 'SRV');
+    const fits = decode(await tcpQuery((await startSpecDns({ view: many(1000) })).port, srv));
+    expect([fits.flags! & dnsPacket.TRUNCATED_RESPONSE, fits.answers!.length, fits.additionals!.filter((a) => a.type === 'A').length]).toEqual([0, 1000, 0]);
+    const over = decode(await tcpQuery((await startSpecDns({ view: many(1300) })).port, srv));
+    expect([over.flags! & dnsPacket.TRUNCATED_RESPONSE, over.answers!.length, over.rcode]).toEqual([dnsPacket.TRUNCATED_RESPONSE, 0, 'NOERROR']);
+  });
+
+  it('a label with a dot in it is one label: "web.ns1" is no Service, and the question comes back as sent', async () => {
+    const { port, up } = await startSpecDns();
+    const wire = (labels: string[]) =>
+      Buffer.concat([Buffer.from([0, 5, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]), ...labels.map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l, 'latin1')])), Buffer.from([0, 0, 1, 0, 1])]);
+    const dotted = wire(['web.ns1', 'svc', 'cluster', 'local']);
+    const r = (await udpQuery(port, dotted))!;
+    expect(decode(r).rcode).toBe('NXDOMAIN');
+    expect(r.subarray(12, dotted.length)).toEqual(dotted.subarray(12));
+    // Outside the zone ("cluster.local" as one label): forwarded as sent, the upstream's answer back.
+    const outside = wire(['web', 'ns1', 'svc', 'cluster.local']);
+    expect(decode((await udpQuery(port, outside))!).rcode).toBe('NOERROR');
+    expect(up.queries()).toBe(1);
+  });
+
+  it('pod names: "verified" answers only for a pod of that namespace; "insecure" for any address', async () => {
+    const verified = await startSpecDns();
+    expect(await verified.resolver.resolve4('10-88-0-6.ns1.pod.cluster.local')).toEqual(['10.88.0.6']);
+    for (const name of ['10-88-0-6.other.pod.cluster.local', '192-0-2-1.ns1.pod.cluster.local']) {
+      await expect(verified.resolver.resolve4(name)).rejects.toMatchObject({ code: 'ENOTFOUND' });
+    }
+    const insecure = await startSpecDns({ podRecords: 'insecure' });
+    expect(await insecure.resolver.resolve4('192-0-2-1.any.pod.cluster.local')).toEqual(['192.0.2.1']);
+    for (const name of ['192-0-2-256.ns1.pod.cluster.local', '192-0-2-01.ns1.pod.cluster.local', '1-2-3.ns1.pod.cluster.local']) {
+      await expect(insecure.resolver.resolve4(name)).rejects.toMatchObject({ code: 'ENOTFOUND' });
+    }
+  });
+});
+
+describe('--dns-pods', () => {
+  const optionsOf = (args: string[]) => proxyOptionsFrom(parseArgs({ args, options: PROXY_FLAGS, strict: true }).values);
+  it('is verified unless told insecure; anything else is refused, naming the flag', () => {
+    expect(optionsOf([]).podRecords).toBe('verified');
+    expect(optionsOf(['--dns-pods', 'insecure']).podRecords).toBe('insecure');
+    expect(() => optionsOf(['--dns-pods', 'disabled'])).toThrow('--dns-pods must be verified or insecure, not "disabled"');
   });
 });
