@@ -680,7 +680,7 @@ describe('subPath', () => {
       env: [{ name: 'POD', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } }],
       volumeMounts: [{ name: 'scratch', mountPath: '/logs', subPathExpr: 'logs/$(POD)' }],
     };
-    const pinned: string[][] = [];
+    const pinned: Array<Array<string | undefined>> = [];
     const b = new KubeletConfigBuilder({ node, pinSubpath: (...args) => void pinned.push(args) });
     const cfg = b.containerConfig(ctx(pod), c, opts({ volumes }));
     const root = fs.realpathSync(volumes.get('scratch')!);
