@@ -16,6 +16,7 @@ import { aggregated, aggregatedVersion, apiVersions, groupList, resourceList } f
 import { ApiError, badRequest } from './errors.js';
 import { applyPatch, checkDepth, PATCH_TYPES } from './patch.js';
 import { decodeProtobuf, PROTOBUF_TYPE } from './protobuf.js';
+import { checkFields, fieldValidationOf, META, type Known } from './fields.js';
 import { OPENAPI_V2_TYPE, openApiV2 } from './openapi.js';
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
 import type { Store } from './store.js';
@@ -157,6 +158,13 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     const item = name !== undefined;
     const listVersion = kind.group ? `${kind.group}/${kind.version}` : kind.version;
     const table = wantsTable(req.headers.accept);
+    const validation = fieldValidationOf(q.get('fieldValidation'));
+    const known: Known = { apiVersion: true, kind: true, metadata: META, ...kind.known };
+    const checked = (o: Obj): Obj => {
+      const warnings = checkFields(o, known, validation, kind.kind);
+      if (warnings.length > 0) res.setHeader('Warning', warnings.map((w) => `299 - ${JSON.stringify(w)}`));
+      return o;
+    };
     const include = includeOf(q);
     const objectOut = (code: number, o: ApiObject) => (table ? send(res, code, toTable(kind, [o], {}, include, now()), TABLE_CONTENT_TYPE) : send(res, code, o));
     const listOpts = () => ({
@@ -182,12 +190,12 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       case 'POST': {
         if (item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
         const body = await readObject(req);
-        return objectOut(201, store.create(kind, namespace, body, { dryRun }));
+        return objectOut(201, store.create(kind, namespace, checked(body), { dryRun }));
       }
       case 'PUT': {
         if (!item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
         const body = await readObject(req);
-        return objectOut(200, store.update(kind, namespace, name, body, { dryRun }));
+        return objectOut(200, store.update(kind, namespace, name, checked(body), { dryRun }));
       }
       case 'PATCH': {
         if (!item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
@@ -197,7 +205,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
           throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
         }
         const patch = await readJson(req);
-        return objectOut(200, store.patch(kind, namespace, name, (cur) => applyPatch(type, cur as Obj, patch), { dryRun }));
+        return objectOut(200, store.patch(kind, namespace, name, (cur) => checked(applyPatch(type, cur as Obj, patch)), { dryRun }));
       }
       case 'DELETE': {
         const body = await readOptional(req);

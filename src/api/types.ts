@@ -1,5 +1,6 @@
 /** What every kind shares: the object's shape, and what a kind adds to the generic store (its strategy). */
 import type { Cause } from './errors.js';
+import type { Known } from './fields.js';
 
 export type Obj = Record<string, unknown>;
 
@@ -55,6 +56,8 @@ export interface Kind {
   /** Defaults and normalisation on create (and on update, after PrepareForUpdate). */
   prepare?: (o: ApiObject, old?: ApiObject) => void;
   validate: (o: ApiObject) => Cause[];
+  /** The fields the kind has, for fieldValidation (apiVersion, kind and metadata are everyone's). */
+  known: Record<string, Known>;
   /** Field selectors beyond metadata.name and metadata.namespace: label → value in the object. */
   fields?: Record<string, (o: ApiObject) => string | undefined>;
   columns: TableColumn[];

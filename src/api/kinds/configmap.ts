@@ -21,6 +21,7 @@ export const configMapKind: Kind = {
     }
   },
   validate: (o) => causes(configMapErrors(o)),
+  known: { data: 'map', binaryData: 'map', immutable: true },
   columns: [nameColumn, { name: 'Data', type: 'string', description: 'Data contains the configuration data.' }, ageColumn],
   row: (o, now) => [o.metadata.name, size(o.data) + size(o.binaryData), age(o.metadata.creationTimestamp, now)],
 };

@@ -42,6 +42,11 @@ export const eventKind: Kind = {
     source: (o) => String((isObj(o.source) ? (o.source as Obj).component : undefined) ?? ''),
     type: (o) => String(o.type ?? ''),
   },
+  known: {
+    involvedObject: { kind: true, namespace: true, name: true, uid: true, apiVersion: true, resourceVersion: true, fieldPath: true },
+    reason: true, message: true, source: { component: true, host: true }, firstTimestamp: true, lastTimestamp: true, count: true, type: true,
+    eventTime: true, series: { count: true, lastObservedTime: true }, action: true, related: true, reportingComponent: true, reportingInstance: true,
+  },
   columns: [
     { name: 'Last Seen', type: 'string', description: 'Time when this Event was last observed.' },
     { name: 'Type', type: 'string', description: 'Type of this event (Normal, Warning), new types could be added in the future.' },

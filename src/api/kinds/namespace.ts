@@ -34,6 +34,7 @@ export const namespaceKind: Kind = {
     return out;
   },
   fields: { 'status.phase': (o) => (isObj(o.status) ? String((o.status as Obj).phase ?? '') : '') },
+  known: { spec: { finalizers: true }, status: { phase: true, conditions: true } },
   columns: [nameColumn, { name: 'Status', type: 'string', description: 'The status of the namespace' }, ageColumn],
   row: (o, now) => [o.metadata.name, isObj(o.status) ? (o.status as Obj).phase ?? '' : '', age(o.metadata.creationTimestamp, now)],
 };

@@ -29,6 +29,7 @@ export const secretKind: Kind = {
   },
   validate: (o) => causes(secretErrors(o)),
   fields: { type: (o) => String(o.type ?? '') },
+  known: { data: 'map', stringData: 'map', type: true, immutable: true },
   columns: [nameColumn, { name: 'Type', type: 'string', description: 'Used to facilitate programmatic handling of secret data.' }, { name: 'Data', type: 'string', description: 'Data contains the secret data.' }, ageColumn],
   row: (o, now) => [o.metadata.name, o.type ?? '', size(o.data), age(o.metadata.creationTimestamp, now)],
 };
