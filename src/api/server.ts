@@ -59,7 +59,8 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   let advertised = opts.address;
 
   const server = https.createServer(
-    { ca: opts.tls.ca, cert: opts.tls.cert, key: opts.tls.key, requestCert: true, rejectUnauthorized: false, minVersion: 'TLSv1.2' },
+    // Headers must arrive within 10 s; the check runs every second (Node's default is every 30).
+    { ca: opts.tls.ca, cert: opts.tls.cert, key: opts.tls.key, requestCert: true, rejectUnauthorized: false, minVersion: 'TLSv1.2', connectionsCheckingInterval: 1000 },
     (req, res) => {
       handle(req, res).catch((err: unknown) => fail(res, err));
     },

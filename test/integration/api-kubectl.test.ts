@@ -275,6 +275,38 @@ describe.skipIf(!isRoot)('the node API with real kubectl', () => {
     expect(b.body.split('\n').filter(Boolean).map((l) => (JSON.parse(l) as { type: string }).type)).toContain('BOOKMARK');
   });
 
+  it('answers malformed requests with the API Status of each reason', async () => {
+    const status = async (method: string, p: string, body?: string, type = 'application/json') => {
+      const r = await api.request(method, p, body, body === undefined ? {} : { 'Content-Type': type });
+      const s = JSON.parse(r.body) as { reason: string; code: number; details?: { causes?: Array<{ field: string }> } };
+      return `${r.status} ${s.reason} ${s.details?.causes?.map((c) => c.field).join(',') ?? ''}`.trim();
+    };
+    const cms = '/api/v1/namespaces/default/configmaps';
+    expect(await status('POST', cms, '{not json')).toBe('400 BadRequest');
+    expect(await status('GET', '/api/v1/nothings')).toBe('404 NotFound');
+    expect(await status('POST', `${cms}/x`, '{}')).toBe('405 MethodNotAllowed');
+    expect(await status('POST', cms, JSON.stringify({ metadata: { name: 'Bad_Name', labels: { 'a b': 'c' } } }))).toBe('422 Invalid metadata.name,metadata.labels');
+    expect(await status('POST', cms, JSON.stringify({ metadata: { name: 'once' } }))).toMatch(/^201/);
+    expect(await status('POST', cms, JSON.stringify({ metadata: { name: 'once' } }))).toBe('409 AlreadyExists');
+    expect(await status('PUT', `${cms}/once`, JSON.stringify({ metadata: { name: 'once', resourceVersion: '1' } }))).toBe('409 Conflict');
+    expect(await status('PATCH', `${cms}/once`, '{}', 'text/plain')).toBe('415 UnsupportedMediaType');
+    expect(await status('GET', `${cms}?labelSelector=${encodeURIComponent('a in (b')}`)).toBe('400 BadRequest');
+    await api.request('DELETE', `${cms}/once`);
+  });
+
+  it('closes a connection whose request headers do not arrive within 10 s', async () => {
+    const pki = path.join(api.dir, 'pki');
+    const socket = tls.connect({ host: '127.0.0.1', port: api.port, ca: fs.readFileSync(path.join(pki, 'ca.crt')), cert: fs.readFileSync(path.join(pki, 'admin.crt')), key: fs.readFileSync(path.join(pki, 'admin.key')) });
+    await new Promise<void>((r) => socket.once('secureConnect', () => r()));
+    const started = Date.now();
+    socket.write('GET /api/v1/namespaces HTTP/1.1\r\nHost: api\r\n'); // and never the blank line
+    socket.resume();
+    socket.on('error', () => undefined);
+    await new Promise<void>((r) => socket.once('close', () => r()));
+    expect(Date.now() - started).toBeGreaterThanOrEqual(9_000);
+    expect(Date.now() - started).toBeLessThan(15_000);
+  }, 30_000);
+
   it('drops a watcher that does not read, and goes on serving', async () => {
     const pki = path.join(api.dir, 'pki');
     const socket = tls.connect({ host: '127.0.0.1', port: api.port, ca: fs.readFileSync(path.join(pki, 'ca.crt')), cert: fs.readFileSync(path.join(pki, 'admin.crt')), key: fs.readFileSync(path.join(pki, 'admin.key')) });

@@ -152,6 +152,16 @@ describe('the API store', () => {
     expect(got.length).toBeLessThanOrEqual(3);
   });
 
+  it('refuses a watch beyond the most it serves at once with 429', async () => {
+    const c = localClient(new Store({ kinds: KINDS, watch: { maxWatchers: 2 } }));
+    const a = await c.watch('configmaps', {}, () => undefined);
+    await c.watch('secrets', {}, () => undefined);
+    expect(await reason(c.watch('events', {}, () => undefined))).toBe('429 TooManyRequests: too many watches (at most 2)');
+    a.stop();
+    await new Promise((r) => setImmediate(r));
+    (await c.watch('events', {}, () => undefined)).stop();
+  });
+
   it('keeps objects and the resourceVersion counter in SQLite across a reopen', async () => {
     const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-api-'));
     dirs.push(dir);
