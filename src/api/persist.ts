@@ -31,6 +31,8 @@ export interface Persistence {
   load(): { rv: number; rows: StoredRow[] };
   put(row: StoredRow, rv: number): void;
   remove(resource: string, namespace: string, name: string, rv: number): void;
+  /** Only the counter: a change to an object the database does not keep (one a manifest file owns). */
+  count(rv: number): void;
   close(): void;
 }
 
@@ -74,6 +76,7 @@ export function openApiDb(file: string): Persistence {
     }),
     put: (row, rv) => put(row, rv),
     remove: (resource, namespace, name, rv) => remove(resource, namespace, name, rv),
+    count: (rv) => void setRv.run(rv),
     close: () => db.close(),
   };
 }

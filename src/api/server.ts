@@ -275,7 +275,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
         deliver: (c: Change, type) => {
           if (ended) return false;
           if (res.writableLength > maxUnread) return false;
-          res.write(line(type, c.object, type === c.type || !table ? c.json : undefined));
+          res.write(line(type, c.object, c.json));
           return true;
         },
         closed: (reason) => {

@@ -53,6 +53,8 @@ export interface StoreOptions {
 interface Entry {
   object: ApiObject;
   json: string;
+  /** The manifest file that defines the object: readable here, written only through the file, never in the database. */
+  file?: string;
 }
 
 /** Namespaces that exist from the start and may not be deleted (as the API server keeps them). */
@@ -174,6 +176,7 @@ export class Store {
   update(kind: Kind, namespace: string, name: string, input: Obj, opts: WriteOptions = {}): ApiObject {
     const old = this.entry(kind, namespace, name);
     if (!old) throw notFound(kind.plural, name, kind.group);
+    refuseFileOwned(kind, name, old);
     const o = this.shape(kind, namespace, input);
     if (o.metadata.name !== undefined && o.metadata.name !== name) throw badRequest(`the name of the object (${o.metadata.name}) does not match the name on the URL (${name})`);
     o.metadata.name = name;
@@ -217,6 +220,7 @@ export class Store {
   delete(kind: Kind, namespace: string, name: string, opts: DeleteOptions = {}): DeleteResult {
     const e = this.entry(kind, namespace, name);
     if (!e) throw notFound(kind.plural, name, kind.group);
+    refuseFileOwned(kind, name, e);
     const was = e.object.metadata;
     if (opts.uid && opts.uid !== was.uid) throw conflict(kind.plural, name, `Precondition failed: UID in precondition: ${opts.uid}, UID in object meta: ${was.uid}`);
     if (opts.resourceVersion && opts.resourceVersion !== was.resourceVersion) {
@@ -245,7 +249,7 @@ export class Store {
       try {
         out.push(this.delete(kind, o.metadata.namespace ?? '', o.metadata.name!, { dryRun: opts.dryRun }).object);
       } catch (err) {
-        if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Forbidden'))) throw err;
+        if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Forbidden' || err.reason === 'Conflict'))) throw err;
       }
     }
     return out;
@@ -281,6 +285,32 @@ export class Store {
       if (err instanceof TooManyWatchers) throw new ApiError('TooManyRequests', err.message);
       throw err;
     }
+  }
+
+  /**
+   * Shows an object a manifest file defines (read-only: writes to it are
+   * refused, naming the file). An object written through the API under the
+   * same name keeps it; false then, and the file's is not shown.
+   */
+  mirror(kind: Kind, input: ApiObject, file: string): boolean {
+    const namespace = kind.namespaced ? String(input.metadata?.namespace || 'default') : '';
+    const name = String(input.metadata?.name ?? '');
+    const old = this.entry(kind, namespace, name);
+    if (old && !old.file) return false;
+    const o = this.shape(kind, namespace, { ...input, metadata: { ...input.metadata, namespace } });
+    kind.prepare?.(o);
+    o.metadata.creationTimestamp = old?.object.metadata.creationTimestamp ?? timestamp(this.now());
+    if (kind.spec) o.metadata.generation = 1;
+    o.metadata.resourceVersion = old?.object.metadata.resourceVersion;
+    if (old && old.file === file && canonical(o) === canonical(old.object)) return true;
+    this.commit(kind, old ? 'MODIFIED' : 'ADDED', o, old?.object, file);
+    return true;
+  }
+
+  /** The file that defined the object no longer does. */
+  unmirror(kind: Kind, namespace: string, name: string): void {
+    const e = this.entry(kind, kind.namespaced ? namespace || 'default' : '', name);
+    if (e?.file) this.remove(kind, copy(e), e.file);
   }
 
   close(): void {
@@ -325,29 +355,31 @@ export class Store {
     }
   }
 
-  private commit(kind: Kind, type: 'ADDED' | 'MODIFIED', o: ApiObject, prev?: ApiObject): ApiObject {
+  private commit(kind: Kind, type: 'ADDED' | 'MODIFIED', o: ApiObject, prev?: ApiObject, file?: string): ApiObject {
     const rv = this.rv + 1;
     o.metadata.resourceVersion = String(rv);
     const json = JSON.stringify(o);
     if (json.length > MAX_OBJECT_BYTES) throw new ApiError('RequestEntityTooLarge', `the object is larger than the ${MAX_OBJECT_BYTES} bytes an object may be`);
     const ns = kind.namespaced ? o.metadata.namespace! : '';
-    this.persistence?.put({ resource: kind.plural, namespace: ns, name: o.metadata.name!, data: json }, rv);
+    if (file) this.persistence?.count(rv);
+    else this.persistence?.put({ resource: kind.plural, namespace: ns, name: o.metadata.name!, data: json }, rv);
     this.rv = rv;
     const bucket = this.objects.get(kind.plural)!;
     const k = key(ns, o.metadata.name!);
-    if (!bucket.has(k)) this.count++;
-    bucket.set(k, { object: o, json });
+    if (!bucket.has(k) && !file) this.count++;
+    bucket.set(k, { object: o, json, file });
     this.cache.publish({ type, resource: kind.plural, rv, object: o, json, prev });
     return JSON.parse(json) as ApiObject;
   }
 
-  private remove(kind: Kind, o: ApiObject): ApiObject {
+  private remove(kind: Kind, o: ApiObject, file?: string): ApiObject {
     const rv = this.rv + 1;
     const ns = kind.namespaced ? o.metadata.namespace! : '';
-    this.persistence?.remove(kind.plural, ns, o.metadata.name!, rv);
+    if (file) this.persistence?.count(rv);
+    else this.persistence?.remove(kind.plural, ns, o.metadata.name!, rv);
     this.rv = rv;
     this.objects.get(kind.plural)!.delete(key(ns, o.metadata.name!));
-    this.count--;
+    if (!file) this.count--;
     o.metadata.resourceVersion = String(rv);
     const json = JSON.stringify(o);
     this.cache.publish({ type: 'DELETED', resource: kind.plural, rv, object: o, json } satisfies Change);
@@ -363,7 +395,8 @@ export class Store {
     const out: Array<{ kind: Kind; name: string }> = [];
     for (const kind of this.kinds.values()) {
       if (!kind.namespaced) continue;
-      for (const k of this.objects.get(kind.plural)!.keys()) if (k.startsWith(`${namespace}/`)) out.push({ kind, name: k.slice(namespace.length + 1) });
+      // A manifest file's objects are not the API's to delete: the namespace goes without them.
+      for (const [k, e] of this.objects.get(kind.plural)!) if (k.startsWith(`${namespace}/`) && !e.file) out.push({ kind, name: k.slice(namespace.length + 1) });
     }
     return out;
   }
@@ -391,6 +424,10 @@ export class Store {
     if (this.contents(namespace).length > 0 || (now.object.metadata.finalizers ?? []).length > 0) return { removed: false, object: copy(now) };
     return { removed: true, object: this.remove(this.kinds.get('namespaces')!, copy(now)) };
   }
+}
+
+function refuseFileOwned(kind: Kind, name: string, e: Entry): void {
+  if (e.file) throw new ApiError('Conflict', `${kind.plural} "${name}" is defined by the manifest file ${e.file}: change or remove it there`, { name, kind: kind.plural });
 }
 
 function key(namespace: string, name: string): string {

@@ -8,6 +8,7 @@
 import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
 import { startNodeApi } from '../api/index.js';
+import { showManifestObjects } from '../api/manifest-objects.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
@@ -95,6 +96,7 @@ export async function node(args: string[]): Promise<number> {
     await api?.stop();
     throw err;
   }
+  const unshow = api ? showManifestObjects(api.store, kubelet.objects, log) : () => undefined;
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
@@ -103,6 +105,7 @@ export async function node(args: string[]): Promise<number> {
   try {
     proxy = await startProxy(proxyOpts, storeServiceSource(kubelet.objects), pods, kubelet.metrics.registry, log);
   } catch (err) {
+    unshow();
     pods.close();
     await kubelet.stop();
     await daemon.close();
@@ -136,6 +139,7 @@ export async function node(args: string[]): Promise<number> {
   );
   return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {
     clearInterval(ages);
+    unshow();
     await kubelet.stop();
     pods.close();
     await proxy.stop();

@@ -362,6 +362,7 @@ describe.skipIf(!isRoot)('the API through skiff node', () => {
   beforeAll(async () => {
     base = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-api-node-'));
     for (const d of ['manifests', 'images', 'net.d']) await fsp.mkdir(path.join(base, d));
+    await fsp.writeFile(path.join(base, 'manifests', 'settings.yaml'), 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-file}\ndata: {greeting: hello}\n');
     ns = new TestNetns().create();
   });
 
@@ -392,6 +393,22 @@ describe.skipIf(!isRoot)('the API through skiff node', () => {
     await startNode();
     expect((await k(['get', 'cm', 'node-cm', '-o', 'jsonpath={.data.a}'])).stdout).toBe('1');
     expect((await k(['create', 'configmap', 'second'])).code).toBe(0);
-    expect(Number((await k(['get', 'cm', 'second', '-o', 'jsonpath={.metadata.resourceVersion}'])).stdout)).toBe(rv + 1);
+    expect(Number((await k(['get', 'cm', 'second', '-o', 'jsonpath={.metadata.resourceVersion}'])).stdout)).toBeGreaterThan(rv);
+  });
+
+  it("shows the manifest directory's objects read-only, naming their file, and follows the file", async () => {
+    const kubeconfig = path.join(base, 'kubelet', 'admin.kubeconfig');
+    const k = (args: string[]) => run(KUBECTL_135, args, { KUBECONFIG: kubeconfig }, undefined, ['nsenter', `--net=${ns.path}`]);
+    const file = path.join(base, 'manifests', 'settings.yaml');
+    expect((await k(['get', 'cm', 'from-file', '-o', 'jsonpath={.data.greeting}'])).stdout).toBe('hello');
+    for (const args of [['delete', 'cm', 'from-file'], ['label', 'cm', 'from-file', 'a=b'], ['patch', 'cm', 'from-file', '-p', '{"data":{"x":"y"}}']]) {
+      const r = await k(args);
+      expect(r.code, args.join(' ')).not.toBe(0);
+      expect(r.stderr).toContain(`configmaps "from-file" is defined by the manifest file ${file}: change or remove it there`);
+    }
+    await fsp.writeFile(file, 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-file}\ndata: {greeting: edited}\n');
+    await waitFor('the edit to show', async () => (await k(['get', 'cm', 'from-file', '-o', 'jsonpath={.data.greeting}'])).stdout === 'edited' || undefined, 20_000);
+    await fsp.rm(file);
+    await waitFor('the removal to show', async () => (await k(['get', 'cm', 'from-file'])).stderr.includes('not found') || undefined, 20_000);
   });
 });

@@ -152,6 +152,32 @@ describe('the API store', () => {
     expect(got.length).toBeLessThanOrEqual(3);
   });
 
+  it("shows a manifest file's object read-only, naming the file, and never keeps it in the database", async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-api-'));
+    dirs.push(dir);
+    const file = path.join(dir, 'api.db');
+    const store = new Store({ kinds: KINDS, persistence: openApiDb(file) });
+    const c = localClient(store);
+    const kind = store.kind('secrets')!;
+    expect(store.mirror(kind, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'filed', uid: 'u-1' }, stringData: { a: 'b' } }, '/m/s.yaml')).toBe(true);
+    const got = await c.get('secrets', 'default', 'filed');
+    expect(got.data).toEqual({ a: Buffer.from('b').toString('base64') });
+    expect(got.metadata.uid).toBe('u-1');
+    const why = 'configmaps "filed" is defined by the manifest file /m/s.yaml: change or remove it there'.replace('configmaps', 'secrets');
+    expect(await reason(c.delete('secrets', 'default', 'filed'))).toBe(`409 Conflict: ${why}`);
+    expect(await reason(c.patch('secrets', 'default', 'filed', 'merge', { data: { x: 'eQ==' } }))).toBe(`409 Conflict: ${why}`);
+    expect(await reason(c.create('secrets', 'default', { metadata: { name: 'filed' } }))).toMatch(/^409 AlreadyExists/);
+    // One written through the API keeps its name against a file's.
+    await c.create('secrets', 'default', { metadata: { name: 'mine' } });
+    expect(store.mirror(kind, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'mine' } }, '/m/t.yaml')).toBe(false);
+    const rv = Number(store.resourceVersion);
+    store.close();
+    const again = new Store({ kinds: KINDS, persistence: openApiDb(file) });
+    expect(await reason(localClient(again).get('secrets', 'default', 'filed'))).toMatch(/^404/);
+    expect(Number(again.resourceVersion)).toBe(rv);
+    again.close();
+  });
+
   it('refuses a watch beyond the most it serves at once with 429', async () => {
     const c = localClient(new Store({ kinds: KINDS, watch: { maxWatchers: 2 } }));
     const a = await c.watch('configmaps', {}, () => undefined);
