@@ -241,6 +241,10 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     res.flushHeaders();
     watches.add(res);
     let first = true;
+    // The current objects sent first (a watch from no version) may exceed the bound: the listing is
+    // as large as the store allows, and a client could not ask for it otherwise. Beyond it, maxUnread.
+    let initial = true;
+    let allowance = maxUnread;
     const line = (type: string, object: ApiObject, json?: string): string => {
       if (!table || type === 'BOOKMARK' || type === 'ERROR') return `{"type":"${type}","object":${json ?? JSON.stringify(object)}}\n`;
       const t = toTable(kind, [object], { resourceVersion: object.metadata.resourceVersion }, include, now(), first);
@@ -274,8 +278,10 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       stop = store.watch(kind, opts, {
         deliver: (c: Change, type) => {
           if (ended) return false;
-          if (res.writableLength > maxUnread) return false;
-          res.write(line(type, c.object, c.json));
+          if (!initial && res.writableLength > allowance) return false;
+          const text = line(type, c.object, c.json);
+          if (initial) allowance += text.length;
+          res.write(text);
           return true;
         },
         closed: (reason) => {
@@ -284,6 +290,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
           setImmediate(() => end(reason.includes('behind')));
         },
       });
+      initial = false;
       if (initialEnd && bookmarks) bookmark({ 'k8s.io/initial-events-end': 'true' });
     } catch (err) {
       const e = err instanceof ApiError ? err : new ApiError('InternalError', String(err));

@@ -46,8 +46,9 @@ export interface StoreOptions {
   persistence?: Persistence;
   now?: () => number;
   watch?: WatchCacheOptions;
-  /** At most this many objects in all; a create beyond it is refused. */
+  /** At most this many objects, and bytes of them, in all; a write beyond either is refused. */
   maxObjects?: number;
+  maxBytes?: number;
 }
 
 interface Entry {
@@ -73,7 +74,9 @@ export class Store {
   private readonly persistence?: Persistence;
   private readonly now: () => number;
   private readonly maxObjects: number;
+  private readonly maxBytes: number;
   private count = 0;
+  private bytes = 0;
 
   constructor(opts: StoreOptions) {
     for (const k of opts.kinds) {
@@ -83,6 +86,7 @@ export class Store {
     this.persistence = opts.persistence;
     this.now = opts.now ?? Date.now;
     this.maxObjects = opts.maxObjects ?? 20_000;
+    this.maxBytes = opts.maxBytes ?? 256 * 1024 * 1024;
     const loaded = opts.persistence?.load() ?? { rv: 0, rows: [] };
     this.rv = loaded.rv;
     for (const row of loaded.rows) {
@@ -90,6 +94,7 @@ export class Store {
       if (!bucket) continue; // a kind this version no longer serves: left in the database
       bucket.set(key(row.namespace, row.name), { object: JSON.parse(row.data) as ApiObject, json: row.data });
       this.count++;
+      this.bytes += row.data.length;
     }
     this.cache = new WatchCache(this.rv, opts.watch);
     const namespaces = this.kinds.get('namespaces');
@@ -361,12 +366,16 @@ export class Store {
     const json = JSON.stringify(o);
     if (json.length > MAX_OBJECT_BYTES) throw new ApiError('RequestEntityTooLarge', `the object is larger than the ${MAX_OBJECT_BYTES} bytes an object may be`);
     const ns = kind.namespaced ? o.metadata.namespace! : '';
+    const bucket = this.objects.get(kind.plural)!;
+    const k = key(ns, o.metadata.name!);
+    const before = bucket.get(k);
+    const grows = file ? 0 : json.length - (before && !before.file ? before.json.length : 0);
+    if (grows > 0 && this.bytes + grows > this.maxBytes) throw new ApiError('Forbidden', `the node's API holds at most ${this.maxBytes} bytes of objects`);
     if (file) this.persistence?.count(rv);
     else this.persistence?.put({ resource: kind.plural, namespace: ns, name: o.metadata.name!, data: json }, rv);
     this.rv = rv;
-    const bucket = this.objects.get(kind.plural)!;
-    const k = key(ns, o.metadata.name!);
-    if (!bucket.has(k) && !file) this.count++;
+    this.bytes += grows;
+    if (!before && !file) this.count++;
     bucket.set(k, { object: o, json, file });
     this.cache.publish({ type, resource: kind.plural, rv, object: o, json, prev });
     return JSON.parse(json) as ApiObject;
@@ -378,8 +387,12 @@ export class Store {
     if (file) this.persistence?.count(rv);
     else this.persistence?.remove(kind.plural, ns, o.metadata.name!, rv);
     this.rv = rv;
+    const gone = this.objects.get(kind.plural)!.get(key(ns, o.metadata.name!));
     this.objects.get(kind.plural)!.delete(key(ns, o.metadata.name!));
-    if (!file) this.count--;
+    if (!file) {
+      this.count--;
+      this.bytes -= gone?.json.length ?? 0;
+    }
     o.metadata.resourceVersion = String(rv);
     const json = JSON.stringify(o);
     this.cache.publish({ type: 'DELETED', resource: kind.plural, rv, object: o, json } satisfies Change);

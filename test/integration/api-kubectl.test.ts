@@ -307,6 +307,14 @@ describe.skipIf(!isRoot)('the node API with real kubectl', () => {
     expect(Date.now() - started).toBeLessThan(15_000);
   }, 30_000);
 
+  it('sends a watch from no version all current objects, even past the unread bound', async () => {
+    const payload = 'z'.repeat(100 * 1024); // 5 of them: far past the 64 KiB this server allows unread
+    for (let i = 0; i < 5; i++) await api.request('POST', '/api/v1/namespaces/kube-public/configmaps', JSON.stringify({ metadata: { name: `listed-${i}` }, data: { a: payload } }), { 'Content-Type': 'application/json' });
+    const r = await api.request('GET', '/api/v1/namespaces/kube-public/configmaps?watch=true&timeoutSeconds=1');
+    expect(r.body.split('\n').filter(Boolean).map((l) => `${(JSON.parse(l) as { type: string; object: { metadata: { name: string } } }).type} ${(JSON.parse(l) as { object: { metadata: { name: string } } }).object.metadata.name}`)).toEqual([0, 1, 2, 3, 4].map((i) => `ADDED listed-${i}`));
+    await api.request('DELETE', '/api/v1/namespaces/kube-public/configmaps');
+  });
+
   it('drops a watcher that does not read, and goes on serving', async () => {
     const pki = path.join(api.dir, 'pki');
     const socket = tls.connect({ host: '127.0.0.1', port: api.port, ca: fs.readFileSync(path.join(pki, 'ca.crt')), cert: fs.readFileSync(path.join(pki, 'admin.crt')), key: fs.readFileSync(path.join(pki, 'admin.key')) });

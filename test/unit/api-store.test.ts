@@ -178,6 +178,14 @@ describe('the API store', () => {
     again.close();
   });
 
+  it('refuses writes beyond the bytes it may hold, and counts what a deletion frees', async () => {
+    const c = localClient(new Store({ kinds: KINDS, maxBytes: 50_000 }));
+    await c.create('configmaps', 'default', cm('a', { v: 'x'.repeat(30_000) }));
+    expect(await reason(c.create('configmaps', 'default', cm('b', { v: 'x'.repeat(30_000) })))).toBe("403 Forbidden: the node's API holds at most 50000 bytes of objects");
+    await c.delete('configmaps', 'default', 'a');
+    await c.create('configmaps', 'default', cm('b', { v: 'x'.repeat(30_000) }));
+  });
+
   it('refuses a watch beyond the most it serves at once with 429', async () => {
     const c = localClient(new Store({ kinds: KINDS, watch: { maxWatchers: 2 } }));
     const a = await c.watch('configmaps', {}, () => undefined);
