@@ -275,6 +275,18 @@ describe.skipIf(!isRoot)('the node API with real kubectl', () => {
     expect(b.body.split('\n').filter(Boolean).map((l) => (JSON.parse(l) as { type: string }).type)).toContain('BOOKMARK');
   });
 
+  it('serves aggregated discovery in the version asked for, and the legacy documents otherwise', async () => {
+    const aggregated = (v: string) => `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList,application/json`;
+    for (const v of ['v2', 'v2beta1']) {
+      const r = JSON.parse((await api.request('GET', '/api', undefined, { Accept: aggregated(v) })).body) as { apiVersion: string; items: Array<{ versions: Array<{ resources: Array<{ resource: string }> }> }> };
+      expect(r.apiVersion).toBe(`apidiscovery.k8s.io/${v}`);
+      expect(r.items[0]!.versions[0]!.resources.map((x) => x.resource).sort()).toEqual(['configmaps', 'events', 'namespaces', 'secrets']);
+    }
+    expect(JSON.parse((await api.request('GET', '/api')).body)).toMatchObject({ kind: 'APIVersions', versions: ['v1'] });
+    expect(JSON.parse((await api.request('GET', '/apis')).body)).toMatchObject({ kind: 'APIGroupList', groups: [] });
+    expect(JSON.parse((await api.request('GET', '/api/v1')).body)).toMatchObject({ kind: 'APIResourceList', groupVersion: 'v1' });
+  });
+
   it('answers malformed requests with the API Status of each reason', async () => {
     const status = async (method: string, p: string, body?: string, type = 'application/json') => {
       const r = await api.request(method, p, body, body === undefined ? {} : { 'Content-Type': type });
