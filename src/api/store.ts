@@ -419,7 +419,7 @@ export class Store {
    * objects are deleted (those with finalizers wait for them), and the
    * namespace goes once it is empty and has no finalizers of its own.
    */
-  private sweeping = new Set<string>();
+  private readonly sweeping = new Set<string>();
   private sweepNamespace(namespace: string): DeleteResult | undefined {
     const e = this.objects.get('namespaces')?.get(key('', namespace));
     if (!e || !e.object.metadata.deletionTimestamp || this.sweeping.has(namespace)) return undefined;
