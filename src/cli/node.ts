@@ -7,13 +7,15 @@
  */
 import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
+import { startNodeApi } from '../api/index.js';
+import { showManifestObjects } from '../api/manifest-objects.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo } from '../proxy/service.js';
 import { InProcessPodSource, storeServiceSource } from '../proxy/sources.js';
 import { KUBELET_FLAGS, kubeletOptionsFrom } from './kubelet.js';
-import { CRI_FLAGS, daemonOptionsFrom } from './flags.js';
+import { CRI_FLAGS, daemonOptionsFrom, type FlagSpec } from './flags.js';
 import { PROXY_FLAGS, proxyOptionsFrom, startProxy } from './proxy.js';
 import { untilSignal } from './signals.js';
 
@@ -22,6 +24,9 @@ export const NODE_HELP = `Flags for "skiff node" (the runtime, the agent, the pr
   uses the node's own --socket), and all of "skiff proxy"'s except --kubelet and
   --metrics-address (the proxy's metrics are on the status API's /metrics). Defaults as there;
   --cluster-dns defaults to --dns-address, the node's own service DNS.
+  --api-address HOST:PORT  the node's Kubernetes API over HTTPS (default 127.0.0.1:6443; "" for none):
+                           Namespaces, ConfigMaps, Secrets and Events for kubectl, with the admin
+                           kubeconfig written to <--root-dir>/admin.kubeconfig at first start
 Try the demo (images built by ./scripts/setup.sh, no registry needed):
   skiff node --manifests examples/demo --images-dir build/images
 `;
@@ -29,7 +34,7 @@ Try the demo (images built by ./scripts/setup.sh, no registry needed):
 const { 'runtime-endpoint': _runtimeEndpoint, ...kubeletFlags } = KUBELET_FLAGS;
 const { kubelet: _kubeletUrl, 'metrics-address': _metricsAddress, ...proxyFlags } = PROXY_FLAGS;
 
-export const NODE_FLAGS = { ...CRI_FLAGS, ...kubeletFlags, ...proxyFlags };
+export const NODE_FLAGS = { ...CRI_FLAGS, ...kubeletFlags, ...proxyFlags, 'api-address': { type: 'string', default: '127.0.0.1:6443' } } satisfies FlagSpec;
 
 /** The proxy's Services in the API's shape, for `skiff get services`: allocated cluster IPs, node ports, and when each was first seen. */
 export function servicesFromProxy(proxier: { services(): ServiceInfo[] }, now: () => number): () => Service[] {
@@ -74,14 +79,24 @@ export async function node(args: string[]): Promise<number> {
   installCrashGuard(log);
   if (process.getuid?.() !== 0) log.warn('skiff node is not running as root: pods, images and rules all need root');
 
-  const daemon = await startDaemon(daemonOpts, log);
+  const apiAddress = values['api-address'] as string;
+  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, log });
+  let daemon;
+  try {
+    daemon = await startDaemon(daemonOpts, log);
+  } catch (err) {
+    await api?.stop();
+    throw err;
+  }
   let kubelet;
   try {
     kubelet = await startKubelet(kubeletOpts);
   } catch (err) {
     await daemon.close();
+    await api?.stop();
     throw err;
   }
+  const unshow = api ? showManifestObjects(api.store, kubelet.objects, log) : () => undefined;
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
@@ -90,9 +105,11 @@ export async function node(args: string[]): Promise<number> {
   try {
     proxy = await startProxy(proxyOpts, storeServiceSource(kubelet.objects), pods, kubelet.metrics.registry, log);
   } catch (err) {
+    unshow();
     pods.close();
     await kubelet.stop();
     await daemon.close();
+    await api?.stop();
     throw err;
   }
   const services = servicesFromProxy(proxy.proxier, Date.now);
@@ -106,6 +123,8 @@ export async function node(args: string[]): Promise<number> {
     manifests: kubeletOpts.manifests,
     status: `http://${kubeletOpts.statusAddress}`,
     dns: proxyOpts.dnsAddress || 'off',
+    api: api ? `https://${api.address}` : 'off',
+    kubeconfig: api?.kubeconfig,
   });
   process.stderr.write(
     `\nskiff node is up. From another shell:\n` +
@@ -114,13 +133,17 @@ export async function node(args: string[]): Promise<number> {
       `  npx skiff describe deployment web    (with the demo's manifests)\n` +
       `  npx skiff logs job/hello             the demo client: which replica answered\n` +
       `  curl http://<this node's IP>:30080/  the demo's NodePort\n` +
-      `Manifests in ${kubeletOpts.manifests} are watched: edit, add or remove files and the node follows.\n\n`,
+      `Manifests in ${kubeletOpts.manifests} are watched: edit, add or remove files and the node follows.\n` +
+      (api ? `The node's API (namespaces, configmaps, secrets, events) for kubectl:\n  export KUBECONFIG=${api.kubeconfig}\n` : '') +
+      '\n',
   );
   return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {
     clearInterval(ages);
+    unshow();
     await kubelet.stop();
     pods.close();
     await proxy.stop();
     await daemon.close();
+    await api?.stop();
   });
 }

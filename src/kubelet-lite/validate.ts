@@ -480,6 +480,13 @@ class Errors {
 
 const empty = (v: unknown) => v === undefined || v === null || v === '';
 
+/** The checks on an object's name, namespace, labels and annotations, for the API's kinds that have no others here. */
+export function metadataErrors(meta: Obj | undefined, namespaced: boolean): FieldError[] {
+  const e = new Errors();
+  validateMetadata(meta, e, namespaced);
+  return e.list;
+}
+
 function validateMetadata(meta: Obj | undefined, e: Errors, namespaced = true): void {
   const p: FieldPath = ['metadata'];
   if (!meta || empty(meta.name)) e.required([...p, 'name']);

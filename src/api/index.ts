@@ -1,0 +1,52 @@
+/**
+ * The node's API as one piece: the store over its database, the
+ * credentials, and the HTTPS server. `skiff node` starts it; so can a test.
+ */
+import path from 'node:path';
+import type { Logger } from '../log.js';
+import { ensureCredentials } from './credentials.js';
+import { KINDS } from './kinds/index.js';
+import { openApiDb } from './persist.js';
+import { splitHostPort, startApiServer, type ApiServerOptions } from './server.js';
+import { Store } from './store.js';
+
+export interface NodeApiOptions {
+  /** The agent's root dir: api.db, pki/ and admin.kubeconfig go here. */
+  dir: string;
+  address: string;
+  log: Logger;
+  server?: Partial<Pick<ApiServerOptions, 'maxUnreadWatchBytes' | 'bookmarkIntervalMs' | 'maxWatchSeconds'>>;
+  maxWatches?: number;
+}
+
+export interface NodeApi {
+  store: Store;
+  address: string;
+  kubeconfig: string;
+  stop(): Promise<void>;
+}
+
+export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
+  const [host] = splitHostPort(opts.address);
+  const store = new Store({ kinds: KINDS, persistence: openApiDb(path.join(opts.dir, 'api.db')), watch: { maxWatchers: opts.maxWatches } });
+  try {
+    // The kubeconfig names the port actually bound; with port 0 that is known only after listening.
+    const creds = await ensureCredentials({ dir: opts.dir, server: opts.address, sans: [host] });
+    const server = await startApiServer({ store, address: opts.address, tls: creds, log: opts.log, ...opts.server });
+    const clientHost = host === '0.0.0.0' || host === '::' || host === '' ? '127.0.0.1' : host;
+    const [, port] = splitHostPort(server.address);
+    const final = server.address === opts.address && clientHost === host ? creds : await ensureCredentials({ dir: opts.dir, server: `${clientHost.includes(':') ? `[${clientHost}]` : clientHost}:${port}`, sans: [host] });
+    return {
+      store,
+      address: server.address,
+      kubeconfig: final.kubeconfig,
+      stop: async () => {
+        await server.close();
+        store.close();
+      },
+    };
+  } catch (err) {
+    store.close();
+    throw err;
+  }
+}

@@ -1,0 +1,48 @@
+/**
+ * The manifest directory's objects, shown through the API: each one of a
+ * kind the API serves is mirrored into the store, read-only and owned by its
+ * file, and follows the file's edits and removal. Only the shape of the
+ * agent's object store is known here, not the agent.
+ */
+import type { Logger } from '../log.js';
+import type { Store } from './store.js';
+import type { ApiObject, Kind } from './types.js';
+
+export interface FileObject {
+  apiVersion: string;
+  kind: string;
+  namespace: string;
+  name: string;
+  uid: string;
+  object: Record<string, unknown>;
+  source: { file: string };
+}
+
+export interface FileObjects {
+  list(): FileObject[];
+  subscribe(listener: (changes: Array<{ type: 'added' | 'modified' | 'deleted'; object: FileObject }>) => void): () => void;
+}
+
+export function showManifestObjects(store: Store, files: FileObjects, log: Logger): () => void {
+  const kindOf = (o: FileObject): Kind | undefined => store.kindList().find((k) => o.kind === k.kind && o.apiVersion === (k.group ? `${k.group}/${k.version}` : k.version));
+  const show = (o: FileObject) => {
+    const kind = kindOf(o);
+    if (!kind) return;
+    const meta = (typeof o.object.metadata === 'object' && o.object.metadata !== null ? o.object.metadata : {}) as Record<string, unknown>;
+    const object = { ...o.object, metadata: { ...meta, name: o.name, namespace: o.namespace, uid: o.uid } } as ApiObject;
+    try {
+      if (!store.mirror(kind, object, o.source.file)) log.warn('a manifest object has the name of one written through the API, which keeps it', { kind: o.kind, namespace: o.namespace, name: o.name, file: o.source.file });
+    } catch (err) {
+      log.warn('a manifest object could not be shown through the API', { kind: o.kind, name: o.name, file: o.source.file, error: (err as Error).message });
+    }
+  };
+  for (const o of files.list()) show(o);
+  return files.subscribe((changes) => {
+    for (const c of changes) {
+      const kind = kindOf(c.object);
+      if (!kind) continue;
+      if (c.type === 'deleted') store.unmirror(kind, c.object.namespace, c.object.name);
+      else show(c.object);
+    }
+  });
+}

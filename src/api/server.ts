@@ -1,0 +1,400 @@
+/**
+ * The node's API over HTTPS, in the Kubernetes API's shape: discovery,
+ * /version and health, and for every kind the store serves get, list,
+ * watch, create, update, patch, delete and deletecollection, as JSON or as
+ * Tables. Every request needs a client certificate signed by the node's CA;
+ * bodies, watches and their unread bytes are bounded. Errors leave as v1
+ * Status objects, made in one place (`fail`).
+ */
+import https from 'node:https';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { silentLogger, type Logger } from '../log.js';
+import { SKIFF_VERSION } from '../version.js';
+import { aggregated, aggregatedVersion, apiVersions, groupList, resourceList } from './discovery.js';
+import { ApiError, badRequest } from './errors.js';
+import { applyPatch, checkDepth, PATCH_TYPES } from './patch.js';
+import { decodeProtobuf, PROTOBUF_TYPE } from './protobuf.js';
+import { checkFields, fieldValidationOf, META, type Known } from './fields.js';
+import { OPENAPI_V2_TYPE, openApiV2 } from './openapi.js';
+import { parseFieldSelector, parseLabelSelector } from './selectors.js';
+import type { Store } from './store.js';
+import { TABLE_CONTENT_TYPE, toTable, wantsTable, type IncludeObject } from './table.js';
+import type { ApiObject, Kind, Obj } from './types.js';
+import type { Change } from './watch.js';
+
+export const MAX_BODY_BYTES = 3 * 1024 * 1024;
+
+export interface ApiServerOptions {
+  store: Store;
+  /** host:port; port 0 picks a free one. */
+  address: string;
+  tls: { ca: Buffer; cert: Buffer; key: Buffer };
+  log?: Logger;
+  now?: () => number;
+  /** A watcher with more than this many bytes written but not yet read by its client is dropped. */
+  maxUnreadWatchBytes?: number;
+  bookmarkIntervalMs?: number;
+  maxWatchSeconds?: number;
+}
+
+export interface ApiServer {
+  /** host:port actually bound. */
+  address: string;
+  close(): Promise<void>;
+}
+
+const JSON_TYPE = 'application/json';
+
+export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer> {
+  const log = opts.log ?? silentLogger;
+  const now = opts.now ?? Date.now;
+  const store = opts.store;
+  const maxUnread = opts.maxUnreadWatchBytes ?? 1024 * 1024;
+  const bookmarkEvery = opts.bookmarkIntervalMs ?? 60_000;
+  const maxWatchSeconds = opts.maxWatchSeconds ?? 1800;
+  const watches = new Set<ServerResponse>();
+  const [host, portText] = splitHostPort(opts.address);
+  let advertised = opts.address;
+
+  const server = https.createServer(
+    // Headers must arrive within 10 s; the check runs every second (Node's default is every 30).
+    { ca: opts.tls.ca, cert: opts.tls.cert, key: opts.tls.key, requestCert: true, rejectUnauthorized: false, minVersion: 'TLSv1.2', connectionsCheckingInterval: 1000 },
+    (req, res) => {
+      handle(req, res).catch((err: unknown) => fail(res, err));
+    },
+  );
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 60_000;
+  server.keepAliveTimeout = 30_000;
+  server.maxConnections = 1024;
+  server.maxHeadersCount = 100;
+
+  function send(res: ServerResponse, code: number, body: unknown, type = JSON_TYPE): void {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const text = typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body);
+    res.writeHead(code, { 'Content-Type': type, 'Content-Length': Buffer.byteLength(text), 'Cache-Control': 'no-cache, private' });
+    res.end(text);
+  }
+
+  function fail(res: ServerResponse, err: unknown): void {
+    const e = err instanceof ApiError ? err : new ApiError('InternalError', `Internal error occurred: ${(err as Error)?.message ?? String(err)}`);
+    if (!(err instanceof ApiError)) log.error('API request failed', { error: e.message });
+    send(res, e.code, e.status());
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (!(req.socket as TLSSocket).authorized) {
+      req.resume();
+      throw new ApiError('Unauthorized', 'Unauthorized');
+    }
+    const url = new URL(req.url ?? '/', 'https://api');
+    const segs = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+    const method = req.method ?? 'GET';
+    const accept = req.headers.accept;
+    const readOnly = () => {
+      if (method !== 'GET' && method !== 'HEAD') throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
+    };
+    switch (url.pathname.replace(/\/$/, '')) {
+      case '/version':
+        readOnly();
+        return send(res, 200, { major: '1', minor: '35', gitVersion: `v1.35.0-skiff.${SKIFF_VERSION}`, gitCommit: '', gitTreeState: 'clean', buildDate: '', goVersion: process.version, compiler: 'node', platform: `${process.platform}/${process.arch}` });
+      case '/healthz':
+      case '/livez':
+      case '/readyz':
+        readOnly();
+        return send(res, 200, 'ok', 'text/plain; charset=utf-8');
+      case '/api': {
+        readOnly();
+        const v = aggregatedVersion(accept);
+        if (v) return send(res, 200, aggregated(store.kindList(), v, true), `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList`);
+        return send(res, 200, apiVersions(advertised));
+      }
+      case '/apis': {
+        readOnly();
+        const v = aggregatedVersion(accept);
+        if (v) return send(res, 200, aggregated(store.kindList(), v, false), `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList`);
+        return send(res, 200, groupList());
+      }
+      case '/openapi/v2':
+        readOnly();
+        return send(res, 200, openApiV2(store.kindList(), `v1.35.0-skiff.${SKIFF_VERSION}`), OPENAPI_V2_TYPE);
+      case '/api/v1':
+        readOnly();
+        return send(res, 200, resourceList(store.kindList(), 'v1'));
+    }
+    if (segs[0] !== 'api' || segs[1] !== 'v1') throw new ApiError('NotFound', 'the server could not find the requested resource');
+    const route = routeOf(segs.slice(2));
+    return resource(req, res, url, route);
+  }
+
+  type Route = { kind: Kind; namespace: string; name?: string; allNamespaces: boolean };
+
+  function routeOf(rest: string[]): Route {
+    const notFoundHere = () => new ApiError('NotFound', 'the server could not find the requested resource');
+    let namespace = '';
+    let allNamespaces = true;
+    let tail = rest;
+    if (rest[0] === 'namespaces' && rest.length >= 3) {
+      namespace = rest[1]!;
+      allNamespaces = false;
+      tail = rest.slice(2);
+    }
+    if (tail.length < 1 || tail.length > 2) throw notFoundHere();
+    const kind = store.kind(tail[0]!);
+    if (!kind) throw notFoundHere();
+    if (!allNamespaces && !kind.namespaced) throw notFoundHere();
+    return { kind, namespace, name: tail[1], allNamespaces: allNamespaces && kind.namespaced };
+  }
+
+  async function resource(req: IncomingMessage, res: ServerResponse, url: URL, r: Route): Promise<void> {
+    const q = url.searchParams;
+    const method = req.method ?? 'GET';
+    const dryRun = dryRunOf(q);
+    const { kind, namespace, name } = r;
+    const item = name !== undefined;
+    const listVersion = kind.group ? `${kind.group}/${kind.version}` : kind.version;
+    const table = wantsTable(req.headers.accept);
+    const validation = fieldValidationOf(q.get('fieldValidation'));
+    const known: Known = { apiVersion: true, kind: true, metadata: META, ...kind.known };
+    const checked = (o: Obj): Obj => {
+      const warnings = checkFields(o, known, validation, kind.kind);
+      if (warnings.length > 0) res.setHeader('Warning', warnings.map((w) => `299 - ${JSON.stringify(w)}`));
+      return o;
+    };
+    const include = includeOf(q);
+    const objectOut = (code: number, o: ApiObject) => (table ? send(res, code, toTable(kind, [o], {}, include, now()), TABLE_CONTENT_TYPE) : send(res, code, o));
+    const listOpts = () => ({
+      namespace: r.allNamespaces && !item ? undefined : namespace,
+      labelSelector: q.get('labelSelector') ?? undefined,
+      fieldSelector: q.get('fieldSelector') ?? undefined,
+    });
+    if (method === 'GET' && !item && isTrue(q.get('watch'))) return watch(req, res, kind, { ...listOpts(), resourceVersion: q.get('resourceVersion') ?? undefined }, q, table, include);
+    if (method === 'GET' && item && isTrue(q.get('watch'))) return watch(req, res, kind, { namespace, fieldSelector: `metadata.name=${name}`, resourceVersion: q.get('resourceVersion') ?? undefined }, q, table, include);
+    if (r.allNamespaces && method !== 'GET') throw new ApiError('MethodNotAllowed', `the server does not allow this method on the requested resource: ${kind.plural} are namespaced`);
+    switch (method) {
+      case 'GET':
+      case 'HEAD': {
+        if (item) return objectOut(200, store.get(kind, namespace, name));
+        const limit = q.get('limit');
+        const l = limit === null || limit === '' ? undefined : Number(limit);
+        if (l !== undefined && (!Number.isInteger(l) || l < 0)) throw badRequest(`invalid limit "${limit}"`);
+        const out = store.list(kind, { ...listOpts(), limit: l, continue: q.get('continue') ?? undefined });
+        const meta = { resourceVersion: out.resourceVersion, ...(out.continue ? { continue: out.continue } : {}) };
+        if (table) return send(res, 200, toTable(kind, out.items, meta, include, now()), TABLE_CONTENT_TYPE);
+        return send(res, 200, { kind: `${kind.kind}List`, apiVersion: listVersion, metadata: meta, items: out.items });
+      }
+      case 'POST': {
+        if (item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
+        const body = await readObject(req);
+        return objectOut(201, store.create(kind, namespace, checked(body), { dryRun }));
+      }
+      case 'PUT': {
+        if (!item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
+        const body = await readObject(req);
+        return objectOut(200, store.update(kind, namespace, name, checked(body), { dryRun }));
+      }
+      case 'PATCH': {
+        if (!item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
+        const type = PATCH_TYPES[mediaType(req.headers['content-type'])];
+        if (!type) {
+          req.resume();
+          throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
+        }
+        const patch = await readJson(req);
+        return objectOut(200, store.patch(kind, namespace, name, (cur) => checked(applyPatch(type, cur as Obj, patch)), { dryRun }));
+      }
+      case 'DELETE': {
+        const body = await readOptional(req);
+        const pre = (body.preconditions ?? {}) as Obj;
+        const dry = dryRun || (Array.isArray(body.dryRun) && body.dryRun.includes('All'));
+        if (!item) {
+          const items = store.deleteCollection(kind, { ...listOpts(), dryRun: dry });
+          return send(res, 200, { kind: `${kind.kind}List`, apiVersion: listVersion, metadata: { resourceVersion: store.resourceVersion }, items });
+        }
+        const out = store.delete(kind, namespace, name, { dryRun: dry, uid: pre.uid as string | undefined, resourceVersion: pre.resourceVersion as string | undefined });
+        if (!out.removed || kind.plural === 'namespaces') return objectOut(200, out.object);
+        return send(res, 200, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, kind: kind.plural, uid: out.object.metadata.uid } });
+      }
+      default:
+        req.resume();
+        throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
+    }
+  }
+
+  function watch(req: IncomingMessage, res: ServerResponse, kind: Kind, opts: { namespace?: string; labelSelector?: string; fieldSelector?: string; resourceVersion?: string }, q: URLSearchParams, table: boolean, include: IncludeObject): void {
+    // Checked before the 200 goes out, so a bad selector is a 400, not an error event.
+    parseLabelSelector(opts.labelSelector);
+    parseFieldSelector(opts.fieldSelector, kind);
+    const rv = opts.resourceVersion ?? '';
+    if (rv !== '' && !/^\d{1,15}$/.test(rv)) throw badRequest(`invalid resource version "${rv}"`);
+    const initialEnd = isTrue(q.get('sendInitialEvents'));
+    if (initialEnd && rv !== '' && rv !== '0') throw badRequest('sendInitialEvents is only allowed with an unset or "0" resourceVersion');
+    const bookmarks = isTrue(q.get('allowWatchBookmarks'));
+    const timeoutText = q.get('timeoutSeconds');
+    const seconds = timeoutText === null ? maxWatchSeconds : Math.min(Math.max(Number(timeoutText) || 0, 1), maxWatchSeconds);
+    res.writeHead(200, { 'Content-Type': table ? TABLE_CONTENT_TYPE : JSON_TYPE, 'Cache-Control': 'no-cache, private', 'Transfer-Encoding': 'chunked' });
+    res.flushHeaders();
+    watches.add(res);
+    let first = true;
+    // The current objects sent first (a watch from no version) may exceed the bound: the listing is
+    // as large as the store allows, and a client could not ask for it otherwise. Beyond it, maxUnread.
+    let initial = true;
+    let allowance = maxUnread;
+    const line = (type: string, object: ApiObject, json?: string): string => {
+      if (!table || type === 'BOOKMARK' || type === 'ERROR') return `{"type":"${type}","object":${json ?? JSON.stringify(object)}}\n`;
+      const t = toTable(kind, [object], { resourceVersion: object.metadata.resourceVersion }, include, now(), first);
+      first = false;
+      return `{"type":"${type}","object":${JSON.stringify(t)}}\n`;
+    };
+    const bookmark = (annotations?: Record<string, string>) => {
+      const apiVersion = kind.group ? `${kind.group}/${kind.version}` : kind.version;
+      res.write(line('BOOKMARK', { apiVersion, kind: kind.kind, metadata: { resourceVersion: store.resourceVersion, ...(annotations ? { annotations } : {}) } }));
+    };
+    let stop = () => undefined as void;
+    let ended = false;
+    const end = (destroy: boolean) => {
+      if (ended) return;
+      ended = true;
+      clearTimeout(timer);
+      clearInterval(ticker);
+      stop();
+      watches.delete(res);
+      if (destroy) res.destroy();
+      else res.end();
+    };
+    const timer = setTimeout(() => end(false), seconds * 1000);
+    timer.unref();
+    const ticker = setInterval(() => {
+      if (bookmarks && res.writableLength <= maxUnread) bookmark();
+    }, bookmarkEvery);
+    ticker.unref();
+    res.on('close', () => end(true));
+    try {
+      stop = store.watch(kind, opts, {
+        deliver: (c: Change, type) => {
+          if (ended) return false;
+          if (!initial && res.writableLength > allowance) return false;
+          const text = line(type, c.object, c.json);
+          if (initial) allowance += text.length;
+          res.write(text);
+          return true;
+        },
+        closed: (reason) => {
+          log.debug('API watch closed', { resource: kind.plural, reason });
+          // A watcher that fell behind cannot be told in-band (its buffer is full): the connection goes.
+          setImmediate(() => end(reason.includes('behind')));
+        },
+      });
+      initial = false;
+      if (initialEnd && bookmarks) bookmark({ 'k8s.io/initial-events-end': 'true' });
+    } catch (err) {
+      const e = err instanceof ApiError ? err : new ApiError('InternalError', String(err));
+      res.write(`{"type":"ERROR","object":${JSON.stringify(e.status())}}\n`);
+      end(false);
+    }
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(Number(portText), host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const bound = server.address() as AddressInfo;
+  advertised = `${host.includes(':') ? `[${host}]` : host}:${bound.port}`;
+  return {
+    address: advertised,
+    close: async () => {
+      for (const res of watches) res.end();
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}
+
+export function splitHostPort(address: string): [string, string] {
+  const m = /^\[?([^\]]*?)\]?:(\d{1,5})$/.exec(address);
+  if (!m || Number(m[2]) > 65535) throw new Error(`--api-address must be host:port, such as 127.0.0.1:6443, not "${address}"`);
+  return [m[1]!, m[2]!];
+}
+
+const isTrue = (v: string | null) => v === 'true' || v === '1';
+
+function mediaType(v: string | undefined): string {
+  return (v ?? '').split(';')[0]!.trim().toLowerCase();
+}
+
+function dryRunOf(q: URLSearchParams): boolean {
+  const v = q.getAll('dryRun');
+  if (v.length === 0) return false;
+  if (v.every((x) => x === 'All')) return true;
+  throw badRequest(`Invalid dry run value: ${v.join(',')}: valid values are "All"`);
+}
+
+function includeOf(q: URLSearchParams): IncludeObject {
+  const v = q.get('includeObject') ?? 'Metadata';
+  if (v === 'None' || v === 'Metadata' || v === 'Object') return v;
+  throw badRequest(`includeObject must be None, Metadata or Object, not "${v}"`);
+}
+
+/** The body, at most MAX_BODY_BYTES, or 413 without reading the rest. */
+async function readBody(req: IncomingMessage): Promise<Buffer> {
+  const tooLarge = () => new ApiError('RequestEntityTooLarge', `the request body is larger than ${MAX_BODY_BYTES} bytes`);
+  const declared = Number(req.headers['content-length'] ?? 0);
+  if (declared > MAX_BODY_BYTES) {
+    req.socket.setTimeout(1000, () => req.socket.destroy());
+    throw tooLarge();
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) {
+      req.socket.setTimeout(1000, () => req.socket.destroy());
+      throw tooLarge();
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const body = await readBody(req);
+  let v: unknown;
+  try {
+    v = JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw badRequest(`the request body is not JSON: ${(err as Error).message}`);
+  }
+  checkDepth(v);
+  return v;
+}
+
+async function readObject(req: IncomingMessage): Promise<Obj> {
+  const type = mediaType(req.headers['content-type']);
+  if (type === PROTOBUF_TYPE) return decodeProtobuf(await readBody(req));
+  if (type !== JSON_TYPE && type !== '') {
+    req.resume();
+    throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json, ${PROTOBUF_TYPE}`);
+  }
+  const v = await readJson(req);
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw badRequest('the request body must be a JSON object');
+  return v as Obj;
+}
+
+async function readOptional(req: IncomingMessage): Promise<Obj> {
+  const body = await readBody(req);
+  if (body.length === 0) return {};
+  try {
+    const v = JSON.parse(body.toString('utf8')) as unknown;
+    return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Obj) : {};
+  } catch {
+    throw badRequest('the DeleteOptions in the body are not JSON');
+  }
+}

@@ -1,0 +1,475 @@
+/**
+ * The generic object store (kube-apiserver's registry.Store): create, get,
+ * list, update, delete and watch for every kind, each kind adding only its
+ * strategy. One resourceVersion counter for all objects; every committed
+ * change is persisted, then published once to the watch cache. Everything
+ * runs synchronously between awaits, so a read-modify-write (a patch) is atomic.
+ * Objects handed out are copies.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { ApiError, alreadyExists, badRequest, conflict, invalid, notFound, type Cause } from './errors.js';
+import type { Persistence } from './persist.js';
+import { parseFieldSelector, parseLabelSelector } from './selectors.js';
+import type { ApiObject, Kind, Obj } from './types.js';
+import { TooManyWatchers, TooOld, WatchCache, type Change, type Watcher, type WatchCacheOptions } from './watch.js';
+
+export interface ListOptions {
+  namespace?: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+  limit?: number;
+  continue?: string;
+}
+
+export interface ListResult {
+  items: ApiObject[];
+  resourceVersion: string;
+  continue?: string;
+  remainingItemCount?: number;
+}
+
+export interface WriteOptions {
+  dryRun?: boolean;
+}
+
+export interface DeleteOptions extends WriteOptions {
+  /** Preconditions as DeleteOptions carries them. */
+  uid?: string;
+  resourceVersion?: string;
+}
+
+/** Either gone now, or marked for deletion and waiting for finalizers (or a namespace's contents). */
+export type DeleteResult = { removed: true; object: ApiObject } | { removed: false; object: ApiObject };
+
+export interface StoreOptions {
+  kinds: Kind[];
+  persistence?: Persistence;
+  now?: () => number;
+  watch?: WatchCacheOptions;
+  /** At most this many objects, and bytes of them, in all; a write beyond either is refused. */
+  maxObjects?: number;
+  maxBytes?: number;
+}
+
+interface Entry {
+  object: ApiObject;
+  json: string;
+  /** The manifest file that defines the object: readable here, written only through the file, never in the database. */
+  file?: string;
+}
+
+/** Namespaces that exist from the start and may not be deleted (as the API server keeps them). */
+export const SYSTEM_NAMESPACES = ['default', 'kube-system', 'kube-public', 'kube-node-lease'];
+const UNDELETABLE = new Set(['default', 'kube-system', 'kube-public']);
+
+const MAX_LIMIT = 500;
+/** As the API server's request limit: no stored object is larger than a request may be. */
+export const MAX_OBJECT_BYTES = 3 * 1024 * 1024;
+
+export class Store {
+  private readonly kinds = new Map<string, Kind>();
+  private readonly objects = new Map<string, Map<string, Entry>>();
+  private rv: number;
+  private readonly cache: WatchCache;
+  private readonly persistence?: Persistence;
+  private readonly now: () => number;
+  private readonly maxObjects: number;
+  private readonly maxBytes: number;
+  private count = 0;
+  private bytes = 0;
+
+  constructor(opts: StoreOptions) {
+    for (const k of opts.kinds) {
+      this.kinds.set(k.plural, k);
+      this.objects.set(k.plural, new Map());
+    }
+    this.persistence = opts.persistence;
+    this.now = opts.now ?? Date.now;
+    this.maxObjects = opts.maxObjects ?? 20_000;
+    this.maxBytes = opts.maxBytes ?? 256 * 1024 * 1024;
+    const loaded = opts.persistence?.load() ?? { rv: 0, rows: [] };
+    this.rv = loaded.rv;
+    for (const row of loaded.rows) {
+      const bucket = this.objects.get(row.resource);
+      if (!bucket) continue; // a kind this version no longer serves: left in the database
+      bucket.set(key(row.namespace, row.name), { object: JSON.parse(row.data) as ApiObject, json: row.data });
+      this.count++;
+      this.bytes += row.data.length;
+    }
+    this.cache = new WatchCache(this.rv, opts.watch);
+    const namespaces = this.kinds.get('namespaces');
+    if (namespaces) {
+      for (const name of SYSTEM_NAMESPACES) {
+        if (!this.objects.get('namespaces')!.has(key('', name))) this.create(namespaces, '', { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+      }
+    }
+  }
+
+  get resourceVersion(): string {
+    return String(this.rv);
+  }
+
+  get watchers(): number {
+    return this.cache.watcherCount;
+  }
+
+  kindList(): Kind[] {
+    return [...this.kinds.values()];
+  }
+
+  kind(plural: string): Kind | undefined {
+    return this.kinds.get(plural);
+  }
+
+  get(kind: Kind, namespace: string, name: string): ApiObject {
+    const e = this.entry(kind, namespace, name);
+    if (!e) throw notFound(kind.plural, name, kind.group);
+    return copy(e);
+  }
+
+  list(kind: Kind, opts: ListOptions = {}): ListResult {
+    const labels = parseLabelSelector(opts.labelSelector);
+    const fields = parseFieldSelector(opts.fieldSelector, kind);
+    const limit = opts.limit && opts.limit > 0 ? Math.min(opts.limit, MAX_LIMIT) : Infinity;
+    let after = '';
+    if (opts.continue) {
+      try {
+        const token = JSON.parse(Buffer.from(opts.continue, 'base64url').toString('utf8')) as { start?: unknown };
+        if (typeof token.start !== 'string') throw new Error('no start');
+        after = token.start;
+      } catch {
+        throw badRequest('continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)');
+      }
+    }
+    const ns = kind.namespaced ? opts.namespace : undefined;
+    const keys = [...this.objects.get(kind.plural)!.keys()].filter((k) => k > after && (ns === undefined || k.startsWith(`${ns}/`))).sort();
+    const items: ApiObject[] = [];
+    let last = '';
+    let i = 0;
+    for (; i < keys.length && items.length < limit; i++) {
+      const e = this.objects.get(kind.plural)!.get(keys[i]!)!;
+      if (!labels(e.object.metadata.labels) || !fields(e.object)) continue;
+      items.push(copy(e));
+      last = keys[i]!;
+    }
+    const more = i < keys.length && items.length >= limit;
+    return {
+      items,
+      resourceVersion: this.resourceVersion,
+      ...(more ? { continue: Buffer.from(JSON.stringify({ rv: this.rv, start: last })).toString('base64url') } : {}),
+    };
+  }
+
+  create(kind: Kind, namespace: string, input: Obj, opts: WriteOptions = {}): ApiObject {
+    const o = this.shape(kind, namespace, input);
+    const meta = o.metadata;
+    if (!meta.name && typeof meta.generateName === 'string' && meta.generateName !== '') meta.name = `${meta.generateName}${suffix()}`;
+    for (const f of ['uid', 'resourceVersion', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation', 'creationTimestamp', 'managedFields'] as const) delete meta[f];
+    kind.prepare?.(o);
+    this.check(kind, o);
+    const name = meta.name!;
+    if (this.entry(kind, namespace, name)) throw alreadyExists(kind.plural, name);
+    if (kind.namespaced) this.checkNamespaceOpen(namespace);
+    if (this.count >= this.maxObjects) throw new ApiError('Forbidden', `the node's API holds at most ${this.maxObjects} objects`);
+    meta.uid = randomUUID();
+    meta.creationTimestamp = timestamp(this.now());
+    if (kind.spec) meta.generation = 1;
+    if (opts.dryRun) return o;
+    return this.commit(kind, 'ADDED', o);
+  }
+
+  update(kind: Kind, namespace: string, name: string, input: Obj, opts: WriteOptions = {}): ApiObject {
+    const old = this.entry(kind, namespace, name);
+    if (!old) throw notFound(kind.plural, name, kind.group);
+    refuseFileOwned(kind, name, old);
+    const o = this.shape(kind, namespace, input);
+    if (o.metadata.name !== undefined && o.metadata.name !== name) throw badRequest(`the name of the object (${o.metadata.name}) does not match the name on the URL (${name})`);
+    o.metadata.name = name;
+    const was = old.object.metadata;
+    if (o.metadata.resourceVersion !== undefined && o.metadata.resourceVersion !== '' && o.metadata.resourceVersion !== was.resourceVersion) {
+      throw conflict(kind.plural, name, 'the object has been modified; please apply your changes to the latest version and try again');
+    }
+    if (o.metadata.uid !== undefined && o.metadata.uid !== '' && o.metadata.uid !== was.uid) {
+      throw conflict(kind.plural, name, `Precondition failed: UID in precondition: ${o.metadata.uid}, UID in object meta: ${was.uid}`);
+    }
+    for (const f of ['uid', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation'] as const) {
+      if (was[f] === undefined) delete o.metadata[f];
+      else (o.metadata as Obj)[f] = was[f];
+    }
+    delete o.metadata.managedFields;
+    kind.prepare?.(o, old.object);
+    this.check(kind, o);
+    if (was.deletionTimestamp) {
+      const before = new Set(was.finalizers ?? []);
+      const added = (o.metadata.finalizers ?? []).filter((f) => !before.has(f));
+      if (added.length > 0) throw invalid(kind.kind, name, [{ reason: 'FieldValueForbidden', field: 'metadata.finalizers', message: 'Forbidden: no new finalizers can be added if the object is being deleted' }]);
+    }
+    if (kind.spec && JSON.stringify(kind.spec(o)) !== JSON.stringify(kind.spec(old.object))) o.metadata.generation = (was.generation ?? 0) + 1;
+    o.metadata.resourceVersion = was.resourceVersion;
+    if (canonical(o) === canonical(old.object)) return copy(old); // a no-op write keeps its resourceVersion
+    if (opts.dryRun) return o;
+    if (was.deletionTimestamp && (o.metadata.finalizers ?? []).length === 0 && !this.waitsForContents(kind, o)) return this.remove(kind, o);
+    return this.commit(kind, 'MODIFIED', o, old.object);
+  }
+
+  /** Read, change, write in one step: the patch verbs. `change` gets a copy and returns the new object. */
+  patch(kind: Kind, namespace: string, name: string, change: (current: ApiObject) => Obj, opts: WriteOptions = {}): ApiObject {
+    const current = this.get(kind, namespace, name);
+    const next = change(structuredClone(current));
+    const meta = (next.metadata ?? {}) as Obj;
+    // A patch that names no resourceVersion applies to the current one; one that does is a precondition.
+    if (meta.resourceVersion === undefined || meta.resourceVersion === null) next.metadata = { ...meta, resourceVersion: current.metadata.resourceVersion };
+    return this.update(kind, namespace, name, next, opts);
+  }
+
+  delete(kind: Kind, namespace: string, name: string, opts: DeleteOptions = {}): DeleteResult {
+    const e = this.entry(kind, namespace, name);
+    if (!e) throw notFound(kind.plural, name, kind.group);
+    refuseFileOwned(kind, name, e);
+    const was = e.object.metadata;
+    if (opts.uid && opts.uid !== was.uid) throw conflict(kind.plural, name, `Precondition failed: UID in precondition: ${opts.uid}, UID in object meta: ${was.uid}`);
+    if (opts.resourceVersion && opts.resourceVersion !== was.resourceVersion) {
+      throw conflict(kind.plural, name, `Precondition failed: ResourceVersion in precondition: ${opts.resourceVersion}, ResourceVersion in object meta: ${was.resourceVersion}`);
+    }
+    if (kind.plural === 'namespaces' && UNDELETABLE.has(name)) throw new ApiError('Forbidden', `namespaces "${name}" is forbidden: this namespace may not be deleted`, { name, kind: 'namespaces' });
+    const o = copy(e);
+    const waits = (was.finalizers ?? []).length > 0 || kind.plural === 'namespaces';
+    if (!waits) return opts.dryRun ? { removed: true, object: o } : { removed: true, object: this.remove(kind, o) };
+    if (opts.dryRun) return { removed: false, object: o };
+    let marked = o;
+    if (!was.deletionTimestamp) {
+      marked.metadata.deletionTimestamp = timestamp(this.now());
+      marked.metadata.deletionGracePeriodSeconds = 0;
+      if (kind.plural === 'namespaces') marked.status = { ...(marked.status as Obj), phase: 'Terminating' };
+      marked = this.commit(kind, 'MODIFIED', marked, e.object);
+    }
+    if (kind.plural === 'namespaces') return this.sweepNamespace(name) ?? { removed: false, object: marked };
+    return { removed: false, object: marked };
+  }
+
+  deleteCollection(kind: Kind, opts: ListOptions & DeleteOptions): ApiObject[] {
+    const { items } = this.list(kind, { namespace: opts.namespace, labelSelector: opts.labelSelector, fieldSelector: opts.fieldSelector });
+    const out: ApiObject[] = [];
+    for (const o of items) {
+      try {
+        out.push(this.delete(kind, o.metadata.namespace ?? '', o.metadata.name!, { dryRun: opts.dryRun }).object);
+      } catch (err) {
+        if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Forbidden' || err.reason === 'Conflict'))) throw err;
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Starts a watch: from `resourceVersion` (every change after it), or with
+   * none or "0" the current objects as ADDED first. Throws Gone (as an
+   * ApiError, reason Expired, code 410) for a version the history no longer has.
+   */
+  watch(kind: Kind, opts: ListOptions & { resourceVersion?: string }, w: Omit<Watcher, 'filter'>): () => void {
+    const labels = parseLabelSelector(opts.labelSelector);
+    const fields = parseFieldSelector(opts.fieldSelector, kind);
+    const watcher: Watcher = { ...w, filter: { resource: kind.plural, namespace: kind.namespaced ? opts.namespace : undefined, matches: (o) => labels(o.metadata.labels) && fields(o) } };
+    const rvText = opts.resourceVersion ?? '';
+    let from: number;
+    if (rvText === '' || rvText === '0') {
+      from = this.rv;
+      for (const o of this.list(kind, { namespace: opts.namespace, labelSelector: opts.labelSelector, fieldSelector: opts.fieldSelector }).items) {
+        if (!w.deliver({ type: 'ADDED', resource: kind.plural, rv: Number(o.metadata.resourceVersion), object: o, json: JSON.stringify(o) }, 'ADDED')) {
+          w.closed('the watcher fell behind');
+          return () => undefined;
+        }
+      }
+    } else {
+      from = Number(rvText);
+      if (!/^\d{1,15}$/.test(rvText)) throw badRequest(`invalid resource version "${rvText}"`);
+    }
+    try {
+      return this.cache.add(watcher, from);
+    } catch (err) {
+      if (err instanceof TooOld) throw new ApiError('Expired', err.message);
+      if (err instanceof TooManyWatchers) throw new ApiError('TooManyRequests', err.message);
+      throw err;
+    }
+  }
+
+  /**
+   * Shows an object a manifest file defines (read-only: writes to it are
+   * refused, naming the file). An object written through the API under the
+   * same name keeps it; false then, and the file's is not shown.
+   */
+  mirror(kind: Kind, input: ApiObject, file: string): boolean {
+    const namespace = kind.namespaced ? String(input.metadata?.namespace || 'default') : '';
+    const name = String(input.metadata?.name ?? '');
+    const old = this.entry(kind, namespace, name);
+    if (old && !old.file) return false;
+    const o = this.shape(kind, namespace, { ...input, metadata: { ...input.metadata, namespace } });
+    kind.prepare?.(o);
+    o.metadata.creationTimestamp = old?.object.metadata.creationTimestamp ?? timestamp(this.now());
+    if (kind.spec) o.metadata.generation = 1;
+    o.metadata.resourceVersion = old?.object.metadata.resourceVersion;
+    if (old && old.file === file && canonical(o) === canonical(old.object)) return true;
+    this.commit(kind, old ? 'MODIFIED' : 'ADDED', o, old?.object, file);
+    return true;
+  }
+
+  /** The file that defined the object no longer does. */
+  unmirror(kind: Kind, namespace: string, name: string): void {
+    const e = this.entry(kind, kind.namespaced ? namespace || 'default' : '', name);
+    if (e?.file) this.remove(kind, copy(e), e.file);
+  }
+
+  close(): void {
+    this.cache.close();
+    this.persistence?.close();
+  }
+
+  // ------------------------------------------------------------ internals
+
+  private entry(kind: Kind, namespace: string, name: string): Entry | undefined {
+    return this.objects.get(kind.plural)!.get(key(kind.namespaced ? namespace : '', name));
+  }
+
+  /** A copy of the input with apiVersion, kind and namespace as the URL says, or BadRequest. */
+  private shape(kind: Kind, namespace: string, input: Obj): ApiObject {
+    const apiVersion = kind.group ? `${kind.group}/${kind.version}` : kind.version;
+    if (input.kind !== undefined && input.kind !== kind.kind) throw badRequest(`the kind of the object (${String(input.kind)}) does not match the resource (${kind.kind})`);
+    if (input.apiVersion !== undefined && input.apiVersion !== apiVersion) throw badRequest(`the API version in the data (${String(input.apiVersion)}) does not match the expected API version (${apiVersion})`);
+    const o = structuredClone(input) as ApiObject;
+    if (typeof o.metadata !== 'object' || o.metadata === null || Array.isArray(o.metadata)) o.metadata = {};
+    o.apiVersion = apiVersion;
+    o.kind = kind.kind;
+    if (kind.namespaced) {
+      if (o.metadata.namespace !== undefined && o.metadata.namespace !== '' && o.metadata.namespace !== namespace) {
+        throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
+      }
+      o.metadata.namespace = namespace;
+    } else delete o.metadata.namespace;
+    return o;
+  }
+
+  private check(kind: Kind, o: ApiObject): void {
+    const causes: Cause[] = kind.validate(o);
+    if (causes.length > 0) throw invalid(kind.kind, String(o.metadata.name ?? ''), causes);
+  }
+
+  private checkNamespaceOpen(namespace: string): void {
+    const ns = this.objects.get('namespaces')?.get(key('', namespace));
+    if (!ns) throw notFound('namespaces', namespace);
+    if (ns.object.metadata.deletionTimestamp) {
+      throw new ApiError('Forbidden', `unable to create new content in namespace ${namespace} because it is being terminated`, { name: namespace, kind: 'namespaces' });
+    }
+  }
+
+  private commit(kind: Kind, type: 'ADDED' | 'MODIFIED', o: ApiObject, prev?: ApiObject, file?: string): ApiObject {
+    const rv = this.rv + 1;
+    o.metadata.resourceVersion = String(rv);
+    const json = JSON.stringify(o);
+    if (json.length > MAX_OBJECT_BYTES) throw new ApiError('RequestEntityTooLarge', `the object is larger than the ${MAX_OBJECT_BYTES} bytes an object may be`);
+    const ns = kind.namespaced ? o.metadata.namespace! : '';
+    const bucket = this.objects.get(kind.plural)!;
+    const k = key(ns, o.metadata.name!);
+    const before = bucket.get(k);
+    const grows = file ? 0 : json.length - (before && !before.file ? before.json.length : 0);
+    if (grows > 0 && this.bytes + grows > this.maxBytes) throw new ApiError('Forbidden', `the node's API holds at most ${this.maxBytes} bytes of objects`);
+    if (file) this.persistence?.count(rv);
+    else this.persistence?.put({ resource: kind.plural, namespace: ns, name: o.metadata.name!, data: json }, rv);
+    this.rv = rv;
+    this.bytes += grows;
+    if (!before && !file) this.count++;
+    bucket.set(k, { object: o, json, file });
+    this.cache.publish({ type, resource: kind.plural, rv, object: o, json, prev });
+    return JSON.parse(json) as ApiObject;
+  }
+
+  private remove(kind: Kind, o: ApiObject, file?: string): ApiObject {
+    const rv = this.rv + 1;
+    const ns = kind.namespaced ? o.metadata.namespace! : '';
+    if (file) this.persistence?.count(rv);
+    else this.persistence?.remove(kind.plural, ns, o.metadata.name!, rv);
+    this.rv = rv;
+    const gone = this.objects.get(kind.plural)!.get(key(ns, o.metadata.name!));
+    this.objects.get(kind.plural)!.delete(key(ns, o.metadata.name!));
+    if (!file) {
+      this.count--;
+      this.bytes -= gone?.json.length ?? 0;
+    }
+    o.metadata.resourceVersion = String(rv);
+    const json = JSON.stringify(o);
+    this.cache.publish({ type: 'DELETED', resource: kind.plural, rv, object: o, json } satisfies Change);
+    if (kind.namespaced) this.sweepNamespace(ns);
+    return JSON.parse(json) as ApiObject;
+  }
+
+  private waitsForContents(kind: Kind, o: ApiObject): boolean {
+    return kind.plural === 'namespaces' && this.contents(o.metadata.name!).length > 0;
+  }
+
+  private contents(namespace: string): Array<{ kind: Kind; name: string }> {
+    const out: Array<{ kind: Kind; name: string }> = [];
+    for (const kind of this.kinds.values()) {
+      if (!kind.namespaced) continue;
+      // A manifest file's objects are not the API's to delete: the namespace goes without them.
+      for (const [k, e] of this.objects.get(kind.plural)!) if (k.startsWith(`${namespace}/`) && !e.file) out.push({ kind, name: k.slice(namespace.length + 1) });
+    }
+    return out;
+  }
+
+  /**
+   * The namespace controller's work, done in place: a terminating namespace's
+   * objects are deleted (those with finalizers wait for them), and the
+   * namespace goes once it is empty and has no finalizers of its own.
+   */
+  private readonly sweeping = new Set<string>();
+  private sweepNamespace(namespace: string): DeleteResult | undefined {
+    const e = this.objects.get('namespaces')?.get(key('', namespace));
+    if (!e || !e.object.metadata.deletionTimestamp || this.sweeping.has(namespace)) return undefined;
+    this.sweeping.add(namespace);
+    try {
+      for (const { kind, name } of this.contents(namespace)) {
+        const o = this.entry(kind, namespace, name);
+        if (o && !o.object.metadata.deletionTimestamp) this.delete(kind, namespace, name);
+      }
+    } finally {
+      this.sweeping.delete(namespace);
+    }
+    const now = this.objects.get('namespaces')!.get(key('', namespace));
+    if (!now) return undefined;
+    if (this.contents(namespace).length > 0 || (now.object.metadata.finalizers ?? []).length > 0) return { removed: false, object: copy(now) };
+    return { removed: true, object: this.remove(this.kinds.get('namespaces')!, copy(now)) };
+  }
+}
+
+function refuseFileOwned(kind: Kind, name: string, e: Entry): void {
+  if (e.file) throw new ApiError('Conflict', `${kind.plural} "${name}" is defined by the manifest file ${e.file}: change or remove it there`, { name, kind: kind.plural });
+}
+
+function key(namespace: string, name: string): string {
+  return `${namespace}/${name}`;
+}
+
+function copy(e: Entry): ApiObject {
+  return JSON.parse(e.json) as ApiObject;
+}
+
+/** RFC 3339 to the second, as metav1.Time marshals. */
+export function timestamp(ms: number): string {
+  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace('.000Z', 'Z');
+}
+
+function suffix(): string {
+  const alphabet = 'bcdfghjklmnpqrstvwxz2456789';
+  return [...randomBytes(5)].map((b) => alphabet[b % alphabet.length]).join('');
+}
+
+/** JSON with sorted keys, to see whether an update changes anything. */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v !== null && typeof v === 'object') {
+    return `{${Object.keys(v)
+      .filter((k) => (v as Obj)[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Obj)[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(v) ?? 'null';
+}

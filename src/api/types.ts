@@ -1,0 +1,73 @@
+/** What every kind shares: the object's shape, and what a kind adds to the generic store (its strategy). */
+import type { Cause } from './errors.js';
+import type { Known } from './fields.js';
+
+export type Obj = Record<string, unknown>;
+
+export interface ObjectMeta {
+  name?: string;
+  generateName?: string;
+  namespace?: string;
+  uid?: string;
+  resourceVersion?: string;
+  generation?: number;
+  creationTimestamp?: string;
+  deletionTimestamp?: string;
+  deletionGracePeriodSeconds?: number;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  finalizers?: string[];
+  ownerReferences?: Obj[];
+  managedFields?: Obj[];
+  [k: string]: unknown;
+}
+
+export interface ApiObject {
+  apiVersion: string;
+  kind: string;
+  metadata: ObjectMeta;
+  [k: string]: unknown;
+}
+
+export interface TableColumn {
+  name: string;
+  type: 'string' | 'integer' | 'date' | 'number' | 'boolean';
+  format?: string;
+  description?: string;
+  priority?: number;
+}
+
+/**
+ * A kind: its names as discovery shows them, and the strategy the generic
+ * store calls (kube-apiserver's RESTCreateStrategy / RESTUpdateStrategy and
+ * table convertor), so adding a kind never copies CRUD or watch code.
+ */
+export interface Kind {
+  group: string;
+  version: string;
+  kind: string;
+  /** The resource: lower-case plural, as in URLs. */
+  plural: string;
+  singular: string;
+  shortNames: string[];
+  namespaced: boolean;
+  /** The part of the object whose change bumps metadata.generation; none: the kind has no generation. */
+  spec?: (o: ApiObject) => unknown;
+  /** Defaults and normalisation on create (and on update, after PrepareForUpdate). */
+  prepare?: (o: ApiObject, old?: ApiObject) => void;
+  validate: (o: ApiObject) => Cause[];
+  /** The fields the kind has, for fieldValidation (apiVersion, kind and metadata are everyone's). */
+  known: Record<string, Known>;
+  /** Field selectors beyond metadata.name and metadata.namespace: label → value in the object. */
+  fields?: Record<string, (o: ApiObject) => string | undefined>;
+  columns: TableColumn[];
+  /** One table row's cells, in the columns' order, as kubectl prints them (ages already as "5m"). */
+  row: (o: ApiObject, now: number) => unknown[];
+}
+
+export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
+
+export interface WatchEvent {
+  type: WatchEventType;
+  object: ApiObject;
+}
