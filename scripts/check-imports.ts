@@ -23,7 +23,8 @@ const ALLOWED: Record<string, readonly string[]> = {
   'kubelet-lite': ['controllers', 'sys', 'gen', 'server/proto.ts'],
   controllers: [],
   proxy: ['sys'],
-  api: ['sys'],
+  // The API's kinds reuse the agent's field validation until it moves beneath them (issue 23).
+  api: ['sys', 'kubelet-lite/validate.ts'],
   '.': [],
   gen: ['gen'],
 };

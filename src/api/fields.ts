@@ -5,9 +5,9 @@
  * of user keys (data, labels) are `'map'` and not looked into.
  */
 import { badRequest } from './errors.js';
-import type { Obj } from './types.js';
+import type { Known, Obj } from './types.js';
 
-export type Known = true | 'map' | { [field: string]: Known } | { list: Known };
+export type { Known };
 export type FieldValidation = 'Strict' | 'Warn' | 'Ignore';
 
 const ownerReference: Known = { list: { apiVersion: true, kind: true, name: true, uid: true, controller: true, blockOwnerDeletion: true } };

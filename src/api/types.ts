@@ -1,8 +1,10 @@
 /** What every kind shares: the object's shape, and what a kind adds to the generic store (its strategy). */
 import type { Cause } from './errors.js';
-import type { Known } from './fields.js';
 
 export type Obj = Record<string, unknown>;
+
+/** The fields a kind knows, for fieldValidation: `true` a leaf, `'map'` any keys, a nested shape, or `{ list }` of one. */
+export type Known = true | 'map' | { [field: string]: Known } | { list: Known };
 
 export interface ObjectMeta {
   name?: string;
