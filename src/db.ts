@@ -45,11 +45,14 @@ const migrations: string[] = [
    UPDATE images SET image_user = json_extract(config, '$.config.User') WHERE json_type(config, '$.config.User') = 'text';`,
 ];
 
-export function openDb(file: string): Db {
+/**
+ * A SQLite database of the daemon's own: WAL, its files the owner's alone
+ * (0600, whatever the umask or an older version left; SQLite gives the WAL
+ * and shm files the database's own mode when it makes them, and those
+ * already there are tightened too), migrated forward by user_version.
+ */
+export function openSqlite(file: string, schema: readonly string[], opts: { foreignKeys?: boolean } = {}): Db {
   fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
-  // The records hold container environments, secretKeyRef values among them: the owner's alone,
-  // whatever the umask or an older version left. SQLite gives the WAL and shm files the
-  // database's own mode when it makes them; those already there are tightened too.
   fs.closeSync(fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600));
   const db = new Database(file);
   db.pragma('journal_mode = WAL');
@@ -61,14 +64,19 @@ export function openDb(file: string): Db {
     }
   }
   db.pragma('synchronous = NORMAL');
-  db.pragma('foreign_keys = ON');
+  if (opts.foreignKeys) db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
   const version = db.pragma('user_version', { simple: true }) as number;
-  for (let v = version; v < migrations.length; v++) {
+  for (let v = version; v < schema.length; v++) {
     db.transaction(() => {
-      db.exec(migrations[v]!);
+      db.exec(schema[v]!);
       db.pragma(`user_version = ${v + 1}`);
     })();
   }
   return db;
+}
+
+/** The runtime's metadata; its records hold container environments, secretKeyRef values among them. */
+export function openDb(file: string): Db {
+  return openSqlite(file, migrations, { foreignKeys: true });
 }

@@ -4,9 +4,7 @@
  * resourceVersion beside them, written in one transaction per change so a
  * kill -9 loses nothing acknowledged and the counter never goes back.
  */
-import Database from 'better-sqlite3';
-import fs from 'node:fs';
-import path from 'node:path';
+import { openSqlite } from '../db.js';
 
 const migrations = [
   `CREATE TABLE objects (
@@ -37,27 +35,8 @@ export interface Persistence {
 }
 
 export function openApiDb(file: string): Persistence {
-  fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
-  // Secrets are in here: the owner's alone, whatever the umask.
-  fs.closeSync(fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600));
-  const db = new Database(file);
-  db.pragma('journal_mode = WAL');
-  for (const f of [file, `${file}-wal`, `${file}-shm`]) {
-    try {
-      if ((fs.statSync(f).mode & 0o777) !== 0o600) fs.chmodSync(f, 0o600);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-    }
-  }
-  db.pragma('synchronous = NORMAL');
-  db.pragma('busy_timeout = 5000');
-  const version = db.pragma('user_version', { simple: true }) as number;
-  for (let v = version; v < migrations.length; v++) {
-    db.transaction(() => {
-      db.exec(migrations[v]!);
-      db.pragma(`user_version = ${v + 1}`);
-    })();
-  }
+  // Secrets are in here: openSqlite makes the files the owner's alone.
+  const db = openSqlite(file, migrations);
   const upsert = db.prepare('INSERT INTO objects (resource, namespace, name, data) VALUES (@resource, @namespace, @name, @data) ON CONFLICT (resource, namespace, name) DO UPDATE SET data = excluded.data');
   const del = db.prepare('DELETE FROM objects WHERE resource = ? AND namespace = ? AND name = ?');
   const setRv = db.prepare('UPDATE counter SET rv = ? WHERE id = 1');
