@@ -300,6 +300,8 @@ export class ImageService {
   private readonly unpacks = new Map<string, Promise<Snapshot>>();
   /** Blobs and snapshots an unfinished pull is using: garbage collection leaves them. */
   private readonly leases = new Map<string, number>();
+  /** Blobs a gc is deleting now: a pull waits for that to end before it takes one as present. */
+  private readonly deleting = new Map<string, Promise<unknown>>();
   private readonly downloads: ReturnType<typeof pLimit>;
   private readonly unpackSlots: ReturnType<typeof pLimit>;
   private readonly platform: Platform;
@@ -570,10 +572,16 @@ export class ImageService {
     }
   }
 
+  /** Whether the store has the blob, once a deletion of it that a gc already began has ended. */
+  private async present(digest: string): Promise<boolean> {
+    await this.deleting.get(digest)?.catch(() => undefined);
+    return this.d.content.has(digest);
+  }
+
   private async fetchBlobOnce(session: BlobSource, desc: Descriptor): Promise<void> {
-    if (await this.d.content.has(desc.digest)) return;
+    if (await this.present(desc.digest)) return;
     await this.downloads(async () => {
-      if (await this.d.content.has(desc.digest)) return;
+      if (await this.present(desc.digest)) return;
       const body = await session.blob(desc);
       try {
         await this.d.content.ingest({ digest: desc.digest, size: desc.size }, body);
@@ -633,7 +641,7 @@ export class ImageService {
     const dir = await this.d.snapshots.prepare();
     let body: Readable | undefined;
     try {
-      if (!(await this.d.content.has(layer.digest))) body = await session.blob(layer);
+      if (!(await this.present(layer.digest))) body = await session.blob(layer);
     } catch (err) {
       // No download (the registry failed, or another layer of the pull already did): nothing to keep.
       await this.d.snapshots.abort(dir);
@@ -799,12 +807,21 @@ export class ImageService {
       for (const c of JSON.parse(r.chain_ids) as string[]) keep.add(c);
       for (const b of JSON.parse(r.blobs) as string[]) keep.add(b);
     }
+    // A pull that started since `keep` was made holds its leases by now: each is looked at again
+    // right before its removal, and a blob being deleted is waited for before a pull trusts it.
     // Children first, so a parent is never removed while a child still names it.
     for (const s of this.d.snapshots.list().reverse()) {
-      if (!keep.has(s.chainId) && !this.unpacks.has(s.chainId)) await this.d.snapshots.remove(s.chainId);
+      if (!keep.has(s.chainId) && !this.leases.has(s.chainId) && !this.unpacks.has(s.chainId)) await this.d.snapshots.remove(s.chainId);
     }
     for (const b of await this.d.content.list()) {
-      if (!keep.has(b.digest)) await this.d.content.delete(b.digest);
+      if (keep.has(b.digest) || this.leases.has(b.digest)) continue;
+      const deleting = this.d.content.delete(b.digest);
+      this.deleting.set(b.digest, deleting);
+      try {
+        await deleting;
+      } finally {
+        if (this.deleting.get(b.digest) === deleting) this.deleting.delete(b.digest);
+      }
     }
   }
 
