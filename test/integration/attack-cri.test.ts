@@ -174,8 +174,13 @@ describe.skipIf(!isRoot)('the daemon against hostile CRI and streaming clients',
     console.info(`issued ${issued} URLs for 1 MiB commands before: ${refused?.details}`);
     expect(refused?.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
     expect(issued).toBeLessThanOrEqual(16);
-    const grown = rssBytes(pid) - rss0;
-    console.info(`daemon RSS grew ${(grown / MiB).toFixed(1)} MiB`);
+    // What is held, not the garbage of the refused 4 MiB requests: a daemon that keeps more than
+    // the bound never gets under it; one that only has not collected yet does once it is idle
+    // (it gives malloc's free pages back after --idle-release-after, 5 s).
+    const peak = rssBytes(pid) - rss0;
+    let grown = peak;
+    await waitFor('the daemon to hold under 64 MiB more than before', async () => ((grown = rssBytes(pid) - rss0) < 64 * MiB ? true : undefined), 20_000).catch(() => undefined);
+    console.info(`daemon RSS grew ${(peak / MiB).toFixed(1)} MiB at once, ${(grown / MiB).toFixed(1)} MiB once idle`);
     expect(grown).toBeLessThan(64 * MiB);
     await stillServing();
   });
