@@ -5,18 +5,12 @@
  * agent's object store is known here, not the agent.
  */
 import type { Logger } from '../log.js';
+import type { ObjectSource, StoredObject } from '../stored-object.js';
 import type { Store } from './store.js';
 import type { ApiObject, Kind } from './types.js';
 
-export interface FileObject {
-  apiVersion: string;
-  kind: string;
-  namespace: string;
-  name: string;
-  uid: string;
-  object: Record<string, unknown>;
-  source: { file: string };
-}
+/** A manifest file's object as the agent's store holds it; only its file is needed of where it came from. */
+export type FileObject = Omit<StoredObject, 'source'> & { source: Pick<ObjectSource, 'file'> };
 
 export interface FileObjects {
   list(): FileObject[];
