@@ -11,24 +11,49 @@ export function apiVersions(serverAddress: string): object {
   return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress }] };
 }
 
-export function groupList(): object {
-  return { kind: 'APIGroupList', apiVersion: 'v1', groups: [] };
+/** One named group as /apis/<group> and the legacy group list show it: its versions, the first preferred. */
+export function groupOf(group: string, versions: string[]): object {
+  const gv = (v: string) => ({ groupVersion: `${group}/${v}`, version: v });
+  return { name: group, versions: versions.map(gv), preferredVersion: gv(versions[0]!) };
 }
 
-export function resourceList(kinds: Kind[], groupVersion: string): object {
+/** The named groups of the served kinds, in the order the kinds are listed. */
+function groupsOf(kinds: Kind[]): Map<string, string[]> {
+  const groups = new Map<string, string[]>();
+  for (const k of kinds) {
+    if (!k.group) continue;
+    const vs = groups.get(k.group) ?? [];
+    if (!vs.includes(k.version)) vs.push(k.version);
+    groups.set(k.group, vs);
+  }
+  return groups;
+}
+
+export function groupList(kinds: Kind[]): object {
+  return { kind: 'APIGroupList', apiVersion: 'v1', groups: [...groupsOf(kinds)].map(([g, vs]) => groupOf(g, vs)) };
+}
+
+/** A kind's subresources beyond its own verbs (status, scale, pods/log…), each with the verbs it takes. */
+export type Subresources = Record<string, { kind: string; verbs: string[] }>;
+
+export function resourceList(kinds: Kind[], groupVersion: string, subresources: (k: Kind) => Subresources = () => ({})): object {
   return {
     kind: 'APIResourceList',
     apiVersion: 'v1',
     groupVersion,
-    resources: kinds.map((k) => ({
-      name: k.plural,
-      singularName: k.singular,
-      namespaced: k.namespaced,
-      kind: k.kind,
-      verbs: VERBS,
-      ...(k.shortNames.length > 0 ? { shortNames: k.shortNames } : {}),
-      storageVersionHash: '',
-    })),
+    resources: kinds.flatMap((k) => [
+      {
+        name: k.plural,
+        singularName: k.singular,
+        namespaced: k.namespaced,
+        kind: k.kind,
+        verbs: VERBS,
+        ...(k.shortNames.length > 0 ? { shortNames: k.shortNames } : {}),
+        ...(k.categories ? { categories: k.categories } : {}),
+        storageVersionHash: '',
+      },
+      ...Object.entries(subresources(k)).map(([sub, s]) => ({ name: `${k.plural}/${sub}`, singularName: '', namespaced: k.namespaced, kind: s.kind, verbs: s.verbs })),
+    ]),
   };
 }
 
@@ -49,28 +74,24 @@ export function aggregatedVersion(accept: string | undefined): 'v2' | 'v2beta1' 
   return undefined;
 }
 
-/** /api (core, `core`) or /apis (the named groups; none yet) as one aggregated document. */
-export function aggregated(kinds: Kind[], version: 'v2' | 'v2beta1', core: boolean): object {
-  const items = core
-    ? [
-        {
-          metadata: { creationTimestamp: null },
-          versions: [
-            {
-              version: 'v1',
-              freshness: 'Current',
-              resources: kinds.map((k) => ({
-                resource: k.plural,
-                responseKind: { group: '', version: 'v1', kind: k.kind },
-                scope: k.namespaced ? 'Namespaced' : 'Cluster',
-                singularResource: k.singular,
-                verbs: VERBS,
-                ...(k.shortNames.length > 0 ? { shortNames: k.shortNames } : {}),
-              })),
-            },
-          ],
-        },
-      ]
-    : [];
+/** /api (the core group, `core`) or /apis (the named groups) as one aggregated document. */
+export function aggregated(kinds: Kind[], version: 'v2' | 'v2beta1', core: boolean, subresources: (k: Kind) => Subresources = () => ({})): object {
+  const resource = (k: Kind) => ({
+    resource: k.plural,
+    responseKind: { group: k.group, version: k.version, kind: k.kind },
+    scope: k.namespaced ? 'Namespaced' : 'Cluster',
+    singularResource: k.singular,
+    verbs: VERBS,
+    ...(k.shortNames.length > 0 ? { shortNames: k.shortNames } : {}),
+    ...(k.categories ? { categories: k.categories } : {}),
+    ...(Object.keys(subresources(k)).length > 0
+      ? { subresources: Object.entries(subresources(k)).map(([sub, s]) => ({ subresource: sub, responseKind: { group: k.group, version: k.version, kind: s.kind }, verbs: s.verbs })) }
+      : {}),
+  });
+  const groups = core ? new Map([['', ['v1']]]) : groupsOf(kinds);
+  const items = [...groups].map(([group, versions]) => ({
+    metadata: { creationTimestamp: null, ...(group ? { name: group } : {}) },
+    versions: versions.map((v) => ({ version: v, freshness: 'Current', resources: kinds.filter((k) => k.group === group && k.version === v).map(resource) })),
+  }));
   return { kind: 'APIGroupDiscoveryList', apiVersion: `apidiscovery.k8s.io/${version}`, metadata: {}, items };
 }

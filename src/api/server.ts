@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { silentLogger, type Logger } from '../log.js';
 import { SKIFF_VERSION } from '../version.js';
-import { aggregated, aggregatedVersion, apiVersions, groupList, resourceList } from './discovery.js';
+import { aggregated, aggregatedVersion, apiVersions, groupList, groupOf, resourceList, type Subresources } from './discovery.js';
 import { ApiError, badRequest } from './errors.js';
 import { applyPatch, checkDepth, PATCH_TYPES } from './patch.js';
 import { decodeProtobuf, PROTOBUF_TYPE } from './protobuf.js';
@@ -21,7 +21,7 @@ import { OPENAPI_V2_TYPE, openApiV2 } from './openapi.js';
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
 import type { Store } from './store.js';
 import { TABLE_CONTENT_TYPE, toTable, wantsTable, type IncludeObject } from './table.js';
-import type { ApiObject, Kind, Obj } from './types.js';
+import { groupVersionOf, resourceOf, type ApiObject, type Kind, type Obj } from './types.js';
 import type { Change } from './watch.js';
 
 export const MAX_BODY_BYTES = 3 * 1024 * 1024;
@@ -37,6 +37,26 @@ export interface ApiServerOptions {
   maxUnreadWatchBytes?: number;
   bookmarkIntervalMs?: number;
   maxWatchSeconds?: number;
+  /**
+   * Subresources beyond status, by resource and name ("pods/log"): what
+   * discovery lists for them, and the handler that answers the request
+   * (given after the credential and the route are checked).
+   */
+  subresources?: Record<string, Subresource>;
+}
+
+export interface SubresourceTarget {
+  kind: Kind;
+  namespace: string;
+  name: string;
+  query: URLSearchParams;
+}
+
+export interface Subresource {
+  /** The kind its responses are, for discovery ("Pod", "Status", "Scale"). */
+  kind: string;
+  verbs: string[];
+  handle(req: IncomingMessage, res: ServerResponse, target: SubresourceTarget): Promise<void>;
 }
 
 export interface ApiServer {
@@ -55,6 +75,14 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   const bookmarkEvery = opts.bookmarkIntervalMs ?? 60_000;
   const maxWatchSeconds = opts.maxWatchSeconds ?? 1800;
   const watches = new Set<ServerResponse>();
+  const subresources = opts.subresources ?? {};
+  const subresourcesFor = (k: Kind): Subresources => {
+    const out: Subresources = {};
+    if (k.status) out.status = { kind: k.kind, verbs: ['get', 'patch', 'update'] };
+    const prefix = `${resourceOf(k)}/`;
+    for (const [key, s] of Object.entries(subresources)) if (key.startsWith(prefix)) out[key.slice(prefix.length)] = { kind: s.kind, verbs: s.verbs };
+    return out;
+  };
   const [host, portText] = splitHostPort(opts.address);
   let advertised = opts.address;
 
@@ -111,30 +139,49 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       case '/api': {
         readOnly();
         const v = aggregatedVersion(accept);
-        if (v) return send(res, 200, aggregated(store.kindList(), v, true), `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList`);
+        if (v) return send(res, 200, aggregated(store.kindList(), v, true, subresourcesFor), `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList`);
         return send(res, 200, apiVersions(advertised));
       }
       case '/apis': {
         readOnly();
         const v = aggregatedVersion(accept);
-        if (v) return send(res, 200, aggregated(store.kindList(), v, false), `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList`);
-        return send(res, 200, groupList());
+        if (v) return send(res, 200, aggregated(store.kindList(), v, false, subresourcesFor), `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList`);
+        return send(res, 200, groupList(store.kindList()));
       }
       case '/openapi/v2':
         readOnly();
         return send(res, 200, openApiV2(store.kindList(), `v1.35.0-skiff.${SKIFF_VERSION}`), OPENAPI_V2_TYPE);
       case '/api/v1':
         readOnly();
-        return send(res, 200, resourceList(store.kindList(), 'v1'));
+        return send(res, 200, resourceList(kindsIn('', 'v1'), 'v1', subresourcesFor));
     }
-    if (segs[0] !== 'api' || segs[1] !== 'v1') throw new ApiError('NotFound', 'the server could not find the requested resource');
-    const route = routeOf(segs.slice(2));
-    return resource(req, res, url, route);
+    if (segs[0] === 'api' && segs[1] === 'v1') return resource(req, res, url, routeOf('', 'v1', segs.slice(2)));
+    if (segs[0] === 'apis' && segs.length >= 2) {
+      const group = segs[1]!;
+      const versions = [...new Set(kindsIn(group).map((k) => k.version))];
+      if (versions.length === 0) throw new ApiError('NotFound', 'the server could not find the requested resource');
+      if (segs.length === 2) {
+        readOnly();
+        return send(res, 200, { kind: 'APIGroup', apiVersion: 'v1', ...groupOf(group, versions) });
+      }
+      const version = segs[2]!;
+      if (!versions.includes(version)) throw new ApiError('NotFound', 'the server could not find the requested resource');
+      if (segs.length === 3) {
+        readOnly();
+        return send(res, 200, resourceList(kindsIn(group, version), `${group}/${version}`, subresourcesFor));
+      }
+      return resource(req, res, url, routeOf(group, version, segs.slice(3)));
+    }
+    throw new ApiError('NotFound', 'the server could not find the requested resource');
   }
 
-  type Route = { kind: Kind; namespace: string; name?: string; allNamespaces: boolean };
+  function kindsIn(group: string, version?: string): Kind[] {
+    return store.kindList().filter((k) => k.group === group && (version === undefined || k.version === version));
+  }
 
-  function routeOf(rest: string[]): Route {
+  type Route = { kind: Kind; namespace: string; name?: string; allNamespaces: boolean; subresource?: string };
+
+  function routeOf(group: string, version: string, rest: string[]): Route {
     const notFoundHere = () => new ApiError('NotFound', 'the server could not find the requested resource');
     let namespace = '';
     let allNamespaces = true;
@@ -144,11 +191,18 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       allNamespaces = false;
       tail = rest.slice(2);
     }
-    if (tail.length < 1 || tail.length > 2) throw notFoundHere();
-    const kind = store.kind(tail[0]!);
-    if (!kind) throw notFoundHere();
+    if (tail.length < 1 || tail.length > 3) throw notFoundHere();
+    const kind = store.kind(resourceOf({ group, plural: tail[0]! }));
+    if (!kind || kind.version !== version) throw notFoundHere();
     if (!allNamespaces && !kind.namespaced) throw notFoundHere();
-    return { kind, namespace, name: tail[1], allNamespaces: allNamespaces && kind.namespaced };
+    const subresource = tail[2];
+    if (subresource !== undefined && !subresourcesOf(kind).includes(subresource)) throw notFoundHere();
+    if (subresource !== undefined && kind.namespaced && allNamespaces) throw notFoundHere();
+    return { kind, namespace, name: tail[1], allNamespaces: allNamespaces && kind.namespaced, subresource };
+  }
+
+  function subresourcesOf(kind: Kind): string[] {
+    return Object.keys(subresourcesFor(kind));
   }
 
   async function resource(req: IncomingMessage, res: ServerResponse, url: URL, r: Route): Promise<void> {
@@ -157,7 +211,8 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     const dryRun = dryRunOf(q);
     const { kind, namespace, name } = r;
     const item = name !== undefined;
-    const listVersion = kind.group ? `${kind.group}/${kind.version}` : kind.version;
+    const listVersion = groupVersionOf(kind);
+    if (r.subresource !== undefined && r.subresource !== 'status') return subresources[`${resourceOf(kind)}/${r.subresource}`]!.handle(req, res, { kind, namespace, name: name!, query: q });
     const table = wantsTable(req.headers.accept);
     const validation = fieldValidationOf(q.get('fieldValidation'));
     const known: Known = { apiVersion: true, kind: true, metadata: META, ...kind.known };
@@ -175,6 +230,11 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     });
     if (method === 'GET' && !item && isTrue(q.get('watch'))) return watch(req, res, kind, { ...listOpts(), resourceVersion: q.get('resourceVersion') ?? undefined }, q, table, include);
     if (method === 'GET' && item && isTrue(q.get('watch'))) return watch(req, res, kind, { namespace, fieldSelector: `metadata.name=${name}`, resourceVersion: q.get('resourceVersion') ?? undefined }, q, table, include);
+    const status = r.subresource === 'status';
+    if (status && method !== 'GET' && method !== 'HEAD' && method !== 'PUT' && method !== 'PATCH') {
+      req.resume();
+      throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
+    }
     if (r.allNamespaces && method !== 'GET') throw new ApiError('MethodNotAllowed', `the server does not allow this method on the requested resource: ${kind.plural} are namespaced`);
     switch (method) {
       case 'GET':
@@ -196,7 +256,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       case 'PUT': {
         if (!item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
         const body = await readObject(req);
-        return objectOut(200, store.update(kind, namespace, name, checked(body), { dryRun }));
+        return objectOut(200, store.update(kind, namespace, name, checked(body), { dryRun, status }));
       }
       case 'PATCH': {
         if (!item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
@@ -206,7 +266,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
           throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
         }
         const patch = await readJson(req);
-        return objectOut(200, store.patch(kind, namespace, name, (cur) => checked(applyPatch(type, cur as Obj, patch)), { dryRun }));
+        return objectOut(200, store.patch(kind, namespace, name, (cur) => checked(applyPatch(type, cur as Obj, patch)), { dryRun, status }));
       }
       case 'DELETE': {
         const body = await readOptional(req);
@@ -216,7 +276,10 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
           const items = store.deleteCollection(kind, { ...listOpts(), dryRun: dry });
           return send(res, 200, { kind: `${kind.kind}List`, apiVersion: listVersion, metadata: { resourceVersion: store.resourceVersion }, items });
         }
-        const out = store.delete(kind, namespace, name, { dryRun: dry, uid: pre.uid as string | undefined, resourceVersion: pre.resourceVersion as string | undefined });
+        const graceText = q.get('gracePeriodSeconds');
+        const grace = typeof body.gracePeriodSeconds === 'number' ? body.gracePeriodSeconds : graceText !== null ? Number(graceText) : undefined;
+        if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) throw badRequest(`gracePeriodSeconds must be a whole number of seconds, not ${String(grace)}`);
+        const out = store.delete(kind, namespace, name, { dryRun: dry, uid: pre.uid as string | undefined, resourceVersion: pre.resourceVersion as string | undefined, gracePeriodSeconds: grace });
         if (!out.removed || kind.plural === 'namespaces') return objectOut(200, out.object);
         return send(res, 200, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, kind: kind.plural, uid: out.object.metadata.uid } });
       }

@@ -10,7 +10,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { ApiError, alreadyExists, badRequest, conflict, invalid, notFound, type Cause } from './errors.js';
 import type { Persistence } from './persist.js';
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
-import type { ApiObject, Kind, Obj } from './types.js';
+import { resourceOf, type ApiObject, type Kind, type Obj } from './types.js';
 import { TooManyWatchers, TooOld, WatchCache, type Change, type Watcher, type WatchCacheOptions } from './watch.js';
 
 export interface ListOptions {
@@ -30,12 +30,16 @@ export interface ListResult {
 
 export interface WriteOptions {
   dryRun?: boolean;
+  /** A write to the status subresource: only `status` changes (the kind must have one). */
+  status?: boolean;
 }
 
 export interface DeleteOptions extends WriteOptions {
   /** Preconditions as DeleteOptions carries them. */
   uid?: string;
   resourceVersion?: string;
+  /** For kinds deleted gracefully (pods): 0 removes at once; none takes the kind's default. */
+  gracePeriodSeconds?: number;
 }
 
 /** Either gone now, or marked for deletion and waiting for finalizers (or a namespace's contents). */
@@ -80,8 +84,8 @@ export class Store {
 
   constructor(opts: StoreOptions) {
     for (const k of opts.kinds) {
-      this.kinds.set(k.plural, k);
-      this.objects.set(k.plural, new Map());
+      this.kinds.set(resourceOf(k), k);
+      this.objects.set(resourceOf(k), new Map());
     }
     this.persistence = opts.persistence;
     this.now = opts.now ?? Date.now;
@@ -117,8 +121,9 @@ export class Store {
     return [...this.kinds.values()];
   }
 
-  kind(plural: string): Kind | undefined {
-    return this.kinds.get(plural);
+  /** A kind by its resource: the plural, with its group after a dot for a named group ("deployments.apps"). */
+  kind(resource: string): Kind | undefined {
+    return this.kinds.get(resource);
   }
 
   get(kind: Kind, namespace: string, name: string): ApiObject {
@@ -142,12 +147,12 @@ export class Store {
       }
     }
     const ns = kind.namespaced ? opts.namespace : undefined;
-    const keys = [...this.objects.get(kind.plural)!.keys()].filter((k) => k > after && (ns === undefined || k.startsWith(`${ns}/`))).sort();
+    const keys = [...this.objects.get(resourceOf(kind))!.keys()].filter((k) => k > after && (ns === undefined || k.startsWith(`${ns}/`))).sort();
     const items: ApiObject[] = [];
     let last = '';
     let i = 0;
     for (; i < keys.length && items.length < limit; i++) {
-      const e = this.objects.get(kind.plural)!.get(keys[i]!)!;
+      const e = this.objects.get(resourceOf(kind))!.get(keys[i]!)!;
       if (!labels(e.object.metadata.labels) || !fields(e.object)) continue;
       items.push(copy(e));
       last = keys[i]!;
@@ -165,6 +170,7 @@ export class Store {
     const meta = o.metadata;
     if (!meta.name && typeof meta.generateName === 'string' && meta.generateName !== '') meta.name = `${meta.generateName}${suffix()}`;
     for (const f of ['uid', 'resourceVersion', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation', 'creationTimestamp', 'managedFields'] as const) delete meta[f];
+    if (kind.status) delete o.status;
     kind.prepare?.(o);
     this.check(kind, o);
     const name = meta.name!;
@@ -181,8 +187,21 @@ export class Store {
   update(kind: Kind, namespace: string, name: string, input: Obj, opts: WriteOptions = {}): ApiObject {
     const old = this.entry(kind, namespace, name);
     if (!old) throw notFound(kind.plural, name, kind.group);
-    refuseFileOwned(kind, name, old);
-    const o = this.shape(kind, namespace, input);
+    // The node's own parts write the status of the objects a file defines; their spec stays the file's.
+    if (!opts.status) refuseFileOwned(kind, name, old);
+    let o = this.shape(kind, namespace, input);
+    if (opts.status) {
+      // The status strategy: everything but status (and the precondition) is the stored object's.
+      const next = copy(old);
+      next.metadata.resourceVersion = o.metadata.resourceVersion;
+      if (o.metadata.uid !== undefined) next.metadata.uid = o.metadata.uid;
+      if (o.status === undefined) delete next.status;
+      else next.status = o.status;
+      o = next;
+    } else if (kind.status) {
+      if (old.object.status === undefined) delete o.status;
+      else o.status = structuredClone(old.object.status);
+    }
     if (o.metadata.name !== undefined && o.metadata.name !== name) throw badRequest(`the name of the object (${o.metadata.name}) does not match the name on the URL (${name})`);
     o.metadata.name = name;
     const was = old.object.metadata;
@@ -197,9 +216,9 @@ export class Store {
       else (o.metadata as Obj)[f] = was[f];
     }
     delete o.metadata.managedFields;
-    kind.prepare?.(o, old.object);
+    if (!opts.status) kind.prepare?.(o, old.object);
     this.check(kind, o);
-    if (was.deletionTimestamp) {
+    if (was.deletionTimestamp && !opts.status) {
       const before = new Set(was.finalizers ?? []);
       const added = (o.metadata.finalizers ?? []).filter((f) => !before.has(f));
       if (added.length > 0) throw invalid(kind.kind, name, [{ reason: 'FieldValueForbidden', field: 'metadata.finalizers', message: 'Forbidden: no new finalizers can be added if the object is being deleted' }]);
@@ -208,8 +227,8 @@ export class Store {
     o.metadata.resourceVersion = was.resourceVersion;
     if (canonical(o) === canonical(old.object)) return copy(old); // a no-op write keeps its resourceVersion
     if (opts.dryRun) return o;
-    if (was.deletionTimestamp && (o.metadata.finalizers ?? []).length === 0 && !this.waitsForContents(kind, o)) return this.remove(kind, o);
-    return this.commit(kind, 'MODIFIED', o, old.object);
+    if (was.deletionTimestamp && (o.metadata.finalizers ?? []).length === 0 && !this.waitsForContents(kind, o) && !opts.status && (!kind.graceful || was.deletionGracePeriodSeconds === 0)) return this.remove(kind, o);
+    return this.commit(kind, 'MODIFIED', o, old.object, old.file);
   }
 
   /** Read, change, write in one step: the patch verbs. `change` gets a copy and returns the new object. */
@@ -233,11 +252,21 @@ export class Store {
     }
     if (kind.plural === 'namespaces' && UNDELETABLE.has(name)) throw new ApiError('Forbidden', `namespaces "${name}" is forbidden: this namespace may not be deleted`, { name, kind: 'namespaces' });
     const o = copy(e);
+    // Graceful deletion (pods): marked with the time it is due, for the node to stop it and then delete it with 0.
+    const grace = kind.graceful ? opts.gracePeriodSeconds ?? kind.graceful(o) : 0;
+    if (kind.graceful && grace > 0) {
+      if (opts.dryRun) return { removed: false, object: o };
+      const due = this.now() + grace * 1000;
+      if (was.deletionTimestamp && Date.parse(was.deletionTimestamp) <= due) return { removed: false, object: o };
+      o.metadata.deletionTimestamp = timestamp(due);
+      o.metadata.deletionGracePeriodSeconds = grace;
+      return { removed: false, object: this.commit(kind, 'MODIFIED', o, e.object) };
+    }
     const waits = (was.finalizers ?? []).length > 0 || kind.plural === 'namespaces';
     if (!waits) return opts.dryRun ? { removed: true, object: o } : { removed: true, object: this.remove(kind, o) };
     if (opts.dryRun) return { removed: false, object: o };
     let marked = o;
-    if (!was.deletionTimestamp) {
+    if (!was.deletionTimestamp || (kind.graceful && was.deletionGracePeriodSeconds !== 0)) {
       marked.metadata.deletionTimestamp = timestamp(this.now());
       marked.metadata.deletionGracePeriodSeconds = 0;
       if (kind.plural === 'namespaces') marked.status = { ...(marked.status as Obj), phase: 'Terminating' };
@@ -268,13 +297,13 @@ export class Store {
   watch(kind: Kind, opts: ListOptions & { resourceVersion?: string }, w: Omit<Watcher, 'filter'>): () => void {
     const labels = parseLabelSelector(opts.labelSelector);
     const fields = parseFieldSelector(opts.fieldSelector, kind);
-    const watcher: Watcher = { ...w, filter: { resource: kind.plural, namespace: kind.namespaced ? opts.namespace : undefined, matches: (o) => labels(o.metadata.labels) && fields(o) } };
+    const watcher: Watcher = { ...w, filter: { resource: resourceOf(kind), namespace: kind.namespaced ? opts.namespace : undefined, matches: (o) => labels(o.metadata.labels) && fields(o) } };
     const rvText = opts.resourceVersion ?? '';
     let from: number;
     if (rvText === '' || rvText === '0') {
       from = this.rv;
       for (const o of this.list(kind, { namespace: opts.namespace, labelSelector: opts.labelSelector, fieldSelector: opts.fieldSelector }).items) {
-        if (!w.deliver({ type: 'ADDED', resource: kind.plural, rv: Number(o.metadata.resourceVersion), object: o, json: JSON.stringify(o) }, 'ADDED')) {
+        if (!w.deliver({ type: 'ADDED', resource: resourceOf(kind), rv: Number(o.metadata.resourceVersion), object: o, json: JSON.stringify(o) }, 'ADDED')) {
           w.closed('the watcher fell behind');
           return () => undefined;
         }
@@ -303,10 +332,13 @@ export class Store {
     const old = this.entry(kind, namespace, name);
     if (old && !old.file) return false;
     const o = this.shape(kind, namespace, { ...input, metadata: { ...input.metadata, namespace } });
+    if (kind.status) delete o.status;
     kind.prepare?.(o);
     o.metadata.creationTimestamp = old?.object.metadata.creationTimestamp ?? timestamp(this.now());
     if (kind.spec) o.metadata.generation = 1;
     o.metadata.resourceVersion = old?.object.metadata.resourceVersion;
+    // The status the node wrote stays; the file says only what it wants.
+    if (kind.status && old?.object.status !== undefined) o.status = structuredClone(old.object.status);
     if (old && old.file === file && canonical(o) === canonical(old.object)) return true;
     this.commit(kind, old ? 'MODIFIED' : 'ADDED', o, old?.object, file);
     return true;
@@ -326,7 +358,7 @@ export class Store {
   // ------------------------------------------------------------ internals
 
   private entry(kind: Kind, namespace: string, name: string): Entry | undefined {
-    return this.objects.get(kind.plural)!.get(key(kind.namespaced ? namespace : '', name));
+    return this.objects.get(resourceOf(kind))!.get(key(kind.namespaced ? namespace : '', name));
   }
 
   /** A copy of the input with apiVersion, kind and namespace as the URL says, or BadRequest. */
@@ -366,18 +398,18 @@ export class Store {
     const json = JSON.stringify(o);
     if (json.length > MAX_OBJECT_BYTES) throw new ApiError('RequestEntityTooLarge', `the object is larger than the ${MAX_OBJECT_BYTES} bytes an object may be`);
     const ns = kind.namespaced ? o.metadata.namespace! : '';
-    const bucket = this.objects.get(kind.plural)!;
+    const bucket = this.objects.get(resourceOf(kind))!;
     const k = key(ns, o.metadata.name!);
     const before = bucket.get(k);
     const grows = file ? 0 : json.length - (before && !before.file ? before.json.length : 0);
     if (grows > 0 && this.bytes + grows > this.maxBytes) throw new ApiError('Forbidden', `the node's API holds at most ${this.maxBytes} bytes of objects`);
     if (file) this.persistence?.count(rv);
-    else this.persistence?.put({ resource: kind.plural, namespace: ns, name: o.metadata.name!, data: json }, rv);
+    else this.persistence?.put({ resource: resourceOf(kind), namespace: ns, name: o.metadata.name!, data: json }, rv);
     this.rv = rv;
     this.bytes += grows;
     if (!before && !file) this.count++;
     bucket.set(k, { object: o, json, file });
-    this.cache.publish({ type, resource: kind.plural, rv, object: o, json, prev });
+    this.cache.publish({ type, resource: resourceOf(kind), rv, object: o, json, prev });
     return JSON.parse(json) as ApiObject;
   }
 
@@ -385,17 +417,17 @@ export class Store {
     const rv = this.rv + 1;
     const ns = kind.namespaced ? o.metadata.namespace! : '';
     if (file) this.persistence?.count(rv);
-    else this.persistence?.remove(kind.plural, ns, o.metadata.name!, rv);
+    else this.persistence?.remove(resourceOf(kind), ns, o.metadata.name!, rv);
     this.rv = rv;
-    const gone = this.objects.get(kind.plural)!.get(key(ns, o.metadata.name!));
-    this.objects.get(kind.plural)!.delete(key(ns, o.metadata.name!));
+    const gone = this.objects.get(resourceOf(kind))!.get(key(ns, o.metadata.name!));
+    this.objects.get(resourceOf(kind))!.delete(key(ns, o.metadata.name!));
     if (!file) {
       this.count--;
       this.bytes -= gone?.json.length ?? 0;
     }
     o.metadata.resourceVersion = String(rv);
     const json = JSON.stringify(o);
-    this.cache.publish({ type: 'DELETED', resource: kind.plural, rv, object: o, json } satisfies Change);
+    this.cache.publish({ type: 'DELETED', resource: resourceOf(kind), rv, object: o, json } satisfies Change);
     if (kind.namespaced) this.sweepNamespace(ns);
     return JSON.parse(json) as ApiObject;
   }
@@ -409,7 +441,7 @@ export class Store {
     for (const kind of this.kinds.values()) {
       if (!kind.namespaced) continue;
       // A manifest file's objects are not the API's to delete: the namespace goes without them.
-      for (const [k, e] of this.objects.get(kind.plural)!) if (k.startsWith(`${namespace}/`) && !e.file) out.push({ kind, name: k.slice(namespace.length + 1) });
+      for (const [k, e] of this.objects.get(resourceOf(kind))!) if (k.startsWith(`${namespace}/`) && !e.file) out.push({ kind, name: k.slice(namespace.length + 1) });
     }
     return out;
   }

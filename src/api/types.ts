@@ -52,7 +52,20 @@ export interface Kind {
   plural: string;
   singular: string;
   shortNames: string[];
+  /** As discovery lists them: `all` puts the kind in `kubectl get all`. */
+  categories?: string[];
   namespaced: boolean;
+  /**
+   * The kind has a status subresource: writes to the object keep its status,
+   * writes to /status change only the status (kube-apiserver's status strategy).
+   */
+  status?: boolean;
+  /**
+   * Deleted gracefully: a delete marks the object with deletionTimestamp and
+   * deletionGracePeriodSeconds (this default unless the request says), and
+   * the node deletes it again with 0 once it has stopped it. 0 removes at once.
+   */
+  graceful?: (o: ApiObject) => number;
   /** The part of the object whose change bumps metadata.generation; none: the kind has no generation. */
   spec?: (o: ApiObject) => unknown;
   /** Defaults and normalisation on create (and on update, after PrepareForUpdate). */
@@ -72,4 +85,14 @@ export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ER
 export interface WatchEvent {
   type: WatchEventType;
   object: ApiObject;
+}
+
+/** The kind's resource as the store and its clients name it: "pods", or "deployments.apps" for a named group. */
+export function resourceOf(k: Pick<Kind, 'group' | 'plural'>): string {
+  return k.group ? `${k.plural}.${k.group}` : k.plural;
+}
+
+/** apiVersion as objects of the kind carry it: "v1" or "apps/v1". */
+export function groupVersionOf(k: Pick<Kind, 'group' | 'version'>): string {
+  return k.group ? `${k.group}/${k.version}` : k.version;
 }
