@@ -5,7 +5,7 @@
 import path from 'node:path';
 import type { Logger } from '../log.js';
 import { ensureCredentials } from './credentials.js';
-import { KINDS } from './kinds/index.js';
+import { nodeKinds } from './kinds/index.js';
 import { openApiDb } from './persist.js';
 import { splitHostPort, startApiServer, type ApiServerOptions } from './server.js';
 import { Store } from './store.js';
@@ -14,6 +14,8 @@ export interface NodeApiOptions {
   /** The agent's root dir: api.db, pki/ and admin.kubeconfig go here. */
   dir: string;
   address: string;
+  /** The node's name: pods created without a node are placed on it. */
+  nodeName: string;
   log: Logger;
   server?: Partial<Pick<ApiServerOptions, 'maxUnreadWatchBytes' | 'bookmarkIntervalMs' | 'maxWatchSeconds'>>;
   maxWatches?: number;
@@ -28,7 +30,7 @@ export interface NodeApi {
 
 export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
   const [host] = splitHostPort(opts.address);
-  const store = new Store({ kinds: KINDS, persistence: openApiDb(path.join(opts.dir, 'api.db')), watch: { maxWatchers: opts.maxWatches } });
+  const store = new Store({ kinds: nodeKinds(opts.nodeName), persistence: openApiDb(path.join(opts.dir, 'api.db')), watch: { maxWatchers: opts.maxWatches } });
   try {
     // The kubeconfig names the port actually bound; with port 0 that is known only after listening.
     const creds = await ensureCredentials({ dir: opts.dir, server: opts.address, sans: [host] });

@@ -80,7 +80,7 @@ export async function node(args: string[]): Promise<number> {
   if (process.getuid?.() !== 0) log.warn('skiff node is not running as root: pods, images and rules all need root');
 
   const apiAddress = values['api-address'] as string;
-  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, log });
+  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log });
   let daemon;
   try {
     daemon = await startDaemon(daemonOpts, log);

@@ -5,6 +5,6 @@ import { createLogger } from '../../dist/log.js';
 
 const [dir, address] = process.argv.slice(2);
 const maxUnread = process.env.SKIFF_API_MAX_UNREAD ? Number(process.env.SKIFF_API_MAX_UNREAD) : undefined;
-const api = await startNodeApi({ dir, address, log: createLogger('warn'), server: { maxUnreadWatchBytes: maxUnread, bookmarkIntervalMs: 500 } });
+const api = await startNodeApi({ dir, address, nodeName: process.env.SKIFF_NODE_NAME ?? 'test-node', log: createLogger('warn'), server: { maxUnreadWatchBytes: maxUnread, bookmarkIntervalMs: 500 } });
 process.stdout.write(`READY ${api.address} ${api.kubeconfig}\n`);
 process.on('SIGTERM', () => void api.stop().then(() => process.exit(0)));

@@ -10,7 +10,9 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { localClient } from '../../src/api/client.js';
 import { ApiError } from '../../src/api/errors.js';
-import { KINDS } from '../../src/api/kinds/index.js';
+import { nodeKinds } from '../../src/api/kinds/index.js';
+
+const KINDS = nodeKinds('test-node');
 import { applyPatch } from '../../src/api/patch.js';
 import { openApiDb } from '../../src/api/persist.js';
 import { Store } from '../../src/api/store.js';

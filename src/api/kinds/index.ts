@@ -3,6 +3,10 @@ import type { Kind } from '../types.js';
 import { configMapKind } from './configmap.js';
 import { eventKind } from './event.js';
 import { namespaceKind } from './namespace.js';
+import { podKind } from './pod.js';
 import { secretKind } from './secret.js';
 
-export const KINDS: Kind[] = [namespaceKind, configMapKind, secretKind, eventKind];
+/** Every kind, for the node named `nodeName` (where pods nobody placed are placed). */
+export function nodeKinds(nodeName: string): Kind[] {
+  return [namespaceKind, configMapKind, secretKind, eventKind, podKind(nodeName)];
+}
