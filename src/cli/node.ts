@@ -13,6 +13,7 @@ import { showManifestObjects } from '../api/manifest-objects.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { ObjectStore } from '../kubelet-lite/store.js';
 import { ApiBridge } from '../node/api-bridge.js';
+import { NodeReporter } from '../node/node-status.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo } from '../proxy/service.js';
@@ -106,6 +107,19 @@ export async function node(args: string[]): Promise<number> {
   }
   const unshow = api ? showManifestObjects(api.store, kubelet.objects, log) : () => undefined;
   bridge?.attach(kubelet.agent);
+  const reporter = api
+    ? new NodeReporter({
+        client: localClient(api.store),
+        cri: kubelet.agent.cri,
+        nodeName: kubeletOpts.nodeName,
+        hostIP: kubelet.agent.opts.hostIP,
+        rootDir: kubeletOpts.rootDir,
+        maxPods: kubeletOpts.maxPods ?? 110,
+        statusPort: Number(kubeletOpts.statusAddress.slice(kubeletOpts.statusAddress.lastIndexOf(':') + 1)),
+        log,
+      })
+    : undefined;
+  reporter?.start();
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
@@ -116,6 +130,7 @@ export async function node(args: string[]): Promise<number> {
   } catch (err) {
     unshow();
     bridge?.stop();
+    await reporter?.stop();
     pods.close();
     await kubelet.stop();
     await daemon.close();
@@ -151,6 +166,7 @@ export async function node(args: string[]): Promise<number> {
     clearInterval(ages);
     unshow();
     bridge?.stop();
+    await reporter?.stop();
     await kubelet.stop();
     pods.close();
     await proxy.stop();

@@ -85,6 +85,24 @@ describe.skipIf(!isRoot)('the node API over a real skiff node, with real kubectl
     expect(logs).toContain('hello from the API');
   });
 
+  it('registers its Node (Ready, capacity, nodeInfo, the pods on it) and renews its Lease', async () => {
+    const nodes = await node.kubectlOk(['get', 'nodes', '-o', 'wide']);
+    expect(nodes).toMatch(new RegExp(`${node.nodeName}\\s+Ready\\s+<none>\\s+\\S+\\s+v1\\.35\\.0-skiff\\S*\\s+192\\.0\\.2\\.10\\s+<none>\\s+.+skiff://`));
+    const described = await node.kubectlOk(['describe', 'node', node.nodeName]);
+    expect(described).toMatch(/Ready\s+True\s+.*KubeletReady\s+kubelet is posting ready status/);
+    expect(described).toMatch(/pods:\s+110/);
+    expect(described).toMatch(/Non-terminated Pods:\s+\(1 in total\)/);
+    expect(described).toMatch(/default\s+api-web\s+/);
+    const n = await node.getJson<{ metadata: { labels: Record<string, string> }; status: { capacity: Record<string, string>; nodeInfo: Record<string, string> } }>(['node', node.nodeName]);
+    expect(n.metadata.labels).toMatchObject({ 'kubernetes.io/hostname': node.nodeName, 'kubernetes.io/os': 'linux' });
+    expect(Number(n.status.capacity.cpu)).toBeGreaterThan(0);
+    expect(n.status.nodeInfo.containerRuntimeVersion).toMatch(/^skiff:\/\//);
+    const renewed = async () => (await node.getJson<{ spec: { renewTime: string; holderIdentity: string } }>(['lease', '-n', 'kube-node-lease', node.nodeName])).spec;
+    const first = await renewed();
+    expect(first.holderIdentity).toBe(node.nodeName);
+    await waitFor('the lease renewed', async () => (await renewed()).renewTime !== first.renewTime, 25_000);
+  }, 40_000);
+
   it('takes a label edit without restarting the pod, and refuses a spec edit as the API server does', async () => {
     const before = await pod('api-web');
     await node.kubectlOk(['label', 'pod', 'api-web', 'tier=front']);
