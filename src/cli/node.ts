@@ -13,6 +13,7 @@ import { showManifestObjects } from '../api/manifest-objects.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { ObjectStore } from '../kubelet-lite/store.js';
 import { ApiBridge } from '../node/api-bridge.js';
+import { EventWriter } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
@@ -120,6 +121,8 @@ export async function node(args: string[]): Promise<number> {
       })
     : undefined;
   reporter?.start();
+  const eventWriter = api ? new EventWriter({ client: localClient(api.store), log }) : undefined;
+  await eventWriter?.start(kubelet.events, kubeletOpts.nodeName);
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
@@ -130,6 +133,7 @@ export async function node(args: string[]): Promise<number> {
   } catch (err) {
     unshow();
     bridge?.stop();
+    eventWriter?.stop();
     await reporter?.stop();
     pods.close();
     await kubelet.stop();
@@ -166,6 +170,7 @@ export async function node(args: string[]): Promise<number> {
     clearInterval(ages);
     unshow();
     bridge?.stop();
+    eventWriter?.stop();
     await reporter?.stop();
     await kubelet.stop();
     pods.close();

@@ -83,6 +83,11 @@ describe.skipIf(!isRoot)('the node API over a real skiff node, with real kubectl
       return r.stdout.includes('hello') ? r.stdout : undefined;
     }, 20_000);
     expect(logs).toContain('hello from the API');
+    // The agent's events are the API's: describe shows them, a field selector finds them.
+    const described = await node.kubectlOk(['describe', 'pod', 'api-web']);
+    expect(described).toMatch(/Normal\s+Started\s+\S+\s+kubelet\s+.*Started container web/);
+    const events = await node.kubectlOk(['get', 'events', '--field-selector', 'involvedObject.name=api-web,reason=Created']);
+    expect(events).toMatch(/Created\s+pod\/api-web\s+Created container web/);
   });
 
   it('registers its Node (Ready, capacity, nodeInfo, the pods on it) and renews its Lease', async () => {
