@@ -280,10 +280,10 @@ describe.skipIf(!isRoot)('the node API with real kubectl', () => {
     for (const v of ['v2', 'v2beta1']) {
       const r = JSON.parse((await api.request('GET', '/api', undefined, { Accept: aggregated(v) })).body) as { apiVersion: string; items: Array<{ versions: Array<{ resources: Array<{ resource: string }> }> }> };
       expect(r.apiVersion).toBe(`apidiscovery.k8s.io/${v}`);
-      expect(r.items[0]!.versions[0]!.resources.map((x) => x.resource).sort()).toEqual(['configmaps', 'events', 'namespaces', 'pods', 'secrets']);
+      expect(r.items[0]!.versions[0]!.resources.map((x) => x.resource).sort()).toEqual(['configmaps', 'events', 'namespaces', 'pods', 'secrets', 'services']);
     }
     expect(JSON.parse((await api.request('GET', '/api')).body)).toMatchObject({ kind: 'APIVersions', versions: ['v1'] });
-    expect(JSON.parse((await api.request('GET', '/apis')).body)).toMatchObject({ kind: 'APIGroupList', groups: [] });
+    expect(JSON.parse((await api.request('GET', '/apis')).body)).toMatchObject({ kind: 'APIGroupList', groups: [{ name: 'apps', preferredVersion: { groupVersion: 'apps/v1' } }, { name: 'batch', preferredVersion: { groupVersion: 'batch/v1' } }] });
     expect(JSON.parse((await api.request('GET', '/api/v1')).body)).toMatchObject({ kind: 'APIResourceList', groupVersion: 'v1' });
   });
 
