@@ -4,11 +4,9 @@
  * validated by the CronJob controller's checks, with kubectl's columns.
  */
 import type { Kind, Obj } from '../types.js';
-import { isObj, setDefault } from './common.js';
-import { cronJobCells, selectorString } from './workload-rows.js';
+import { age, isObj, setDefault } from './common.js';
+import { cronJobCells, selectorString, templateCells } from './workload-rows.js';
 import { ageColumn, containersColumns, defaultTemplate, nameColumn, selectorColumn, specOf, statusOf, workloadCauses } from './workload.js';
-import { age } from './common.js';
-import { templateCells } from './workload-rows.js';
 
 const jobSpec = (spec: Obj): Obj => (isObj(spec.jobTemplate) && isObj(spec.jobTemplate.spec) ? spec.jobTemplate.spec : {});
 

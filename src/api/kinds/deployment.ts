@@ -5,9 +5,9 @@
  * own checks, its selector immutable, scalable, with kubectl's columns.
  */
 import type { Kind } from '../types.js';
+import { isObj, setDefault } from './common.js';
 import { deploymentCells } from './workload-rows.js';
 import { ageColumn, containersColumns, defaultTemplate, keepSelector, nameColumn, replicatedScale, selectorColumn, specOf, statusOf, workloadCauses, workloadRow } from './workload.js';
-import { isObj, setDefault } from './common.js';
 
 export const deploymentKind: Kind = {
   group: 'apps',
