@@ -2,12 +2,15 @@
  * The three patch types kubectl sends: JSON merge patch (RFC 7386), JSON
  * patch (RFC 6902) and strategic merge patch. For the kinds served here,
  * strategic merge is merge patch plus its directives ($patch, $retainKeys,
- * $deleteFromPrimitiveList, $setElementOrder) and the two metadata lists
- * that merge instead of being replaced (finalizers, ownerReferences by uid).
+ * $deleteFromPrimitiveList, $setElementOrder) and the lists that merge
+ * instead of being replaced (by their patchMergeKey, or as sets of values),
+ * from the table server-side apply reads too (list-types.ts): without them
+ * `kubectl apply` of one changed image would drop the container's other fields.
  * Every function works on its own copies and is bounded by the patch's size
  * (which the server caps) and a nesting depth.
  */
 import { ApiError, badRequest } from './errors.js';
+import { fieldType, listKind, typeOf, type FieldType } from './list-types.js';
 import type { Obj } from './types.js';
 
 export type PatchType = 'merge' | 'json' | 'strategic';
@@ -44,7 +47,7 @@ export function applyPatch(type: PatchType, current: Obj, patch: unknown): Obj {
       return mergePatch(current, patch) as Obj;
     case 'strategic':
       if (!isObj(patch)) throw badRequest('a strategic merge patch must be a JSON object');
-      return strategic(current, patch, '') as Obj;
+      return strategic(current, patch, schemaOf(current)) as Obj;
     case 'json':
       return jsonPatch(current, patch);
   }
@@ -60,34 +63,13 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
   return out;
 }
 
-/**
- * Lists that merge instead of being replaced: a primitive set, or objects
- * keyed by a field (the patchMergeKey of Kubernetes' types), by their path
- * with `[]` for a list's items: ObjectMeta's, a pod spec's wherever a kind
- * holds one (a Pod, a workload's template, a CronJob's job template), and a
- * Service's ports. Without them `kubectl apply` of one changed image would
- * drop the container's other fields.
- */
-const MERGE_LISTS: Record<string, { key?: string }> = {
-  'metadata.finalizers': {},
-  'metadata.ownerReferences': { key: 'uid' },
-  'spec.ports': { key: 'port' },
-};
-for (const pod of ['spec', 'spec.template.spec', 'spec.jobTemplate.spec.template.spec']) {
-  for (const list of ['containers', 'initContainers', 'ephemeralContainers']) {
-    MERGE_LISTS[`${pod}.${list}`] = { key: 'name' };
-    MERGE_LISTS[`${pod}.${list}[].ports`] = { key: 'containerPort' };
-    MERGE_LISTS[`${pod}.${list}[].env`] = { key: 'name' };
-    MERGE_LISTS[`${pod}.${list}[].volumeMounts`] = { key: 'mountPath' };
-    MERGE_LISTS[`${pod}.${list}[].volumeDevices`] = { key: 'devicePath' };
-  }
-  MERGE_LISTS[`${pod}.volumes`] = { key: 'name' };
-  MERGE_LISTS[`${pod}.imagePullSecrets`] = { key: 'name' };
-  MERGE_LISTS[`${pod}.hostAliases`] = { key: 'ip' };
-  MERGE_LISTS[`${pod}.topologySpreadConstraints`] = { key: 'topologyKey' };
+/** The type of the object being patched, by its apiVersion and kind: which of its lists merge (list-types.ts). */
+function schemaOf(o: Obj): FieldType {
+  const av = typeof o.apiVersion === 'string' ? o.apiVersion : '';
+  return typeOf({ group: av.includes('/') ? av.slice(0, av.indexOf('/')) : '', kind: typeof o.kind === 'string' ? o.kind : '' });
 }
 
-function strategic(target: unknown, patch: Obj, path: string): unknown {
+function strategic(target: unknown, patch: Obj, t: FieldType | undefined): unknown {
   const directive = patch.$patch;
   if (directive === 'delete') return undefined;
   if (directive === 'replace') {
@@ -111,20 +93,21 @@ function strategic(target: unknown, patch: Obj, path: string): unknown {
       if (Array.isArray(out[field])) out[field] = (out[field] as unknown[]).filter((x) => !drop.has(JSON.stringify(x)));
       continue;
     }
-    const sub = path ? `${path}.${k}` : k;
+    const sub = fieldType(t, k);
+    const lk = listKind(sub);
     if (v === null) delete out[k];
     else if (isObj(v)) {
       const merged = strategic(out[k], v, sub);
       if (merged === undefined) delete out[k];
       else out[k] = merged;
-    } else if (Array.isArray(v) && MERGE_LISTS[sub]) out[k] = mergeList(out[k], v, MERGE_LISTS[sub]!.key, sub);
+    } else if (Array.isArray(v) && lk !== 'atomic') out[k] = mergeList(out[k], v, lk === 'set' ? undefined : lk.mergeKey, sub?.items);
     else out[k] = structuredClone(v);
   }
   if (retain) for (const k of Object.keys(out)) if (!retain.includes(k)) delete out[k];
   return out;
 }
 
-function mergeList(target: unknown, patch: unknown[], key: string | undefined, path: string): unknown[] {
+function mergeList(target: unknown, patch: unknown[], key: string | undefined, items: FieldType | undefined): unknown[] {
   const cur = Array.isArray(target) ? [...target] : [];
   if (patch.some((x) => isObj(x) && x.$patch === 'replace')) return structuredClone(patch.filter((x) => !(isObj(x) && x.$patch === 'replace')));
   if (key === undefined) {
@@ -137,8 +120,8 @@ function mergeList(target: unknown, patch: unknown[], key: string | undefined, p
     const at = cur.findIndex((y) => isObj(y) && y[key] === x[key]);
     if (x.$patch === 'delete') {
       if (at >= 0) cur.splice(at, 1);
-    } else if (at >= 0) cur[at] = strategic(cur[at], x, `${path}[]`);
-    else cur.push(strategic({}, x, `${path}[]`));
+    } else if (at >= 0) cur[at] = strategic(cur[at], x, items);
+    else cur.push(strategic({}, x, items));
   }
   return cur;
 }

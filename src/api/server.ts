@@ -15,12 +15,15 @@ import { KUBE_VERSION } from '../version.js';
 import { aggregated, aggregatedVersion, apiVersions, groupList, groupOf, resourceList, type Subresources } from './discovery.js';
 import { ApiError, badRequest } from './errors.js';
 import { applyPatch, checkDepth, PATCH_TYPES } from './patch.js';
+import { applyObject, APPLY_PATCH_TYPE, parseApplyBody } from './apply.js';
+import { typeOf } from './list-types.js';
+import { checkManager, managerFromUserAgent, optionsInvalid, updateTracker, type Scope } from './managed-fields.js';
 import { decodeProtobuf, PROTOBUF_TYPE } from './protobuf.js';
 import { checkFields, fieldValidationOf, META, type Known } from './fields.js';
 import { OPENAPI_V2_TYPE, openApiV2 } from './openapi.js';
 import { fromScale, toScale } from './scale.js';
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
-import type { Store } from './store.js';
+import { timestamp, type Store, type WriteOptions } from './store.js';
 import { TABLE_CONTENT_TYPE, toTable, wantsTable, type IncludeObject } from './table.js';
 import { groupVersionOf, resourceOf, type ApiObject, type Kind, type Obj } from './types.js';
 import type { Change } from './watch.js';
@@ -214,7 +217,12 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     const { kind, namespace, name } = r;
     const item = name !== undefined;
     const listVersion = groupVersionOf(kind);
-    if (r.subresource === 'scale' && kind.scale) return scale(req, res, kind, namespace, name!, dryRun);
+    if (r.subresource === 'scale' && kind.scale) {
+      const m = q.get('fieldManager') ?? '';
+      checkManager(m, 'PatchOptions');
+      const fields = updateTracker({ manager: m || managerFromUserAgent(req.headers['user-agent']), apiVersion: listVersion, type: typeOf(kind), scope: 'main', subresource: 'scale', now: () => timestamp(now()) });
+      return scale(req, res, kind, namespace, name!, dryRun, fields);
+    }
     if (r.subresource !== undefined && r.subresource !== 'status') return subresources[`${resourceOf(kind)}/${r.subresource}`]!.handle(req, res, { kind, namespace, name: name!, query: q });
     const table = wantsTable(req.headers.accept);
     const validation = fieldValidationOf(q.get('fieldValidation'));
@@ -225,6 +233,16 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       return o;
     };
     const include = includeOf(q);
+    const status = r.subresource === 'status';
+    // Who writes, for metadata.managedFields: fieldManager, else the User-Agent's product.
+    const manager = (options: string): string => {
+      const m = q.get('fieldManager') ?? '';
+      checkManager(m, options);
+      return m !== '' ? m : managerFromUserAgent(req.headers['user-agent']);
+    };
+    const scopeOf = (sub: string | undefined): Scope => (sub === 'status' ? 'status' : kind.status ? 'main' : 'all');
+    const tracker = (options: string, sub = r.subresource) =>
+      updateTracker({ manager: manager(options), apiVersion: listVersion, type: typeOf(kind), scope: scopeOf(sub), subresource: sub, now: () => timestamp(now()) });
     const objectOut = (code: number, o: ApiObject) => (table ? send(res, code, toTable(kind, [o], {}, include, now()), TABLE_CONTENT_TYPE) : send(res, code, o));
     const listOpts = () => ({
       namespace: r.allNamespaces && !item ? undefined : namespace,
@@ -233,7 +251,6 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     });
     if (method === 'GET' && !item && isTrue(q.get('watch'))) return watch(req, res, kind, { ...listOpts(), resourceVersion: q.get('resourceVersion') ?? undefined }, q, table, include);
     if (method === 'GET' && item && isTrue(q.get('watch'))) return watch(req, res, kind, { namespace, fieldSelector: `metadata.name=${name}`, resourceVersion: q.get('resourceVersion') ?? undefined }, q, table, include);
-    const status = r.subresource === 'status';
     if (status && method !== 'GET' && method !== 'HEAD' && method !== 'PUT' && method !== 'PATCH') {
       req.resume();
       throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
@@ -254,22 +271,41 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       case 'POST': {
         if (item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
         const body = await readObject(req);
-        return objectOut(201, store.create(kind, namespace, checked(body), { dryRun }));
+        return objectOut(201, store.create(kind, namespace, checked(body), { dryRun, fields: tracker('CreateOptions') }));
       }
       case 'PUT': {
         if (!item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
         const body = await readObject(req);
-        return objectOut(200, store.update(kind, namespace, name, checked(body), { dryRun, status }));
+        return objectOut(200, store.update(kind, namespace, name, checked(body), { dryRun, status, fields: tracker('UpdateOptions') }));
       }
       case 'PATCH': {
         if (!item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
-        const type = PATCH_TYPES[mediaType(req.headers['content-type'])];
+        const media = mediaType(req.headers['content-type']);
+        if (media === APPLY_PATCH_TYPE) {
+          const force = q.get('force');
+          if (force !== null && force !== 'true' && force !== 'false') throw badRequest(`force must be true or false, not "${force}"`);
+          const fieldManager = q.get('fieldManager') ?? '';
+          if (fieldManager === '') {
+            req.resume();
+            throw optionsInvalid('PatchOptions', [{ reason: 'FieldValueRequired', field: 'fieldManager', message: 'Required value: is required for apply patch' }]);
+          }
+          checkManager(fieldManager, 'PatchOptions');
+          const config = checked(parseApplyBody((await readBody(req)).toString('utf8'), validation === 'Strict'));
+          const out = applyObject(store, kind, namespace, name, config, { manager: fieldManager, force: force === 'true', dryRun, status, now: () => timestamp(now()) });
+          return objectOut(out.created ? 201 : 200, out.object);
+        }
+        const type = PATCH_TYPES[media];
         if (!type) {
           req.resume();
-          throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
+          throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${[...Object.keys(PATCH_TYPES), APPLY_PATCH_TYPE].join(', ')}`);
         }
+        if (q.has('force')) {
+          req.resume();
+          throw optionsInvalid('PatchOptions', [{ reason: 'FieldValueForbidden', field: 'force', message: 'Forbidden: may not be specified for non-apply patch' }]);
+        }
+        const fields = tracker('PatchOptions');
         const patch = await readJson(req);
-        return objectOut(200, store.patch(kind, namespace, name, (cur) => checked(applyPatch(type, cur as Obj, patch)), { dryRun, status }));
+        return objectOut(200, store.patch(kind, namespace, name, (cur) => checked(applyPatch(type, cur as Obj, patch)), { dryRun, status, fields }));
       }
       case 'DELETE': {
         const body = await readOptional(req);
@@ -293,14 +329,14 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   }
 
   /** GET, PUT and PATCH of a Scale: read from the object, written back through the kind's own update. */
-  async function scale(req: IncomingMessage, res: ServerResponse, kind: Kind, namespace: string, name: string, dryRun: boolean): Promise<void> {
+  async function scale(req: IncomingMessage, res: ServerResponse, kind: Kind, namespace: string, name: string, dryRun: boolean, fields: WriteOptions['fields']): Promise<void> {
     switch (req.method) {
       case 'GET':
       case 'HEAD':
         return send(res, 200, toScale(kind, store.get(kind, namespace, name)));
       case 'PUT': {
         const body = await readObject(req);
-        return send(res, 200, toScale(kind, store.patch(kind, namespace, name, (cur) => fromScale(kind, cur, body), { dryRun })));
+        return send(res, 200, toScale(kind, store.patch(kind, namespace, name, (cur) => fromScale(kind, cur, body), { dryRun, fields })));
       }
       case 'PATCH': {
         const type = PATCH_TYPES[mediaType(req.headers['content-type'])];
@@ -309,7 +345,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
           throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
         }
         const patch = await readJson(req);
-        return send(res, 200, toScale(kind, store.patch(kind, namespace, name, (cur) => fromScale(kind, cur, applyPatch(type, toScale(kind, cur) as Obj, patch)), { dryRun })));
+        return send(res, 200, toScale(kind, store.patch(kind, namespace, name, (cur) => fromScale(kind, cur, applyPatch(type, toScale(kind, cur) as Obj, patch)), { dryRun, fields })));
       }
       default:
         req.resume();

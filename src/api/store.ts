@@ -32,6 +32,12 @@ export interface WriteOptions {
   dryRun?: boolean;
   /** A write to the status subresource: only `status` changes (the kind must have one). */
   status?: boolean;
+  /**
+   * The metadata.managedFields to store for `next` (after defaults and
+   * validation), replacing `prev` (none on create); `given` is what the
+   * request's body held there. None: the stored entries stay as they are.
+   */
+  fields?: (prev: ApiObject | undefined, next: ApiObject, given: unknown) => Obj[] | undefined;
 }
 
 export interface DeleteOptions extends WriteOptions {
@@ -172,6 +178,7 @@ export class Store {
   create(kind: Kind, namespace: string, input: Obj, opts: WriteOptions = {}): ApiObject {
     const o = this.shape(kind, namespace, input);
     const meta = o.metadata;
+    const given = meta.managedFields;
     if (!meta.name && typeof meta.generateName === 'string' && meta.generateName !== '') meta.name = `${meta.generateName}${suffix()}`;
     for (const f of ['uid', 'resourceVersion', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation', 'creationTimestamp', 'managedFields'] as const) delete meta[f];
     if (kind.status) delete o.status;
@@ -185,6 +192,8 @@ export class Store {
     if (this.count >= this.maxObjects) throw new ApiError('Forbidden', `the node's API holds at most ${this.maxObjects} objects`);
     meta.creationTimestamp = timestamp(this.now());
     if (kind.spec) meta.generation = 1;
+    const managed = opts.fields?.(undefined, o, given);
+    if (managed) meta.managedFields = managed;
     if (opts.dryRun) return o;
     return this.commit(kind, 'ADDED', o);
   }
@@ -195,6 +204,7 @@ export class Store {
     // The node's own parts write the status of the objects a file defines; their spec stays the file's.
     if (!opts.status) refuseFileOwned(kind, name, old);
     let o = this.shape(kind, namespace, input);
+    const given = o.metadata.managedFields;
     if (opts.status) {
       // The status strategy: everything but status (and the precondition) is the stored object's.
       const next = copy(old);
@@ -229,6 +239,8 @@ export class Store {
       if (added.length > 0) throw invalid(kind.kind, name, [{ reason: 'FieldValueForbidden', field: 'metadata.finalizers', message: 'Forbidden: no new finalizers can be added if the object is being deleted' }]);
     }
     if (kind.spec && JSON.stringify(kind.spec(o)) !== JSON.stringify(kind.spec(old.object))) o.metadata.generation = (was.generation ?? 0) + 1;
+    const managed = opts.fields ? opts.fields(old.object, o, given) : was.managedFields;
+    if (managed) o.metadata.managedFields = managed;
     o.metadata.resourceVersion = was.resourceVersion;
     if (canonical(o) === canonical(old.object)) return copy(old); // a no-op write keeps its resourceVersion
     if (opts.dryRun) return o;
