@@ -266,8 +266,11 @@ export function applyObject(store: Store, kind: Kind, namespace: string, name: s
   if (!current && opts.status) throw notFound(kind.plural, name, kind.group);
 
   let entries: ManagerEntry[] = [];
+  let refreshed = false;
   const record = (prev: ApiObject | undefined, next: ApiObject): Obj[] | undefined => {
     const diff = compare(strip(prev), strip(next), type);
+    // The annotation kept for client-side apply changes after ownership is worked out, as upstream: nobody's field.
+    if (refreshed) for (const k of ['added', 'modified', 'removed'] as const) diff[k] = diff[k].difference(FieldSet.of([['f:metadata', 'f:annotations', `f:${LAST_APPLIED}`]]));
     const changed = ownable(diff.added.union(diff.modified), scope);
     const conflicts: Conflict[] = [];
     for (const e of entries) {
@@ -302,7 +305,8 @@ export function applyObject(store: Store, kind: Kind, namespace: string, name: s
         for (const e of entries) if (identity(e) !== self) owned = owned.union(e.set);
         merged = removeFields(merged, last.difference(owned), owned, type) as Obj;
       }
-      if (opts.manager === 'kubectl' && typeof (cur.metadata.annotations as Obj | undefined)?.[LAST_APPLIED] === 'string') keepLastApplied(merged, config);
+      refreshed = opts.manager === 'kubectl' && typeof (cur.metadata.annotations as Obj | undefined)?.[LAST_APPLIED] === 'string';
+      if (refreshed) keepLastApplied(merged, config);
       return merged;
     },
     { dryRun: opts.dryRun, status: opts.status, fields: (prev, next) => record(prev, next) },

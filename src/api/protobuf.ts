@@ -113,7 +113,8 @@ const kinds: Record<string, (o: Obj, f: Field) => void> = {
   },
 };
 
-export function decodeProtobuf(body: Buffer): Obj {
+/** The envelope's apiVersion, kind and message. */
+function envelope(body: Buffer): { apiVersion: string; kind: string; raw: Buffer } {
   if (body.length < 4 || !body.subarray(0, 4).equals(MAGIC)) throw malformed('no k8s magic');
   let apiVersion = '';
   let kind = '';
@@ -127,6 +128,35 @@ export function decodeProtobuf(body: Buffer): Obj {
     } else if (f.no === 2) raw = f.bytes!;
     else if (f.no === 3 && str(f) !== '') throw malformed(`content encoding ${str(f)}`);
   }
+  return { apiVersion, kind, raw };
+}
+
+/**
+ * A DeleteOptions body as client-go's typed clients send it (helm's release
+ * storage does): grace period, preconditions, propagation, dry run.
+ */
+export function decodeDeleteOptions(body: Buffer): Obj {
+  const { kind, raw } = envelope(body);
+  if (kind !== 'DeleteOptions') throw malformed(`a ${kind || 'message'} where DeleteOptions belong`);
+  const o: Obj = {};
+  for (const f of fields(raw)) {
+    if (f.no === 1 && f.varint !== undefined) o.gracePeriodSeconds = Number(BigInt.asIntN(64, f.varint));
+    else if (f.no === 2 && f.bytes) {
+      const pre: Obj = {};
+      for (const p of fields(f.bytes)) {
+        if (p.no === 1) pre.uid = str(p);
+        if (p.no === 2) pre.resourceVersion = str(p);
+      }
+      o.preconditions = pre;
+    } else if (f.no === 3 && f.varint !== undefined) o.orphanDependents = f.varint === 1n;
+    else if (f.no === 4) o.propagationPolicy = str(f);
+    else if (f.no === 5) ((o.dryRun ??= []) as string[]).push(str(f));
+  }
+  return o;
+}
+
+export function decodeProtobuf(body: Buffer): Obj {
+  const { apiVersion, kind, raw } = envelope(body);
   const read = kinds[kind];
   if (apiVersion !== 'v1' || !read) throw new ApiError('UnsupportedMediaType', `protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace, not ${apiVersion} ${kind}; send application/json`);
   const o: Obj = { apiVersion, kind };

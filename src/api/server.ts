@@ -18,7 +18,7 @@ import { applyPatch, checkDepth, PATCH_TYPES } from './patch.js';
 import { applyObject, APPLY_PATCH_TYPE, parseApplyBody } from './apply.js';
 import { typeOf } from './list-types.js';
 import { checkManager, managerFromUserAgent, optionsInvalid, updateTracker, type Scope } from './managed-fields.js';
-import { decodeProtobuf, PROTOBUF_TYPE } from './protobuf.js';
+import { decodeDeleteOptions, decodeProtobuf, PROTOBUF_TYPE } from './protobuf.js';
 import { checkFields, fieldValidationOf, META, type Known } from './fields.js';
 import { OPENAPI_V2_TYPE, openApiV2 } from './openapi.js';
 import { fromScale, toScale } from './scale.js';
@@ -518,6 +518,7 @@ async function readObject(req: IncomingMessage): Promise<Obj> {
 async function readOptional(req: IncomingMessage): Promise<Obj> {
   const body = await readBody(req);
   if (body.length === 0) return {};
+  if (mediaType(req.headers['content-type']) === PROTOBUF_TYPE) return decodeDeleteOptions(body);
   try {
     const v = JSON.parse(body.toString('utf8')) as unknown;
     return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Obj) : {};
