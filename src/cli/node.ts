@@ -143,6 +143,7 @@ export async function node(args: string[]): Promise<number> {
   }
   const services = servicesFromProxy(proxy.proxier, Date.now);
   kubelet.setServices(services);
+  bridge?.attachServices(services);
   // Looked at now and then, so a Service's AGE counts from when the node first programmed it.
   const ages = setInterval(() => void services(), 5_000);
   ages.unref();
