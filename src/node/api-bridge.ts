@@ -40,6 +40,7 @@ export interface AgentView {
   watchPods(listener: (type: 'ADDED' | 'MODIFIED' | 'DELETED', pod: Pod) => void): () => void;
   getPod(namespace: string, name: string): Pod | undefined;
   workloads(): WorkloadStatus[];
+  deleteControllerPod(namespace: string, name: string, uid?: string): boolean;
 }
 
 export interface ApiBridgeOptions {
@@ -115,6 +116,14 @@ export class ApiBridge {
   /** From now on, the agent's pods and workloads are written back as status. */
   attach(agent: AgentView): void {
     this.agent = agent;
+    // Deleting a controller's pod through the API stops it; its controller replaces it, and it goes once stopped.
+    this.o.store.ownedDelete = (kind, o, dryRun) => {
+      const ns = o.metadata.namespace ?? 'default';
+      const name = o.metadata.name ?? '';
+      if (kind.plural !== 'pods' || this.controllerPods.get(key(ns, name)) !== o.metadata.uid) return false;
+      if (dryRun) return agent.getPod(ns, name)?.metadata?.uid === o.metadata.uid;
+      return agent.deleteControllerPod(ns, name, o.metadata.uid);
+    };
     this.stops.push(agent.watchPods((_type, pod) => this.schedulePod(pod.metadata?.namespace ?? 'default', pod.metadata?.name ?? '')));
     for (const p of agent.listPods()) this.schedulePod(p.metadata?.namespace ?? 'default', p.metadata?.name ?? '');
     // Pods the API holds that the agent does not know (stopped while the node was down, or never valid).
@@ -140,6 +149,7 @@ export class ApiBridge {
 
   stop(): void {
     this.stopped = true;
+    this.o.store.ownedDelete = undefined;
     for (const s of this.stops) s();
     this.stops = [];
     if (this.feedTimer) clearImmediate(this.feedTimer);
