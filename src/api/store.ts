@@ -261,6 +261,8 @@ export class Store {
   delete(kind: Kind, namespace: string, name: string, opts: DeleteOptions = {}): DeleteResult {
     const e = this.entry(kind, namespace, name);
     if (!e) throw notFound(kind.plural, name, kind.group);
+    // An object shown for its owner may still be deletable through it (a controller's pod is stopped and replaced).
+    if (e.file && this.ownedDelete?.(kind, copy(e), opts.dryRun)) return { removed: false, object: copy(e) };
     refuseFileOwned(kind, name, e);
     const was = e.object.metadata;
     if (opts.uid && opts.uid !== was.uid) throw conflict(kind.plural, name, `Precondition failed: UID in precondition: ${opts.uid}, UID in object meta: ${was.uid}`);
@@ -363,6 +365,14 @@ export class Store {
     this.commit(kind, old ? 'MODIFIED' : 'ADDED', o, old?.object, file);
     return true;
   }
+
+  /**
+   * Asked when a client deletes an object shown for its owner (see mirror):
+   * true when the owner takes the deletion (the object stays until the owner
+   * removes it); false, and the delete is refused naming the owner. With
+   * `dryRun` it only says whether it would.
+   */
+  ownedDelete: ((kind: Kind, object: ApiObject, dryRun?: boolean) => boolean) | undefined;
 
   /** Who defines the object outside the API (as given to mirror), or undefined for one written through it. */
   ownerOf(kind: Kind, namespace: string, name: string): string | undefined {

@@ -143,6 +143,7 @@ export async function node(args: string[]): Promise<number> {
   }
   const services = servicesFromProxy(proxy.proxier, Date.now);
   kubelet.setServices(services);
+  bridge?.attachServices(services);
   // Looked at now and then, so a Service's AGE counts from when the node first programmed it.
   const ages = setInterval(() => void services(), 5_000);
   ages.unref();
@@ -156,14 +157,20 @@ export async function node(args: string[]): Promise<number> {
     kubeconfig: api?.kubeconfig,
   });
   process.stderr.write(
-    `\nskiff node is up. From another shell:\n` +
-      `  npx skiff get all -A                 pods, deployments, jobs\n` +
-      `  npx skiff get pods -o wide           with pod IPs\n` +
-      `  npx skiff describe deployment web    (with the demo's manifests)\n` +
-      `  npx skiff logs job/hello             the demo client: which replica answered\n` +
+    (api
+      ? `\nskiff node is up. From another shell (scripts/setup.sh puts kubectl and helm in build/bin):\n` +
+        `  export KUBECONFIG=${api.kubeconfig}\n` +
+        `  kubectl get pods -o wide                    the pods, with their IPs\n` +
+        `  kubectl logs job/hello                      the demo client: which replica answered\n` +
+        `  kubectl scale deployment web --replicas 5   and watch: kubectl get pods -w\n` +
+        `  kubectl exec -it deploy/web -- sh           a shell in one replica\n` +
+        `  kubectl apply -f your-app.yaml              what you write through the API runs here\n`
+      : `\nskiff node is up. From another shell:\n` +
+        `  npx skiff get all -A                 pods, deployments, jobs\n` +
+        `  npx skiff get pods -o wide           with pod IPs\n` +
+        `  npx skiff logs job/hello             the demo client: which replica answered\n`) +
       `  curl http://<this node's IP>:30080/  the demo's NodePort\n` +
-      `Manifests in ${kubeletOpts.manifests} are watched: edit, add or remove files and the node follows.\n` +
-      (api ? `The node's API (namespaces, configmaps, secrets, events) for kubectl:\n  export KUBECONFIG=${api.kubeconfig}\n` : '') +
+      `Manifests in ${kubeletOpts.manifests} are watched too: edit, add or remove files and the node follows.\n` +
       '\n',
   );
   return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {

@@ -660,6 +660,19 @@ export class Agent {
     return out;
   }
 
+  /**
+   * Stops a pod a controller made, as deleting it through the API server
+   * would: its controller sees it terminating and makes a replacement.
+   * Pods from files are not the agent's to delete (false), nor is one with
+   * another uid than `uid` when given.
+   */
+  deleteControllerPod(namespace: string, name: string, uid?: string): boolean {
+    const e = this.pods.get(podKey(namespace, name));
+    if (!e || !e.controlled || (uid !== undefined && e.uid !== uid)) return false;
+    this.retire(e);
+    return true;
+  }
+
   /** The pod a worker runs (no copy: for the agent's own parts). */
   podByUid(uid: string): Pod | undefined {
     return this.workers.get(uid)?.pod;
