@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
 import { startNodeApi } from '../api/index.js';
 import { showManifestObjects } from '../api/manifest-objects.js';
+import { AgentPodStreams } from '../kubelet-lite/pod-streams.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
@@ -80,7 +81,9 @@ export async function node(args: string[]): Promise<number> {
   if (process.getuid?.() !== 0) log.warn('skiff node is not running as root: pods, images and rules all need root');
 
   const apiAddress = values['api-address'] as string;
-  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log });
+  // The API is up before the agent: until it is, pods/log, exec and port-forward answer that it is not running yet.
+  let podStreams: AgentPodStreams | undefined;
+  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log, podStreams: () => podStreams });
   let daemon;
   try {
     daemon = await startDaemon(daemonOpts, log);
@@ -96,6 +99,7 @@ export async function node(args: string[]): Promise<number> {
     await api?.stop();
     throw err;
   }
+  podStreams = new AgentPodStreams(kubelet.agent, log);
   const unshow = api ? showManifestObjects(api.store, kubelet.objects, log) : () => undefined;
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
