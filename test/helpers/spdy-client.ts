@@ -55,7 +55,12 @@ export class SpdyTestClient {
     const u = new URL(url);
     const sock = net.connect(hostPort ?? Number(u.port), '127.0.0.1');
     await new Promise((r, j) => sock.once('connect', r).once('error', j));
-    sock.write(`GET ${u.pathname} HTTP/1.1\r\nHost: ${u.host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${protocols.join(', ')}\r\n\r\n`);
+    return SpdyTestClient.over(sock, `${u.pathname}${u.search}`, u.host, protocols);
+  }
+
+  /** Upgrades on a connection already made (a TLS one to the node's API, say); `target` is the request's path and query. */
+  static async over(sock: net.Socket, target: string, host: string, protocols: string[], method = 'GET'): Promise<{ client: SpdyTestClient; protocol: string }> {
+    sock.write(`${method} ${target} HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${protocols.join(', ')}\r\n\r\n`);
     const head = await new Promise<{ text: string; rest: Buffer }>((resolve, reject) => {
       let acc = Buffer.alloc(0);
       const on = (d: Buffer) => {
