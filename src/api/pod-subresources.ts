@@ -7,10 +7,10 @@
  * client's connection is relayed to it byte for byte, as kube-apiserver
  * relays it to the kubelet and the kubelet to the runtime's streaming
  * server. That server speaks SPDY/3.1 and WebSocket (v5.channel.k8s.io and
- * older) for exec and attach, so both are relayed; kubectl 1.35's WebSocket
- * tunnel for port-forward ("SPDY/3.1+portforward.k8s.io") it does not speak,
- * so that upgrade is refused with a plain HTTP answer, which kubectl takes as
- * an upgrade failure and retries over SPDY.
+ * older) for exec and attach, so both are relayed as they come; kubectl
+ * 1.35's WebSocket tunnel for port-forward ("SPDY/3.1+portforward.k8s.io",
+ * SPDY inside WebSocket messages) it does not speak, so the API ends the
+ * WebSocket itself and speaks SPDY to it, carrying the bytes between.
  *
  * Everything a client can hold is bounded: relayed sessions and log streams
  * in number, the wait for the runtime's answer in time, and the bytes a
@@ -199,9 +199,10 @@ export function podSubresources(opts: PodSubresourceOptions): { subresources: Re
       if (req.method !== 'GET' && req.method !== 'POST') throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
       const upgrade = String(req.headers.upgrade ?? '').toLowerCase();
       if (upgrade !== 'websocket' && upgrade !== 'spdy/3.1') throw badRequest(`unsupported upgrade "${req.headers.upgrade ?? ''}": SPDY/3.1 or websocket`);
-      if (name === 'portforward' && upgrade === 'websocket') {
-        // Refused before any work: kubectl 1.35 falls back to SPDY on a handshake that is not a 101.
-        throw badRequest('port-forward over WebSocket is not served by this node; use SPDY/3.1');
+      const tunnelled = name === 'portforward' && upgrade === 'websocket';
+      if (tunnelled && !offers(req, SPDY_TUNNEL_PROTOCOL)) {
+        // Refused before any work; a client that can falls back to SPDY on a handshake that is not a 101.
+        throw badRequest(`port-forward over WebSocket needs the subprotocol ${SPDY_TUNNEL_PROTOCOL}; or use SPDY/3.1`);
       }
       if (relays.size >= maxSessions) throw new ApiError('TooManyRequests', `too many streaming sessions open (at most ${maxSessions}); try again later`);
       relays.add(socket);
@@ -232,7 +233,7 @@ export function podSubresources(opts: PodSubresourceOptions): { subresources: Re
         }
       }
       if (socket.destroyed) return;
-      relay(req, socket, head, url, upgradeMs, opts.log);
+      await (tunnelled ? tunnel : relay)(req, socket, head, url, upgradeMs, opts.log);
     },
   });
 
@@ -243,6 +244,12 @@ export function podSubresources(opts: PodSubresourceOptions): { subresources: Re
       for (const r of logs) r.destroy();
     },
   };
+}
+
+function offers(req: IncomingMessage, protocol: string): boolean {
+  return String(req.headers['sec-websocket-protocol'] ?? '')
+    .split(',')
+    .some((p) => p.trim() === protocol);
 }
 
 /** kube-apiserver's query flags: `stdin=true` (what kubectl sends) or the kubelet's `input=1`. */
@@ -309,74 +316,153 @@ export function logOptionsOf(q: URLSearchParams, podName: string, now: number): 
 /** The headers of an upgrade that the streaming server needs to answer it (nothing about the client's credentials). */
 const FORWARDED = ['connection', 'upgrade', 'sec-websocket-key', 'sec-websocket-version', 'sec-websocket-protocol', 'sec-websocket-extensions', 'x-stream-protocol-version'];
 
+/** kubectl 1.35's port-forward: SPDY carried in WebSocket binary messages, under this subprotocol. */
+export const SPDY_TUNNEL_PROTOCOL = 'SPDY/3.1+portforward.k8s.io';
+
+/** What ws is shown in place of SPDY_TUNNEL_PROTOCOL, which is not a token it accepts. */
+const TUNNEL_STAND_IN = 'spdy-portforward-tunnel';
+
+/** The largest WebSocket message a tunnel takes (kubectl writes at most 32 KiB at a time). */
+const TUNNEL_MAX_MESSAGE = 1024 * 1024;
+
+type Dialed = { upgraded: true; res: IncomingMessage; socket: Duplex; head: Buffer } | { upgraded: false; res: IncomingMessage };
+
+/**
+ * Sends an upgrade request to the streaming URL; resolves with its 101 and
+ * the connection, or with the refusal it answered; rejects if it does not
+ * answer in time or cannot be reached. Ends early if `client` goes away.
+ */
+function dial(url: string, method: string, headers: Record<string, string>, timeoutMs: number, client: Duplex): Promise<Dialed> {
+  const target = new URL(url);
+  if (target.protocol !== 'http:') return Promise.reject(new Error(`the runtime's streaming URL is not http: ${target.protocol}`));
+  return new Promise((resolve, reject) => {
+    const up = http.request({ agent: false, host: target.hostname.replace(/^\[|\]$/g, ''), port: target.port, path: `${target.pathname}${target.search}`, method, headers, timeout: timeoutMs });
+    const gone = () => up.destroy(new Error('the client went away'));
+    client.once('close', gone);
+    const done = () => client.off('close', gone);
+    up.on('timeout', () => up.destroy(new Error(`no answer in ${timeoutMs} ms`)));
+    up.on('error', (err) => {
+      done();
+      reject(err);
+    });
+    up.on('response', (res) => {
+      done();
+      resolve({ upgraded: false, res });
+    });
+    up.on('upgrade', (res, socket, head) => {
+      done();
+      socket.setTimeout(0);
+      resolve({ upgraded: true, res, socket, head });
+    });
+    up.end();
+  });
+}
+
+/** Joins two connections until either ends (pipe: each side read only as fast as the other takes it). */
+function join(a: Duplex, b: Duplex): void {
+  const end = () => {
+    a.destroy();
+    b.destroy();
+  };
+  for (const s of [a, b]) {
+    s.on('error', end);
+    s.on('close', end);
+  }
+  a.pipe(b);
+  b.pipe(a);
+}
+
+/** The streaming server's refusal (404 for a stale URL, 403 for no common protocol), passed on as it said it, at most 64 KiB. */
+function passRefusal(socket: Duplex, res: IncomingMessage): void {
+  const lines = [`HTTP/1.1 ${res.statusCode} ${res.statusMessage ?? ''}`, 'Connection: close', `Content-Type: ${res.headers['content-type'] ?? 'text/plain'}`];
+  socket.write(`${lines.join('\r\n')}\r\n\r\n`);
+  let size = 0;
+  res.on('data', (d: Buffer) => {
+    size += d.length;
+    if (size <= 64 * 1024) socket.write(d);
+  });
+  res.on('end', () => socket.end());
+  res.on('error', () => socket.destroy());
+}
+
 /**
  * Sends the client's upgrade on to the streaming URL and, once it answers
- * 101, joins the two connections (pipe: each side read only as fast as the
- * other takes it). Any other answer goes back to the client as it came.
+ * 101, passes that answer back and joins the two connections; any other
+ * answer goes back to the client as it came.
  */
-function relay(req: IncomingMessage, socket: Duplex, head: Buffer, url: string, timeoutMs: number, log: Logger): void {
-  const target = new URL(url);
-  if (target.protocol !== 'http:') {
-    writeStatus(socket, new ApiError('InternalError', `the runtime's streaming URL is not http: ${target.protocol}`));
-    return;
-  }
+async function relay(req: IncomingMessage, socket: Duplex, head: Buffer, url: string, timeoutMs: number, log: Logger): Promise<void> {
   const headers: Record<string, string> = {};
   for (const h of FORWARDED) {
     const v = req.headers[h];
     if (v !== undefined) headers[h] = Array.isArray(v) ? v.join(', ') : v;
   }
-  const up = http.request({ agent: false, host: target.hostname.replace(/^\[|\]$/g, ''), port: target.port, path: `${target.pathname}${target.search}`, method: req.method, headers, timeout: timeoutMs });
-  let settled = false;
-  const giveUp = (why: string) => {
-    if (settled) return;
-    settled = true;
-    up.destroy();
-    log.warn('pod streaming relay failed', { error: why });
-    writeStatus(socket, new ApiError('InternalError', `error dialing the container runtime's streaming server: ${why}`));
-  };
-  up.on('timeout', () => giveUp(`no answer in ${timeoutMs} ms`));
-  up.on('error', (err) => giveUp(err.message));
-  socket.once('close', () => {
-    if (!settled) {
-      settled = true;
-      up.destroy();
-    }
+  const d = await dialed(url, req.method ?? 'GET', headers, timeoutMs, socket, log);
+  if (!d) return;
+  const lines = [`HTTP/1.1 101 ${d.res.statusMessage || 'Switching Protocols'}`];
+  for (let i = 0; i + 1 < d.res.rawHeaders.length; i += 2) lines.push(`${d.res.rawHeaders[i]}: ${d.res.rawHeaders[i + 1]}`);
+  socket.write(`${lines.join('\r\n')}\r\n\r\n`);
+  if (d.head.length) socket.write(d.head);
+  if (head.length) d.socket.write(head);
+  join(socket, d.socket);
+}
+
+/**
+ * kubectl 1.35's port-forward: the API takes the WebSocket itself and opens
+ * SPDY to the streaming server, then carries the SPDY bytes between the two
+ * (each binary message's payload out, each read in as a message), as
+ * kube-apiserver's tunneling handler does.
+ */
+async function tunnel(req: IncomingMessage, socket: Duplex, head: Buffer, url: string, timeoutMs: number, log: Logger): Promise<void> {
+  const d = await dialed(url, 'POST', { connection: 'Upgrade', upgrade: 'SPDY/3.1', 'x-stream-protocol-version': 'portforward.k8s.io' }, timeoutMs, socket, log);
+  if (!d) return;
+  // A handshake ws refuses (a bad key) closes the client without calling back: the SPDY side goes with it.
+  socket.once('close', () => d.socket.destroy());
+  const { wss, createWebSocketStream } = await tunnelServer();
+  if (socket.destroyed) return;
+  // ws takes only RFC 6455 tokens as subprotocols, and kubectl's has a "/": ws sees a stand-in, and its
+  // answer is given the real name back (tunnelServer's 'headers' hook).
+  req.headers['sec-websocket-protocol'] = TUNNEL_STAND_IN;
+  wss.handleUpgrade(req, socket, head, (ws) => {
+    if (d.head.length) ws.send(d.head);
+    join(createWebSocketStream(ws), d.socket);
   });
-  up.on('response', (res) => {
-    if (settled) return res.destroy();
-    settled = true;
-    // The streaming server's refusal (404 for a stale URL, 403 for no common protocol), passed on as it said it.
-    const lines = [`HTTP/1.1 ${res.statusCode} ${res.statusMessage ?? ''}`, 'Connection: close', `Content-Type: ${res.headers['content-type'] ?? 'text/plain'}`];
-    socket.write(`${lines.join('\r\n')}\r\n\r\n`);
-    let size = 0;
-    res.on('data', (d: Buffer) => {
-      size += d.length;
-      if (size <= 64 * 1024) socket.write(d);
+}
+
+let tunnels: Promise<{ wss: import('ws').WebSocketServer; createWebSocketStream: typeof import('ws').createWebSocketStream }> | undefined;
+
+/** ws is loaded for the first tunnel: a node whose clients never port-forward with kubectl 1.35 needs none of it. */
+function tunnelServer(): NonNullable<typeof tunnels> {
+  tunnels ??= import('ws').then(({ WebSocketServer, createWebSocketStream }) => {
+    const wss = new WebSocketServer({ noServer: true, maxPayload: TUNNEL_MAX_MESSAGE, perMessageDeflate: false, handleProtocols: (offered) => (offered.has(TUNNEL_STAND_IN) ? TUNNEL_STAND_IN : false) });
+    wss.on('headers', (headers) => {
+      for (let i = 0; i < headers.length; i++) if (headers[i] === `Sec-WebSocket-Protocol: ${TUNNEL_STAND_IN}`) headers[i] = `Sec-WebSocket-Protocol: ${SPDY_TUNNEL_PROTOCOL}`;
     });
-    res.on('end', () => socket.end());
-    res.on('error', () => socket.destroy());
+    return { wss, createWebSocketStream };
   });
-  up.on('upgrade', (res, upSocket, upHead) => {
-    if (settled) return upSocket.destroy();
-    settled = true;
-    up.setTimeout(0);
-    upSocket.setTimeout(0);
-    const lines = [`HTTP/1.1 101 ${res.statusMessage || 'Switching Protocols'}`];
-    for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) lines.push(`${res.rawHeaders[i]}: ${res.rawHeaders[i + 1]}`);
-    socket.write(`${lines.join('\r\n')}\r\n\r\n`);
-    if (upHead.length) socket.write(upHead);
-    if (head.length) upSocket.write(head);
-    const end = () => {
-      socket.destroy();
-      upSocket.destroy();
-    };
-    socket.on('error', end);
-    upSocket.on('error', end);
-    socket.on('close', end);
-    upSocket.on('close', end);
-    // Half-closes pass through (a client's end of stdin over SPDY is a frame, but a TCP FIN is honoured too).
-    socket.pipe(upSocket);
-    upSocket.pipe(socket);
+  const loading = tunnels;
+  loading.catch(() => {
+    if (tunnels === loading) tunnels = undefined;
   });
-  up.end();
+  return loading;
+}
+
+/** dial, with its failures answered to the client: undefined when there is nothing left to relay. */
+async function dialed(url: string, method: string, headers: Record<string, string>, timeoutMs: number, socket: Duplex, log: Logger): Promise<Extract<Dialed, { upgraded: true }> | undefined> {
+  let d: Dialed;
+  try {
+    d = await dial(url, method, headers, timeoutMs, socket);
+  } catch (err) {
+    log.warn('pod streaming relay failed', { error: (err as Error).message });
+    writeStatus(socket, new ApiError('InternalError', `error dialing the container runtime's streaming server: ${(err as Error).message}`));
+    return undefined;
+  }
+  if (!d.upgraded) {
+    passRefusal(socket, d.res);
+    return undefined;
+  }
+  if (socket.destroyed) {
+    d.socket.destroy();
+    return undefined;
+  }
+  return d;
 }
