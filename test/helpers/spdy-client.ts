@@ -3,6 +3,7 @@
  * HTTP upgrade, then client-initiated streams named by their headers.
  */
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import zlib from 'node:zlib';
 import { controlFrame, dataFrame, decodeHeaderBlock, encodeHeaderBlock, FLAG_FIN, FrameType } from '../../src/streaming/spdy.js';
 import { SPDY3_DICTIONARY } from '../../src/streaming/spdy-dictionary.js';
@@ -84,6 +85,14 @@ export class SpdyTestClient {
     sock.on('close', () => (client.closed = true));
     if (head.rest.length) client.onBytes(head.rest);
     return { client, protocol };
+  }
+
+  /** A client on a connection that already speaks SPDY (a WebSocket tunnel's stream, say). */
+  static onUpgraded(sock: Duplex): SpdyTestClient {
+    const client = new SpdyTestClient(sock as net.Socket);
+    sock.on('data', (d: Buffer) => client.onBytes(d));
+    sock.on('close', () => (client.closed = true));
+    return client;
   }
 
   private onBytes(d: Buffer): void {

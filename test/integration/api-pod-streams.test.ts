@@ -20,6 +20,7 @@ import { isRoot } from '../helpers/env.js';
 import { TestNetns } from '../helpers/netns.js';
 import { mountsUnder, processesMentioning } from '../helpers/pods.js';
 import { SpdyTestClient } from '../helpers/spdy-client.js';
+import { wsTunnel } from '../helpers/ws-tunnel.js';
 import { freePort, waitFor } from '../helpers/registry.js';
 
 const bin = path.join(repoRoot, 'bin', 'skiff.js');
@@ -311,20 +312,34 @@ describe.skipIf(!isRoot)('pods/log, exec, attach and port-forward through skiff 
     expect(plain).toContain('Upgrade request required');
   });
 
-  it('port-forward over SPDY (as kubectl sends it) carries an HTTP request to the pod and back; WebSocket is refused so kubectl falls back', async () => {
-    const { client, protocol } = await SpdyTestClient.over(await connect(true), '/api/v1/namespaces/default/pods/streams/portforward', 'api', ['portforward.k8s.io'], 'POST');
-    expect(protocol).toBe('portforward.k8s.io');
+  /** Port-forward's streams for one connection to the pod's port 8080: an HTTP GET through them, and what came back. */
+  async function fetchThrough(client: SpdyTestClient): Promise<string> {
     const error = await client.open({ streamtype: 'error', port: '8080', requestid: '0' });
     const data = await client.open({ streamtype: 'data', port: '8080', requestid: '0' });
     client.write(data, 'GET / HTTP/1.0\r\n\r\n');
-    await client.until(() => data.fin || data.data.includes('page-from-pod'), 15_000);
-    expect(data.data.toString()).toMatch(/^HTTP\/1.[01] 200/);
-    expect(data.data.toString()).toContain('page-from-pod\n');
+    await client.until(() => data.fin || data.data.includes('page-from-pod\n'), 15_000);
     expect(error.reset).toBe(false);
     client.close();
-    // kubectl 1.35's WebSocket tunnel is answered without a 101: its cue to try SPDY.
-    const ws = await raw('GET /api/v1/namespaces/default/pods/streams/portforward HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: SPDY/3.1+portforward.k8s.io\r\n\r\n');
-    expect(ws).toMatch(/^HTTP\/1.1 400/);
+    return data.data.toString();
+  }
+
+  it('port-forward over SPDY (as kubectl 1.27 sends it) carries an HTTP request to the pod and back', async () => {
+    const { client, protocol } = await SpdyTestClient.over(await connect(true), '/api/v1/namespaces/default/pods/streams/portforward', 'api', ['portforward.k8s.io'], 'POST');
+    expect(protocol).toBe('portforward.k8s.io');
+    const got = await fetchThrough(client);
+    expect(got).toMatch(/^HTTP\/1.[01] 200/);
+    expect(got).toContain('page-from-pod\n');
+  });
+
+  it('port-forward over the WebSocket tunnel (as kubectl 1.35 sends it) carries it too; a WebSocket without the tunnel protocol is refused', async () => {
+    const { stream, protocol } = await wsTunnel(await connect(true), '/api/v1/namespaces/default/pods/streams/portforward', 'SPDY/3.1+portforward.k8s.io');
+    expect(protocol).toBe('SPDY/3.1+portforward.k8s.io');
+    const got = await fetchThrough(SpdyTestClient.onUpgraded(stream));
+    expect(got).toMatch(/^HTTP\/1.[01] 200/);
+    expect(got).toContain('page-from-pod\n');
+    // No 101: kubectl takes that as an upgrade failure and tries SPDY.
+    const plain = await raw('GET /api/v1/namespaces/default/pods/streams/portforward HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n');
+    expect(plain).toMatch(/^HTTP\/1.1 400/);
   });
 
   it('refuses an upgrade without a client certificate (401), before touching the runtime', async () => {
