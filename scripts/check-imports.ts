@@ -25,6 +25,8 @@ const ALLOWED: Record<string, readonly string[]> = {
   proxy: ['sys'],
   // The API's kinds reuse the agent's field validation until it moves beneath them (issue 23).
   api: ['sys', 'kubelet-lite/validate.ts'],
+  // Joins the parts of a whole node (the API and the agent) as a cluster joins them.
+  node: ['api', 'kubelet-lite', 'controllers', 'proxy', 'sys'],
   '.': [],
   gen: ['gen'],
 };

@@ -22,4 +22,12 @@ export interface StoredObject {
   uid: string;
   object: Record<string, unknown>;
   source: ObjectSource;
+  /**
+   * For an object whose uid does not follow its content (one written through
+   * the node's API): changes whenever its content does, so an edit is seen.
+   */
+  revision?: string;
 }
+
+/** The source "file" of the objects written through the node's API, beside the manifest directory's files. */
+export const API_SOURCE_FILE = '(the node API)';

@@ -8,7 +8,7 @@
  * off (onClose) and, as a reflector does, lists again.
  */
 import { applyPatch, type PatchType } from './patch.js';
-import type { DeleteResult, ListOptions, ListResult, Store, WriteOptions } from './store.js';
+import type { DeleteOptions, DeleteResult, ListOptions, ListResult, Store, WriteOptions } from './store.js';
 import type { ApiObject, Kind, Obj, WatchEvent } from './types.js';
 import { notFound } from './errors.js';
 
@@ -24,7 +24,7 @@ export interface ApiClient {
   create(resource: string, namespace: string, object: Obj, opts?: WriteOptions): Promise<ApiObject>;
   update(resource: string, namespace: string, name: string, object: Obj, opts?: WriteOptions): Promise<ApiObject>;
   patch(resource: string, namespace: string, name: string, type: PatchType, patch: unknown, opts?: WriteOptions): Promise<ApiObject>;
-  delete(resource: string, namespace: string, name: string, opts?: WriteOptions): Promise<DeleteResult>;
+  delete(resource: string, namespace: string, name: string, opts?: DeleteOptions): Promise<DeleteResult>;
 }
 
 export function localClient(store: Store, opts: { maxQueued?: number } = {}): ApiClient {

@@ -5,7 +5,7 @@
  * agent's object store is known here, not the agent.
  */
 import type { Logger } from '../log.js';
-import type { ObjectSource, StoredObject } from '../stored-object.js';
+import { API_SOURCE_FILE, type ObjectSource, type StoredObject } from '../stored-object.js';
 import type { Store } from './store.js';
 import type { ApiObject, Kind } from './types.js';
 
@@ -20,12 +20,13 @@ export interface FileObjects {
 export function showManifestObjects(store: Store, files: FileObjects, log: Logger): () => void {
   const kindOf = (o: FileObject): Kind | undefined => store.kindList().find((k) => o.kind === k.kind && o.apiVersion === (k.group ? `${k.group}/${k.version}` : k.version));
   const show = (o: FileObject) => {
+    if (o.source.file === API_SOURCE_FILE) return; // the API's own, handed to the agent
     const kind = kindOf(o);
     if (!kind) return;
     const meta = (typeof o.object.metadata === 'object' && o.object.metadata !== null ? o.object.metadata : {}) as Record<string, unknown>;
     const object = { ...o.object, metadata: { ...meta, name: o.name, namespace: o.namespace, uid: o.uid } } as ApiObject;
     try {
-      if (!store.mirror(kind, object, o.source.file)) log.warn('a manifest object has the name of one written through the API, which keeps it', { kind: o.kind, namespace: o.namespace, name: o.name, file: o.source.file });
+      if (!store.mirror(kind, object, `the manifest file ${o.source.file}`)) log.warn('a manifest object has the name of one written through the API, which keeps it', { kind: o.kind, namespace: o.namespace, name: o.name, file: o.source.file });
     } catch (err) {
       log.warn('a manifest object could not be shown through the API', { kind: o.kind, name: o.name, file: o.source.file, error: (err as Error).message });
     }
@@ -34,7 +35,7 @@ export function showManifestObjects(store: Store, files: FileObjects, log: Logge
   return files.subscribe((changes) => {
     for (const c of changes) {
       const kind = kindOf(c.object);
-      if (!kind) continue;
+      if (!kind || c.object.source.file === API_SOURCE_FILE) continue;
       if (c.type === 'deleted') store.unmirror(kind, c.object.namespace, c.object.name);
       else show(c.object);
     }

@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { silentLogger, type Logger } from '../log.js';
-import { SKIFF_VERSION } from '../version.js';
+import { KUBE_VERSION } from '../version.js';
 import { aggregated, aggregatedVersion, apiVersions, groupList, groupOf, resourceList, type Subresources } from './discovery.js';
 import { ApiError, badRequest } from './errors.js';
 import { writeStatus } from './upgrade-status.js';
@@ -145,7 +145,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     switch (url.pathname.replace(/\/$/, '')) {
       case '/version':
         readOnly();
-        return send(res, 200, { major: '1', minor: '35', gitVersion: `v1.35.0-skiff.${SKIFF_VERSION}`, gitCommit: '', gitTreeState: 'clean', buildDate: '', goVersion: process.version, compiler: 'node', platform: `${process.platform}/${process.arch}` });
+        return send(res, 200, { ...KUBE_VERSION, gitCommit: '', gitTreeState: 'clean', buildDate: '', goVersion: process.version, compiler: 'node', platform: `${process.platform}/${process.arch}` });
       case '/healthz':
       case '/livez':
       case '/readyz':
@@ -165,7 +165,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       }
       case '/openapi/v2':
         readOnly();
-        return send(res, 200, openApiV2(store.kindList(), `v1.35.0-skiff.${SKIFF_VERSION}`), OPENAPI_V2_TYPE);
+        return send(res, 200, openApiV2(store.kindList(), KUBE_VERSION.gitVersion), OPENAPI_V2_TYPE);
       case '/api/v1':
         readOnly();
         return send(res, 200, resourceList(kindsIn('', 'v1'), 'v1', subresourcesFor));

@@ -58,7 +58,11 @@ export interface StoreOptions {
 interface Entry {
   object: ApiObject;
   json: string;
-  /** The manifest file that defines the object: readable here, written only through the file, never in the database. */
+  /**
+   * Who defines the object outside the API ("the manifest file /etc/…", or
+   * the workload whose controller made a pod): readable here, its spec
+   * written only there, never in the database.
+   */
   file?: string;
 }
 
@@ -322,11 +326,14 @@ export class Store {
   }
 
   /**
-   * Shows an object a manifest file defines (read-only: writes to it are
-   * refused, naming the file). An object written through the API under the
-   * same name keeps it; false then, and the file's is not shown.
+   * Shows an object defined outside the API, by a manifest file or by the
+   * node's controllers (read-only: writes to its spec are refused, naming
+   * `owner`, as "the manifest file /etc/skiff/web.yaml"). An object written
+   * through the API under the same name keeps it; false then, and this one
+   * is not shown.
    */
-  mirror(kind: Kind, input: ApiObject, file: string): boolean {
+  mirror(kind: Kind, input: ApiObject, owner: string): boolean {
+    const file = owner;
     const namespace = kind.namespaced ? String(input.metadata?.namespace || 'default') : '';
     const name = String(input.metadata?.name ?? '');
     const old = this.entry(kind, namespace, name);
@@ -342,6 +349,11 @@ export class Store {
     if (old && old.file === file && canonical(o) === canonical(old.object)) return true;
     this.commit(kind, old ? 'MODIFIED' : 'ADDED', o, old?.object, file);
     return true;
+  }
+
+  /** Who defines the object outside the API (as given to mirror), or undefined for one written through it. */
+  ownerOf(kind: Kind, namespace: string, name: string): string | undefined {
+    return this.entry(kind, kind.namespaced ? namespace || 'default' : '', name)?.file;
   }
 
   /** The file that defined the object no longer does. */
@@ -472,7 +484,7 @@ export class Store {
 }
 
 function refuseFileOwned(kind: Kind, name: string, e: Entry): void {
-  if (e.file) throw new ApiError('Conflict', `${kind.plural} "${name}" is defined by the manifest file ${e.file}: change or remove it there`, { name, kind: kind.plural });
+  if (e.file) throw new ApiError('Conflict', `${kind.plural} "${name}" is defined by ${e.file}: change or remove it there`, { name, kind: kind.plural });
 }
 
 function key(namespace: string, name: string): string {

@@ -8,9 +8,13 @@
 import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
 import { startNodeApi } from '../api/index.js';
+import { localClient } from '../api/client.js';
 import { showManifestObjects } from '../api/manifest-objects.js';
 import { AgentPodStreams } from '../kubelet-lite/pod-streams.js';
 import { startKubelet } from '../kubelet-lite/run.js';
+import { ObjectStore } from '../kubelet-lite/store.js';
+import { ApiBridge } from '../node/api-bridge.js';
+import { NodeReporter } from '../node/node-status.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo } from '../proxy/service.js';
@@ -91,16 +95,35 @@ export async function node(args: string[]): Promise<number> {
     await api?.stop();
     throw err;
   }
+  // The API's objects are in the agent's store before its first pass, so their pods are adopted.
+  const objects = new ObjectStore({ nodeName: kubeletOpts.nodeName, log });
+  const bridge = api ? new ApiBridge({ store: api.store, client: localClient(api.store), objects, nodeName: kubeletOpts.nodeName, log }) : undefined;
   let kubelet;
   try {
-    kubelet = await startKubelet(kubeletOpts);
+    await bridge?.start();
+    kubelet = await startKubelet({ ...kubeletOpts, objects });
   } catch (err) {
+    bridge?.stop();
     await daemon.close();
     await api?.stop();
     throw err;
   }
   podStreams = new AgentPodStreams(kubelet.agent, log);
   const unshow = api ? showManifestObjects(api.store, kubelet.objects, log) : () => undefined;
+  bridge?.attach(kubelet.agent);
+  const reporter = api
+    ? new NodeReporter({
+        client: localClient(api.store),
+        cri: kubelet.agent.cri,
+        nodeName: kubeletOpts.nodeName,
+        hostIP: kubelet.agent.opts.hostIP,
+        rootDir: kubeletOpts.rootDir,
+        maxPods: kubeletOpts.maxPods ?? 110,
+        statusPort: Number(kubeletOpts.statusAddress.slice(kubeletOpts.statusAddress.lastIndexOf(':') + 1)),
+        log,
+      })
+    : undefined;
+  reporter?.start();
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
@@ -110,6 +133,8 @@ export async function node(args: string[]): Promise<number> {
     proxy = await startProxy(proxyOpts, storeServiceSource(kubelet.objects), pods, kubelet.metrics.registry, log);
   } catch (err) {
     unshow();
+    bridge?.stop();
+    await reporter?.stop();
     pods.close();
     await kubelet.stop();
     await daemon.close();
@@ -144,6 +169,8 @@ export async function node(args: string[]): Promise<number> {
   return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {
     clearInterval(ages);
     unshow();
+    bridge?.stop();
+    await reporter?.stop();
     await kubelet.stop();
     pods.close();
     await proxy.stop();

@@ -64,6 +64,9 @@ export interface ParsedObject {
   name: string;
   object: Record<string, unknown>;
   source: ObjectSource;
+  /** The object's own uid and content revision, when it has them (from the node's API); else the uid is a hash of the content. */
+  uid?: string;
+  revision?: string;
 }
 
 /** What one file gave: its objects in document order and its problems. */

@@ -33,6 +33,12 @@ import { ManifestWatcher } from './watch.js';
 
 export interface KubeletOptions {
   manifests: string;
+  /**
+   * The object store to read, when the caller has already filled it with
+   * objects from elsewhere (the node's API): they are in it before the
+   * agent's first pass, so the pods they define are adopted, not stopped.
+   */
+  objects?: ObjectStore;
   runtimeEndpoint: string;
   statusAddress: string;
   rootDir: string;
@@ -80,7 +86,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   await fs.mkdir(opts.rootDir, { recursive: true, mode: 0o700 });
   await ownRootDir(opts.rootDir, log);
   const hostResolvConf = await fs.readFile('/etc/resolv.conf', 'utf8').catch(() => '');
-  const store = new ObjectStore({ nodeName: opts.nodeName, log });
+  const store = opts.objects ?? new ObjectStore({ nodeName: opts.nodeName, log });
   const watcher = new ManifestWatcher({ dir: opts.manifests, store, log });
   let rescan: NodeJS.Timeout | undefined;
   const manifests: ManifestSource = {

@@ -82,9 +82,10 @@ export class ObjectStore implements ObjectLookup {
       kind: o.kind,
       namespace: o.namespace,
       name: o.name,
-      uid: objectUid(this.nodeName, o.kind, o.namespace, o.name, o.object),
+      uid: o.uid ?? objectUid(this.nodeName, o.kind, o.namespace, o.name, o.object),
       object: structuredClone(o.object),
       source: { ...o.source },
+      ...(o.revision !== undefined ? { revision: o.revision } : {}),
     }));
     const before = JSON.stringify(this.problems());
     this.files.set(file, { objects, problems: content.problems.map((p) => ({ ...p })) });
@@ -190,7 +191,7 @@ export class ObjectStore implements ObjectLookup {
     for (const [key, o] of next) {
       const old = this.view.get(key);
       if (!old) changes.push({ type: 'added', object: structuredClone(o) });
-      else if (old.uid !== o.uid || old.apiVersion !== o.apiVersion) changes.push({ type: 'modified', object: structuredClone(o) });
+      else if (old.uid !== o.uid || old.apiVersion !== o.apiVersion || old.revision !== o.revision) changes.push({ type: 'modified', object: structuredClone(o) });
     }
     this.view = next;
     this.duplicateProblems = duplicates;

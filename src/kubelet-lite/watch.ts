@@ -209,7 +209,8 @@ export class ManifestWatcher {
       files = [];
     }
     const present = new Set(files);
-    for (const f of this.store.fileNames()) if (!present.has(f)) this.store.removeFile(f);
+    // Only the directory's own files: the store also holds other sources (the node's API).
+    for (const f of this.store.fileNames()) if (!present.has(f) && path.dirname(path.resolve(f)) === path.resolve(this.dir)) this.store.removeFile(f);
     for (const f of this.retries.keys()) if (!present.has(f)) this.forgetRetry(f);
     for (const f of this.readStamps.keys()) if (!present.has(f)) this.readStamps.delete(f);
     // A file waiting for its retry is left to it: a rescan must not turn the back-off into a fixed pace.

@@ -161,7 +161,7 @@ describe('the API store', () => {
     const store = new Store({ kinds: KINDS, persistence: openApiDb(file) });
     const c = localClient(store);
     const kind = store.kind('secrets')!;
-    expect(store.mirror(kind, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'filed', uid: 'u-1' }, stringData: { a: 'b' } }, '/m/s.yaml')).toBe(true);
+    expect(store.mirror(kind, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'filed', uid: 'u-1' }, stringData: { a: 'b' } }, 'the manifest file /m/s.yaml')).toBe(true);
     const got = await c.get('secrets', 'default', 'filed');
     expect(got.data).toEqual({ a: Buffer.from('b').toString('base64') });
     expect(got.metadata.uid).toBe('u-1');
@@ -171,7 +171,7 @@ describe('the API store', () => {
     expect(await reason(c.create('secrets', 'default', { metadata: { name: 'filed' } }))).toMatch(/^409 AlreadyExists/);
     // One written through the API keeps its name against a file's.
     await c.create('secrets', 'default', { metadata: { name: 'mine' } });
-    expect(store.mirror(kind, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'mine' } }, '/m/t.yaml')).toBe(false);
+    expect(store.mirror(kind, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'mine' } }, 'the manifest file /m/t.yaml')).toBe(false);
     const rv = Number(store.resourceVersion);
     store.close();
     const again = new Store({ kinds: KINDS, persistence: openApiDb(file) });

@@ -1,0 +1,267 @@
+/**
+ * The node's API and its agent joined as a cluster and its kubelet are,
+ * for the kinds the agent runs:
+ *
+ * - What clients write through the API (Pods bound to this node,
+ *   ConfigMaps, Secrets, Services and the workloads) is handed to the agent
+ *   as one more source beside the manifest directory, under the API's uids,
+ *   so an object's edit is an edit and not a new object.
+ * - The agent's view goes back as status: each pod's status onto its Pod
+ *   (a file's pods and the API's alike), each workload's status as its
+ *   controller computed it, with the generation it saw. Pods the node's
+ *   controllers make are shown read-only, owned by their workload, until
+ *   the controllers write them through the API themselves.
+ * - A Pod deleted through the API is marked (graceful deletion); the agent
+ *   stops it, and the bridge then deletes it for good, as a kubelet does.
+ *
+ * Reads and status writes go through the ApiClient interface; showing the
+ * controllers' pods uses the store's mirror, which only the node has.
+ */
+import { createHash } from 'node:crypto';
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { ApiClient } from '../api/client.js';
+import { ApiError } from '../api/errors.js';
+import type { Store } from '../api/store.js';
+import { resourceOf, type ApiObject, type Kind, type Obj } from '../api/types.js';
+import { errorMessage } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { ParsedObject } from '../kubelet-lite/manifests.js';
+import type { ObjectStore } from '../kubelet-lite/store.js';
+import { API_SOURCE_FILE } from '../stored-object.js';
+import type { WorkloadStatus } from '../controllers/types.js';
+
+/** The resources the agent (or its controllers, or the proxy) acts on. */
+const FED = ['pods', 'configmaps', 'secrets', 'services', 'deployments.apps', 'daemonsets.apps', 'jobs.batch', 'cronjobs.batch'];
+const WORKLOAD_RESOURCES: Record<string, string> = { Deployment: 'deployments.apps', DaemonSet: 'daemonsets.apps', Job: 'jobs.batch', CronJob: 'cronjobs.batch' };
+
+/** What the bridge needs of the agent. */
+export interface AgentView {
+  listPods(): Pod[];
+  watchPods(listener: (type: 'ADDED' | 'MODIFIED' | 'DELETED', pod: Pod) => void): () => void;
+  getPod(namespace: string, name: string): Pod | undefined;
+  workloads(): WorkloadStatus[];
+}
+
+export interface ApiBridgeOptions {
+  store: Store;
+  client: ApiClient;
+  objects: ObjectStore;
+  nodeName: string;
+  log: Logger;
+  /** How often workload statuses are copied (they change only when the controllers run; default 1 s). */
+  workloadEveryMs?: number;
+}
+
+const key = (ns: string, name: string) => `${ns}/${name}`;
+
+/** The object as the agent should read it: no status, no server bookkeeping. */
+function forAgent(o: ApiObject): Obj {
+  const { status: _s, ...rest } = o;
+  const { managedFields: _m, resourceVersion: _r, ...meta } = o.metadata;
+  return { ...rest, metadata: meta };
+}
+
+function revisionOf(o: Obj): string {
+  return createHash('sha256').update(JSON.stringify(o)).digest('hex').slice(0, 16);
+}
+
+export class ApiBridge {
+  private readonly o: ApiBridgeOptions;
+  private agent: AgentView | undefined;
+  private stops: Array<() => void> = [];
+  private feedTimer: NodeJS.Immediate | undefined;
+  private workloadTimer: NodeJS.Timeout | undefined;
+  /** resource/ns/name → the revision last handed to the agent. */
+  private fed = new Map<string, string>();
+  /** Workload resource/ns/name → the generation handed to the agent (what its status observes). */
+  private fedGeneration = new Map<string, number>();
+  /** Pods shown for the controllers, by namespace/name → uid. */
+  private readonly controllerPods = new Map<string, string>();
+  private readonly pendingPods = new Set<string>();
+  private podTimer: NodeJS.Immediate | undefined;
+  private stopped = false;
+
+  constructor(opts: ApiBridgeOptions) {
+    this.o = opts;
+  }
+
+  private kinds(): Kind[] {
+    return FED.map((r) => this.o.store.kind(r)).filter((k): k is Kind => k !== undefined);
+  }
+
+  /**
+   * Hands the API's objects to the agent's store now (before the agent's
+   * first pass, so the pods they define are adopted) and from then on as
+   * they change.
+   */
+  async start(): Promise<void> {
+    this.feed();
+    for (const kind of this.kinds()) {
+      const w = await this.o.client.watch(
+        resourceOf(kind),
+        { resourceVersion: this.o.store.resourceVersion },
+        () => this.scheduleFeed(),
+        (reason) => {
+          // Fell behind (or stopped): a full feed is the relist.
+          if (!this.stopped) this.o.log.warn('the API bridge lost its watch; feeding everything again', { resource: resourceOf(kind), reason });
+          this.scheduleFeed();
+        },
+      );
+      this.stops.push(() => w.stop());
+    }
+  }
+
+  /** From now on, the agent's pods and workloads are written back as status. */
+  attach(agent: AgentView): void {
+    this.agent = agent;
+    this.stops.push(agent.watchPods((_type, pod) => this.schedulePod(pod.metadata?.namespace ?? 'default', pod.metadata?.name ?? '')));
+    for (const p of agent.listPods()) this.schedulePod(p.metadata?.namespace ?? 'default', p.metadata?.name ?? '');
+    // Pods the API holds that the agent does not know (stopped while the node was down, or never valid).
+    for (const p of this.o.store.list(this.o.store.kind('pods')!).items) this.schedulePod(p.metadata.namespace ?? 'default', p.metadata.name ?? '');
+    const tick = () => {
+      this.copyWorkloads();
+      this.workloadTimer = setTimeout(tick, this.o.workloadEveryMs ?? 1000);
+      this.workloadTimer.unref();
+    };
+    tick();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    for (const s of this.stops) s();
+    this.stops = [];
+    if (this.feedTimer) clearImmediate(this.feedTimer);
+    if (this.podTimer) clearImmediate(this.podTimer);
+    if (this.workloadTimer) clearTimeout(this.workloadTimer);
+  }
+
+  // ------------------------------------------------------------ API → agent
+
+  private scheduleFeed(): void {
+    if (this.feedTimer || this.stopped) return;
+    this.feedTimer = setImmediate(() => {
+      this.feedTimer = undefined;
+      this.feed();
+    });
+  }
+
+  /** Every API-written object of the fed kinds, as one source of the agent's store. */
+  private feed(): void {
+    const objects: ParsedObject[] = [];
+    const fed = new Map<string, string>();
+    const generations = new Map<string, number>();
+    for (const kind of this.kinds()) {
+      for (const o of this.o.store.list(kind).items) {
+        const ns = o.metadata.namespace ?? '';
+        const name = o.metadata.name ?? '';
+        if (this.o.store.ownerOf(kind, ns, name) !== undefined) continue; // a file's or the controllers': the agent has it already
+        if (kind.plural === 'pods') {
+          const spec = (o.spec ?? {}) as Obj;
+          if (spec.nodeName !== this.o.nodeName) continue;
+          if (o.metadata.deletionTimestamp) {
+            // Being deleted: the agent stops it once it is no longer given, then it goes for good.
+            this.schedulePod(ns, name);
+            continue;
+          }
+        }
+        const object = forAgent(o);
+        const revision = revisionOf(object);
+        const k = `${resourceOf(kind)}/${ns}/${name}`;
+        fed.set(k, revision);
+        if (kind.spec) generations.set(k, o.metadata.generation ?? 1);
+        objects.push({ apiVersion: o.apiVersion, kind: o.kind, namespace: ns, name, object, source: { file: API_SOURCE_FILE, document: 0, line: 0 }, uid: o.metadata.uid, revision });
+      }
+    }
+    const same = fed.size === this.fed.size && [...fed].every(([k, r]) => this.fed.get(k) === r);
+    if (same) return;
+    this.fed = fed;
+    // The agent's controllers run on this change before it returns: the generations are what they saw.
+    this.o.objects.replaceFile(API_SOURCE_FILE, { objects, problems: [] });
+    this.fedGeneration = generations;
+  }
+
+  // ------------------------------------------------------------ agent → API
+
+  private schedulePod(namespace: string, name: string): void {
+    if (this.stopped) return;
+    this.pendingPods.add(key(namespace, name));
+    if (this.podTimer) return;
+    this.podTimer = setImmediate(() => {
+      this.podTimer = undefined;
+      const keys = [...this.pendingPods];
+      this.pendingPods.clear();
+      void (async () => {
+        for (const k of keys) {
+          const i = k.indexOf('/');
+          await this.syncPod(k.slice(0, i), k.slice(i + 1)).catch((err) => this.o.log.warn('could not write a pod\'s status to the API', { pod: k, error: errorMessage(err) }));
+        }
+      })();
+    });
+  }
+
+  private async getOrUndefined(resource: string, namespace: string, name: string): Promise<ApiObject | undefined> {
+    try {
+      return await this.o.client.get(resource, namespace, name);
+    } catch (err) {
+      if (err instanceof ApiError && err.reason === 'NotFound') return undefined;
+      throw err;
+    }
+  }
+
+  /** Makes the API's Pod namespace/name agree with the agent's. */
+  private async syncPod(namespace: string, name: string): Promise<void> {
+    const agent = this.agent;
+    if (!agent) return;
+    const podKind = this.o.store.kind('pods')!;
+    const view = agent.getPod(namespace, name);
+    const current = await this.getOrUndefined('pods', namespace, name);
+    const k = key(namespace, name);
+    const viewUid = view?.metadata?.uid;
+    const owned = this.controllerPods.get(k);
+    if (!view || (owned !== undefined && owned !== viewUid)) {
+      if (owned !== undefined && this.o.store.ownerOf(podKind, namespace, name) !== undefined) this.o.store.unmirror(podKind, namespace, name);
+      this.controllerPods.delete(k);
+    }
+    if (current && owned === undefined && current.metadata.deletionTimestamp && (!view || viewUid !== current.metadata.uid)) {
+      // The agent has stopped it (or never ran it): gone for good.
+      await this.o.client.delete('pods', namespace, name, { gracePeriodSeconds: 0, uid: current.metadata.uid }).catch((err) => {
+        if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict'))) throw err;
+      });
+      return;
+    }
+    if (!view) return;
+    let target = current;
+    const owner = view.metadata?.ownerReferences?.[0];
+    if (owner && (!current || this.controllerPods.has(k))) {
+      // A controller's pod: shown as the agent has it (terminating too), owned by its workload.
+      const shown = structuredClone(view) as unknown as ApiObject;
+      delete shown.status;
+      if (!this.o.store.mirror(podKind, shown, `${owner.kind} ${namespace}/${owner.name} (its pods are made by the node's controllers)`)) return;
+      this.controllerPods.set(k, viewUid ?? '');
+      target = await this.getOrUndefined('pods', namespace, name);
+    }
+    if (!target || target.metadata.uid !== viewUid) return; // a file's pod not shown yet, or an API pod the agent has not caught up with
+    if (JSON.stringify(target.status ?? null) === JSON.stringify(view.status ?? null)) return;
+    await this.o.client.update('pods', namespace, name, { ...target, status: view.status }, { status: true });
+  }
+
+  private copyWorkloads(): void {
+    const agent = this.agent;
+    if (!agent || this.stopped) return;
+    void (async () => {
+      for (const w of agent.workloads()) {
+        const resource = WORKLOAD_RESOURCES[w.kind];
+        if (!resource || !this.o.store.kind(resource)) continue;
+        const current = await this.getOrUndefined(resource, w.namespace, w.name);
+        if (!current) continue;
+        const status: Obj = { ...w.status };
+        const generation = this.o.store.ownerOf(this.o.store.kind(resource)!, w.namespace, w.name) !== undefined ? current.metadata.generation : this.fedGeneration.get(`${resource}/${w.namespace}/${w.name}`);
+        if (generation !== undefined && (w.kind === 'Deployment' || w.kind === 'DaemonSet')) status.observedGeneration = generation;
+        if (JSON.stringify(current.status ?? null) === JSON.stringify(status)) continue;
+        await this.o.client.update(resource, w.namespace, w.name, { ...current, status }, { status: true }).catch((err) => {
+          if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict'))) this.o.log.warn('could not write a workload\'s status to the API', { kind: w.kind, name: w.name, error: errorMessage(err) });
+        });
+      }
+    })();
+  }
+}

@@ -1,0 +1,203 @@
+/**
+ * The node registers itself as a kubelet does: its Node object (labels,
+ * addresses, capacity and allocatable, nodeInfo, the runtime's images,
+ * the Ready condition from the runtime's own status), a Lease in
+ * kube-node-lease renewed every 10 s, and the Node's status written when
+ * it changes and at least every 5 minutes.
+ */
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import type { ApiClient } from '../api/client.js';
+import { ApiError } from '../api/errors.js';
+import type { ApiObject, Obj } from '../api/types.js';
+import { errorMessage } from '../errors.js';
+import type { CriEndpoint } from '../kubelet-lite/cri-client.js';
+import type { Logger } from '../log.js';
+import { KUBE_VERSION } from '../version.js';
+
+export interface NodeReporterOptions {
+  client: ApiClient;
+  cri: CriEndpoint;
+  nodeName: string;
+  hostIP: string;
+  rootDir: string;
+  maxPods: number;
+  /** The port of the node's status API (the kubelet's daemon endpoint). */
+  statusPort: number;
+  log: Logger;
+  now?: () => number;
+  /** How often the lease is renewed and the status looked at (the kubelet's 10 s). */
+  everyMs?: number;
+  /** The status is written at least this often even unchanged (the kubelet's nodeStatusReportFrequency, 5 min). */
+  reportEveryMs?: number;
+}
+
+/** The memory the kubelet's default hard eviction threshold keeps back (memory.available<100Mi). */
+const EVICTION_MEMORY = 100 * 1024 * 1024;
+/** nodefs.available<10%. */
+const EVICTION_NODEFS = 0.1;
+const MAX_IMAGES = 50;
+
+const rfc3339 = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace('.000Z', 'Z');
+/** metav1.MicroTime. */
+const microTime = (ms: number) => new Date(ms).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+const ki = (bytes: number) => `${Math.floor(bytes / 1024)}Ki`;
+
+async function readText(file: string): Promise<string> {
+  return fs.readFile(file, 'utf8').catch(() => '');
+}
+
+export class NodeReporter {
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private lastReport = 0;
+  private lastConditions = '';
+  private readonly now: () => number;
+  private ticking: Promise<void> | undefined;
+
+  constructor(private readonly o: NodeReporterOptions) {
+    this.now = o.now ?? Date.now;
+  }
+
+  start(): void {
+    const loop = () => {
+      if (this.stopped) return;
+      this.ticking = this.tick().catch((err) => this.o.log.warn('could not report the node to the API', { error: errorMessage(err) }));
+      void this.ticking.finally(() => {
+        if (this.stopped) return;
+        this.timer = setTimeout(loop, this.o.everyMs ?? 10_000);
+        this.timer.unref();
+      });
+    };
+    loop();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.ticking;
+  }
+
+  /** One round: the Node exists, its status is current, the lease renewed. */
+  async tick(): Promise<void> {
+    const node = await this.ensureNode();
+    await this.report(node);
+    await this.renewLease();
+  }
+
+  private async get(resource: string, namespace: string, name: string): Promise<ApiObject | undefined> {
+    try {
+      return await this.o.client.get(resource, namespace, name);
+    } catch (err) {
+      if (err instanceof ApiError && err.reason === 'NotFound') return undefined;
+      throw err;
+    }
+  }
+
+  private async ensureNode(): Promise<ApiObject> {
+    const existing = await this.get('nodes', '', this.o.nodeName);
+    if (existing) return existing;
+    const labels = {
+      'beta.kubernetes.io/arch': goArch(),
+      'beta.kubernetes.io/os': 'linux',
+      'kubernetes.io/arch': goArch(),
+      'kubernetes.io/hostname': this.o.nodeName,
+      'kubernetes.io/os': 'linux',
+    };
+    this.lastReport = 0;
+    return this.o.client.create('nodes', '', { apiVersion: 'v1', kind: 'Node', metadata: { name: this.o.nodeName, labels }, spec: {} });
+  }
+
+  private async report(node: ApiObject): Promise<void> {
+    const now = this.now();
+    const status = await this.status(node, now);
+    const conditions = JSON.stringify((status.conditions as Obj[]).map((c) => [c.type, c.status, c.reason, c.message]));
+    const rest = JSON.stringify({ ...status, conditions: undefined });
+    const old = (node.status ?? {}) as Obj;
+    const oldRest = JSON.stringify({ ...old, conditions: undefined });
+    if (conditions === this.lastConditions && rest === oldRest && now - this.lastReport < (this.o.reportEveryMs ?? 300_000)) return;
+    await this.o.client.update('nodes', '', this.o.nodeName, { ...node, status }, { status: true });
+    this.lastReport = now;
+    this.lastConditions = conditions;
+  }
+
+  private async status(node: ApiObject, now: number): Promise<Obj> {
+    const { cri } = this.o;
+    const [runtime, version, images, statfs, osRelease, machineId, bootId] = await Promise.all([
+      cri.runtime.status({ verbose: false }, 10_000).catch((err: unknown) => err as Error),
+      cri.runtime.version({ version: '0.1.0' }, 10_000).catch(() => undefined),
+      cri.images.listImages({}, 10_000).catch(() => undefined),
+      fs.statfs(this.o.rootDir).catch(() => undefined),
+      readText('/etc/os-release'),
+      readText('/etc/machine-id'),
+      readText('/proc/sys/kernel/random/boot_id'),
+    ]);
+    const storage = statfs ? statfs.blocks * statfs.bsize : 0;
+    const memory = os.totalmem();
+    const capacity = { cpu: String(os.cpus().length), 'ephemeral-storage': ki(storage), 'hugepages-1Gi': '0', 'hugepages-2Mi': '0', memory: ki(memory), pods: String(this.o.maxPods) };
+    const allocatable = { ...capacity, 'ephemeral-storage': String(Math.floor(storage * (1 - EVICTION_NODEFS))), memory: ki(Math.max(0, memory - EVICTION_MEMORY)) };
+
+    // Ready as the kubelet reports it: the runtime answers and says it and its network are ready.
+    let ready = { status: 'True', reason: 'KubeletReady', message: 'kubelet is posting ready status' };
+    if (runtime instanceof Error) {
+      ready = { status: 'False', reason: 'KubeletNotReady', message: `container runtime is down: ${runtime.message}` };
+    } else {
+      const conds = runtime.status?.conditions ?? [];
+      const problems = conds.filter((c) => !c.status).map((c) => `container runtime ${c.type === 'NetworkReady' ? 'network ' : ''}not ready: ${c.type}=false reason:${c.reason} message:${c.message}`);
+      if (problems.length > 0) ready = { status: 'False', reason: 'KubeletNotReady', message: problems.join(', ') };
+    }
+    const before = new Map(((node.status as Obj | undefined)?.conditions as Obj[] | undefined ?? []).map((c) => [String(c.type), c]));
+    const condition = (type: string, s: { status: string; reason: string; message: string }) => {
+      const old = before.get(type);
+      return { type, ...s, lastHeartbeatTime: rfc3339(now), lastTransitionTime: old && old.status === s.status ? old.lastTransitionTime : rfc3339(now) };
+    };
+    const pretty = /^PRETTY_NAME="?([^"\n]*)"?$/m.exec(osRelease)?.[1] ?? 'Linux';
+    const statusAddress = [{ type: 'InternalIP', address: this.o.hostIP }, { type: 'Hostname', address: os.hostname() }];
+    return {
+      capacity,
+      allocatable,
+      conditions: [
+        condition('MemoryPressure', { status: 'False', reason: 'KubeletHasSufficientMemory', message: 'kubelet has sufficient memory available' }),
+        condition('DiskPressure', { status: 'False', reason: 'KubeletHasNoDiskPressure', message: 'kubelet has no disk pressure' }),
+        condition('PIDPressure', { status: 'False', reason: 'KubeletHasSufficientPID', message: 'kubelet has sufficient PID available' }),
+        condition('Ready', ready),
+      ],
+      addresses: statusAddress,
+      daemonEndpoints: { kubeletEndpoint: { Port: this.o.statusPort } },
+      nodeInfo: {
+        machineID: machineId.trim(),
+        systemUUID: machineId.trim(),
+        bootID: bootId.trim(),
+        kernelVersion: os.release(),
+        osImage: pretty,
+        containerRuntimeVersion: version ? `${version.runtimeName}://${version.runtimeVersion}` : 'unknown://',
+        kubeletVersion: KUBE_VERSION.gitVersion,
+        kubeProxyVersion: '',
+        operatingSystem: 'linux',
+        architecture: goArch(),
+      },
+      images: (images?.images ?? [])
+        .slice()
+        .sort((a, b) => Number(b.size ?? 0) - Number(a.size ?? 0))
+        .slice(0, MAX_IMAGES)
+        .map((i) => ({ names: [...(i.repoDigests ?? []), ...(i.repoTags ?? [])], sizeBytes: Number(i.size ?? 0) })),
+    };
+  }
+
+  private async renewLease(): Promise<void> {
+    const now = microTime(this.now());
+    const lease = await this.get('leases.coordination.k8s.io', 'kube-node-lease', this.o.nodeName);
+    const spec = { holderIdentity: this.o.nodeName, leaseDurationSeconds: 40, renewTime: now };
+    if (!lease) {
+      await this.o.client.create('leases.coordination.k8s.io', 'kube-node-lease', { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: this.o.nodeName, namespace: 'kube-node-lease' }, spec });
+      return;
+    }
+    await this.o.client.update('leases.coordination.k8s.io', 'kube-node-lease', this.o.nodeName, { ...lease, spec: { ...(lease.spec as Obj), ...spec } });
+  }
+}
+
+/** GOARCH names, as node labels carry them. */
+function goArch(): string {
+  const a = os.arch();
+  return a === 'x64' ? 'amd64' : a === 'ia32' ? '386' : a;
+}

@@ -1,0 +1,152 @@
+/**
+ * A whole `skiff node` for a test, as a user runs it: its own process in a
+ * network namespace of the test's own (so its API on 127.0.0.1:6443, its
+ * rules and its pods touch nothing outside), the demo images imported from
+ * archives (no registry), and kubectl run inside the same namespace with
+ * the node's admin kubeconfig. stop() removes every pod, mount and rule.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { buildDemoImages } from '../../scripts/build-demo-images.js';
+import { loadCri } from '../../src/server/proto.js';
+import { grpc, repoRoot } from './daemon.js';
+import { TestNetns } from './netns.js';
+import { mountsUnder, processesMentioning } from './pods.js';
+import { waitFor } from './registry.js';
+
+const bin = path.join(repoRoot, 'bin', 'skiff.js');
+export const KUBECTL_135 = path.join(repoRoot, 'build', 'bin', 'kubectl');
+export const KUBECTL_127 = '/usr/lib/google-cloud-sdk/bin/kubectl.1.27';
+
+export interface KubectlResult {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export class SkiffNode {
+  base = '';
+  ns!: TestNetns;
+  child: ChildProcess | undefined;
+  /** Everything the node process printed since its last start. */
+  log = '';
+  readonly nodeName = 'api-node';
+
+  get dirs() {
+    const b = this.base;
+    return {
+      socket: path.join(b, 'skiff.sock'),
+      root: path.join(b, 'root'),
+      state: path.join(b, 'state'),
+      kubelet: path.join(b, 'kubelet'),
+      manifests: path.join(b, 'manifests'),
+      images: path.join(b, 'images'),
+      kubeconfig: path.join(b, 'kubelet', 'admin.kubeconfig'),
+    };
+  }
+
+  /** Makes the directories, the images and the namespace, then starts the node. */
+  async create(): Promise<void> {
+    this.base = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-apinode-'));
+    const d = this.dirs;
+    await fs.mkdir(d.manifests, { recursive: true });
+    await fs.mkdir(path.join(this.base, 'net.d'));
+    await buildDemoImages(d.images);
+    this.ns = new TestNetns().create();
+    // The node's own address, as eth0 would carry it (a documentation address on a veth pair whose both ends stay inside).
+    for (const args of [['link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0-peer'], ['addr', 'add', '192.0.2.10/24', 'dev', 'eth0'], ['link', 'set', 'eth0-peer', 'up'], ['link', 'set', 'eth0', 'up']]) {
+      const r = spawnSync('ip', ['-n', this.ns.name, ...args], { encoding: 'utf8' });
+      if (r.status !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr}`);
+    }
+    await this.start();
+    await waitFor('the demo images imported from the images dir', async () => this.log.includes('"images":["skiff.local/demo-web:1"]'), 60_000);
+  }
+
+  async start(): Promise<void> {
+    const d = this.dirs;
+    this.log = '';
+    const argv = this.ns.wrap([
+      process.execPath, bin, 'node',
+      '--manifests', d.manifests, '--images-dir', d.images,
+      '--socket', d.socket, '--root', d.root, '--state', d.state, '--root-dir', d.kubelet,
+      '--cni-conf-dir', path.join(this.base, 'net.d'), '--registry-config', path.join(this.base, 'certs.d'),
+      '--status-address', '127.0.0.1:10255', '--node-name', this.nodeName, '--log-level', 'info',
+    ]);
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = child;
+    child.stdout!.on('data', (b: Buffer) => (this.log += b.toString()));
+    child.stderr!.on('data', (b: Buffer) => (this.log += b.toString()));
+    await waitFor('skiff node to be ready', async () => {
+      if (child.exitCode !== null) throw new Error(`skiff node exited ${child.exitCode}: ${this.log}`);
+      return this.log.includes('skiff node ready');
+    }, 60_000);
+  }
+
+  /** SIGTERM (pods keep running) or SIGKILL; resolves with the exit code or signal. */
+  async stopProcess(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | string | null> {
+    const child = this.child;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return child?.exitCode ?? child?.signalCode ?? null;
+    const exited = new Promise<number | string | null>((r) => child.once('exit', (c, s) => r(c ?? s)));
+    child.kill(signal);
+    return exited;
+  }
+
+  /** kubectl (1.35 unless given) inside the node's namespace, with the admin kubeconfig. */
+  kubectl(args: string[], opts: { bin?: string; input?: string; timeoutMs?: number } = {}): Promise<KubectlResult> {
+    const argv = this.ns.wrap([opts.bin ?? KUBECTL_135, '--kubeconfig', this.dirs.kubeconfig, ...args]);
+    return new Promise((resolve) => {
+      const c = spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+      let stdout = '';
+      let stderr = '';
+      c.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+      c.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+      const timer = setTimeout(() => c.kill('SIGKILL'), opts.timeoutMs ?? 60_000);
+      c.on('close', (status) => {
+        clearTimeout(timer);
+        resolve({ status, stdout, stderr });
+      });
+      c.stdin.end(opts.input ?? '');
+    });
+  }
+
+  /** kubectl that must succeed: its stdout. */
+  async kubectlOk(args: string[], opts: { bin?: string; input?: string; timeoutMs?: number } = {}): Promise<string> {
+    const r = await this.kubectl(args, opts);
+    if (r.status !== 0) throw new Error(`kubectl ${args.join(' ')} exited ${r.status}: ${r.stderr}${r.stdout}`);
+    return r.stdout;
+  }
+
+  /** kubectl get -o json, parsed. */
+  async getJson<T = Record<string, unknown>>(args: string[]): Promise<T> {
+    return JSON.parse(await this.kubectlOk(['get', ...args, '-o', 'json'])) as T;
+  }
+
+  /** Stops the node, removes its pods through a bare runtime on the same root, its rules and namespace; checks nothing leaked. */
+  async destroy(): Promise<{ mounts: string[]; processes: string[] }> {
+    if (!this.base || !this.ns) return { mounts: [], processes: [] };
+    await this.stopProcess();
+    const d = this.dirs;
+    const argv = this.ns.wrap([process.execPath, bin, 'cri', '--socket', d.socket, '--root', d.root, '--state', d.state, '--cni-conf-dir', path.join(this.base, 'net.d'), '--registry-config', path.join(this.base, 'certs.d')]);
+    const cri = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' });
+    await waitFor('the runtime for cleanup', async () => spawnSync('test', ['-S', d.socket]).status === 0, 30_000).catch(() => undefined);
+    const proto = loadCri();
+    const rt = new proto.runtime.v1.RuntimeService(`unix:${d.socket}`, grpc.credentials.createInsecure());
+    const call = <T>(m: string, req: unknown) =>
+      new Promise<T>((resolve, reject) => (rt as unknown as Record<string, (r: unknown, cb: (e: unknown, v: T) => void) => void>)[m]!.call(rt, req, (e, v) => (e ? reject(e) : resolve(v))));
+    const list = await call<{ items: Array<{ id: string }> }>('ListPodSandbox', {}).catch(() => ({ items: [] }));
+    for (const sb of list.items) await call('RemovePodSandbox', { podSandboxId: sb.id }).catch(() => undefined);
+    rt.close();
+    await new Promise<void>((r) => {
+      cri.once('exit', () => r());
+      cri.kill('SIGTERM');
+    });
+    spawnSync('nsenter', [`--net=${this.ns.path}`, process.execPath, bin, 'proxy', '--cleanup']);
+    await this.ns.destroy();
+    await new Promise((r) => setTimeout(r, 300));
+    const leaks = { mounts: mountsUnder(this.base), processes: processesMentioning(this.base) };
+    await fs.rm(this.base, { recursive: true, force: true });
+    return leaks;
+  }
+}
