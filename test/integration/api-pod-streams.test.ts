@@ -1,31 +1,23 @@
 /**
  * The Pod subresources kubectl streams through (pods/log, exec, attach,
  * portforward), served by a real `skiff node` in a network namespace of its
- * own and driven by real kubectl 1.35 (WebSocket first, SPDY on an upgrade
- * failure) and 1.27 (SPDY), with the node's admin kubeconfig. The pod comes
- * from a manifest file; its image is the demo's busybox web image, imported
- * from an archive (no registry).
+ * own (test/helpers/skiff-node.ts) and driven by real kubectl 1.35 (WebSocket)
+ * and 1.27 (SPDY), with the node's admin kubeconfig. The pod comes from a
+ * manifest file; its image is the demo's busybox web image, imported from an
+ * archive (no registry).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildDemoImages } from '../../scripts/build-demo-images.js';
-import { loadCri } from '../../src/server/proto.js';
-import { grpc, repoRoot } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
-import { TestNetns } from '../helpers/netns.js';
-import { mountsUnder, processesMentioning } from '../helpers/pods.js';
+import { freePort, waitFor } from '../helpers/registry.js';
+import { KUBECTL_127, KUBECTL_135, SkiffNode } from '../helpers/skiff-node.js';
 import { SpdyTestClient } from '../helpers/spdy-client.js';
 import { wsTunnel } from '../helpers/ws-tunnel.js';
-import { freePort, waitFor } from '../helpers/registry.js';
 
-const bin = path.join(repoRoot, 'bin', 'skiff.js');
-const KUBECTL_135 = path.join(repoRoot, 'build', 'bin', 'kubectl');
-const KUBECTL_127 = '/usr/lib/google-cloud-sdk/bin/kubectl.1.27';
 const versions = [
   { name: '1.35', bin: KUBECTL_135, present: fs.existsSync(KUBECTL_135) },
   { name: '1.27', bin: KUBECTL_127, present: fs.existsSync(KUBECTL_127) },
@@ -55,39 +47,22 @@ interface Result {
 }
 
 describe.skipIf(!isRoot)('pods/log, exec, attach and port-forward through skiff node and real kubectl', () => {
-  let base = '';
-  let ns: TestNetns | undefined;
-  let child: ChildProcess | undefined;
-  let log = '';
-  let kubeconfig = '';
-  /** The API's port as the host reaches it (the API itself listens in the namespace). */
+  const node = new SkiffNode();
+  /** The API's port as the host reaches it (the API itself listens in the node's namespace). */
   let hostApiPort = 0;
   const started = new Set<ChildProcess>();
-  const d = () => ({ socket: path.join(base, 'skiff.sock'), root: path.join(base, 'root'), state: path.join(base, 'state'), kubelet: path.join(base, 'kubelet') });
-  const inNs = () => ['nsenter', `--net=${ns!.path}`];
+  const pki = () => path.join(node.dirs.kubelet, 'pki');
 
-  /** kubectl in the node's namespace, to completion (killed after 60 s). */
-  function kubectl(kbin: string, args: string[], input?: string): Promise<Result> {
-    return new Promise((resolve) => {
-      const argv = [...inNs(), kbin, ...args];
-      const p = spawn(argv[0]!, argv.slice(1), { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: base, KUBECONFIG: kubeconfig }, stdio: ['pipe', 'pipe', 'pipe'] });
-      let stdout = '';
-      let stderr = '';
-      p.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
-      p.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
-      p.stdin.end(input ?? '');
-      const timer = setTimeout(() => p.kill('SIGKILL'), 60_000);
-      p.on('close', (code) => {
-        clearTimeout(timer);
-        resolve({ code, stdout, stderr });
-      });
-    });
-  }
+  /** kubectl in the node's namespace, to completion. */
+  const kubectl = async (kbin: string, args: string[], input?: string): Promise<Result> => {
+    const r = await node.kubectl(args, { bin: kbin, input });
+    return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+  };
 
   /** kubectl left running (logs -f, attach, port-forward): its output so far, and a stop. */
   function kubectlBackground(kbin: string, args: string[]): { out: () => string; err: () => string; stop: () => Promise<void> } {
-    const argv = [...inNs(), kbin, ...args];
-    const p = spawn(argv[0]!, argv.slice(1), { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: base, KUBECONFIG: kubeconfig }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const argv = node.ns.wrap([kbin, '--kubeconfig', node.dirs.kubeconfig, ...args]);
+    const p = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
     started.add(p);
     let stdout = '';
     let stderr = '';
@@ -114,9 +89,8 @@ describe.skipIf(!isRoot)('pods/log, exec, attach and port-forward through skiff 
 
   /** A TLS connection to the API from the host, with the admin's certificate or none. */
   async function connect(withCert: boolean): Promise<tls.TLSSocket> {
-    const pki = path.join(d().kubelet, 'pki');
-    const creds = withCert ? { cert: await fsp.readFile(path.join(pki, 'admin.crt')), key: await fsp.readFile(path.join(pki, 'admin.key')) } : {};
-    const s = tls.connect({ host: '127.0.0.1', port: hostApiPort, ca: await fsp.readFile(path.join(pki, 'ca.crt')), ...creds });
+    const creds = withCert ? { cert: await fsp.readFile(path.join(pki(), 'admin.crt')), key: await fsp.readFile(path.join(pki(), 'admin.key')) } : {};
+    const s = tls.connect({ host: '127.0.0.1', port: hostApiPort, ca: await fsp.readFile(path.join(pki(), 'ca.crt')), ...creds });
     s.on('error', () => undefined);
     await new Promise<void>((r, j) => {
       s.once('secureConnect', () => r());
@@ -142,58 +116,15 @@ describe.skipIf(!isRoot)('pods/log, exec, attach and port-forward through skiff 
   }
 
   beforeAll(async () => {
-    base = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-pod-streams-'));
-    for (const x of ['manifests', 'images', 'net.d']) await fsp.mkdir(path.join(base, x));
-    await buildDemoImages(path.join(base, 'images'));
-    await fsp.writeFile(path.join(base, 'manifests', 'streams.yaml'), POD);
-    ns = new TestNetns().create();
-    const argv = ns.wrap([
-      process.execPath, bin, 'node', '--manifests', path.join(base, 'manifests'), '--images-dir', path.join(base, 'images'),
-      '--socket', d().socket, '--root', d().root, '--state', d().state, '--root-dir', d().kubelet,
-      '--cni-conf-dir', path.join(base, 'net.d'), '--registry-config', path.join(base, 'certs.d'), '--status-address', `127.0.0.1:${await freePort()}`,
-      '--node-name', 'streams-node', '--api-address', '127.0.0.1:6443', '--dns-address', '',
-    ]);
-    child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
-    child.stdout!.on('data', (b: Buffer) => (log += b.toString()));
-    child.stderr!.on('data', (b: Buffer) => (log += b.toString()));
-    const m = await waitFor('skiff node to print its KUBECONFIG', async () => {
-      if (child!.exitCode !== null) throw new Error(`skiff node exited ${child!.exitCode}: ${log}`);
-      return /export KUBECONFIG=(\S+)/.exec(log) ?? undefined;
-    }, 60_000);
-    kubeconfig = m[1]!;
-    hostApiPort = await ns.exposePort(6443, base);
+    await node.create();
+    await fsp.writeFile(path.join(node.dirs.manifests, 'streams.yaml'), POD);
+    hostApiPort = await node.ns.exposePort(6443, node.base);
     await waitFor('the pod to have written its first lines', async () => (await kubectl(KUBECTL_135, ['logs', 'streams', '-c', 'main'])).stdout.includes('line-three') || undefined, 90_000);
   }, 180_000);
 
   afterAll(async () => {
     for (const p of started) p.kill('SIGKILL');
-    if (child && child.exitCode === null) {
-      const exited = new Promise((r) => child!.once('exit', r));
-      child.kill('SIGTERM');
-      await exited;
-    }
-    if (!ns) return;
-    // The node leaves its pods running on purpose: remove them through a bare runtime on the same root.
-    const argv = ns.wrap([process.execPath, bin, 'cri', '--socket', d().socket, '--root', d().root, '--state', d().state, '--cni-conf-dir', path.join(base, 'net.d'), '--registry-config', path.join(base, 'certs.d')]);
-    const cri = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' });
-    await waitFor('the runtime for cleanup', async () => spawnSync('test', ['-S', d().socket]).status === 0, 30_000).catch(() => undefined);
-    const proto = loadCri();
-    const rt = new proto.runtime.v1.RuntimeService(`unix:${d().socket}`, grpc.credentials.createInsecure());
-    const call = <T>(method: string, req: unknown) =>
-      new Promise<T>((resolve, reject) => (rt as unknown as Record<string, (r: unknown, cb: (e: unknown, v: T) => void) => void>)[method]!.call(rt, req, (e, v) => (e ? reject(e) : resolve(v))));
-    const list = await call<{ items: Array<{ id: string }> }>('ListPodSandbox', {}).catch(() => ({ items: [] }));
-    for (const sb of list.items) await call('RemovePodSandbox', { podSandboxId: sb.id }).catch(() => undefined);
-    rt.close();
-    await new Promise<void>((r) => {
-      cri.once('exit', () => r());
-      cri.kill('SIGTERM');
-    });
-    spawnSync('nsenter', [`--net=${ns.path}`, process.execPath, bin, 'proxy', '--cleanup']);
-    await ns.destroy();
-    await new Promise((r) => setTimeout(r, 300));
-    const leaks = { mounts: mountsUnder(base), processes: processesMentioning(base) };
-    await fsp.rm(base, { recursive: true, force: true });
-    expect(leaks).toEqual({ mounts: [], processes: [] });
+    expect(await node.destroy()).toEqual({ mounts: [], processes: [] });
   }, 120_000);
 
   for (const v of versions) {
@@ -279,17 +210,22 @@ describe.skipIf(!isRoot)('pods/log, exec, attach and port-forward through skiff 
         }
       });
 
-      it('port-forward carries an HTTP request to the pod and back', async (ctx) => {
-        // kubectl itself refuses a pod whose phase is not Running; the API's Pods get their status
-        // from the agent only once the bridge between them lands (until then, the SPDY test below).
-        const phase = (await k(['get', 'pod', 'streams', '-o', 'jsonpath={.status.phase}'])).stdout;
-        if (phase !== 'Running') return ctx.skip();
+      it('port-forward carries an HTTP request to the pod and back', async () => {
+        // kubectl itself refuses a pod whose phase is not Running (the agent's status, through the bridge).
+        await waitFor('the pod to be Running in the API', async () => (await k(['get', 'pod', 'streams', '-o', 'jsonpath={.status.phase}'])).stdout === 'Running' || undefined, 30_000);
         const port = await freePort();
-        const pf = kubectlBackground(v.bin, ['port-forward', 'pod/streams', `${port}:8080`]);
+        const pf = kubectlBackground(v.bin, ['port-forward', '-v=6', 'pod/streams', `${port}:8080`]);
         try {
           await waitFor('port-forward to listen', async () => pf.out().includes('Forwarding from') || undefined, 30_000).catch((err: Error) => Promise.reject(new Error(`${err.message}: ${pf.err()}`)));
-          const got = spawnSync('nsenter', [`--net=${ns!.path}`, 'timeout', '10', '/bin/busybox', 'wget', '-q', '-O', '-', `http://127.0.0.1:${port}/`], { encoding: 'utf8' });
+          const got = spawnSync('nsenter', [`--net=${node.ns.path}`, 'timeout', '10', '/bin/busybox', 'wget', '-q', '-O', '-', `http://127.0.0.1:${port}/`], { encoding: 'utf8' });
           expect(got.stdout, `${got.stderr}\n${pf.err()}`).toBe('page-from-pod\n');
+          // 1.35 through the WebSocket tunnel (GET, no SPDY fallback), 1.27 over SPDY (POST).
+          if (v.name === '1.35') {
+            expect(pf.err()).toMatch(/verb="GET" url="https:\/\/[^"]*\/pods\/streams\/portforward" status="101 Switching Protocols"/);
+            expect(pf.err()).not.toMatch(/verb="POST"/);
+          } else {
+            expect(pf.err()).toMatch(/POST https:\/\/\S+\/pods\/streams\/portforward 101 Switching Protocols/);
+          }
         } finally {
           await pf.stop();
         }
