@@ -34,7 +34,7 @@ export function groupList(kinds: Kind[]): object {
 }
 
 /** A kind's subresources beyond its own verbs (status, scale, pods/log…), each with the verbs it takes. */
-export type Subresources = Record<string, { kind: string; verbs: string[] }>;
+export type Subresources = Record<string, { kind: string; verbs: string[]; group?: string; version?: string }>;
 
 export function resourceList(kinds: Kind[], groupVersion: string, subresources: (k: Kind) => Subresources = () => ({})): object {
   return {
@@ -52,7 +52,14 @@ export function resourceList(kinds: Kind[], groupVersion: string, subresources: 
         ...(k.categories ? { categories: k.categories } : {}),
         storageVersionHash: '',
       },
-      ...Object.entries(subresources(k)).map(([sub, s]) => ({ name: `${k.plural}/${sub}`, singularName: '', namespaced: k.namespaced, kind: s.kind, verbs: s.verbs })),
+      ...Object.entries(subresources(k)).map(([sub, s]) => ({
+        name: `${k.plural}/${sub}`,
+        singularName: '',
+        namespaced: k.namespaced,
+        ...(s.group !== undefined ? { group: s.group, version: s.version } : {}),
+        kind: s.kind,
+        verbs: s.verbs,
+      })),
     ]),
   };
 }
@@ -85,7 +92,7 @@ export function aggregated(kinds: Kind[], version: 'v2' | 'v2beta1', core: boole
     ...(k.shortNames.length > 0 ? { shortNames: k.shortNames } : {}),
     ...(k.categories ? { categories: k.categories } : {}),
     ...(Object.keys(subresources(k)).length > 0
-      ? { subresources: Object.entries(subresources(k)).map(([sub, s]) => ({ subresource: sub, responseKind: { group: k.group, version: k.version, kind: s.kind }, verbs: s.verbs })) }
+      ? { subresources: Object.entries(subresources(k)).map(([sub, s]) => ({ subresource: sub, responseKind: { group: s.group ?? k.group, version: s.version ?? k.version, kind: s.kind }, verbs: s.verbs })) }
       : {}),
   });
   const groups = core ? new Map([['', ['v1']]]) : groupsOf(kinds);

@@ -91,10 +91,10 @@ export function conflict(resource: string, name: string, why: string): ApiError 
 }
 
 /** Invalid (422) with one cause per field, the message as kubectl prints it. */
-export function invalid(kind: string, name: string, causes: Cause[]): ApiError {
+export function invalid(kind: string, name: string, causes: Cause[], group = ''): ApiError {
   const list = causes.map((c) => (c.field ? `${c.field}: ${c.message}` : c.message));
   const text = list.length === 1 ? list[0] : `[${list.join(', ')}]`;
-  return new ApiError('Invalid', `${kind} "${name}" is invalid: ${text}`, { name, group: '', kind, causes });
+  return new ApiError('Invalid', `${kind}${group ? `.${group}` : ''} "${name}" is invalid: ${text}`, { name, group, kind, causes });
 }
 
 export function badRequest(message: string): ApiError {

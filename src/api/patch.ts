@@ -60,11 +60,32 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
   return out;
 }
 
-/** Lists of ObjectMeta that merge: a primitive set, and a list of objects keyed by a field. */
+/**
+ * Lists that merge instead of being replaced: a primitive set, or objects
+ * keyed by a field (the patchMergeKey of Kubernetes' types), by their path
+ * with `[]` for a list's items: ObjectMeta's, a pod spec's wherever a kind
+ * holds one (a Pod, a workload's template, a CronJob's job template), and a
+ * Service's ports. Without them `kubectl apply` of one changed image would
+ * drop the container's other fields.
+ */
 const MERGE_LISTS: Record<string, { key?: string }> = {
   'metadata.finalizers': {},
   'metadata.ownerReferences': { key: 'uid' },
+  'spec.ports': { key: 'port' },
 };
+for (const pod of ['spec', 'spec.template.spec', 'spec.jobTemplate.spec.template.spec']) {
+  for (const list of ['containers', 'initContainers', 'ephemeralContainers']) {
+    MERGE_LISTS[`${pod}.${list}`] = { key: 'name' };
+    MERGE_LISTS[`${pod}.${list}[].ports`] = { key: 'containerPort' };
+    MERGE_LISTS[`${pod}.${list}[].env`] = { key: 'name' };
+    MERGE_LISTS[`${pod}.${list}[].volumeMounts`] = { key: 'mountPath' };
+    MERGE_LISTS[`${pod}.${list}[].volumeDevices`] = { key: 'devicePath' };
+  }
+  MERGE_LISTS[`${pod}.volumes`] = { key: 'name' };
+  MERGE_LISTS[`${pod}.imagePullSecrets`] = { key: 'name' };
+  MERGE_LISTS[`${pod}.hostAliases`] = { key: 'ip' };
+  MERGE_LISTS[`${pod}.topologySpreadConstraints`] = { key: 'topologyKey' };
+}
 
 function strategic(target: unknown, patch: Obj, path: string): unknown {
   const directive = patch.$patch;
@@ -96,14 +117,14 @@ function strategic(target: unknown, patch: Obj, path: string): unknown {
       const merged = strategic(out[k], v, sub);
       if (merged === undefined) delete out[k];
       else out[k] = merged;
-    } else if (Array.isArray(v) && MERGE_LISTS[sub]) out[k] = mergeList(out[k], v, MERGE_LISTS[sub]!.key);
+    } else if (Array.isArray(v) && MERGE_LISTS[sub]) out[k] = mergeList(out[k], v, MERGE_LISTS[sub]!.key, sub);
     else out[k] = structuredClone(v);
   }
   if (retain) for (const k of Object.keys(out)) if (!retain.includes(k)) delete out[k];
   return out;
 }
 
-function mergeList(target: unknown, patch: unknown[], key: string | undefined): unknown[] {
+function mergeList(target: unknown, patch: unknown[], key: string | undefined, path: string): unknown[] {
   const cur = Array.isArray(target) ? [...target] : [];
   if (patch.some((x) => isObj(x) && x.$patch === 'replace')) return structuredClone(patch.filter((x) => !(isObj(x) && x.$patch === 'replace')));
   if (key === undefined) {
@@ -116,8 +137,8 @@ function mergeList(target: unknown, patch: unknown[], key: string | undefined): 
     const at = cur.findIndex((y) => isObj(y) && y[key] === x[key]);
     if (x.$patch === 'delete') {
       if (at >= 0) cur.splice(at, 1);
-    } else if (at >= 0) cur[at] = strategic(cur[at], x, '');
-    else cur.push(strategic({}, x, ''));
+    } else if (at >= 0) cur[at] = strategic(cur[at], x, `${path}[]`);
+    else cur.push(strategic({}, x, `${path}[]`));
   }
   return cur;
 }

@@ -20,6 +20,7 @@ import { applyPatch, checkDepth, PATCH_TYPES } from './patch.js';
 import { decodeProtobuf, PROTOBUF_TYPE } from './protobuf.js';
 import { checkFields, fieldValidationOf, META, type Known } from './fields.js';
 import { OPENAPI_V2_TYPE, openApiV2 } from './openapi.js';
+import { fromScale, toScale } from './scale.js';
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
 import type { Store } from './store.js';
 import { TABLE_CONTENT_TYPE, toTable, wantsTable, type IncludeObject } from './table.js';
@@ -85,6 +86,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   const subresourcesFor = (k: Kind): Subresources => {
     const out: Subresources = {};
     if (k.status) out.status = { kind: k.kind, verbs: ['get', 'patch', 'update'] };
+    if (k.scale) out.scale = { kind: 'Scale', group: 'autoscaling', version: 'v1', verbs: ['get', 'patch', 'update'] };
     const prefix = `${resourceOf(k)}/`;
     for (const [key, s] of Object.entries(subresources)) if (key.startsWith(prefix)) out[key.slice(prefix.length)] = { kind: s.kind, verbs: s.verbs };
     return out;
@@ -237,6 +239,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     const { kind, namespace, name } = r;
     const item = name !== undefined;
     const listVersion = groupVersionOf(kind);
+    if (r.subresource === 'scale' && kind.scale) return scale(req, res, kind, namespace, name!, dryRun);
     if (r.subresource !== undefined && r.subresource !== 'status') return subresources[`${resourceOf(kind)}/${r.subresource}`]!.handle(req, res, { kind, namespace, name: name!, query: q });
     const table = wantsTable(req.headers.accept);
     const validation = fieldValidationOf(q.get('fieldValidation'));
@@ -307,6 +310,31 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
         const out = store.delete(kind, namespace, name, { dryRun: dry, uid: pre.uid as string | undefined, resourceVersion: pre.resourceVersion as string | undefined, gracePeriodSeconds: grace });
         if (!out.removed || kind.plural === 'namespaces') return objectOut(200, out.object);
         return send(res, 200, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, kind: kind.plural, uid: out.object.metadata.uid } });
+      }
+      default:
+        req.resume();
+        throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
+    }
+  }
+
+  /** GET, PUT and PATCH of a Scale: read from the object, written back through the kind's own update. */
+  async function scale(req: IncomingMessage, res: ServerResponse, kind: Kind, namespace: string, name: string, dryRun: boolean): Promise<void> {
+    switch (req.method) {
+      case 'GET':
+      case 'HEAD':
+        return send(res, 200, toScale(kind, store.get(kind, namespace, name)));
+      case 'PUT': {
+        const body = await readObject(req);
+        return send(res, 200, toScale(kind, store.patch(kind, namespace, name, (cur) => fromScale(kind, cur, body), { dryRun })));
+      }
+      case 'PATCH': {
+        const type = PATCH_TYPES[mediaType(req.headers['content-type'])];
+        if (!type) {
+          req.resume();
+          throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
+        }
+        const patch = await readJson(req);
+        return send(res, 200, toScale(kind, store.patch(kind, namespace, name, (cur) => fromScale(kind, cur, applyPatch(type, toScale(kind, cur) as Obj, patch)), { dryRun })));
       }
       default:
         req.resume();

@@ -175,13 +175,14 @@ export class Store {
     if (!meta.name && typeof meta.generateName === 'string' && meta.generateName !== '') meta.name = `${meta.generateName}${suffix()}`;
     for (const f of ['uid', 'resourceVersion', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation', 'creationTimestamp', 'managedFields'] as const) delete meta[f];
     if (kind.status) delete o.status;
+    // Before the strategy, as the API server fills it in: a Job's generated selector names it.
+    meta.uid = randomUUID();
     kind.prepare?.(o);
     this.check(kind, o);
     const name = meta.name!;
     if (this.entry(kind, namespace, name)) throw alreadyExists(kind.plural, name);
     if (kind.namespaced) this.checkNamespaceOpen(namespace);
     if (this.count >= this.maxObjects) throw new ApiError('Forbidden', `the node's API holds at most ${this.maxObjects} objects`);
-    meta.uid = randomUUID();
     meta.creationTimestamp = timestamp(this.now());
     if (kind.spec) meta.generation = 1;
     if (opts.dryRun) return o;
@@ -393,7 +394,7 @@ export class Store {
 
   private check(kind: Kind, o: ApiObject): void {
     const causes: Cause[] = kind.validate(o);
-    if (causes.length > 0) throw invalid(kind.kind, String(o.metadata.name ?? ''), causes);
+    if (causes.length > 0) throw invalid(kind.kind, String(o.metadata.name ?? ''), causes, kind.group);
   }
 
   private checkNamespaceOpen(namespace: string): void {

@@ -66,6 +66,12 @@ export interface Kind {
    * the node deletes it again with 0 once it has stopped it. 0 removes at once.
    */
   graceful?: (o: ApiObject) => number;
+  /**
+   * The kind has a scale subresource (autoscaling/v1 Scale, as `kubectl
+   * scale` writes it): where its replicas are wanted and counted, as dotted
+   * paths, and its pods' label selector in the text form Scale carries.
+   */
+  scale?: { specReplicasPath: string; statusReplicasPath: string; selector: (o: ApiObject) => string };
   /** The part of the object whose change bumps metadata.generation; none: the kind has no generation. */
   spec?: (o: ApiObject) => unknown;
   /** Defaults and normalisation on create (and on update, after PrepareForUpdate). */

@@ -5,8 +5,8 @@
  */
 import type { Container, ContainerState, ContainerStatus, Event, Pod, Probe, Volume } from 'kubernetes-types/core/v1.js';
 
-export { humanDuration } from '../controllers/format.js';
-import { humanDuration } from '../controllers/format.js';
+export { humanDuration } from './workload-format.js';
+import { humanDuration } from './workload-format.js';
 
 /** "5m" for a timestamp five minutes before `now`; "<unknown>" without one. */
 export function age(timestamp: string | undefined, now: Date): string {

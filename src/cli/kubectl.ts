@@ -11,7 +11,8 @@ import WebSocket from 'ws';
 import YAML from 'yaml';
 import { connectCri } from '../kubelet-lite/cri-client.js';
 import { describePod, formatTable, podCells, podHeader, podRow, type GetOptions } from './kubectl-format.js';
-import { describeWorkload, humanDuration, formatCronJobs, formatDaemonSets, formatDeployments, formatJobs, rolloutStatus } from '../controllers/format.js';
+import { serviceCells } from '../api/kinds/workload-rows.js';
+import { describeWorkload, humanDuration, formatCronJobs, formatDaemonSets, formatDeployments, formatJobs, rolloutStatus } from './workload-format.js';
 import type { WorkloadKind, WorkloadStatus } from '../controllers/types.js';
 
 export const DEFAULT_SERVER = 'http://127.0.0.1:10255';
@@ -202,12 +203,12 @@ function serviceHeader(all: boolean): string[] {
   return [...(all ? ['NAMESPACE'] : []), 'NAME', 'TYPE', 'CLUSTER-IP', 'EXTERNAL-IP', 'PORT(S)', 'AGE'];
 }
 
-/** kubectl's service row: `80:30080/TCP` for a node port, `53/UDP` otherwise. */
+/** kubectl's service row (the API's table cells): `80:30080/TCP` for a node port, `53/UDP` otherwise. */
 export function serviceRow(svc: Service, all: boolean, now: Date): string[] {
-  const ports = (svc.spec?.ports ?? []).map((p) => `${p.port}${p.nodePort ? `:${p.nodePort}` : ''}/${p.protocol ?? 'TCP'}`).join(',') || '<none>';
+  const cells = serviceCells((svc.spec ?? {}) as Record<string, unknown>, (svc.status ?? {}) as Record<string, unknown>);
   const created = svc.metadata?.creationTimestamp ? Date.parse(svc.metadata.creationTimestamp) : NaN;
   const age = Number.isFinite(created) ? humanDuration(now.getTime() - created) : '<unknown>';
-  return [...(all ? [svc.metadata?.namespace ?? ''] : []), svc.metadata?.name ?? '', svc.spec?.type ?? 'ClusterIP', svc.spec?.clusterIP ?? '<none>', '<none>', ports, age];
+  return [...(all ? [svc.metadata?.namespace ?? ''] : []), svc.metadata?.name ?? '', ...cells, age];
 }
 
 /** `get deployments` and friends, and `get all`. */

@@ -14,6 +14,7 @@ import { AgentPodStreams } from '../kubelet-lite/pod-streams.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { ObjectStore } from '../kubelet-lite/store.js';
 import { ApiBridge } from '../node/api-bridge.js';
+import { EventWriter } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
@@ -124,6 +125,8 @@ export async function node(args: string[]): Promise<number> {
       })
     : undefined;
   reporter?.start();
+  const eventWriter = api ? new EventWriter({ client: localClient(api.store), log }) : undefined;
+  await eventWriter?.start(kubelet.events, kubeletOpts.nodeName);
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
@@ -134,6 +137,7 @@ export async function node(args: string[]): Promise<number> {
   } catch (err) {
     unshow();
     bridge?.stop();
+    eventWriter?.stop();
     await reporter?.stop();
     pods.close();
     await kubelet.stop();
@@ -143,6 +147,7 @@ export async function node(args: string[]): Promise<number> {
   }
   const services = servicesFromProxy(proxy.proxier, Date.now);
   kubelet.setServices(services);
+  bridge?.attachServices(services);
   // Looked at now and then, so a Service's AGE counts from when the node first programmed it.
   const ages = setInterval(() => void services(), 5_000);
   ages.unref();
@@ -170,6 +175,7 @@ export async function node(args: string[]): Promise<number> {
     clearInterval(ages);
     unshow();
     bridge?.stop();
+    eventWriter?.stop();
     await reporter?.stop();
     await kubelet.stop();
     pods.close();

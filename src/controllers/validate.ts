@@ -7,11 +7,18 @@ import type { StoredObject } from '../stored-object.js';
 import { selectorMatches } from './common.js';
 import type { WorkloadKind } from './types.js';
 
-const API_VERSIONS: Record<WorkloadKind, string> = {
+/** Kinds the node's API stores and validates though no controller here runs them yet. */
+export type StoredWorkloadKind = 'ReplicaSet' | 'StatefulSet';
+/** Every kind validateWorkload checks. */
+export type ValidatedKind = WorkloadKind | StoredWorkloadKind;
+
+const API_VERSIONS: Record<ValidatedKind, string> = {
   Deployment: 'apps/v1',
   DaemonSet: 'apps/v1',
   Job: 'batch/v1',
   CronJob: 'batch/v1',
+  ReplicaSet: 'apps/v1',
+  StatefulSet: 'apps/v1',
 };
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
@@ -249,7 +256,7 @@ function checkJobSpec(f: Findings, spec: unknown, path: string): void {
 }
 
 /** Problems with a workload object; empty when the controller can use it. */
-export function validateWorkload(o: StoredObject, kind: WorkloadKind): string[] {
+export function validateWorkload(o: StoredObject, kind: ValidatedKind): string[] {
   const f = new Findings();
   const obj = isObject(o.object) ? o.object : {};
   const api = API_VERSIONS[kind];
@@ -291,6 +298,26 @@ export function validateWorkload(o: StoredObject, kind: WorkloadKind): string[] 
               f.intOrPercent(ru, 'maxUnavailable', 'spec.strategy.rollingUpdate');
             }
           }
+        }
+      }
+      restartAlways(f, spec.template);
+      break;
+    }
+    case 'ReplicaSet':
+    case 'StatefulSet': {
+      f.optInt(spec, 'replicas', 'spec', 0);
+      if (typeof spec.replicas === 'number' && spec.replicas > MAX_PODS_AT_ONCE)
+        f.add(`spec.replicas: must be at most ${MAX_PODS_AT_ONCE} (no node runs more pods at once), got ${spec.replicas}`);
+      f.optInt(spec, 'minReadySeconds', 'spec', 0);
+      checkTemplate(f, spec.template, 'spec.template');
+      checkSelectsTemplate(f, spec, 'spec');
+      if (kind === 'StatefulSet') {
+        f.optEnum(spec, 'podManagementPolicy', 'spec', ['OrderedReady', 'Parallel']);
+        if (spec.serviceName !== undefined && spec.serviceName !== null && typeof spec.serviceName !== 'string') f.add(`spec.serviceName: must be a string, got ${JSON.stringify(spec.serviceName)}`);
+        const st = spec.updateStrategy;
+        if (st !== undefined && st !== null) {
+          if (!isObject(st)) f.add('spec.updateStrategy: must be an object');
+          else f.optEnum(st, 'type', 'spec.updateStrategy', ['RollingUpdate', 'OnDelete']);
         }
       }
       restartAlways(f, spec.template);

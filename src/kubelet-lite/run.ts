@@ -66,6 +66,8 @@ export interface RunningKubelet {
   objects: ObjectStore;
   /** The agent's metrics registry, served on the status API (the proxy adds its own series). */
   metrics: AgentMetrics;
+  /** The events the agent records about its pods (the node's API shows them). */
+  events: EventRecorder;
   /** Lets a proxy in the same process show its Services on the status API. */
   setServices(view: () => Service[]): void;
   /** Stops the agent's loops and the status API; pods keep running. */
@@ -271,6 +273,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     status,
     objects: store,
     metrics,
+    events,
     setServices(fn) {
       servicesView = fn;
     },

@@ -18,7 +18,7 @@
  * controllers' pods uses the store's mirror, which only the node has.
  */
 import { createHash } from 'node:crypto';
-import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { Pod, Service } from 'kubernetes-types/core/v1.js';
 import type { ApiClient } from '../api/client.js';
 import { ApiError } from '../api/errors.js';
 import type { Store } from '../api/store.js';
@@ -80,6 +80,7 @@ export class ApiBridge {
   private readonly pendingPods = new Set<string>();
   private podTimer: NodeJS.Immediate | undefined;
   private stopped = false;
+  private services: (() => Service[]) | undefined;
 
   constructor(opts: ApiBridgeOptions) {
     this.o = opts;
@@ -120,10 +121,21 @@ export class ApiBridge {
     for (const p of this.o.store.list(this.o.store.kind('pods')!).items) this.schedulePod(p.metadata.namespace ?? 'default', p.metadata.name ?? '');
     const tick = () => {
       this.copyWorkloads();
+      this.copyAllocations();
       this.workloadTimer = setTimeout(tick, this.o.workloadEveryMs ?? 1000);
       this.workloadTimer.unref();
     };
     tick();
+  }
+
+  /**
+   * The proxy's Services, with the cluster IPs and node ports it allocated:
+   * written into the API's Services that asked for none, as the API
+   * server's allocators would have at creation (and so kept across restarts).
+   */
+  attachServices(view: () => Service[]): void {
+    this.services = view;
+    this.copyAllocations();
   }
 
   stop(): void {
@@ -243,6 +255,47 @@ export class ApiBridge {
     if (!target || target.metadata.uid !== viewUid) return; // a file's pod not shown yet, or an API pod the agent has not caught up with
     if (JSON.stringify(target.status ?? null) === JSON.stringify(view.status ?? null)) return;
     await this.o.client.update('pods', namespace, name, { ...target, status: view.status }, { status: true });
+  }
+
+  private copyAllocations(): void {
+    const view = this.services;
+    const kind = this.o.store.kind('services');
+    if (!view || !kind || this.stopped) return;
+    void (async () => {
+      for (const svc of view()) {
+        const ns = svc.metadata?.namespace ?? 'default';
+        const name = svc.metadata?.name ?? '';
+        const current = await this.getOrUndefined('services', ns, name);
+        if (!current || current.metadata.uid !== svc.metadata?.uid) continue;
+        const spec = structuredClone((current.spec ?? {}) as Obj);
+        const ip = svc.spec?.clusterIP;
+        let changed = false;
+        if (ip && ip !== 'None' && !spec.clusterIP) {
+          spec.clusterIP = ip;
+          spec.clusterIPs = [ip];
+          changed = true;
+        }
+        const ports = Array.isArray(spec.ports) ? (spec.ports as Obj[]) : [];
+        for (const p of ports) {
+          if (p.nodePort !== undefined) continue;
+          const got = svc.spec?.ports?.find((q) => q.port === p.port && (q.protocol ?? 'TCP') === (p.protocol ?? 'TCP'))?.nodePort;
+          if (got !== undefined) {
+            p.nodePort = got;
+            changed = true;
+          }
+        }
+        if (!changed) continue;
+        const owner = this.o.store.ownerOf(kind, ns, name);
+        if (owner !== undefined) {
+          // A file's Service: shown with what the proxy gave it (the file itself names none).
+          this.o.store.mirror(kind, { ...current, spec }, owner);
+          continue;
+        }
+        await this.o.client.update('services', ns, name, { ...current, spec }).catch((err) => {
+          if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict'))) this.o.log.warn('could not write a Service\'s cluster IP to the API', { service: `${ns}/${name}`, error: errorMessage(err) });
+        });
+      }
+    })();
   }
 
   private copyWorkloads(): void {

@@ -184,6 +184,12 @@ function parseService(obj: StoredObject): Parsed | string {
   };
 }
 
+/** Why the proxy cannot program this Service (as it reads its spec), or undefined: the node's API refuses the same. */
+export function serviceProblem(obj: StoredObject): string | undefined {
+  const r = parseService(obj);
+  return typeof r === 'string' ? r : undefined;
+}
+
 // ---------------------------------------------------------------- allocation
 
 /**

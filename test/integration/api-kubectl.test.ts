@@ -280,11 +280,12 @@ describe.skipIf(!isRoot)('the node API with real kubectl', () => {
     for (const v of ['v2', 'v2beta1']) {
       const r = JSON.parse((await api.request('GET', '/api', undefined, { Accept: aggregated(v) })).body) as { apiVersion: string; items: Array<{ versions: Array<{ resources: Array<{ resource: string }> }> }> };
       expect(r.apiVersion).toBe(`apidiscovery.k8s.io/${v}`);
-      expect(r.items[0]!.versions[0]!.resources.map((x) => x.resource)).toEqual(expect.arrayContaining(['configmaps', 'events', 'namespaces', 'nodes', 'pods', 'secrets']));
+      expect(r.items[0]!.versions[0]!.resources.map((x) => x.resource)).toEqual(expect.arrayContaining(['configmaps', 'events', 'namespaces', 'nodes', 'pods', 'secrets', 'services']));
     }
     expect(JSON.parse((await api.request('GET', '/api')).body)).toMatchObject({ kind: 'APIVersions', versions: ['v1'] });
     const groups = JSON.parse((await api.request('GET', '/apis')).body) as { kind: string; groups: Array<{ name: string; preferredVersion: { groupVersion: string } }> };
     expect(groups.kind).toBe('APIGroupList');
+    expect(groups.groups.map((g) => g.name)).toEqual(expect.arrayContaining(['apps', 'batch', 'coordination.k8s.io']));
     expect(groups.groups).toContainEqual(expect.objectContaining({ name: 'coordination.k8s.io', preferredVersion: { groupVersion: 'coordination.k8s.io/v1', version: 'v1' } }));
     expect(JSON.parse((await api.request('GET', '/apis/coordination.k8s.io/v1')).body)).toMatchObject({ kind: 'APIResourceList', groupVersion: 'coordination.k8s.io/v1', resources: [{ name: 'leases', kind: 'Lease' }] });
     // The status subresource is listed beside its resource, as kubectl's discovery expects.

@@ -11,6 +11,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
+import { repoRoot } from '../helpers/daemon.js';
 import { KUBECTL_127, SkiffNode } from '../helpers/skiff-node.js';
 
 const APP = `
@@ -83,6 +84,11 @@ describe.skipIf(!isRoot)('the node API over a real skiff node, with real kubectl
       return r.stdout.includes('hello') ? r.stdout : undefined;
     }, 20_000);
     expect(logs).toContain('hello from the API');
+    // The agent's events are the API's: describe shows them, a field selector finds them.
+    const described = await node.kubectlOk(['describe', 'pod', 'api-web']);
+    expect(described).toMatch(/Normal\s+Started\s+\S+\s+kubelet\s+.*Started container web/);
+    const events = await node.kubectlOk(['get', 'events', '--field-selector', 'involvedObject.name=api-web,reason=Created']);
+    expect(events).toMatch(/Created\s+pod\/api-web\s+Created container web/);
   });
 
   it('registers its Node (Ready, capacity, nodeInfo, the pods on it) and renews its Lease', async () => {
@@ -141,6 +147,47 @@ describe.skipIf(!isRoot)('the node API over a real skiff node, with real kubectl
     expect(after.status?.containerStatuses?.[0]?.restartCount).toBe(0);
     expect((await node.getJson<{ data: Record<string, string> }>(['configmap', 'greeting'])).data.message).toBe('hello from the API');
   }, 120_000);
+
+  it('runs the demo applied with kubectl: the Deployment\'s replicas, the Service with its cluster IP and node port, the Job to completion', async () => {
+    const out = await node.kubectlOk(['apply', '-f', path.join(repoRoot, 'examples', 'demo')]);
+    expect(out).toContain('deployment.apps/web created');
+    await node.kubectlOk(['rollout', 'status', 'deployment/web', '--timeout=90s'], { timeoutMs: 100_000 });
+    const web = await node.getJson<{ items: Pod[] }>(['pods', '-l', 'app=web']);
+    expect(web.items).toHaveLength(3);
+    for (const p of web.items) {
+      expect(running(p)).toBe(true);
+      expect(p.metadata?.ownerReferences?.[0]).toMatchObject({ kind: 'ReplicaSet', controller: true });
+    }
+    await waitFor('the Service\'s cluster IP in the API', async () => (await node.getJson<{ spec: { clusterIP?: string } }>(['service', 'web'])).spec.clusterIP, 20_000);
+    const allocated = await node.getJson<{ spec: { clusterIP: string; ports: Array<{ nodePort: number }> } }>(['service', 'web']);
+    expect(allocated.spec.clusterIP).toMatch(/^10\./);
+    expect(allocated.spec.ports[0]!.nodePort).toBe(30080);
+    expect(await node.kubectlOk(['get', 'svc', 'web'])).toMatch(new RegExp(`web\\s+NodePort\\s+${allocated.spec.clusterIP.replace(/\./g, '\\.')}\\s+<none>\\s+80:30080/TCP`));
+    await node.kubectlOk(['wait', '--for=condition=complete', 'job/hello', '--timeout=90s'], { timeoutMs: 100_000 });
+    const deploy = await node.kubectlOk(['get', 'deploy', 'web']);
+    expect(deploy).toMatch(/web\s+3\/3\s+3\s+3\s+/);
+  }, 200_000);
+
+  it('scales and restarts the Deployment through kubectl, and rollout status follows it with kubectl 1.35 and 1.27', async () => {
+    await node.kubectlOk(['scale', 'deployment', 'web', '--replicas', '4']);
+    await node.kubectlOk(['rollout', 'status', 'deployment/web', '--timeout=90s'], { timeoutMs: 100_000 });
+    expect((await node.getJson<{ items: Pod[] }>(['pods', '-l', 'app=web'])).items.filter(running)).toHaveLength(4);
+    const before = new Set((await node.getJson<{ items: Pod[] }>(['pods', '-l', 'app=web'])).items.map((p) => p.metadata!.name!));
+    await node.kubectlOk(['rollout', 'restart', 'deployment/web']);
+    await node.kubectlOk(['rollout', 'status', 'deployment/web', '--timeout=120s'], { bin: KUBECTL_127, timeoutMs: 130_000 });
+    const after = await waitFor('only new replicas left', async () => {
+      const ps = (await node.getJson<{ items: Pod[] }>(['pods', '-l', 'app=web'])).items;
+      return ps.length === 4 && ps.every((p) => !before.has(p.metadata!.name!) && running(p)) ? ps : undefined;
+    }, 60_000);
+    expect(after).toHaveLength(4);
+    // A controller's pod is the controller's: deleting it through the API is refused, naming its owner.
+    const r = await node.kubectl(['delete', 'pod', after[0]!.metadata!.name!, '--wait=false']);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/is defined by ReplicaSet default\/web-\S+ \(its pods are made by the node's controllers\)/);
+    // Deleting the Deployment takes its pods with it.
+    await node.kubectlOk(['delete', '-f', path.join(repoRoot, 'examples', 'demo')]);
+    await waitFor('the web pods gone', async () => (await node.getJson<{ items: Pod[] }>(['pods', '-l', 'app=web'])).items.length === 0, 60_000);
+  }, 300_000);
 
   it('deletes a pod gracefully: Terminating while the agent stops it, then gone, its sandbox with it', async () => {
     const uid = (await pod('api-web')).metadata!.uid!;

@@ -2,7 +2,7 @@ import type { Deployment } from 'kubernetes-types/apps/v1.js';
 import { describe, expect, it } from 'vitest';
 import { templateHash } from '../../src/controllers/common.js';
 import { rollingFenceposts } from '../../src/controllers/deployment.js';
-import { rolloutStatus } from '../../src/controllers/format.js';
+import { rolloutStatus } from '../../src/cli/workload-format.js';
 import { deployment, podTemplate, Sim } from '../helpers/controllers-sim.js';
 
 function readyAll(sim: Sim, prefix: string): void {

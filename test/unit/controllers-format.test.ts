@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ControllerDriver } from '../../src/controllers/driver.js';
-import { formatCronJobs, formatDaemonSets, formatDeployments, formatJobs, humanDuration } from '../../src/controllers/format.js';
+import { formatCronJobs, formatDaemonSets, formatDeployments, formatJobs, humanDuration } from '../../src/cli/workload-format.js';
 import type { WorkloadStatus } from '../../src/controllers/types.js';
 import { deployment, Sim, stored, podTemplate, T0 } from '../helpers/controllers-sim.js';
 
@@ -115,7 +115,7 @@ describe('ControllerDriver', () => {
 
 describe('skiff describe', () => {
   it('shows a Deployment with its replicas, strategy and conditions', async () => {
-    const { describeWorkload } = await import('../../src/controllers/format.js');
+    const { describeWorkload } = await import('../../src/cli/workload-format.js');
     const sim = new Sim();
     sim.workloads = [deployment('web', { replicas: 2, strategy: { rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } } })];
     sim.step();
@@ -131,7 +131,7 @@ describe('skiff describe', () => {
   });
 
   it('shows a Job\'s pod counts and an invalid object\'s problems', async () => {
-    const { describeWorkload } = await import('../../src/controllers/format.js');
+    const { describeWorkload } = await import('../../src/cli/workload-format.js');
     const sim = new Sim();
     sim.workloads = [stored('Job', 'j', { spec: { completions: 2, template: podTemplate({}, 'x', 'Never') } }), stored('CronJob', 'c', { spec: { schedule: 'nope' } })];
     sim.step();

@@ -56,3 +56,8 @@ export function age(ts: unknown, now: number): string {
 
 export const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 export const size = (v: unknown): number => (isObj(v) ? Object.keys(v).length : 0);
+
+/** Sets a default the way the API server's defaulters do: only where the field is unset. */
+export function setDefault(o: Obj, field: string, value: unknown): void {
+  if (o[field] === undefined || o[field] === null) o[field] = value;
+}

@@ -1,14 +1,38 @@
 /** The kinds the node's API serves. Adding one is a strategy file and a line here. */
 import type { Kind } from '../types.js';
 import { configMapKind } from './configmap.js';
+import { cronJobKind } from './cronjob.js';
+import { daemonSetKind } from './daemonset.js';
+import { deploymentKind } from './deployment.js';
 import { eventKind } from './event.js';
+import { jobKind } from './job.js';
 import { leaseKind } from './lease.js';
 import { namespaceKind } from './namespace.js';
 import { nodeKind } from './node.js';
 import { podKind } from './pod.js';
+import { replicaSetKind } from './replicaset.js';
 import { secretKind } from './secret.js';
+import { serviceKind } from './service.js';
+import { statefulSetKind } from './statefulset.js';
 
 /** Every kind, for the node named `nodeName` (where pods nobody placed are placed). */
 export function nodeKinds(nodeName: string): Kind[] {
-  return [namespaceKind, configMapKind, secretKind, eventKind, podKind(nodeName), nodeKind, leaseKind];
+  return [
+    namespaceKind,
+    configMapKind,
+    secretKind,
+    eventKind,
+    podKind(nodeName),
+    serviceKind,
+    // In the API server's order, which `kubectl get all` keeps.
+    daemonSetKind,
+    deploymentKind,
+    // Stored, validated and listed, but nothing on the node runs ReplicaSets or StatefulSets yet.
+    replicaSetKind,
+    statefulSetKind,
+    jobKind,
+    cronJobKind,
+    nodeKind,
+    leaseKind,
+  ];
 }

@@ -1,41 +1,14 @@
 /**
  * What `skiff get deployments|daemonsets|jobs|cronjobs` and `skiff rollout
  * status` print, as pure functions of the controllers' statuses, with
- * kubectl's columns and wording.
+ * kubectl's columns and wording; the cells are the API's tables' own
+ * (src/api/kinds/workload-rows.ts), so both say the same.
  */
-import { parseTime } from './common.js';
-import type { WorkloadStatus } from './types.js';
+import { humanDuration } from '../api/kinds/common.js';
+import { cronJobCells, daemonSetCells, deploymentCells, formatLabels, jobCells, jobState as jobStateOf, selectorString } from '../api/kinds/workload-rows.js';
+import type { WorkloadStatus } from '../controllers/types.js';
 
-/** kubectl's human duration: "45s", "4m5s", "50m", "5h3m", "30h", "3d4h", "300d", "3y100d". */
-export function humanDuration(ms: number): string {
-  const seconds = Math.round(ms / 1000);
-  if (seconds < -1) return '<invalid>';
-  if (seconds < 0) return '0s';
-  if (seconds < 120) return `${seconds}s`;
-  const minutes = Math.floor(ms / 60_000);
-  if (minutes < 10) {
-    const s = Math.floor(ms / 1000) % 60;
-    return s === 0 ? `${minutes}m` : `${minutes}m${s}s`;
-  }
-  if (minutes < 180) return `${minutes}m`;
-  const hours = Math.floor(ms / 3_600_000);
-  if (hours < 8) {
-    const m = minutes % 60;
-    return m === 0 ? `${hours}h` : `${hours}h${m}m`;
-  }
-  if (hours < 48) return `${hours}h`;
-  if (hours < 24 * 8) {
-    const h = hours % 24;
-    return h === 0 ? `${Math.floor(hours / 24)}d` : `${Math.floor(hours / 24)}d${h}h`;
-  }
-  if (hours < 24 * 365 * 2) return `${Math.floor(hours / 24)}d`;
-  if (hours < 24 * 365 * 8) {
-    const d = Math.floor(hours / 24) % 365;
-    const y = Math.floor(hours / 24 / 365);
-    return d === 0 ? `${y}y` : `${y}y${d}d`;
-  }
-  return `${Math.floor(hours / 24 / 365)}y`;
-}
+export { humanDuration };
 
 /** Columns padded as kubectl's tabwriter does: each as wide as its widest cell, three spaces apart. */
 export function renderTable(header: string[], rows: string[][]): string {
@@ -79,38 +52,21 @@ export function formatDeployments(items: WorkloadStatus[], opts: TableOptions): 
   return table(
     visible(items, 'Deployment'),
     ['NAME', 'READY', 'UP-TO-DATE', 'AVAILABLE', 'AGE'],
-    (s) => {
-      const replicas = typeof s.spec.replicas === 'number' ? s.spec.replicas : 1;
-      return [s.name, `${num(s.status.readyReplicas)}/${replicas}`, String(num(s.status.updatedReplicas)), String(num(s.status.availableReplicas)), age(s, opts.now)];
-    },
+    (s) => [s.name, ...deploymentCells(s.spec, s.status).map(String), age(s, opts.now)],
     opts,
   );
 }
 
 function nodeSelector(spec: Record<string, unknown>): string {
-  const t = spec.template as { spec?: { nodeSelector?: Record<string, string> } } | undefined;
-  const sel = t?.spec?.nodeSelector;
-  if (!sel || typeof sel !== 'object' || Object.keys(sel).length === 0) return '<none>';
-  return Object.entries(sel)
-    .sort(([a], [b]) => (a < b ? -1 : 1))
-    .map(([k, v]) => `${k}=${v}`)
-    .join(',');
+  const t = spec.template as { spec?: { nodeSelector?: unknown } } | undefined;
+  return formatLabels(t?.spec?.nodeSelector);
 }
 
 export function formatDaemonSets(items: WorkloadStatus[], opts: TableOptions): string {
   return table(
     visible(items, 'DaemonSet'),
     ['NAME', 'DESIRED', 'CURRENT', 'READY', 'UP-TO-DATE', 'AVAILABLE', 'NODE SELECTOR', 'AGE'],
-    (s) => [
-      s.name,
-      String(num(s.status.desiredNumberScheduled)),
-      String(num(s.status.currentNumberScheduled)),
-      String(num(s.status.numberReady)),
-      String(num(s.status.updatedNumberScheduled)),
-      String(num(s.status.numberAvailable)),
-      nodeSelector(s.spec),
-      age(s, opts.now),
-    ],
+    (s) => [s.name, ...daemonSetCells(s.spec, s.status).map(String), age(s, opts.now)],
     opts,
   );
 }
@@ -126,31 +82,13 @@ function conditions(s: WorkloadStatus): Cond[] {
   return Array.isArray(s.status.conditions) ? (s.status.conditions as Cond[]) : [];
 }
 
-/** kubectl's Job STATUS column: Complete, Failed, Suspended, Running (FailureTarget/SuccessCriteriaMet are not used here). */
+/** kubectl's Job STATUS column. */
 export function jobState(s: WorkloadStatus): string {
-  const c = conditions(s).filter((x) => x.status === 'True');
-  if (c.some((x) => x.type === 'Complete')) return 'Complete';
-  if (c.some((x) => x.type === 'Failed')) return 'Failed';
-  if (c.some((x) => x.type === 'Suspended')) return 'Suspended';
-  return 'Running';
+  return jobStateOf(s.status, false);
 }
 
 export function formatJobs(items: WorkloadStatus[], opts: TableOptions): string {
-  return table(
-    visible(items, 'Job'),
-    ['NAME', 'STATUS', 'COMPLETIONS', 'DURATION', 'AGE'],
-    (s) => {
-      const completions = typeof s.spec.completions === 'number' ? s.spec.completions : undefined;
-      const parallelism = typeof s.spec.parallelism === 'number' ? s.spec.parallelism : 1;
-      const succeeded = num(s.status.succeeded);
-      const done =
-        completions !== undefined ? `${succeeded}/${completions}` : parallelism > 1 ? `${succeeded}/1 of ${parallelism}` : `${succeeded}/1`;
-      const start = parseTime(s.status.startTime);
-      const end = parseTime(s.status.completionTime) ?? opts.now;
-      return [s.name, jobState(s), done, start === undefined ? '' : humanDuration(end - start), age(s, opts.now)];
-    },
-    opts,
-  );
+  return table(visible(items, 'Job'), ['NAME', 'STATUS', 'COMPLETIONS', 'DURATION', 'AGE'], (s) => [s.name, ...jobCells(s.spec, s.status, false, opts.now), age(s, opts.now)], opts);
 }
 
 export function formatCronJobs(items: WorkloadStatus[], opts: TableOptions): string {
@@ -158,15 +96,8 @@ export function formatCronJobs(items: WorkloadStatus[], opts: TableOptions): str
     visible(items, 'CronJob'),
     ['NAME', 'SCHEDULE', 'SUSPEND', 'ACTIVE', 'LAST SCHEDULE', 'AGE'],
     (s) => {
-      const last = parseTime(s.status.lastScheduleTime);
-      return [
-        s.name,
-        typeof s.spec.schedule === 'string' ? s.spec.schedule : '<invalid>',
-        s.spec.suspend === true ? 'True' : 'False',
-        String(Array.isArray(s.status.active) ? s.status.active.length : 0),
-        last === undefined ? '<none>' : humanDuration(opts.now - last),
-        age(s, opts.now),
-      ];
+      const [schedule, , , active, last] = cronJobCells(s.spec, s.status, opts.now);
+      return [s.name, schedule || '<invalid>', s.spec.suspend === true ? 'True' : 'False', String(active), last, age(s, opts.now)];
     },
     opts,
   );
@@ -194,22 +125,7 @@ export function rolloutStatus(s: WorkloadStatus): RolloutStatus {
 // ---------------------------------------------------------------- describe
 
 function selectorText(sel: unknown): string {
-  if (!sel || typeof sel !== 'object') return '<none>';
-  const s = sel as { matchLabels?: Record<string, string>; matchExpressions?: Array<{ key: string; operator: string; values?: string[] }> };
-  const parts = Object.entries(s.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`);
-  for (const e of Array.isArray(s.matchExpressions) ? s.matchExpressions : []) {
-    switch (e.operator) {
-      case 'Exists':
-        parts.push(e.key);
-        break;
-      case 'DoesNotExist':
-        parts.push(`!${e.key}`);
-        break;
-      default:
-        parts.push(`${e.key} ${e.operator === 'NotIn' ? 'notin' : 'in'} (${(e.values ?? []).join(',')})`);
-    }
-  }
-  return parts.length ? parts.join(',') : '<none>';
+  return selectorString(sel) || '<none>';
 }
 
 function containersText(template: unknown): string[] {

@@ -1,0 +1,98 @@
+/**
+ * v1 Service: defaulted as the API server defaults it (ClusterIP, no
+ * affinity, TCP ports that target themselves, cluster-wide traffic
+ * policies, one IPv4 family), validated as the node's proxy reads a
+ * Service (what it could not program is refused), a clusterIP immutable
+ * once set, with kubectl's columns. The API allocates no cluster IP: the
+ * proxy picks one for a Service that names none.
+ */
+import { serviceProblem } from '../../proxy/service.js';
+import { invalid, type Cause } from '../errors.js';
+import type { ApiObject, Kind, Obj } from '../types.js';
+import { age, ageColumn, isObj, metaCauses, nameColumn, setDefault } from './common.js';
+import { formatLabels, serviceCells } from './workload-rows.js';
+
+const specOf = (o: ApiObject): Obj => (isObj(o.spec) ? o.spec : {});
+const statusOf = (o: ApiObject): Obj => (isObj(o.status) ? o.status : {});
+const ipOf = (spec: Obj): string => (typeof spec.clusterIP === 'string' ? spec.clusterIP : '');
+
+function applyDefaults(spec: Obj): void {
+  setDefault(spec, 'sessionAffinity', 'None');
+  if (spec.sessionAffinity === 'ClientIP') {
+    if (!isObj(spec.sessionAffinityConfig)) spec.sessionAffinityConfig = {};
+    const c = spec.sessionAffinityConfig as Obj;
+    if (!isObj(c.clientIP)) c.clientIP = {};
+    setDefault(c.clientIP as Obj, 'timeoutSeconds', 10800);
+  }
+  setDefault(spec, 'type', 'ClusterIP');
+  if (Array.isArray(spec.ports)) {
+    for (const p of spec.ports) {
+      if (!isObj(p)) continue;
+      setDefault(p, 'protocol', 'TCP');
+      if (p.targetPort === undefined || p.targetPort === null || p.targetPort === 0 || p.targetPort === '') p.targetPort = p.port;
+    }
+  }
+  if (spec.type === 'NodePort' || spec.type === 'LoadBalancer') setDefault(spec, 'externalTrafficPolicy', 'Cluster');
+  if (spec.type === 'LoadBalancer') setDefault(spec, 'allocateLoadBalancerNodePorts', true);
+  if (spec.type === 'ExternalName') return;
+  setDefault(spec, 'internalTrafficPolicy', 'Cluster');
+  // The families a single-stack IPv4 node gives: a selector-less headless Service asks for every family there is.
+  const headless = ipOf(spec) === 'None';
+  const selectorless = !isObj(spec.selector) || Object.keys(spec.selector).length === 0;
+  setDefault(spec, 'ipFamilyPolicy', headless && selectorless ? 'RequireDualStack' : 'SingleStack');
+  setDefault(spec, 'ipFamilies', ['IPv4']);
+  if (ipOf(spec) !== '' && !Array.isArray(spec.clusterIPs)) spec.clusterIPs = [ipOf(spec)];
+}
+
+export const serviceKind: Kind = {
+  group: '',
+  version: 'v1',
+  kind: 'Service',
+  plural: 'services',
+  singular: 'service',
+  shortNames: ['svc'],
+  categories: ['all'],
+  namespaced: true,
+  status: true,
+  prepare(o, old) {
+    if (!isObj(o.spec)) o.spec = {};
+    const spec = o.spec as Obj;
+    if (old) {
+      const was = specOf(old);
+      // As the API server patches allocated values back in: a write that leaves clusterIP out keeps it.
+      if (ipOf(spec) === '' && ipOf(was) !== '') {
+        spec.clusterIP = was.clusterIP;
+        if (!Array.isArray(spec.clusterIPs) || spec.clusterIPs.length === 0) spec.clusterIPs = was.clusterIPs;
+      }
+    }
+    applyDefaults(spec);
+    if (!old) {
+      o.status = { loadBalancer: {} };
+      return;
+    }
+    const was = specOf(old);
+    const before = Array.isArray(was.clusterIPs) ? (was.clusterIPs as unknown[]) : ipOf(was) ? [ipOf(was)] : [];
+    const now = Array.isArray(spec.clusterIPs) ? (spec.clusterIPs as unknown[]) : [];
+    if (spec.type !== 'ExternalName' && was.type !== 'ExternalName' && before.length > 0 && JSON.stringify(now[0]) !== JSON.stringify(before[0])) {
+      const value = `[]string{${now.map((ip) => JSON.stringify(String(ip))).join(', ')}}`;
+      throw invalid('Service', String(o.metadata.name), [{ reason: 'FieldValueInvalid', field: 'spec.clusterIPs[0]', message: `Invalid value: ${now.length ? value : '[]string(nil)'}: ${now.length ? 'may not change once set' : 'primary clusterIP can not be unset'}` }]);
+    }
+  },
+  validate(o) {
+    const out: Cause[] = metaCauses(o, true);
+    if (out.length > 0) return out;
+    const problem = serviceProblem({ apiVersion: 'v1', kind: 'Service', namespace: String(o.metadata.namespace ?? ''), name: String(o.metadata.name ?? ''), uid: String(o.metadata.uid ?? ''), object: o, source: { file: '', document: 0, line: 0 } });
+    return problem ? [{ reason: 'FieldValueInvalid', field: 'spec', message: `Invalid value: ${problem}` }] : [];
+  },
+  known: { spec: 'map', status: 'map' },
+  columns: [
+    nameColumn,
+    { name: 'Type', type: 'string', description: 'type determines how the Service is exposed.' },
+    { name: 'Cluster-IP', type: 'string', description: 'clusterIP is the IP address of the service and is usually assigned randomly.' },
+    { name: 'External-IP', type: 'string', description: 'externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.' },
+    { name: 'Port(s)', type: 'string', description: 'The list of ports that are exposed by this service.' },
+    ageColumn,
+    { name: 'Selector', type: 'string', priority: 1, description: 'Route service traffic to pods with label keys and values matching this selector.' },
+  ],
+  row: (o, now) => [o.metadata.name, ...serviceCells(specOf(o), statusOf(o)), age(o.metadata.creationTimestamp, now), formatLabels(specOf(o).selector)],
+};
