@@ -30,11 +30,11 @@ export const NODE_HELP = `Flags for "skiff node" (the runtime, the agent, the pr
   uses the node's own --socket), and all of "skiff proxy"'s except --kubelet and
   --metrics-address (the proxy's metrics are on the status API's /metrics). Defaults as there;
   --cluster-dns defaults to --dns-address, the node's own service DNS.
-  --api-address HOST:PORT  the node's Kubernetes API over HTTPS (default 127.0.0.1:6443; "" for none):
-                           Namespaces, ConfigMaps, Secrets and Events for kubectl, with the admin
-                           kubeconfig written to <--root-dir>/admin.kubeconfig at first start
-Try the demo (images built by ./scripts/setup.sh, no registry needed):
-  skiff node --manifests examples/demo --images-dir build/images
+  --api-address HOST:PORT  the node's Kubernetes API over HTTPS for kubectl and helm (default
+                           127.0.0.1:6443; "" for none): what is written there runs here, with the
+                           admin kubeconfig written to <--root-dir>/admin.kubeconfig at first start
+Try the demo (images built by ./scripts/setup.sh, no registry needed): ./scripts/demo.sh, or
+  skiff node --images-dir build/images   then   kubectl apply -f examples/demo
 `;
 
 const { 'runtime-endpoint': _runtimeEndpoint, ...kubeletFlags } = KUBELET_FLAGS;
