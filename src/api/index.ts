@@ -7,6 +7,7 @@ import type { Logger } from '../log.js';
 import { ensureCredentials } from './credentials.js';
 import { nodeKinds } from './kinds/index.js';
 import { openApiDb } from './persist.js';
+import { podSubresources, type PodStreams } from './pod-subresources.js';
 import { splitHostPort, startApiServer, type ApiServerOptions } from './server.js';
 import { Store } from './store.js';
 
@@ -19,6 +20,8 @@ export interface NodeApiOptions {
   log: Logger;
   server?: Partial<Pick<ApiServerOptions, 'maxUnreadWatchBytes' | 'bookmarkIntervalMs' | 'maxWatchSeconds'>>;
   maxWatches?: number;
+  /** The agent's side of pods/log, exec, attach and port-forward (undefined until the agent is up). */
+  podStreams?: () => PodStreams | undefined;
 }
 
 export interface NodeApi {
@@ -34,7 +37,8 @@ export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
   try {
     // The kubeconfig names the port actually bound; with port 0 that is known only after listening.
     const creds = await ensureCredentials({ dir: opts.dir, server: opts.address, sans: [host] });
-    const server = await startApiServer({ store, address: opts.address, tls: creds, log: opts.log, ...opts.server });
+    const pods = podSubresources({ store, streams: opts.podStreams ?? (() => undefined), log: opts.log });
+    const server = await startApiServer({ store, address: opts.address, tls: creds, log: opts.log, subresources: pods.subresources, onClose: pods.close, ...opts.server });
     const clientHost = host === '0.0.0.0' || host === '::' || host === '' ? '127.0.0.1' : host;
     const [, port] = splitHostPort(server.address);
     const final = server.address === opts.address && clientHost === host ? creds : await ensureCredentials({ dir: opts.dir, server: `${clientHost.includes(':') ? `[${clientHost}]` : clientHost}:${port}`, sans: [host] });

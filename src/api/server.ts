@@ -9,11 +9,13 @@
 import https from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { silentLogger, type Logger } from '../log.js';
 import { KUBE_VERSION } from '../version.js';
 import { aggregated, aggregatedVersion, apiVersions, groupList, groupOf, resourceList, type Subresources } from './discovery.js';
 import { ApiError, badRequest } from './errors.js';
+import { writeStatus } from './upgrade-status.js';
 import { applyPatch, checkDepth, PATCH_TYPES } from './patch.js';
 import { applyObject, APPLY_PATCH_TYPE, parseApplyBody } from './apply.js';
 import { typeOf } from './list-types.js';
@@ -47,6 +49,8 @@ export interface ApiServerOptions {
    * (given after the credential and the route are checked).
    */
   subresources?: Record<string, Subresource>;
+  /** Called as the server closes (the subresources end the upgraded connections they relay). */
+  onClose?: () => void;
 }
 
 export interface SubresourceTarget {
@@ -61,6 +65,8 @@ export interface Subresource {
   kind: string;
   verbs: string[];
   handle(req: IncomingMessage, res: ServerResponse, target: SubresourceTarget): Promise<void>;
+  /** An HTTP Upgrade to it (exec, attach, port-forward); without this, upgrades are refused. A thrown ApiError is answered as a Status. */
+  upgrade?(req: IncomingMessage, socket: Duplex, head: Buffer, target: SubresourceTarget): Promise<void>;
 }
 
 export interface ApiServer {
@@ -98,6 +104,15 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       handle(req, res).catch((err: unknown) => fail(res, err));
     },
   );
+  // An upgrade comes here, not to the request handler: the same credential and route checks, then the subresource.
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    socket.on('error', () => socket.destroy());
+    upgrade(req, socket, head).catch((err: unknown) => {
+      const e = err instanceof ApiError ? err : new ApiError('InternalError', `Internal error occurred: ${(err as Error)?.message ?? String(err)}`);
+      if (!(err instanceof ApiError)) log.error('API upgrade failed', { error: e.message });
+      writeStatus(socket, e);
+    });
+  });
   server.headersTimeout = 10_000;
   server.requestTimeout = 60_000;
   server.keepAliveTimeout = 30_000;
@@ -178,6 +193,16 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       return resource(req, res, url, routeOf(group, version, segs.slice(3)));
     }
     throw new ApiError('NotFound', 'the server could not find the requested resource');
+  }
+
+  async function upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    if (!(req.socket as TLSSocket).authorized) throw new ApiError('Unauthorized', 'Unauthorized');
+    const url = new URL(req.url ?? '/', 'https://api');
+    const segs = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+    const r = segs[0] === 'api' && segs[1] === 'v1' ? routeOf('', 'v1', segs.slice(2)) : segs[0] === 'apis' && segs.length >= 4 ? routeOf(segs[1]!, segs[2]!, segs.slice(3)) : undefined;
+    const s = r?.subresource !== undefined ? subresources[`${resourceOf(r.kind)}/${r.subresource}`] : undefined;
+    if (!r || !s?.upgrade) throw new ApiError('BadRequest', 'the requested resource does not take an upgraded connection');
+    return s.upgrade(req, socket, head, { kind: r.kind, namespace: r.namespace, name: r.name!, query: url.searchParams });
   }
 
   function kindsIn(group: string, version?: string): Kind[] {
@@ -439,6 +464,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     address: advertised,
     close: async () => {
       for (const res of watches) res.end();
+      opts.onClose?.();
       server.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));
     },

@@ -10,6 +10,7 @@ import { installCrashGuard, startDaemon } from '../daemon.js';
 import { startNodeApi } from '../api/index.js';
 import { localClient } from '../api/client.js';
 import { showManifestObjects } from '../api/manifest-objects.js';
+import { AgentPodStreams } from '../kubelet-lite/pod-streams.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { ObjectStore } from '../kubelet-lite/store.js';
 import { ApiBridge } from '../node/api-bridge.js';
@@ -29,11 +30,11 @@ export const NODE_HELP = `Flags for "skiff node" (the runtime, the agent, the pr
   uses the node's own --socket), and all of "skiff proxy"'s except --kubelet and
   --metrics-address (the proxy's metrics are on the status API's /metrics). Defaults as there;
   --cluster-dns defaults to --dns-address, the node's own service DNS.
-  --api-address HOST:PORT  the node's Kubernetes API over HTTPS (default 127.0.0.1:6443; "" for none):
-                           Namespaces, ConfigMaps, Secrets and Events for kubectl, with the admin
-                           kubeconfig written to <--root-dir>/admin.kubeconfig at first start
-Try the demo (images built by ./scripts/setup.sh, no registry needed):
-  skiff node --manifests examples/demo --images-dir build/images
+  --api-address HOST:PORT  the node's Kubernetes API over HTTPS for kubectl and helm (default
+                           127.0.0.1:6443; "" for none): what is written there runs here, with the
+                           admin kubeconfig written to <--root-dir>/admin.kubeconfig at first start
+Try the demo (images built by ./scripts/setup.sh, no registry needed): ./scripts/demo.sh, or
+  skiff node --images-dir build/images   then   kubectl apply -f examples/demo
 `;
 
 const { 'runtime-endpoint': _runtimeEndpoint, ...kubeletFlags } = KUBELET_FLAGS;
@@ -85,7 +86,9 @@ export async function node(args: string[]): Promise<number> {
   if (process.getuid?.() !== 0) log.warn('skiff node is not running as root: pods, images and rules all need root');
 
   const apiAddress = values['api-address'] as string;
-  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log });
+  // The API is up before the agent: until it is, pods/log, exec and port-forward answer that it is not running yet.
+  let podStreams: AgentPodStreams | undefined;
+  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log, podStreams: () => podStreams });
   let daemon;
   try {
     daemon = await startDaemon(daemonOpts, log);
@@ -106,6 +109,7 @@ export async function node(args: string[]): Promise<number> {
     await api?.stop();
     throw err;
   }
+  podStreams = new AgentPodStreams(kubelet.agent, log);
   const unshow = api ? showManifestObjects(api.store, kubelet.objects, log) : () => undefined;
   bridge?.attach(kubelet.agent);
   const reporter = api

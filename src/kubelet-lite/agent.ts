@@ -32,7 +32,7 @@ import { objectUid } from './store.js';
 import { iso } from '../controllers/common.js';
 import type { ControllerDriver } from '../controllers/driver.js';
 import { WORKLOAD_KINDS, type WorkloadStatus } from '../controllers/types.js';
-import { RuntimeObserver } from './runtime-state.js';
+import { RuntimeObserver, type ObservedPod } from './runtime-state.js';
 import type { UsernsAllocator } from './userns.js';
 import { namespacedKey as podKey } from '../labels.js';
 
@@ -703,6 +703,12 @@ export class Agent {
     const c = previous ? instances.find((x, i) => i > 0 && x.state === 'exited') ?? undefined : instances[0];
     const file = c ? containerLogIn(path.join(this.opts.rootDir, 'pods', e.uid), c.logPath) : undefined;
     return file ? { root: this.opts.rootDir, path: path.relative(this.opts.rootDir, file) } : undefined;
+  }
+
+  /** What the runtime holds for a pod (sandboxes and containers, newest first), and the runtime to ask for streams. */
+  async runtimeOf(namespace: string, name: string): Promise<{ observed: ObservedPod; cri: CriEndpoint } | undefined> {
+    const e = this.pods.get(podKey(namespace, name));
+    return e ? { observed: await this.observer.observe(e.uid), cri: this.parts.cri } : undefined;
   }
 
   /** Counts for the metrics: running pods and containers by state. */

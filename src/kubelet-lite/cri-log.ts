@@ -48,8 +48,11 @@ export class CriLogDecoder {
   private pendingLength = 0;
   /** Inside a logical line (after a P): no timestamp prefix for its continuation. */
   private midLine = false;
+  /** The logical line under way began before `since`: its continuations are dropped with it. */
+  private skipping = false;
 
-  constructor(private readonly opts: { timestamps?: boolean } = {}) {}
+  /** `since`: milliseconds since the epoch; logical lines that began earlier are left out. */
+  constructor(private readonly opts: { timestamps?: boolean; since?: number } = {}) {}
 
   feed(chunk: Buffer): Buffer {
     const out: Buffer[] = [];
@@ -89,10 +92,13 @@ export class CriLogDecoder {
       this.midLine = false;
       return;
     }
-    if (this.opts.timestamps && !this.midLine) out.push(Buffer.from(`${l.time} `));
+    const wasMid = this.midLine;
+    if (!this.midLine) this.skipping = this.opts.since !== undefined && !(Date.parse(l.time) >= this.opts.since);
+    this.midLine = !l.full;
+    if (this.skipping) return;
+    if (this.opts.timestamps && !wasMid) out.push(Buffer.from(`${l.time} `));
     out.push(l.text);
     if (l.full) out.push(Buffer.from('\n'));
-    this.midLine = !l.full;
   }
 }
 
@@ -171,6 +177,8 @@ export interface StreamLogOptions {
   tailLines?: number;
   follow?: boolean;
   timestamps?: boolean;
+  /** Only logical lines that began at or after this time (milliseconds since the epoch). */
+  since?: number;
   /** Stops the stream (the client went away). */
   signal: AbortSignal;
   /** Writes output; resolves when the reader can take more. */
@@ -209,7 +217,7 @@ export async function streamCriLog(ref: LogRef, opts: StreamLogOptions): Promise
 }
 
 async function streamIn(dirFd: number, name: string, opts: StreamLogOptions): Promise<void> {
-  const decoder = new CriLogDecoder({ timestamps: opts.timestamps });
+  const decoder = new CriLogDecoder({ timestamps: opts.timestamps, since: opts.since });
   const buf = Buffer.alloc(READ_CHUNK);
   const emit = async (bytes: Buffer) => {
     const out = decoder.feed(bytes);

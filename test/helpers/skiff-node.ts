@@ -135,7 +135,9 @@ export class SkiffNode {
     const rt = new proto.runtime.v1.RuntimeService(`unix:${d.socket}`, grpc.credentials.createInsecure());
     const call = <T>(m: string, req: unknown) =>
       new Promise<T>((resolve, reject) => (rt as unknown as Record<string, (r: unknown, cb: (e: unknown, v: T) => void) => void>)[m]!.call(rt, req, (e, v) => (e ? reject(e) : resolve(v))));
-    const list = await call<{ items: Array<{ id: string }> }>('ListPodSandbox', {}).catch(() => ({ items: [] }));
+    // The node's socket file outlives it: until the new runtime answers, a call is refused, and a listing taken
+    // as empty would leave every pod (and its mounts) behind.
+    const list = await waitFor('the runtime to answer for cleanup', () => call<{ items: Array<{ id: string }> }>('ListPodSandbox', {}).catch(() => undefined), 30_000).catch(() => ({ items: [] }));
     for (const sb of list.items) await call('RemovePodSandbox', { podSandboxId: sb.id }).catch(() => undefined);
     rt.close();
     await new Promise<void>((r) => {

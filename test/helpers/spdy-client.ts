@@ -3,6 +3,7 @@
  * HTTP upgrade, then client-initiated streams named by their headers.
  */
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import zlib from 'node:zlib';
 import { controlFrame, dataFrame, decodeHeaderBlock, encodeHeaderBlock, FLAG_FIN, FrameType } from '../../src/streaming/spdy.js';
 import { SPDY3_DICTIONARY } from '../../src/streaming/spdy-dictionary.js';
@@ -55,7 +56,12 @@ export class SpdyTestClient {
     const u = new URL(url);
     const sock = net.connect(hostPort ?? Number(u.port), '127.0.0.1');
     await new Promise((r, j) => sock.once('connect', r).once('error', j));
-    sock.write(`GET ${u.pathname} HTTP/1.1\r\nHost: ${u.host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${protocols.join(', ')}\r\n\r\n`);
+    return SpdyTestClient.over(sock, `${u.pathname}${u.search}`, u.host, protocols);
+  }
+
+  /** Upgrades on a connection already made (a TLS one to the node's API, say); `target` is the request's path and query. */
+  static async over(sock: net.Socket, target: string, host: string, protocols: string[], method = 'GET'): Promise<{ client: SpdyTestClient; protocol: string }> {
+    sock.write(`${method} ${target} HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${protocols.join(', ')}\r\n\r\n`);
     const head = await new Promise<{ text: string; rest: Buffer }>((resolve, reject) => {
       let acc = Buffer.alloc(0);
       const on = (d: Buffer) => {
@@ -79,6 +85,14 @@ export class SpdyTestClient {
     sock.on('close', () => (client.closed = true));
     if (head.rest.length) client.onBytes(head.rest);
     return { client, protocol };
+  }
+
+  /** A client on a connection that already speaks SPDY (a WebSocket tunnel's stream, say). */
+  static onUpgraded(sock: Duplex): SpdyTestClient {
+    const client = new SpdyTestClient(sock as net.Socket);
+    sock.on('data', (d: Buffer) => client.onBytes(d));
+    sock.on('close', () => (client.closed = true));
+    return client;
   }
 
   private onBytes(d: Buffer): void {

@@ -100,7 +100,8 @@ describe.skipIf(!isRoot)('skiff node: the demo, offline, in one process', () => 
       const rt = new proto.runtime.v1.RuntimeService(`unix:${d.socket}`, grpc.credentials.createInsecure());
       const call = <T>(m: string, req: unknown) =>
         new Promise<T>((resolve, reject) => (rt as unknown as Record<string, (r: unknown, cb: (e: unknown, v: T) => void) => void>)[m]!.call(rt, req, (e, v) => (e ? reject(e) : resolve(v))));
-      const list = await call<{ items: Array<{ id: string }> }>('ListPodSandbox', {}).catch(() => ({ items: [] }));
+      // The node's socket file outlives it: a listing taken before the new runtime answers would leave every pod behind.
+      const list = await waitFor('the runtime to answer for cleanup', () => call<{ items: Array<{ id: string }> }>('ListPodSandbox', {}).catch(() => undefined), 30_000).catch(() => ({ items: [] }));
       for (const sb of list.items) await call('RemovePodSandbox', { podSandboxId: sb.id }).catch(() => undefined);
       rt.close();
       await new Promise<void>((r) => {

@@ -183,7 +183,7 @@ describe('skiff get, describe, logs and exec in --help', () => {
 describe('skiff node --help', () => {
   it("names the node's API flag and where its kubeconfig goes", async () => {
     const out = await capture(['node', '--help']);
-    expect(out).toMatch(/--api-address HOST:PORT\s+the node's Kubernetes API over HTTPS \(default 127\.0\.0\.1:6443/);
+    expect(out).toMatch(/--api-address HOST:PORT\s+the node's Kubernetes API over HTTPS for kubectl and helm \(default\s+127\.0\.0\.1:6443/);
     expect(out).toContain('<--root-dir>/admin.kubeconfig');
   });
 });
