@@ -28,6 +28,7 @@ import { benchKubelet, reportKubelet, type KubeletResults } from './kubelet.js';
 import { benchNode, reportNode } from './node.js';
 import { benchProxy } from './proxy.js';
 import { benchDns } from './dns.js';
+import { benchApi, reportApi } from './api.js';
 import { measureFloor, type FloorSamples } from './floor.js';
 import { client, report, type PodResults } from './pods.js';
 import type { PodsChildSpec } from './pods-child.js';
@@ -439,6 +440,7 @@ async function main(): Promise<void> {
   if (process.argv[2] === 'dns') return benchDns(); // no root needed: 127.0.0.x only
   if (process.getuid?.() !== 0) throw new Error('the benchmark runs skiff cri, which needs root');
   if (process.argv[2] === 'proxy') return benchProxy();
+  if (process.argv[2] === 'api') return void process.stdout.write(reportApi(await benchApi())); // the node imports its images from archives: no registry
   const registry = await startRegistry();
   try {
     const which = process.argv[2] ?? 'all';
@@ -446,6 +448,7 @@ async function main(): Promise<void> {
     if (which === 'all' || which === 'pods') await benchPodsAll(registry);
     if (which === 'all' || which === 'kubelet') await benchKubeletAll(registry);
     if (which === 'all' || which === 'node') process.stdout.write(reportNode(await benchNode()));
+    if (which === 'all') process.stdout.write(reportApi(await benchApi()));
   } finally {
     await registry.stop();
   }

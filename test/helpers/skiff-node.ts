@@ -123,6 +123,19 @@ export class SkiffNode {
     return JSON.parse(await this.kubectlOk(['get', ...args, '-o', 'json'])) as T;
   }
 
+  /** The pod sandboxes the node's runtime holds (CRI ListPodSandbox on its socket, a file: no namespace to cross). */
+  async sandboxes(): Promise<Array<{ id: string; state: string; metadata: { name: string; namespace: string } }>> {
+    const proto = loadCri();
+    const rt = new proto.runtime.v1.RuntimeService(`unix:${this.dirs.socket}`, grpc.credentials.createInsecure());
+    try {
+      return await new Promise((resolve, reject) =>
+        (rt as unknown as Record<string, (r: unknown, cb: (e: unknown, v: { items: never[] }) => void) => void>).ListPodSandbox!.call(rt, {}, (e, v) => (e ? reject(e) : resolve(v.items))),
+      );
+    } finally {
+      rt.close();
+    }
+  }
+
   /** Stops the node, removes its pods through a bare runtime on the same root, its rules and namespace; checks nothing leaked. */
   async destroy(): Promise<{ mounts: string[]; processes: string[] }> {
     if (!this.base || !this.ns) return { mounts: [], processes: [] };
