@@ -102,7 +102,9 @@ export class ApiBridge {
       const w = await this.o.client.watch(
         resourceOf(kind),
         { resourceVersion: this.o.store.resourceVersion },
-        () => this.scheduleFeed(),
+        (e) => {
+          if (this.changesFeed(kind, e.type, e.object)) this.scheduleFeed();
+        },
         (reason) => {
           // Fell behind (or stopped): a full feed is the relist.
           if (!this.stopped) this.o.log.warn('the API bridge lost its watch; feeding everything again', { resource: resourceOf(kind), reason });
@@ -158,6 +160,19 @@ export class ApiBridge {
   }
 
   // ------------------------------------------------------------ API → agent
+
+  /**
+   * Whether a change is one the agent must see: most are the node's own status
+   * writes, which leave what the agent reads as it was (and a full feed lists everything).
+   */
+  private changesFeed(kind: Kind, type: string, o: ApiObject): boolean {
+    const ns = o.metadata.namespace ?? '';
+    const name = o.metadata.name ?? '';
+    const k = `${resourceOf(kind)}/${ns}/${name}`;
+    if (type === 'DELETED' || this.o.store.ownerOf(kind, ns, name) !== undefined) return this.fed.has(k);
+    if (kind.plural === 'pods' && (((o.spec ?? {}) as Obj).nodeName !== this.o.nodeName || o.metadata.deletionTimestamp)) return true;
+    return this.fed.get(k) !== revisionOf(forAgent(o));
+  }
 
   private scheduleFeed(): void {
     if (this.feedTimer || this.stopped) return;
