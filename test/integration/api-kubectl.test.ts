@@ -16,85 +16,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { repoRoot } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { TestNetns } from '../helpers/netns.js';
+import { ApiProcess, KUBECTL_127, KUBECTL_135, run } from '../helpers/api-process.js';
 import { freePort, waitFor } from '../helpers/registry.js';
-
-const KUBECTL_135 = path.join(repoRoot, 'build', 'bin', 'kubectl');
-const KUBECTL_127 = '/usr/lib/google-cloud-sdk/bin/kubectl.1.27';
-const helper = path.join(repoRoot, 'test', 'helpers', 'api-server.mjs');
-
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function run(bin: string, args: string[], env: Record<string, string>, input?: string, wrap: string[] = []): Promise<Result> {
-  return new Promise((resolve) => {
-    const argv = [...wrap, bin, ...args];
-    const p = spawn(argv[0]!, argv.slice(1), { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: env.HOME ?? os.tmpdir(), ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
-    p.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
-    p.stdin.end(input ?? '');
-    const timer = setTimeout(() => p.kill('SIGKILL'), 60_000);
-    p.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
-
-/** The API alone in its own process, on a free port, over a root directory of the test's. */
-class ApiProcess {
-  child?: ChildProcess;
-  kubeconfig = '';
-  address = '';
-  constructor(
-    readonly dir: string,
-    readonly port: number,
-    readonly env: Record<string, string> = {},
-  ) {}
-
-  async start(): Promise<void> {
-    let out = '';
-    this.child = spawn(process.execPath, [helper, this.dir, `127.0.0.1:${this.port}`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...this.env } });
-    this.child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-    this.child.stderr!.on('data', (b: Buffer) => (out += b.toString()));
-    const line = await waitFor('the API process', async () => {
-      if (this.child!.exitCode !== null) throw new Error(`the API process exited: ${out}`);
-      return /READY (\S+) (\S+)/.exec(out) ?? undefined;
-    }, 30_000);
-    this.address = line[1]!;
-    this.kubeconfig = line[2]!;
-  }
-
-  async kill(signal: NodeJS.Signals): Promise<void> {
-    const c = this.child;
-    if (!c || c.exitCode !== null || c.signalCode !== null) return;
-    await new Promise<void>((r) => {
-      c.once('exit', () => r());
-      c.kill(signal);
-    });
-  }
-
-  /** A raw request with the admin credential, for what kubectl cannot send (oversized bodies, a watch that never reads). */
-  request(method: string, p: string, body?: Buffer | string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
-    const pki = path.join(this.dir, 'pki');
-    return new Promise((resolve, reject) => {
-      const req = https.request(
-        { host: '127.0.0.1', port: this.port, method, path: p, headers, ca: fs.readFileSync(path.join(pki, 'ca.crt')), cert: fs.readFileSync(path.join(pki, 'admin.crt')), key: fs.readFileSync(path.join(pki, 'admin.key')) },
-        (res) => {
-          let text = '';
-          res.on('data', (b: Buffer) => (text += b.toString()));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-        },
-      );
-      req.on('error', reject);
-      req.end(body);
-    });
-  }
-}
 
 const versions = [
   { name: '1.35', bin: KUBECTL_135, present: fs.existsSync(KUBECTL_135) },
