@@ -26,6 +26,7 @@ import type { Subresource, SubresourceTarget } from './server.js';
 import type { Store } from './store.js';
 import type { Obj } from './types.js';
 import { writeStatus } from './upgrade-status.js';
+import { writeOrDrop } from '../slow-reader.js';
 
 export interface PodRef {
   namespace: string;
@@ -153,23 +154,7 @@ export function podSubresources(opts: PodSubresourceOptions): { subresources: Re
           signal: ac.signal,
           write: (chunk) => {
             start();
-            if (res.destroyed) return Promise.resolve();
-            if (res.write(chunk)) return Promise.resolve();
-            return new Promise<void>((resolve) => {
-              const timer = setTimeout(() => {
-                opts.log.warn('dropping a pod log client that is not reading', { pod: `${t.namespace}/${t.name}`, container });
-                res.destroy();
-              }, stallMs);
-              timer.unref();
-              const done = () => {
-                clearTimeout(timer);
-                res.off('drain', done);
-                res.off('close', done);
-                resolve();
-              };
-              res.on('drain', done);
-              res.on('close', done);
-            });
+            return writeOrDrop(res, chunk, stallMs, () => opts.log.warn('dropping a pod log client that is not reading', { pod: `${t.namespace}/${t.name}`, container }));
           },
         });
       } catch (err) {

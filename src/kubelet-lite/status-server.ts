@@ -22,6 +22,7 @@ import { UnsafeLogError } from './log-files.js';
 import type { AgentMetrics } from './metrics.js';
 import type { AgentView, PodWatchType } from './model.js';
 import type { Summary } from './stats-summary.js';
+import { writeOrDrop } from '../slow-reader.js';
 
 export const DEFAULT_STATUS_ADDRESS = '127.0.0.1:10255';
 export const DEFAULT_MAX_CONNECTIONS = 128;
@@ -396,23 +397,7 @@ export class StatusServer {
         goneGraceMs: this.opts.logGoneGraceMs,
         write: (chunk) => {
           start();
-          if (res.destroyed) return Promise.resolve();
-          if (res.write(chunk)) return Promise.resolve();
-          return new Promise<void>((resolve) => {
-            const t = setTimeout(() => {
-              this.log.warn('dropping a log client that is not reading', { pod: `${ns}/${podName}`, container });
-              res.destroy();
-            }, stall);
-            t.unref();
-            const done = () => {
-              clearTimeout(t);
-              res.off('drain', done);
-              res.off('close', done);
-              resolve();
-            };
-            res.on('drain', done);
-            res.on('close', done);
-          });
+          return writeOrDrop(res, chunk, stall, () => this.log.warn('dropping a log client that is not reading', { pod: `${ns}/${podName}`, container }));
         },
       });
     } catch (err) {
