@@ -141,27 +141,37 @@ export class SkiffNode {
     if (!this.base || !this.ns) return { mounts: [], processes: [] };
     await this.stopProcess();
     const d = this.dirs;
-    const argv = this.ns.wrap([process.execPath, bin, 'cri', '--socket', d.socket, '--root', d.root, '--state', d.state, '--cni-conf-dir', path.join(this.base, 'net.d'), '--registry-config', path.join(this.base, 'certs.d')]);
-    const cri = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' });
-    await waitFor('the runtime for cleanup', async () => spawnSync('test', ['-S', d.socket]).status === 0, 30_000).catch(() => undefined);
-    const proto = loadCri();
-    const rt = new proto.runtime.v1.RuntimeService(`unix:${d.socket}`, grpc.credentials.createInsecure());
-    const call = <T>(m: string, req: unknown) =>
-      new Promise<T>((resolve, reject) => (rt as unknown as Record<string, (r: unknown, cb: (e: unknown, v: T) => void) => void>)[m]!.call(rt, req, (e, v) => (e ? reject(e) : resolve(v))));
-    // The node's socket file outlives it: until the new runtime answers, a call is refused, and a listing taken
-    // as empty would leave every pod (and its mounts) behind.
-    const list = await waitFor('the runtime to answer for cleanup', () => call<{ items: Array<{ id: string }> }>('ListPodSandbox', {}).catch(() => undefined), 30_000).catch(() => ({ items: [] }));
-    for (const sb of list.items) await call('RemovePodSandbox', { podSandboxId: sb.id }).catch(() => undefined);
-    rt.close();
-    await new Promise<void>((r) => {
-      cri.once('exit', () => r());
-      cri.kill('SIGTERM');
-    });
-    spawnSync('nsenter', [`--net=${this.ns.path}`, process.execPath, bin, 'proxy', '--cleanup']);
-    await this.ns.destroy();
-    await new Promise((r) => setTimeout(r, 300));
-    const leaks = { mounts: mountsUnder(this.base), processes: processesMentioning(this.base) };
-    await fs.rm(this.base, { recursive: true, force: true });
-    return leaks;
+    return removeNode(this.base, this.ns, d);
   }
+}
+
+/**
+ * What a stopped node leaves on purpose (its pods keep running for the next
+ * one to adopt) removed: every sandbox through a bare runtime on the same
+ * root, the proxy's rules, the namespace, then the base directory. Returns
+ * the mounts and processes still naming `base` (none, when all went).
+ */
+export async function removeNode(base: string, ns: TestNetns, d: { socket: string; root: string; state: string }): Promise<{ mounts: string[]; processes: string[] }> {
+  const argv = ns.wrap([process.execPath, bin, 'cri', '--socket', d.socket, '--root', d.root, '--state', d.state, '--cni-conf-dir', path.join(base, 'net.d'), '--registry-config', path.join(base, 'certs.d')]);
+  const cri = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' });
+  await waitFor('the runtime for cleanup', async () => spawnSync('test', ['-S', d.socket]).status === 0, 30_000).catch(() => undefined);
+  const proto = loadCri();
+  const rt = new proto.runtime.v1.RuntimeService(`unix:${d.socket}`, grpc.credentials.createInsecure());
+  const call = <T>(m: string, req: unknown) =>
+    new Promise<T>((resolve, reject) => (rt as unknown as Record<string, (r: unknown, cb: (e: unknown, v: T) => void) => void>)[m]!.call(rt, req, (e, v) => (e ? reject(e) : resolve(v))));
+  // The node's socket file outlives it: until the new runtime answers, a call is refused, and a listing taken
+  // as empty would leave every pod (and its mounts) behind.
+  const list = await waitFor('the runtime to answer for cleanup', () => call<{ items: Array<{ id: string }> }>('ListPodSandbox', {}).catch(() => undefined), 30_000).catch(() => ({ items: [] }));
+  for (const sb of list.items) await call('RemovePodSandbox', { podSandboxId: sb.id }).catch(() => undefined);
+  rt.close();
+  await new Promise<void>((r) => {
+    cri.once('exit', () => r());
+    cri.kill('SIGTERM');
+  });
+  spawnSync('nsenter', [`--net=${ns.path}`, process.execPath, bin, 'proxy', '--cleanup']);
+  await ns.destroy();
+  await new Promise((r) => setTimeout(r, 300));
+  const leaks = { mounts: mountsUnder(base), processes: processesMentioning(base) };
+  await fs.rm(base, { recursive: true, force: true });
+  return leaks;
 }

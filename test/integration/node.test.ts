@@ -12,12 +12,12 @@ import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildDemoImages } from '../../scripts/build-demo-images.js';
-import { grpc, repoRoot } from '../helpers/daemon.js';
+import { repoRoot } from '../helpers/daemon.js';
 import { isRoot } from '../helpers/env.js';
 import { TestNetns } from '../helpers/netns.js';
-import { mountsUnder, processesMentioning } from '../helpers/pods.js';
 import { freePort, waitFor } from '../helpers/registry.js';
-import { loadCri } from '../../src/server/proto.js';
+import { removeNode } from '../helpers/skiff-node.js';
+import { processesMentioning } from '../helpers/pods.js';
 
 const bin = path.join(repoRoot, 'bin', 'skiff.js');
 
@@ -92,27 +92,7 @@ describe.skipIf(!isRoot)('skiff node: the demo, offline, in one process', () => 
       // The node leaves its pods running on purpose: stop it, then remove them through a bare
       // runtime on the same root (nothing then makes new ones behind our back).
       await stopNodeProcess();
-      const d = dirs();
-      const argv = ns.wrap([process.execPath, bin, 'cri', '--socket', d.socket, '--root', d.root, '--state', d.state, '--cni-conf-dir', path.join(base, 'net.d'), '--registry-config', path.join(base, 'certs.d')]);
-      const cri = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' });
-      await waitFor('the runtime for cleanup', async () => spawnSync('test', ['-S', d.socket]).status === 0, 30_000).catch(() => undefined);
-      const proto = loadCri();
-      const rt = new proto.runtime.v1.RuntimeService(`unix:${d.socket}`, grpc.credentials.createInsecure());
-      const call = <T>(m: string, req: unknown) =>
-        new Promise<T>((resolve, reject) => (rt as unknown as Record<string, (r: unknown, cb: (e: unknown, v: T) => void) => void>)[m]!.call(rt, req, (e, v) => (e ? reject(e) : resolve(v))));
-      // The node's socket file outlives it: a listing taken before the new runtime answers would leave every pod behind.
-      const list = await waitFor('the runtime to answer for cleanup', () => call<{ items: Array<{ id: string }> }>('ListPodSandbox', {}).catch(() => undefined), 30_000).catch(() => ({ items: [] }));
-      for (const sb of list.items) await call('RemovePodSandbox', { podSandboxId: sb.id }).catch(() => undefined);
-      rt.close();
-      await new Promise<void>((r) => {
-        cri.once('exit', () => r());
-        cri.kill('SIGTERM');
-      });
-      spawnSync('nsenter', [`--net=${ns.path}`, process.execPath, bin, 'proxy', '--cleanup']);
-      await ns.destroy();
-      await new Promise((r) => setTimeout(r, 300));
-      const leaks = { mounts: mountsUnder(base), processes: processesMentioning(base) };
-      await fs.rm(base, { recursive: true, force: true });
+      const leaks = await removeNode(base, ns, dirs());
       expect(leaks).toEqual({ mounts: [], processes: [] });
     }
   }, 120_000);
