@@ -18,7 +18,7 @@ export interface NodeApiOptions {
   /** The node's name: pods created without a node are placed on it. */
   nodeName: string;
   log: Logger;
-  server?: Partial<Pick<ApiServerOptions, 'maxUnreadWatchBytes' | 'bookmarkIntervalMs' | 'maxWatchSeconds'>>;
+  server?: Partial<Pick<ApiServerOptions, 'maxUnreadWatchBytes' | 'bookmarkIntervalMs' | 'maxWatchSeconds' | 'maxListBytes'>>;
   maxWatches?: number;
   /** The agent's side of pods/log, exec, attach and port-forward (undefined until the agent is up). */
   podStreams?: () => PodStreams | undefined;

@@ -28,12 +28,17 @@ const MAX_COPIED = 8 * 1024 * 1024;
 
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** Refuses documents nested deeper than the API's objects ever are, without recursing to find out. */
+/** More values than any object the API stores has: the work a request costs (merging, validating) grows with them. */
+export const MAX_VALUES = 100_000;
+
+/** Refuses documents nested deeper, or holding more values, than the API's objects ever do, without recursing to find out. */
 export function checkDepth(v: unknown): void {
   const stack: Array<[unknown, number]> = [[v, 0]];
+  let values = 0;
   while (stack.length > 0) {
     const [x, d] = stack.pop()!;
     if (d > MAX_DEPTH) throw badRequest(`the document is nested more than ${MAX_DEPTH} levels deep`);
+    if (++values > MAX_VALUES) throw new ApiError('RequestEntityTooLarge', `the document holds more than ${MAX_VALUES} values`);
     if (Array.isArray(x)) for (const y of x) stack.push([y, d + 1]);
     else if (isObj(x)) for (const y of Object.values(x)) stack.push([y, d + 1]);
   }
@@ -115,15 +120,28 @@ function mergeList(target: unknown, patch: unknown[], key: string | undefined, i
     for (const x of patch) if (!seen.has(JSON.stringify(x))) cur.push(structuredClone(x));
     return cur;
   }
+  // Found by key through a map, so a patch of n items into a list of m costs n + m, not n × m.
+  const out: Array<unknown> = cur;
+  const gone = new Set<number>();
+  const at = new Map<unknown, number>();
+  out.forEach((y, i) => {
+    if (isObj(y) && !at.has(y[key])) at.set(y[key], i);
+  });
   for (const x of patch) {
     if (!isObj(x)) throw badRequest(`a list merged by ${key} must hold objects`);
-    const at = cur.findIndex((y) => isObj(y) && y[key] === x[key]);
+    const i = at.get(x[key]);
     if (x.$patch === 'delete') {
-      if (at >= 0) cur.splice(at, 1);
-    } else if (at >= 0) cur[at] = strategic(cur[at], x, items);
-    else cur.push(strategic({}, x, items));
+      if (i !== undefined) {
+        gone.add(i);
+        at.delete(x[key]);
+      }
+    } else if (i !== undefined) out[i] = strategic(out[i], x, items);
+    else {
+      at.set(x[key], out.length);
+      out.push(strategic({}, x, items));
+    }
   }
-  return cur;
+  return gone.size === 0 ? out : out.filter((_, i) => !gone.has(i));
 }
 
 // ---------------------------------------------------------------- JSON patch

@@ -43,6 +43,8 @@ export interface ApiServerOptions {
   maxUnreadWatchBytes?: number;
   bookmarkIntervalMs?: number;
   maxWatchSeconds?: number;
+  /** Bytes of list answers being sent at once; a list beyond them waits its turn (429). */
+  maxListBytes?: number;
   /**
    * Subresources beyond status, by resource and name ("pods/log"): what
    * discovery lists for them, and the handler that answers the request
@@ -84,6 +86,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   const maxUnread = opts.maxUnreadWatchBytes ?? 1024 * 1024;
   const bookmarkEvery = opts.bookmarkIntervalMs ?? 60_000;
   const maxWatchSeconds = opts.maxWatchSeconds ?? 1800;
+  const maxListBytes = opts.maxListBytes ?? 256 * 1024 * 1024;
   const watches = new Set<ServerResponse>();
   const subresources = opts.subresources ?? {};
   const subresourcesFor = (k: Kind): Subresources => {
@@ -127,6 +130,30 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     const text = typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body);
     res.writeHead(code, { 'Content-Type': type, 'Content-Length': Buffer.byteLength(text), 'Cache-Control': 'no-cache, private' });
     res.end(text);
+  }
+
+  /**
+   * Reserves `bytes` of list answers in flight until `res` is done, or
+   * refuses with 429 when that would pass maxListBytes (one list alone is
+   * always let through, so no list is unservable; lists of at most 64 KiB
+   * are not counted: with at most 1024 connections they hold 64 MiB). A
+   * client that does not take its answer within 2 minutes is cut off, so it
+   * cannot hold the reservation.
+   */
+  let listBytes = 0;
+  function holdListBytes(res: ServerResponse, bytes: number): void {
+    if (bytes <= 64 * 1024) return;
+    if (listBytes > 0 && listBytes + bytes > maxListBytes) {
+      res.setHeader('Retry-After', '1');
+      throw new ApiError('TooManyRequests', `the node's API is sending ${listBytes} bytes of lists already; retry, or ask for pages with limit`);
+    }
+    listBytes += bytes;
+    const timer = setTimeout(() => res.destroy(), 120_000);
+    timer.unref();
+    res.once('close', () => {
+      clearTimeout(timer);
+      listBytes -= bytes;
+    });
   }
 
   function fail(res: ServerResponse, err: unknown): void {
@@ -288,10 +315,12 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
         const limit = q.get('limit');
         const l = limit === null || limit === '' ? undefined : Number(limit);
         if (l !== undefined && (!Number.isInteger(l) || l < 0)) throw badRequest(`invalid limit "${limit}"`);
-        const out = store.list(kind, { ...listOpts(), limit: l, continue: q.get('continue') ?? undefined });
+        const out = store.listJson(kind, { ...listOpts(), limit: l, continue: q.get('continue') ?? undefined });
         const meta = { resourceVersion: out.resourceVersion, ...(out.continue ? { continue: out.continue } : {}) };
-        if (table) return send(res, 200, toTable(kind, out.items, meta, include, now()), TABLE_CONTENT_TYPE);
-        return send(res, 200, { kind: `${kind.kind}List`, apiVersion: listVersion, metadata: meta, items: out.items });
+        // Lists are the one answer as large as the store: the bytes of those being sent at once are bounded.
+        holdListBytes(res, out.bytes);
+        if (table) return send(res, 200, toTable(kind, out.items.map((j) => JSON.parse(j) as ApiObject), meta, include, now()), TABLE_CONTENT_TYPE);
+        return send(res, 200, `{"kind":${JSON.stringify(`${kind.kind}List`)},"apiVersion":${JSON.stringify(listVersion)},"metadata":${JSON.stringify(meta)},"items":[${out.items.join(',')}]}`);
       }
       case 'POST': {
         if (item) throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');

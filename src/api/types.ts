@@ -77,6 +77,12 @@ export interface Kind {
   /** Defaults and normalisation on create (and on update, after PrepareForUpdate). */
   prepare?: (o: ApiObject, old?: ApiObject) => void;
   validate: (o: ApiObject) => Cause[];
+  /**
+   * Checks against the other objects the store holds (a Service's cluster IP
+   * or node port taken by another), after validate; `others` lists the
+   * stored objects of a resource, read-only.
+   */
+  admit?: (o: ApiObject, others: (resource: string) => Iterable<ApiObject>) => Cause[];
   /** The fields the kind has, for fieldValidation (apiVersion, kind and metadata are everyone's). */
   known: Record<string, Known>;
   /** Field selectors beyond metadata.name and metadata.namespace: label → value in the object. */

@@ -32,7 +32,7 @@ describe.skipIf(!isRoot)('the node API with real kubectl', () => {
 
   beforeAll(async () => {
     base = await fsp.mkdtemp(path.join(os.tmpdir(), 'skiff-api-'));
-    api = new ApiProcess(path.join(base, 'root'), await freePort(), { SKIFF_API_MAX_UNREAD: String(64 * 1024) });
+    api = new ApiProcess(path.join(base, 'root'), await freePort(), { SKIFF_API_MAX_UNREAD: String(64 * 1024), SKIFF_API_MAX_LIST_BYTES: String(4 * 1024 * 1024) });
     await api.start();
   }, 60_000);
 
@@ -214,6 +214,29 @@ describe.skipIf(!isRoot)('the node API with real kubectl', () => {
     // The status subresource is listed beside its resource, as kubectl's discovery expects.
     expect((JSON.parse((await api.request('GET', '/api/v1')).body) as { resources: Array<{ name: string }> }).resources.map((x) => x.name)).toEqual(expect.arrayContaining(['pods', 'pods/status', 'nodes/status']));
     expect(JSON.parse((await api.request('GET', '/api/v1')).body)).toMatchObject({ kind: 'APIResourceList', groupVersion: 'v1' });
+  });
+
+  it('bounds the bytes of lists sent at once: a list over the bound waits (429) while a client sits on a large one', async () => {
+    await api.request('POST', '/api/v1/namespaces', JSON.stringify({ metadata: { name: 'biglists' } }), { 'Content-Type': 'application/json' });
+    for (let i = 0; i < 3; i++) {
+      const r = await api.request('POST', '/api/v1/namespaces/biglists/configmaps', JSON.stringify({ metadata: { name: `big${i}` }, data: { a: 'y'.repeat(2_000_000) } }), { 'Content-Type': 'application/json' });
+      expect(r.status).toBe(201);
+    }
+    // A client that asks for the 6 MB list and reads none of it holds its bytes.
+    const pki = path.join(api.dir, 'pki');
+    const stalled = https.request({ host: '127.0.0.1', port: api.port, path: '/api/v1/namespaces/biglists/configmaps', ca: fs.readFileSync(path.join(pki, 'ca.crt')), cert: fs.readFileSync(path.join(pki, 'admin.crt')), key: fs.readFileSync(path.join(pki, 'admin.key')) });
+    const res = await new Promise<import('node:http').IncomingMessage>((resolve) => stalled.on('response', resolve).end());
+    res.pause();
+    expect(res.statusCode).toBe(200);
+    const second = await api.request('GET', '/api/v1/namespaces/biglists/configmaps');
+    expect(second.status).toBe(429);
+    expect(JSON.parse(second.body)).toMatchObject({ reason: 'TooManyRequests', code: 429 });
+    // The bound counts bytes: a small list still fits beside it.
+    expect((await api.request('GET', '/api/v1/namespaces')).status).toBe(200);
+    // Once that client goes, lists are served again.
+    stalled.destroy();
+    await waitFor('the large list to be served again', async () => (await api.request('GET', '/api/v1/namespaces/biglists/configmaps')).status === 200, 10_000);
+    await api.request('DELETE', '/api/v1/namespaces/biglists');
   });
 
   it('answers malformed requests with the API Status of each reason', async () => {

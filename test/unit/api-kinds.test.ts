@@ -339,4 +339,17 @@ describe('strategic merge of a pod template', () => {
     const svc = applyPatch('strategic', service('web', { ports: [{ name: 'http', port: 80, targetPort: 8080 }, { name: 'm', port: 9090 }] }), { spec: { ports: [{ port: 80, targetPort: 8081 }] } });
     expect((svc.spec as Obj).ports).toEqual([{ name: 'http', port: 80, targetPort: 8081 }, { name: 'm', port: 9090 }]);
   });
+
+  it('refuses a Service whose cluster IP or node port another holds, or whose node port is out of range, as the allocators do', () => {
+    const { store, kind } = setup();
+    const svc = kind('services');
+    store.create(svc, 'default', service('s1', { type: 'NodePort', clusterIP: '10.96.0.50', ports: [{ port: 80, nodePort: 30080 }] }));
+    expect(error(() => store.create(svc, 'other', service('s2', { clusterIP: '10.96.0.50', ports: [{ port: 80 }] })))).toContain('spec.clusterIPs: Invalid value: []string{"10.96.0.50"}: failed to allocate IP 10.96.0.50: provided IP is already allocated');
+    expect(error(() => store.create(svc, 'default', service('s3', { type: 'NodePort', ports: [{ port: 81, nodePort: 30080 }] })))).toContain('spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated');
+    expect(error(() => store.create(svc, 'default', service('s5', { type: 'NodePort', ports: [{ port: 80, nodePort: 22 }] })))).toContain('The range of valid ports is 30000-32767');
+    // The same port for another protocol is free, and a Service keeps its own on update.
+    store.create(svc, 'default', service('s4', { type: 'NodePort', ports: [{ port: 53, protocol: 'UDP', nodePort: 30080 }] }));
+    const s1 = store.get(svc, 'default', 's1');
+    expect(error(() => store.update(svc, 'default', 's1', { ...s1, metadata: { ...s1.metadata, labels: { a: 'b' } } }))).toBe('no error');
+  });
 });

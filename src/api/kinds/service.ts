@@ -6,7 +6,7 @@
  * once set, with kubectl's columns. The API allocates no cluster IP: the
  * proxy picks one for a Service that names none.
  */
-import { serviceProblem } from '../../proxy/service.js';
+import { NODE_PORT_MAX, NODE_PORT_MIN, serviceProblem } from '../../proxy/service.js';
 import { invalid, type Cause } from '../errors.js';
 import type { ApiObject, Kind, Obj } from '../types.js';
 import { age, ageColumn, isObj, metaCauses, nameColumn, setDefault } from './common.js';
@@ -83,6 +83,31 @@ export const serviceKind: Kind = {
     if (out.length > 0) return out;
     const problem = serviceProblem({ apiVersion: 'v1', kind: 'Service', namespace: String(o.metadata.namespace ?? ''), name: String(o.metadata.name ?? ''), uid: String(o.metadata.uid ?? ''), object: o, source: { file: '', document: 0, line: 0 } });
     return problem ? [{ reason: 'FieldValueInvalid', field: 'spec', message: `Invalid value: ${problem}` }] : [];
+  },
+  admit(o, others) {
+    // As the API server's allocators refuse them: an address or node port another Service holds, a node port out of range.
+    const spec = isObj(o.spec) ? o.spec : {};
+    const out: Cause[] = [];
+    const takenIPs = new Map<string, string>();
+    const takenPorts = new Map<string, string>();
+    for (const s of others('services')) {
+      if (s.metadata.namespace === o.metadata.namespace && s.metadata.name === o.metadata.name) continue;
+      const ss = isObj(s.spec) ? s.spec : {};
+      const who = `${s.metadata.namespace}/${s.metadata.name}`;
+      if (ipOf(ss) !== '' && ipOf(ss) !== 'None') takenIPs.set(ipOf(ss), who);
+      for (const p of Array.isArray(ss.ports) ? (ss.ports as Obj[]) : []) if (typeof p.nodePort === 'number') takenPorts.set(`${p.nodePort}/${String(p.protocol ?? 'TCP')}`, who);
+    }
+    const ip = ipOf(spec);
+    if (ip !== '' && ip !== 'None' && takenIPs.has(ip)) {
+      out.push({ reason: 'FieldValueInvalid', field: 'spec.clusterIPs', message: `Invalid value: []string{${JSON.stringify(ip)}}: failed to allocate IP ${ip}: provided IP is already allocated` });
+    }
+    (Array.isArray(spec.ports) ? (spec.ports as Obj[]) : []).forEach((p, i) => {
+      if (typeof p.nodePort !== 'number') return;
+      const field = `spec.ports[${i}].nodePort`;
+      if (p.nodePort < NODE_PORT_MIN || p.nodePort > NODE_PORT_MAX) out.push({ reason: 'FieldValueInvalid', field, message: `Invalid value: ${p.nodePort}: provided port is not in the valid range. The range of valid ports is ${NODE_PORT_MIN}-${NODE_PORT_MAX}` });
+      else if (takenPorts.has(`${p.nodePort}/${String(p.protocol ?? 'TCP')}`)) out.push({ reason: 'FieldValueInvalid', field, message: `Invalid value: ${p.nodePort}: provided port is already allocated` });
+    });
+    return out;
   },
   known: { spec: 'map', status: 'map' },
   columns: [
