@@ -82,6 +82,8 @@ export class ApiBridge {
   private podTimer: NodeJS.Immediate | undefined;
   private stopped = false;
   private services: (() => Service[]) | undefined;
+  /** namespace/name → what the proxy had given each Service when last looked at. */
+  private allocationsSeen = new Map<string, string>();
 
   constructor(opts: ApiBridgeOptions) {
     this.o = opts;
@@ -287,11 +289,19 @@ export class ApiBridge {
     const kind = this.o.store.kind('services');
     if (!view || !kind || this.stopped) return;
     void (async () => {
+      const seen = new Map<string, string>();
       for (const svc of view()) {
         const ns = svc.metadata?.namespace ?? 'default';
         const name = svc.metadata?.name ?? '';
+        // What the proxy gave it, as a signature: a Service already looked at with the same is skipped (every second, 10,000 of them).
+        const sig = `${svc.metadata?.uid}|${svc.spec?.clusterIP}|${(svc.spec?.ports ?? []).map((q) => q.nodePort ?? '').join(',')}`;
+        if (this.allocationsSeen.get(`${ns}/${name}`) === sig) {
+          seen.set(`${ns}/${name}`, sig);
+          continue;
+        }
         const current = await this.getOrUndefined('services', ns, name);
-        if (!current || current.metadata.uid !== svc.metadata?.uid) continue;
+        if (!current || current.metadata.uid !== svc.metadata?.uid) continue; // the API has not caught up: looked at again next time
+        seen.set(`${ns}/${name}`, sig);
         const spec = structuredClone((current.spec ?? {}) as Obj);
         const ip = svc.spec?.clusterIP;
         let changed = false;
@@ -320,6 +330,7 @@ export class ApiBridge {
           if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict'))) this.o.log.warn('could not write a Service\'s cluster IP to the API', { service: `${ns}/${name}`, error: errorMessage(err) });
         });
       }
+      this.allocationsSeen = seen;
     })();
   }
 
