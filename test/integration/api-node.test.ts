@@ -31,7 +31,7 @@ spec:
   - name: web
     image: skiff.local/demo-web:1
     imagePullPolicy: Never
-    command: [sh, -c, 'trap "exit 0" TERM; echo "$MESSAGE"; while true; do sleep 1 & wait $!; done']
+    command: [sh, -c, 'trap "sleep 2; exit 0" TERM; echo "$MESSAGE"; while true; do sleep 1 & wait $!; done']
     env:
     - name: MESSAGE
       valueFrom: {configMapKeyRef: {name: greeting, key: message}}
