@@ -5,6 +5,7 @@
  * SIGTERM stops the agent's loops first and the runtime last; pods keep
  * running and the next start adopts them.
  */
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
 import { startNodeApi } from '../api/index.js';
@@ -14,6 +15,7 @@ import { AgentPodStreams } from '../kubelet-lite/pod-streams.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { ObjectStore } from '../kubelet-lite/store.js';
 import { ApiBridge } from '../node/api-bridge.js';
+import { ControllerManager } from '../node/controller-manager.js';
 import { EventWriter } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
 import { createLogger } from '../log.js';
@@ -99,10 +101,12 @@ export async function node(args: string[]): Promise<number> {
   // The API's objects are in the agent's store before its first pass, so their pods are adopted.
   const objects = new ObjectStore({ nodeName: kubeletOpts.nodeName, log });
   const bridge = api ? new ApiBridge({ store: api.store, client: localClient(api.store), objects, nodeName: kubeletOpts.nodeName, log }) : undefined;
+  // With the API, the workload controllers run on it (as kube-controller-manager does), not in the agent.
+  const controllers = api ? await ControllerManager.create({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, log, stateFile: path.join(kubeletOpts.rootDir, 'controllers.json') }) : undefined;
   let kubelet;
   try {
     await bridge?.start();
-    kubelet = await startKubelet({ ...kubeletOpts, objects });
+    kubelet = await startKubelet({ ...kubeletOpts, objects, ...(controllers ? { externalControllers: controllers } : {}) });
   } catch (err) {
     bridge?.stop();
     await daemon.close();
@@ -130,12 +134,15 @@ export async function node(args: string[]): Promise<number> {
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
+  // So do the controllers' first looks: before, an adopted pod is not Ready yet and a Deployment would replace it.
+  await controllers?.start();
   const pods = new InProcessPodSource({ listPods: () => kubelet.agent.listPods(), watchPods: (l) => kubelet.agent.watchPods(l) });
   let proxy;
   try {
     proxy = await startProxy(proxyOpts, storeServiceSource(kubelet.objects), pods, kubelet.metrics.registry, log);
   } catch (err) {
     unshow();
+    await controllers?.stop();
     bridge?.stop();
     eventWriter?.stop();
     await reporter?.stop();
@@ -180,6 +187,7 @@ export async function node(args: string[]): Promise<number> {
   return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {
     clearInterval(ages);
     unshow();
+    await controllers?.stop();
     bridge?.stop();
     eventWriter?.stop();
     await reporter?.stop();

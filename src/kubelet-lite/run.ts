@@ -11,6 +11,7 @@ import { Agent, detectHostIP, type ManifestSource } from './agent.js';
 import { connectCri, type CriEndpoint } from './cri-client.js';
 import { terminationLogHostPath, KubeletConfigBuilder } from './cri-config.js';
 import { ControllerDriver } from '../controllers/driver.js';
+import type { WorkloadStatus } from '../controllers/types.js';
 import { EventRecorder } from './events.js';
 import { ImageGc } from './image-gc.js';
 import { ContainerLogManager, DEFAULT_CONTAINER_LOG_MAX_FILES, DEFAULT_CONTAINER_LOG_MAX_SIZE } from './log-rotation.js';
@@ -39,6 +40,11 @@ export interface KubeletOptions {
    * agent's first pass, so the pods they define are adopted, not stopped.
    */
   objects?: ObjectStore;
+  /**
+   * The workload controllers run elsewhere (the node's controller manager, on
+   * its API): the agent runs only Pods, and \`workloads\` shows theirs.
+   */
+  externalControllers?: { workloads(): WorkloadStatus[] };
   runtimeEndpoint: string;
   statusAddress: string;
   rootDir: string;
@@ -190,11 +196,13 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     (t) => JSON.parse(t) as { controllers?: unknown; pods?: Array<{ uid: string; pod: Pod }> },
     () => ({}) as { controllers?: unknown; pods?: Array<{ uid: string; pod: Pod }> },
   );
-  const savedPods = Array.isArray(saved.pods) ? saved.pods.filter((p) => typeof p?.uid === 'string' && typeof p?.pod?.metadata?.name === 'string') : [];
-  const controllers = new ControllerDriver({ nodeName: opts.nodeName, state: saved.controllers, onRequeue: () => agent?.controllersDue() });
+  const external = opts.externalControllers;
+  const savedPods = external ? [] : Array.isArray(saved.pods) ? saved.pods.filter((p) => typeof p?.uid === 'string' && typeof p?.pod?.metadata?.name === 'string') : [];
+  const controllers = external ? undefined : new ControllerDriver({ nodeName: opts.nodeName, state: saved.controllers, onRequeue: () => agent?.controllersDue() });
   let lastSaved = '';
   const workloadsState = new StateFile(stateFile);
   const saveControllerState = (pods: Array<{ uid: string; pod: Pod }>) => {
+    if (!controllers) return;
     const text = JSON.stringify({ controllers: controllers.state, pods });
     if (text === lastSaved) return;
     lastSaved = text;
@@ -223,8 +231,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       events: { record: (pod, type, reason, message, container) => events.record(ref(pod), type, reason, message, container), list: () => events.list() },
       qosClass,
       terminationLogPath: terminationLogHostPath,
-      controllers,
-      saveControllerState,
+      ...(controllers ? { controllers, saveControllerState } : {}),
       savedControllerPods: savedPods,
       userns,
       log,
@@ -240,7 +247,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     problems: () => agent!.problems(),
     logPath: (ns, pod, c, previous) => agent!.logPath(ns, pod, c, previous),
     watchPods: (l) => agent!.watchPods(l),
-    workloads: () => agent!.workloads(),
+    workloads: () => external?.workloads() ?? agent!.workloads(),
     services: () => servicesView?.() ?? [],
     cri,
   };
