@@ -27,6 +27,12 @@ function fixedPart(o: ApiObject): unknown {
   return s;
 }
 
+/** Every toleration the pod had is still there, unchanged: an update may only add tolerations. */
+function onlyAdded(before: unknown, after: unknown): boolean {
+  const now = new Set((Array.isArray(after) ? after : []).map((t) => JSON.stringify(t)));
+  return (Array.isArray(before) ? before : []).every((t) => now.has(JSON.stringify(t)));
+}
+
 export function podKind(nodeName: string): Kind {
   return {
     group: '',
@@ -53,7 +59,7 @@ export function podKind(nodeName: string): Kind {
         o.status = { phase: 'Pending', qosClass: qosClass(o as unknown as Pod) };
         return;
       }
-      if (JSON.stringify(fixedPart(o)) !== JSON.stringify(fixedPart(old))) {
+      if (JSON.stringify(fixedPart(o)) !== JSON.stringify(fixedPart(old)) || !onlyAdded(spec(old).tolerations, spec(o).tolerations)) {
         throw invalid('Pod', String(o.metadata.name), [
           {
             reason: 'FieldValueForbidden',
