@@ -335,7 +335,14 @@ export class Agent {
     for (const [key, { obj, v, controlled }] of inTurn) {
       if (!v.ok) continue;
       const cur = this.pods.get(key);
-      if (cur && cur.uid === obj.uid && !cur.waiting) continue;
+      if (cur && cur.uid === obj.uid && !cur.waiting) {
+        // The same pod updated in place (the API lets a container's image change): its worker follows the new spec.
+        if (cur.worker && JSON.stringify(v.pod.spec) !== JSON.stringify(cur.view.spec)) {
+          cur.view = { ...cur.view, spec: v.pod.spec };
+          cur.worker.update(this.context(cur.view, cur.uid));
+        }
+        continue;
+      }
       // An edited pod (a new uid under the same name) takes the slot of the one it replaces.
       if (cur && cur.uid !== obj.uid && !cur.waiting && !isTerminal(cur.view)) active--;
       const room = active < maxPods || this.adoptable.has(obj.uid);
