@@ -72,10 +72,13 @@ export class AgentPodStreams {
   async log(pod: PodRef, req: LogRequest): Promise<void> {
     const p = this.agent.getPod(pod.namespace, pod.name);
     if (!p) throw notOnNode(pod);
-    const ref = await this.agent.logPath(pod.namespace, pod.name, req.container, req.previous);
+    const status = [...(p.status?.initContainerStatuses ?? []), ...(p.status?.containerStatuses ?? [])].find((s) => s.name === req.container);
+    // The kubelet's `previous` is the status's lastState: while a container waits to be restarted, that is
+    // its newest instance (the one that just ended), not the one before it.
+    const newestEnded = status?.state?.waiting !== undefined && status.lastState?.terminated !== undefined;
+    const ref = await this.agent.logPath(pod.namespace, pod.name, req.container, req.previous && !newestEnded);
     if (!ref) {
       if (req.previous) throw new PodStreamRefusal('BadRequest', `previous terminated container "${req.container}" in pod "${pod.name}" not found`);
-      const status = [...(p.status?.initContainerStatuses ?? []), ...(p.status?.containerStatuses ?? [])].find((s) => s.name === req.container);
       throw new PodStreamRefusal('BadRequest', `container "${req.container}" in pod "${pod.name}" is waiting to start: ${status?.state?.waiting?.reason ?? 'ContainerCreating'}`);
     }
     // limitBytes: the output is cut there and the stream stops, following or not.
