@@ -94,10 +94,10 @@ export class SkiffNode {
   }
 
   /** kubectl (1.35 unless given) inside the node's namespace, with the admin kubeconfig. */
-  kubectl(args: string[], opts: { bin?: string; input?: string; timeoutMs?: number } = {}): Promise<KubectlResult> {
+  kubectl(args: string[], opts: { bin?: string; input?: string; timeoutMs?: number; env?: Record<string, string> } = {}): Promise<KubectlResult> {
     const argv = this.ns.wrap([opts.bin ?? KUBECTL_135, '--kubeconfig', this.dirs.kubeconfig, ...args]);
     return new Promise((resolve) => {
-      const c = spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+      const c = spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } });
       let stdout = '';
       let stderr = '';
       c.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
@@ -112,7 +112,7 @@ export class SkiffNode {
   }
 
   /** kubectl that must succeed: its stdout. */
-  async kubectlOk(args: string[], opts: { bin?: string; input?: string; timeoutMs?: number } = {}): Promise<string> {
+  async kubectlOk(args: string[], opts: { bin?: string; input?: string; timeoutMs?: number; env?: Record<string, string> } = {}): Promise<string> {
     const r = await this.kubectl(args, opts);
     if (r.status !== 0) throw new Error(`kubectl ${args.join(' ')} exited ${r.status}: ${r.stderr}${r.stdout}`);
     return r.stdout;
