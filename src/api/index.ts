@@ -5,6 +5,7 @@
 import path from 'node:path';
 import type { Logger } from '../log.js';
 import { ensureCredentials } from './credentials.js';
+import { GarbageCollector } from './gc.js';
 import { nodeKinds } from './kinds/index.js';
 import { openApiDb } from './persist.js';
 import { podSubresources, type PodStreams } from './pod-subresources.js';
@@ -22,10 +23,17 @@ export interface NodeApiOptions {
   maxWatches?: number;
   /** The agent's side of pods/log, exec, attach and port-forward (undefined until the agent is up). */
   podStreams?: () => PodStreams | undefined;
+  /**
+   * The manifest files' objects are shown later (showManifestObjects): until
+   * `collector.ownersShown()`, an API object whose owner is missing is not yet garbage.
+   */
+  waitForOwners?: boolean;
 }
 
 export interface NodeApi {
   store: Store;
+  /** Deletes what lost its owners, as kubectl delete --cascade asks. */
+  collector: GarbageCollector;
   address: string;
   kubeconfig: string;
   stop(): Promise<void>;
@@ -33,7 +41,8 @@ export interface NodeApi {
 
 export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
   const [host] = splitHostPort(opts.address);
-  const store = new Store({ kinds: nodeKinds(opts.nodeName), persistence: openApiDb(path.join(opts.dir, 'api.db')), watch: { maxWatchers: opts.maxWatches } });
+  const store = new Store({ kinds: nodeKinds(opts.nodeName), persistence: openApiDb(path.join(opts.dir, 'api.db')), watch: { maxWatchers: opts.maxWatches }, garbageCollection: true });
+  const collector = new GarbageCollector({ store, log: opts.log, waitForOwners: opts.waitForOwners });
   try {
     // The kubeconfig names the port actually bound; with port 0 that is known only after listening.
     const creds = await ensureCredentials({ dir: opts.dir, server: opts.address, sans: [host] });
@@ -44,14 +53,17 @@ export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
     const final = server.address === opts.address && clientHost === host ? creds : await ensureCredentials({ dir: opts.dir, server: `${clientHost.includes(':') ? `[${clientHost}]` : clientHost}:${port}`, sans: [host] });
     return {
       store,
+      collector,
       address: server.address,
       kubeconfig: final.kubeconfig,
       stop: async () => {
         await server.close();
+        collector.stop();
         store.close();
       },
     };
   } catch (err) {
+    collector.stop();
     store.close();
     throw err;
   }

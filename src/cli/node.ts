@@ -88,7 +88,7 @@ export async function node(args: string[]): Promise<number> {
   const apiAddress = values['api-address'] as string;
   // The API is up before the agent: until it is, pods/log, exec and port-forward answer that it is not running yet.
   let podStreams: AgentPodStreams | undefined;
-  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log, podStreams: () => podStreams });
+  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log, podStreams: () => podStreams, waitForOwners: true });
   let daemon;
   try {
     daemon = await startDaemon(daemonOpts, log);
@@ -111,6 +111,7 @@ export async function node(args: string[]): Promise<number> {
   }
   podStreams = new AgentPodStreams(kubelet.agent, log);
   const unshow = api ? showManifestObjects(api.store, kubelet.objects, log) : () => undefined;
+  api?.collector.ownersShown();
   bridge?.attach(kubelet.agent);
   const reporter = api
     ? new NodeReporter({
