@@ -99,7 +99,7 @@ export async function node(args: string[]): Promise<number> {
   let plane: ControlPlane;
   let kubelet;
   try {
-    plane = await ControlPlane.open({ nodeName: kubeletOpts.nodeName, rootDir: kubeletOpts.rootDir, log, ...(api ? { store: api.store } : {}) });
+    plane = await ControlPlane.open({ nodeName: kubeletOpts.nodeName, rootDir: kubeletOpts.rootDir, log, ...(api ? { store: api.store, collector: api.collector } : {}) });
   } catch (err) {
     await daemon.close();
     await api?.stop();
@@ -115,7 +115,6 @@ export async function node(args: string[]): Promise<number> {
   }
   podStreams = new AgentPodStreams(kubelet.agent, log);
   plane.attach(kubelet);
-  api?.collector.ownersShown();
   const reporter = api
     ? new NodeReporter({
         client: localClient(api.store),

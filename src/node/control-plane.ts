@@ -11,6 +11,7 @@ import fs from 'node:fs/promises';
 import type { Service } from 'kubernetes-types/core/v1.js';
 import path from 'node:path';
 import { localClient } from '../api/client.js';
+import { GarbageCollector } from '../api/gc.js';
 import { nodeKinds } from '../api/kinds/index.js';
 import { showManifestObjects } from '../api/manifest-objects.js';
 import { openApiDb } from '../api/persist.js';
@@ -28,6 +29,8 @@ export interface ControlPlaneOptions {
   log: Logger;
   /** The node API's store; none: one of its own, not served. */
   store?: Store;
+  /** The garbage collector over `store` (the node API's); with a store of its own, one of its own too. */
+  collector?: GarbageCollector;
 }
 
 export class ControlPlane {
@@ -39,6 +42,7 @@ export class ControlPlane {
     readonly store: Store,
     private readonly ownStore: boolean,
     private readonly bridge: ApiBridge,
+    private readonly collector: GarbageCollector,
     readonly controllers: ControllerManager,
     objects: ObjectStore,
     private readonly log: Logger,
@@ -51,17 +55,21 @@ export class ControlPlane {
     let store = opts.store;
     if (!store) {
       await fs.mkdir(opts.rootDir, { recursive: true, mode: 0o700 });
-      store = new Store({ kinds: nodeKinds(opts.nodeName), persistence: openApiDb(path.join(opts.rootDir, 'api.db')) });
+      store = new Store({ kinds: nodeKinds(opts.nodeName), persistence: openApiDb(path.join(opts.rootDir, 'api.db')), garbageCollection: true });
     }
+    // A deleted workload takes what it owns (its ReplicaSets, their Pods) with it; an owner only in a
+    // manifest file is not taken as gone before the files are shown (attach).
+    const collector = opts.collector ?? new GarbageCollector({ store, log: opts.log, waitForOwners: true });
     const objects = new ObjectStore({ nodeName: opts.nodeName, log: opts.log });
     const client = localClient(store);
     const bridge = new ApiBridge({ store, client, objects, nodeName: opts.nodeName, log: opts.log });
     try {
       const controllers = await ControllerManager.create({ client, nodeName: opts.nodeName, log: opts.log, stateFile: path.join(opts.rootDir, 'controllers.json') });
       await bridge.start();
-      return new ControlPlane(store, !opts.store, bridge, controllers, objects, opts.log);
+      return new ControlPlane(store, !opts.store, bridge, collector, controllers, objects, opts.log);
     } catch (err) {
       bridge.stop();
+      if (!opts.collector) collector.stop();
       if (!opts.store) store.close();
       throw err;
     }
@@ -70,6 +78,7 @@ export class ControlPlane {
   /** The agent is up: its manifest files are shown in the store, and its pods' status written back. */
   attach(kubelet: RunningKubelet): void {
     this.unshow = showManifestObjects(this.store, kubelet.objects, this.log);
+    this.collector.ownersShown();
     this.bridge.attach(kubelet.agent);
   }
 
@@ -87,6 +96,9 @@ export class ControlPlane {
     this.unshow();
     await this.controllers.stop();
     this.bridge.stop();
-    if (this.ownStore) this.store.close();
+    if (this.ownStore) {
+      this.collector.stop();
+      this.store.close();
+    }
   }
 }
