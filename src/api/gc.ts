@@ -65,6 +65,8 @@ export class GarbageCollector {
   /** Owners being deleted that wait for work here: foregroundDeletion or orphan. */
   private readonly waiting = new Set<Key>();
   private readonly orphaning = new Set<Key>();
+  /** A manifest file's object's uids before its file was edited, that dependents still name. */
+  private readonly formerUids = new Map<Key, Set<string>>();
 
   private readonly queue = new Set<Key>();
   private timer: NodeJS.Immediate | undefined;
@@ -123,7 +125,9 @@ export class GarbageCollector {
       this.unindex(k);
       // Owners waiting for it look again; what it owned may now be garbage.
       if (oldRefs) for (const u of oldRefs.keys()) this.wake(u);
-      if (uid !== undefined) for (const d of this.dependents.get(uid) ?? []) this.queue.add(d);
+      const former = this.formerUids.get(k);
+      this.formerUids.delete(k);
+      for (const u of [...(uid !== undefined ? [uid] : []), ...(former ?? [])]) for (const d of this.dependents.get(u) ?? []) this.queue.add(d);
     } else {
       const m = this.store.meta(at);
       if (!m) return;
@@ -151,6 +155,12 @@ export class GarbageCollector {
     const k = keyOf(m);
     const oldUid = this.uidAt.get(k);
     if (oldUid !== undefined && oldUid !== m.uid && this.byUid.get(oldUid) === k) this.byUid.delete(oldUid);
+    if (m.file && oldUid !== undefined && oldUid !== m.uid) {
+      // Kept only while something still names them (at most what the dependents hold).
+      const former = new Set([...(this.formerUids.get(k) ?? []), oldUid].filter((u) => this.dependents.has(u)));
+      if (former.size > 0) this.formerUids.set(k, former);
+      else this.formerUids.delete(k);
+    }
     this.uidAt.set(k, m.uid);
     this.byUid.set(m.uid, k);
     const deleting = m.deletionTimestamp !== undefined;
@@ -300,7 +310,8 @@ export class GarbageCollector {
   /**
    * One reference as the collector sees it: its owner exists and is not
    * going (solid), is gone or was replaced (dangling), or is being deleted
-   * in the foreground (waiting). A reference the collector cannot look up
+   * in the foreground (waiting); one to a manifest file's object is solid
+   * by its name alone. A reference the collector cannot look up
    * (a kind not served, a namespaced owner of a cluster-scoped object) is
    * never taken as gone. Undefined: not known yet.
    */
@@ -310,7 +321,10 @@ export class GarbageCollector {
     if (ownerKind.namespaced && !kind.namespaced) return 'solid';
     // A namespaced object's owner is in its namespace, or cluster-scoped.
     const owner = this.store.peek({ resource: resourceOf(ownerKind), namespace: ownerKind.namespaced ? m.namespace : '', name: r.name });
-    if (!owner || owner.uid !== r.uid) return this.ownersComplete ? 'dangling' : undefined;
+    if (!owner) return this.ownersComplete ? 'dangling' : undefined;
+    // A manifest file's object gets a new uid with every edit of its file (its uid is a hash of what
+    // the file says), yet it is the same object: its dependents stay while its file names it.
+    if (owner.uid !== r.uid) return owner.file ? 'solid' : 'dangling';
     if (owner.deletionTimestamp !== undefined && owner.finalizers.includes(FOREGROUND_FINALIZER)) return 'waiting';
     return 'solid';
   }

@@ -200,6 +200,10 @@ describe('the garbage collector', () => {
     gc.ownersShown();
     await gc.settled();
     expect(await names(c, 'secrets')).toEqual(['api-made']);
+    // An edit of the file gives its object a new uid: the same object still, its dependents stay.
+    store.mirror(kind, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'from-file', uid: '44444444-4444-4444-4444-444444444444', labels: { edited: 'yes' } } }, 'the manifest file /etc/skiff/x.yaml');
+    await gc.settled();
+    expect(await names(c, 'secrets')).toEqual(['api-made']);
     expect(await names(c, 'configmaps')).toEqual(['file-dependent', 'from-file']);
     store.unmirror(kind, 'default', 'from-file');
     await gc.settled();
