@@ -16,6 +16,7 @@ import { ObjectStore } from '../kubelet-lite/store.js';
 import { ApiBridge } from '../node/api-bridge.js';
 import { EventWriter } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
+import { startNodeServices } from '../node/api-sources.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo } from '../proxy/service.js';
@@ -131,10 +132,14 @@ export async function node(args: string[]): Promise<number> {
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
   const pods = new InProcessPodSource({ listPods: () => kubelet.agent.listPods(), watchPods: (l) => kubelet.agent.watchPods(l) });
+  // With the API, the proxy and DNS read Services, EndpointSlices and Pods from it (its controllers write the slices).
+  let nodeServices: Awaited<ReturnType<typeof startNodeServices>> | undefined;
   let proxy;
   try {
-    proxy = await startProxy(proxyOpts, storeServiceSource(kubelet.objects), pods, kubelet.metrics.registry, log);
+    nodeServices = api ? await startNodeServices({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, serviceCidr: proxyOpts.serviceCidr, apiAddress: api.address, hostIP: kubelet.agent.opts.hostIP, log }) : undefined;
+    proxy = await startProxy(proxyOpts, nodeServices?.sources.services ?? storeServiceSource(kubelet.objects), nodeServices?.sources.pods ?? pods, kubelet.metrics.registry, log, undefined, nodeServices?.slices);
   } catch (err) {
+    nodeServices?.stop();
     unshow();
     bridge?.stop();
     eventWriter?.stop();
@@ -186,6 +191,7 @@ export async function node(args: string[]): Promise<number> {
     await kubelet.stop();
     pods.close();
     await proxy.stop();
+    nodeServices?.stop();
     await daemon.close();
     await api?.stop();
   });
