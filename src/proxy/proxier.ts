@@ -10,7 +10,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
-import { computeEndpoints, endpointsFromSlices, PodIndex, selectorMatches, type Endpoint } from './endpoints.js';
+import { computeEndpoints, endpointsFromSlices, PodIndex, selectorMatches, type Endpoint, type SliceLike } from './endpoints.js';
 import { Iptables, jumpInsertLine, type CommandRunner } from './iptables.js';
 import { assemble, assembleFullSplit, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
 import { Allocator, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
@@ -78,10 +78,11 @@ export interface SyncResult {
   restores?: number;
 }
 
-/** What DNS needs: Services as last resolved, and the pods. */
+/** What DNS needs: Services as last resolved, and the pods (and the slices, when endpoints come from them). */
 export interface ServiceView {
   services(): ServiceInfo[];
   pods(): Pod[];
+  slicesOf?(namespace: string, name: string): SliceLike[];
 }
 
 interface Applied {
@@ -132,6 +133,8 @@ export class Proxier implements ServiceView {
 
   constructor(private readonly opts: ProxierOptions) {
     this.allocator = new Allocator(opts.serviceCidr ?? '10.96.0.0/12');
+    const slices = opts.slices?.source;
+    if (slices) this.slicesOf = (namespace, name) => slices.slicesOf(namespace, name);
     if (!parseCidr(opts.podCidr)) throw new Error(`pod CIDR "${opts.podCidr}" is not an IPv4 CIDR`);
     this.ipt = new Iptables(opts.run);
     this.minSyncMs = opts.minSyncMs ?? 1000;
@@ -186,6 +189,9 @@ export class Proxier implements ServiceView {
   pods(): Pod[] {
     return this.lastPods;
   }
+
+  /** Present when endpoints come from EndpointSlices: DNS reads headless names there too. */
+  readonly slicesOf?: (namespace: string, name: string) => SliceLike[];
 
   /** What the last successful sync programmed, per service port key (for debugging and tests). */
   programmed(): Map<string, PortRules> {

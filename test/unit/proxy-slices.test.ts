@@ -6,7 +6,9 @@
  * the Local policies), DROP for Local with no local endpoint; the proxier
  * following a slice source; an API Service edited in place parsed again.
  */
-import { describe, expect, it } from 'vitest';
+import { Resolver } from 'node:dns/promises';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DnsServer } from '../../src/proxy/dns.js';
 import { endpointsFromSlices, type Endpoint, type SliceLike } from '../../src/proxy/endpoints.js';
 import type { CommandRunner } from '../../src/proxy/iptables.js';
 import { Proxier } from '../../src/proxy/proxier.js';
@@ -141,5 +143,30 @@ describe('Services read from the API', () => {
     expect(a.resolve([one]).services[0]!.ports.map((p) => p.port)).toEqual([80]);
     const edited = { ...serviceObject('ns1', 'web', { ports: [{ port: 8080 }] }), uid: 'api-uid', revision: '6' };
     expect(a.resolve([edited]).services[0]!.ports.map((p) => p.port)).toEqual([8080]);
+  });
+});
+
+describe('service DNS over EndpointSlices', () => {
+  const servers: DnsServer[] = [];
+  afterEach(async () => {
+    for (const s of servers.splice(0)) await s.close();
+  });
+
+  it('names a headless Service\'s ready endpoints from its slices: hostname as set there, SRV ports from the slice', async () => {
+    const { services } = new Allocator('10.96.0.0/12').resolve([serviceObject('ns1', 'db', { clusterIP: 'None', selector: { app: 'db' }, ports: [{ name: 'pg', port: 5432, targetPort: 'pg' }] })]);
+    const dbSlice = slice([{ name: 'pg', port: 5433, protocol: 'TCP' }], [{ ip: '10.88.0.5' }, { ip: '10.88.0.6', ready: false, serving: false }, { ip: '10.88.1.9', node: 'node-b' }]);
+    dbSlice.endpoints![0]!.hostname = 'db-0';
+    // No pods at all: only the slices know the endpoints (one of them on another node).
+    const view = { services: () => services, pods: () => [], slicesOf: (ns: string, name: string) => (ns === 'ns1' && name === 'db' ? [dbSlice] : []) };
+    const server = new DnsServer({ address: '127.0.0.1', port: 0, clusterDomain: 'cluster.local', view, upstreams: [], log: silentLogger });
+    servers.push(server);
+    const { port } = await server.start();
+    const r = new Resolver({ timeout: 2000, tries: 1 });
+    r.setServers([`127.0.0.1:${port}`]);
+    expect((await r.resolve4('db.ns1.svc.cluster.local')).sort()).toEqual(['10.88.0.5', '10.88.1.9']);
+    expect(await r.resolve4('db-0.db.ns1.svc.cluster.local')).toEqual(['10.88.0.5']);
+    await expect(r.resolve4('10-88-0-6.db.ns1.svc.cluster.local')).rejects.toMatchObject({ code: 'ENOTFOUND' });
+    const srv = (await r.resolveSrv('_pg._tcp.db.ns1.svc.cluster.local')).map((x) => `${x.name}:${x.port}`).sort();
+    expect(srv).toEqual(['10-88-1-9.db.ns1.svc.cluster.local:5433', 'db-0.db.ns1.svc.cluster.local:5433']);
   });
 });
