@@ -4,6 +4,7 @@
  * file, and follows the file's edits and removal. Only the shape of the
  * agent's object store is known here, not the agent.
  */
+import { createHash } from 'node:crypto';
 import type { Logger } from '../log.js';
 import { API_SOURCE_FILE, type ObjectSource, type StoredObject } from '../stored-object.js';
 import type { Store } from './store.js';
@@ -17,6 +18,20 @@ export interface FileObjects {
   subscribe(listener: (changes: Array<{ type: 'added' | 'modified' | 'deleted'; object: FileObject }>) => void): () => void;
 }
 
+/**
+ * Kinds whose file objects keep the agent's uid, which follows their content:
+ * an edited Pod is a new pod (as a static pod's uid is), and an edited Job
+ * starts over. Every other kind keeps one uid through its file's edits, as
+ * an object updated through the API keeps its own, so what it owns (a
+ * Deployment's ReplicaSets) stays owned.
+ */
+const CONTENT_UIDS = new Set(['Pod', 'Job']);
+
+function stableUid(o: FileObject): string {
+  const h = createHash('sha256').update(`manifest\0${o.apiVersion}\0${o.kind}\0${o.namespace}\0${o.name}`).digest('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16)}${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}
+
 export function showManifestObjects(store: Store, files: FileObjects, log: Logger): () => void {
   const kindOf = (o: FileObject): Kind | undefined => store.kindList().find((k) => o.kind === k.kind && o.apiVersion === (k.group ? `${k.group}/${k.version}` : k.version));
   const show = (o: FileObject) => {
@@ -24,7 +39,7 @@ export function showManifestObjects(store: Store, files: FileObjects, log: Logge
     const kind = kindOf(o);
     if (!kind) return;
     const meta = (typeof o.object.metadata === 'object' && o.object.metadata !== null ? o.object.metadata : {}) as Record<string, unknown>;
-    const object = { ...o.object, metadata: { ...meta, name: o.name, namespace: o.namespace, uid: o.uid } } as ApiObject;
+    const object = { ...o.object, metadata: { ...meta, name: o.name, namespace: o.namespace, uid: CONTENT_UIDS.has(o.kind) ? o.uid : stableUid(o) } } as ApiObject;
     try {
       if (!store.mirror(kind, object, `the manifest file ${o.source.file}`)) log.warn('a manifest object has the name of one written through the API, which keeps it', { kind: o.kind, namespace: o.namespace, name: o.name, file: o.source.file });
     } catch (err) {

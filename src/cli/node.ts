@@ -9,11 +9,9 @@ import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
 import { startNodeApi } from '../api/index.js';
 import { localClient } from '../api/client.js';
-import { showManifestObjects } from '../api/manifest-objects.js';
 import { AgentPodStreams } from '../kubelet-lite/pod-streams.js';
 import { startKubelet } from '../kubelet-lite/run.js';
-import { ObjectStore } from '../kubelet-lite/store.js';
-import { ApiBridge } from '../node/api-bridge.js';
+import { ControlPlane } from '../node/control-plane.js';
 import { EventWriter } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
 import { startNodeServices } from '../node/api-sources.js';
@@ -97,22 +95,27 @@ export async function node(args: string[]): Promise<number> {
     await api?.stop();
     throw err;
   }
-  // The API's objects are in the agent's store before its first pass, so their pods are adopted.
-  const objects = new ObjectStore({ nodeName: kubeletOpts.nodeName, log });
-  const bridge = api ? new ApiBridge({ store: api.store, client: localClient(api.store), objects, nodeName: kubeletOpts.nodeName, log }) : undefined;
+  // The API's objects are in the agent's store before its first pass, so their pods are adopted; the
+  // workload controllers run on the API (as kube-controller-manager does), not in the agent.
+  let plane: ControlPlane;
   let kubelet;
   try {
-    await bridge?.start();
-    kubelet = await startKubelet({ ...kubeletOpts, objects });
+    plane = await ControlPlane.open({ nodeName: kubeletOpts.nodeName, rootDir: kubeletOpts.rootDir, log, ...(api ? { store: api.store } : {}) });
   } catch (err) {
-    bridge?.stop();
+    await daemon.close();
+    await api?.stop();
+    throw err;
+  }
+  try {
+    kubelet = await startKubelet({ ...kubeletOpts, objects: plane.objects, workloads: () => plane.controllers.workloads() });
+  } catch (err) {
+    await plane.stop();
     await daemon.close();
     await api?.stop();
     throw err;
   }
   podStreams = new AgentPodStreams(kubelet.agent, log);
-  const unshow = api ? showManifestObjects(api.store, kubelet.objects, log) : () => undefined;
-  bridge?.attach(kubelet.agent);
+  plane.attach(kubelet);
   const reporter = api
     ? new NodeReporter({
         client: localClient(api.store),
@@ -131,6 +134,8 @@ export async function node(args: string[]): Promise<number> {
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
+  // So do the controllers' first looks: before, an adopted pod is not Ready yet and a Deployment would replace it.
+  await plane.startControllers();
   const pods = new InProcessPodSource({ listPods: () => kubelet.agent.listPods(), watchPods: (l) => kubelet.agent.watchPods(l) });
   // With the API, the proxy and DNS read Services, EndpointSlices and Pods from it (its controllers write the slices).
   let nodeServices: Awaited<ReturnType<typeof startNodeServices>> | undefined;
@@ -140,8 +145,7 @@ export async function node(args: string[]): Promise<number> {
     proxy = await startProxy(proxyOpts, nodeServices?.sources.services ?? storeServiceSource(kubelet.objects), nodeServices?.sources.pods ?? pods, kubelet.metrics.registry, log, undefined, nodeServices?.slices);
   } catch (err) {
     nodeServices?.stop();
-    unshow();
-    bridge?.stop();
+    await plane.stop();
     eventWriter?.stop();
     await reporter?.stop();
     pods.close();
@@ -152,7 +156,7 @@ export async function node(args: string[]): Promise<number> {
   }
   const services = servicesFromProxy(proxy.proxier, Date.now);
   kubelet.setServices(services);
-  bridge?.attachServices(services);
+  plane.attachServices(services);
   // Looked at now and then, so a Service's AGE counts from when the node first programmed it.
   const ages = setInterval(() => void services(), 5_000);
   ages.unref();
@@ -184,8 +188,7 @@ export async function node(args: string[]): Promise<number> {
   );
   return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {
     clearInterval(ages);
-    unshow();
-    bridge?.stop();
+    await plane.stop();
     eventWriter?.stop();
     await reporter?.stop();
     await kubelet.stop();

@@ -10,7 +10,7 @@ import type { StoredObject } from '../stored-object.js';
 import { append, derivedUid, iso, type Ctx } from './common.js';
 import { mostRecent, parseCron } from './cron.js';
 import { jobMemoryKey, reconcileJob, type JobResult } from './job.js';
-import type { VirtualJob, WorkloadStatus } from './types.js';
+import type { ControllerState, VirtualJob, WorkloadStatus } from './types.js';
 import { validateJobSpec } from './validate.js';
 
 export interface CronJobResult {
@@ -34,14 +34,14 @@ function runVirtualJob(ctx: Ctx, j: VirtualJob, podsByJob: Map<string, Pod[]>): 
   const spec = j.template.spec as unknown as JobSpec;
   return reconcileJob(
     ctx,
-    { namespace: j.namespace, name: j.name, spec, uid: derivedUid(`${j.namespace}/${j.name}/${j.scheduledTime}`), problems: validateJobSpec(spec) },
+    { namespace: j.namespace, name: j.name, spec, uid: j.uid ?? derivedUid(`${j.namespace}/${j.name}/${j.scheduledTime}`), problems: validateJobSpec(spec) },
     podsByJob.get(`${j.namespace}/${j.name}`) ?? [],
   );
 }
 
-export function forgetJob(ctx: Ctx, namespace: string, name: string): void {
-  delete ctx.state.virtualJobs[`${namespace}/${name}`];
-  delete ctx.state.jobs[jobMemoryKey(namespace, name)];
+export function forgetJob(state: ControllerState, namespace: string, name: string): void {
+  delete state.virtualJobs[`${namespace}/${name}`];
+  delete state.jobs[jobMemoryKey(namespace, name)];
 }
 
 /**
@@ -80,13 +80,13 @@ export function reconcileCronJob(
       .filter(({ result }) => finishedType(result) === type)
       .sort((a, b) => b.job.scheduledTime - a.job.scheduledTime);
     for (const { job } of done.slice(Math.max(0, limits[type]))) {
-      forgetJob(ctx, job.namespace, job.name);
+      forgetJob(ctx.state, job.namespace, job.name);
       results.delete(job.name);
     }
   }
   for (const [name, { job, result }] of results) {
     if (result.expired) {
-      forgetJob(ctx, job.namespace, job.name);
+      forgetJob(ctx.state, job.namespace, job.name);
       results.delete(name);
     }
   }
@@ -112,7 +112,7 @@ export function reconcileCronJob(
       } else {
         if (policy === 'Replace') {
           for (const { job } of active()) {
-            forgetJob(ctx, job.namespace, job.name);
+            forgetJob(ctx.state, job.namespace, job.name);
             results.delete(job.name);
           }
         }

@@ -7,6 +7,8 @@
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { StoredObject } from '../stored-object.js';
 import { reconcile, sanitizeState } from './reconcile.js';
+import { forgetJob } from './cronjob.js';
+import { jobMemoryKey } from './job.js';
 import { emptyState, type ControllerState, type ReconcileOutput } from './types.js';
 
 /** setTimeout cannot wait longer than this; a farther requeue is re-armed when it fires. */
@@ -50,6 +52,27 @@ export class ControllerDriver {
   /** The memory to persist (a copy). */
   get state(): ControllerState {
     return structuredClone(this.memory);
+  }
+
+  /**
+   * A CronJob's Job deleted by someone else: forgotten, with its memory, so it
+   * is not made again (its pods go with it on the next run).
+   */
+  forgetJob(namespace: string, name: string): void {
+    forgetJob(this.memory, namespace, name);
+  }
+
+  /**
+   * A CronJob's Job now stands in an API as an object with this uid: its pods
+   * from now on carry it (in their controller-uid label and owner), so the
+   * Job's selector finds them.
+   */
+  adoptJobUid(namespace: string, name: string, uid: string): void {
+    const j = this.memory.virtualJobs[`${namespace}/${name}`];
+    if (!j) return;
+    j.uid = uid;
+    const mem = this.memory.jobs[jobMemoryKey(namespace, name)];
+    if (mem) mem.uid = uid;
   }
 
   /** The last run's output, for the status API and the CLI. */

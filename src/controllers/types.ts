@@ -57,6 +57,8 @@ export interface VirtualJob {
   cronJob: string;
   /** The schedule time it was made for (ms since the epoch). */
   scheduledTime: number;
+  /** The uid of the Job object that stands for it in an API, once made there (see ControllerDriver.adoptJobUid). */
+  uid?: string;
   /** The CronJob's jobTemplate as it was when the Job was made (metadata + spec). */
   template: { metadata?: Record<string, unknown>; spec: Record<string, unknown> };
 }

@@ -1,21 +1,19 @@
 /**
- * The node's API and its agent joined as a cluster and its kubelet are,
- * for the kinds the agent runs:
+ * The node's API and its agent joined as a cluster and its kubelet are:
  *
- * - What clients write through the API (Pods bound to this node,
- *   ConfigMaps, Secrets, Services and the workloads) is handed to the agent
- *   as one more source beside the manifest directory, under the API's uids,
- *   so an object's edit is an edit and not a new object.
+ * - The Pods the API binds to this node (those clients write and those the
+ *   controller manager makes), and the ConfigMaps, Secrets and Services
+ *   they read, are handed to the agent as one more source beside the
+ *   manifest directory, under the API's uids, so an object's edit is an
+ *   edit and not a new object.
  * - The agent's view goes back as status: each pod's status onto its Pod
- *   (a file's pods and the API's alike), each workload's status as its
- *   controller computed it, with the generation it saw. Pods the node's
- *   controllers make are shown read-only, owned by their workload, until
- *   the controllers write them through the API themselves.
+ *   (a file's pods and the API's alike).
  * - A Pod deleted through the API is marked (graceful deletion); the agent
  *   stops it, and the bridge then deletes it for good, as a kubelet does.
  *
- * Reads and status writes go through the ApiClient interface; showing the
- * controllers' pods uses the store's mirror, which only the node has.
+ * Reads and status writes go through the ApiClient interface; the store
+ * itself is read only to tell a file's objects (which the agent has from
+ * the file) from the API's.
  */
 import { createHash } from 'node:crypto';
 import type { Pod, Service } from 'kubernetes-types/core/v1.js';
@@ -28,19 +26,15 @@ import type { Logger } from '../log.js';
 import type { ParsedObject } from '../kubelet-lite/manifests.js';
 import type { ObjectStore } from '../kubelet-lite/store.js';
 import { API_SOURCE_FILE } from '../stored-object.js';
-import type { WorkloadStatus } from '../controllers/types.js';
 
-/** The resources the agent (or its controllers, or the proxy) acts on. */
-const FED = ['pods', 'configmaps', 'secrets', 'services', 'deployments.apps', 'daemonsets.apps', 'jobs.batch', 'cronjobs.batch'];
-const WORKLOAD_RESOURCES: Record<string, string> = { Deployment: 'deployments.apps', DaemonSet: 'daemonsets.apps', Job: 'jobs.batch', CronJob: 'cronjobs.batch' };
+/** The resources the agent (or the proxy) acts on. */
+const FED = ['pods', 'configmaps', 'secrets', 'services'];
 
 /** What the bridge needs of the agent. */
 export interface AgentView {
   listPods(): Pod[];
   watchPods(listener: (type: 'ADDED' | 'MODIFIED' | 'DELETED', pod: Pod) => void): () => void;
   getPod(namespace: string, name: string): Pod | undefined;
-  workloads(): WorkloadStatus[];
-  deleteControllerPod(namespace: string, name: string, uid?: string): boolean;
 }
 
 export interface ApiBridgeOptions {
@@ -49,8 +43,8 @@ export interface ApiBridgeOptions {
   objects: ObjectStore;
   nodeName: string;
   log: Logger;
-  /** How often workload statuses are copied (they change only when the controllers run; default 1 s). */
-  workloadEveryMs?: number;
+  /** How often the proxy's allocations are looked at (default 1 s). */
+  allocationEveryMs?: number;
 }
 
 const key = (ns: string, name: string) => `${ns}/${name}`;
@@ -74,10 +68,6 @@ export class ApiBridge {
   private workloadTimer: NodeJS.Timeout | undefined;
   /** resource/ns/name → the revision last handed to the agent. */
   private fed = new Map<string, string>();
-  /** Workload resource/ns/name → the generation handed to the agent (what its status observes). */
-  private fedGeneration = new Map<string, number>();
-  /** Pods shown for the controllers, by namespace/name → uid. */
-  private readonly controllerPods = new Map<string, string>();
   private readonly pendingPods = new Set<string>();
   private podTimer: NodeJS.Immediate | undefined;
   private stopped = false;
@@ -117,25 +107,16 @@ export class ApiBridge {
     }
   }
 
-  /** From now on, the agent's pods and workloads are written back as status. */
+  /** From now on, the agent's pods are written back as status. */
   attach(agent: AgentView): void {
     this.agent = agent;
-    // Deleting a controller's pod through the API stops it; its controller replaces it, and it goes once stopped.
-    this.o.store.ownedDelete = (kind, o, dryRun) => {
-      const ns = o.metadata.namespace ?? 'default';
-      const name = o.metadata.name ?? '';
-      if (kind.plural !== 'pods' || this.controllerPods.get(key(ns, name)) !== o.metadata.uid) return false;
-      if (dryRun) return agent.getPod(ns, name)?.metadata?.uid === o.metadata.uid;
-      return agent.deleteControllerPod(ns, name, o.metadata.uid);
-    };
     this.stops.push(agent.watchPods((_type, pod) => this.schedulePod(pod.metadata?.namespace ?? 'default', pod.metadata?.name ?? '')));
     for (const p of agent.listPods()) this.schedulePod(p.metadata?.namespace ?? 'default', p.metadata?.name ?? '');
     // Pods the API holds that the agent does not know (stopped while the node was down, or never valid).
     for (const p of this.o.store.list(this.o.store.kind('pods')!).items) this.schedulePod(p.metadata.namespace ?? 'default', p.metadata.name ?? '');
     const tick = () => {
-      this.copyWorkloads();
       this.copyAllocations();
-      this.workloadTimer = setTimeout(tick, this.o.workloadEveryMs ?? 1000);
+      this.workloadTimer = setTimeout(tick, this.o.allocationEveryMs ?? 1000);
       this.workloadTimer.unref();
     };
     tick();
@@ -153,7 +134,6 @@ export class ApiBridge {
 
   stop(): void {
     this.stopped = true;
-    this.o.store.ownedDelete = undefined;
     for (const s of this.stops) s();
     this.stops = [];
     if (this.feedTimer) clearImmediate(this.feedTimer);
@@ -188,12 +168,11 @@ export class ApiBridge {
   private feed(): void {
     const objects: ParsedObject[] = [];
     const fed = new Map<string, string>();
-    const generations = new Map<string, number>();
     for (const kind of this.kinds()) {
       for (const o of this.o.store.list(kind).items) {
         const ns = o.metadata.namespace ?? '';
         const name = o.metadata.name ?? '';
-        if (this.o.store.ownerOf(kind, ns, name) !== undefined) continue; // a file's or the controllers': the agent has it already
+        if (this.o.store.ownerOf(kind, ns, name) !== undefined) continue; // a file's: the agent has it already
         if (kind.plural === 'pods') {
           const spec = (o.spec ?? {}) as Obj;
           if (spec.nodeName !== this.o.nodeName) continue;
@@ -207,16 +186,13 @@ export class ApiBridge {
         const revision = revisionOf(object);
         const k = `${resourceOf(kind)}/${ns}/${name}`;
         fed.set(k, revision);
-        if (kind.spec) generations.set(k, o.metadata.generation ?? 1);
         objects.push({ apiVersion: o.apiVersion, kind: o.kind, namespace: ns, name, object, source: { file: API_SOURCE_FILE, document: 0, line: 0 }, uid: o.metadata.uid, revision });
       }
     }
     const same = fed.size === this.fed.size && [...fed].every(([k, r]) => this.fed.get(k) === r);
     if (same) return;
     this.fed = fed;
-    // The agent's controllers run on this change before it returns: the generations are what they saw.
     this.o.objects.replaceFile(API_SOURCE_FILE, { objects, problems: [] });
-    this.fedGeneration = generations;
   }
 
   // ------------------------------------------------------------ agent → API
@@ -251,37 +227,19 @@ export class ApiBridge {
   private async syncPod(namespace: string, name: string): Promise<void> {
     const agent = this.agent;
     if (!agent) return;
-    const podKind = this.o.store.kind('pods')!;
     const view = agent.getPod(namespace, name);
     const current = await this.getOrUndefined('pods', namespace, name);
-    const k = key(namespace, name);
     const viewUid = view?.metadata?.uid;
-    const owned = this.controllerPods.get(k);
-    if (!view || (owned !== undefined && owned !== viewUid)) {
-      if (owned !== undefined && this.o.store.ownerOf(podKind, namespace, name) !== undefined) this.o.store.unmirror(podKind, namespace, name);
-      this.controllerPods.delete(k);
-    }
-    if (current && owned === undefined && current.metadata.deletionTimestamp && (!view || viewUid !== current.metadata.uid)) {
+    if (current && current.metadata.deletionTimestamp && (!view || viewUid !== current.metadata.uid)) {
       // The agent has stopped it (or never ran it): gone for good.
       await this.o.client.delete('pods', namespace, name, { gracePeriodSeconds: 0, uid: current.metadata.uid }).catch((err) => {
         if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict'))) throw err;
       });
       return;
     }
-    if (!view) return;
-    let target = current;
-    const owner = view.metadata?.ownerReferences?.[0];
-    if (owner && (!current || this.controllerPods.has(k))) {
-      // A controller's pod: shown as the agent has it (terminating too), owned by its workload.
-      const shown = structuredClone(view) as unknown as ApiObject;
-      delete shown.status;
-      if (!this.o.store.mirror(podKind, shown, `${owner.kind} ${namespace}/${owner.name} (its pods are made by the node's controllers)`)) return;
-      this.controllerPods.set(k, viewUid ?? '');
-      target = await this.getOrUndefined('pods', namespace, name);
-    }
-    if (!target || target.metadata.uid !== viewUid) return; // a file's pod not shown yet, or an API pod the agent has not caught up with
-    if (JSON.stringify(target.status ?? null) === JSON.stringify(view.status ?? null)) return;
-    await this.o.client.update('pods', namespace, name, { ...target, status: view.status }, { status: true });
+    if (!view || !current || current.metadata.uid !== viewUid) return; // a file's pod not shown yet, or an API pod the agent has not caught up with
+    if (JSON.stringify(current.status ?? null) === JSON.stringify(view.status ?? null)) return;
+    await this.o.client.update('pods', namespace, name, { ...current, status: view.status }, { status: true });
   }
 
   private copyAllocations(): void {
@@ -300,7 +258,9 @@ export class ApiBridge {
           continue;
         }
         const current = await this.getOrUndefined('services', ns, name);
-        if (!current || current.metadata.uid !== svc.metadata?.uid) continue; // the API has not caught up: looked at again next time
+        const fileOwned = this.o.store.ownerOf(kind, ns, name) !== undefined;
+        // The API has not caught up: looked at again next time (a file's Service is the same one whatever its uid).
+        if (!current || (!fileOwned && current.metadata.uid !== svc.metadata?.uid)) continue;
         seen.set(`${ns}/${name}`, sig);
         const spec = structuredClone((current.spec ?? {}) as Obj);
         const ip = svc.spec?.clusterIP;
@@ -321,7 +281,7 @@ export class ApiBridge {
         }
         if (!changed) continue;
         const owner = this.o.store.ownerOf(kind, ns, name);
-        if (owner !== undefined) {
+        if (fileOwned && owner !== undefined) {
           // A file's Service: shown with what the proxy gave it (the file itself names none).
           this.o.store.mirror(kind, { ...current, spec }, owner);
           continue;
@@ -331,26 +291,6 @@ export class ApiBridge {
         });
       }
       this.allocationsSeen = seen;
-    })();
-  }
-
-  private copyWorkloads(): void {
-    const agent = this.agent;
-    if (!agent || this.stopped) return;
-    void (async () => {
-      for (const w of agent.workloads()) {
-        const resource = WORKLOAD_RESOURCES[w.kind];
-        if (!resource || !this.o.store.kind(resource)) continue;
-        const current = await this.getOrUndefined(resource, w.namespace, w.name);
-        if (!current) continue;
-        const status: Obj = { ...w.status };
-        const generation = this.o.store.ownerOf(this.o.store.kind(resource)!, w.namespace, w.name) !== undefined ? current.metadata.generation : this.fedGeneration.get(`${resource}/${w.namespace}/${w.name}`);
-        if (generation !== undefined && (w.kind === 'Deployment' || w.kind === 'DaemonSet')) status.observedGeneration = generation;
-        if (JSON.stringify(current.status ?? null) === JSON.stringify(status)) continue;
-        await this.o.client.update(resource, w.namespace, w.name, { ...current, status }, { status: true }).catch((err) => {
-          if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict'))) this.o.log.warn('could not write a workload\'s status to the API', { kind: w.kind, name: w.name, error: errorMessage(err) });
-        });
-      }
     })();
   }
 }

@@ -1,0 +1,555 @@
+/**
+ * The workload controllers as kube-controller-manager runs them: beside the
+ * node, against the API, through the ApiClient interface only. Each pass
+ * reads the workloads and their pods from local copies (informers), runs the
+ * controllers' one pure function over them, and writes the difference back:
+ *
+ * - a Deployment owns one ReplicaSet per pod template it has had
+ *   (`<name>-<pod-template-hash>`, with the revision annotations
+ *   `kubectl rollout history/undo` read), and each ReplicaSet owns its Pods;
+ * - DaemonSets and Jobs own their Pods; a CronJob owns the Jobs it makes;
+ * - Pods no controller wants any more are deleted gracefully (the node's
+ *   agent stops them), new ones are created bound to the node;
+ * - each workload's status is written with the generation it was made from.
+ *
+ * The controllers' memory (a Job's start, a CronJob's last schedule, when a
+ * condition last changed) is kept in a state file beside the node's other
+ * state. The node's agent only runs the Pods the API binds to it.
+ */
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { ApiClient } from '../api/client.js';
+import { ApiError } from '../api/errors.js';
+import type { ApiObject, Obj } from '../api/types.js';
+import { canonicalJson, controllerOf, isAvailable, isFinished, isReady, isTerminating, templateHash } from '../controllers/common.js';
+import { POD_TEMPLATE_HASH_LABEL, replicaSetName } from '../controllers/deployment.js';
+import { ControllerDriver } from '../controllers/driver.js';
+import type { WorkloadStatus } from '../controllers/types.js';
+import { errorMessage } from '../errors.js';
+import { StateFile } from '../kubelet-lite/state-file.js';
+import type { Logger } from '../log.js';
+import { API_SOURCE_FILE, type StoredObject } from '../stored-object.js';
+import { Informer } from './informer.js';
+
+export const REVISION_ANNOTATION = 'deployment.kubernetes.io/revision';
+const DESIRED_REPLICAS_ANNOTATION = 'deployment.kubernetes.io/desired-replicas';
+const MAX_REPLICAS_ANNOTATION = 'deployment.kubernetes.io/max-replicas';
+/** On the Jobs a CronJob makes: the time they were scheduled for (as upstream's controller marks them). */
+const SCHEDULED_ANNOTATION = 'batch.kubernetes.io/cronjob-scheduled-timestamp';
+const LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration';
+/** The Deployment's own annotations that its ReplicaSets do not copy (as upstream skips them). */
+const NOT_COPIED = new Set([LAST_APPLIED, REVISION_ANNOTATION, 'deployment.kubernetes.io/revision-history', DESIRED_REPLICAS_ANNOTATION, MAX_REPLICAS_ANNOTATION]);
+/** Passes are this far apart at most once something changed (a burst of pod status writes is one pass). */
+const DEBOUNCE_MS = 20;
+/** A write that lost a race (a Conflict) is tried again this soon. */
+const RETRY_MS = 200;
+
+const RESOURCES = {
+  deployments: 'deployments.apps',
+  daemonsets: 'daemonsets.apps',
+  jobs: 'jobs.batch',
+  cronjobs: 'cronjobs.batch',
+  replicasets: 'replicasets.apps',
+  pods: 'pods',
+} as const;
+type Res = keyof typeof RESOURCES;
+
+const WORKLOAD_RESOURCE: Record<string, Res> = { Deployment: 'deployments', DaemonSet: 'daemonsets', Job: 'jobs', CronJob: 'cronjobs' };
+
+export interface ControllerManagerOptions {
+  client: ApiClient;
+  nodeName: string;
+  log: Logger;
+  /** Where the controllers' memory is kept between runs; none: in memory only. */
+  stateFile?: string;
+  now?: () => number;
+  random?: () => number;
+}
+
+const nsOf = (o: ApiObject) => o.metadata.namespace ?? 'default';
+const nameOf = (o: ApiObject) => o.metadata.name ?? '';
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** The controller owner reference of an object, if any. */
+function controllerRef(o: ApiObject): Obj | undefined {
+  const refs = o.metadata.ownerReferences;
+  return Array.isArray(refs) ? (refs as Obj[]).find((r) => isObj(r) && r.controller === true) : undefined;
+}
+
+/**
+ * A pod template with what a client's round trip adds and means nothing
+ * (nulls; `resources: {}`) taken out, so that the template kubectl writes
+ * back on `rollout undo` hashes as the one it came from.
+ */
+export function normalizedTemplate(t: unknown): unknown {
+  const strip = (v: unknown, inContainer: boolean): unknown => {
+    if (Array.isArray(v)) return v.map((x) => strip(x, inContainer));
+    if (!isObj(v)) return v;
+    const out: Obj = {};
+    for (const [k, x] of Object.entries(v)) {
+      if (x === null || x === undefined) continue;
+      if (inContainer && k === 'resources' && isObj(x) && Object.keys(x).length === 0) continue;
+      const containerList = k === 'containers' || k === 'initContainers' || k === 'ephemeralContainers';
+      out[k] = strip(x, containerList);
+    }
+    return out;
+  };
+  const out = strip(t, false);
+  if (isObj(out) && isObj(out.metadata)) {
+    const meta = out.metadata;
+    if (isObj(meta.labels)) {
+      const { [POD_TEMPLATE_HASH_LABEL]: _h, ...labels } = meta.labels;
+      meta.labels = labels;
+    }
+    if (Object.keys(meta).length === 0) delete out.metadata;
+  }
+  return out;
+}
+
+function revisionOf(o: ApiObject): number {
+  const v = Number((o.metadata.annotations as Record<string, string> | undefined)?.[REVISION_ANNOTATION]);
+  return Number.isInteger(v) && v > 0 ? v : 0;
+}
+
+export class ControllerManager {
+  private readonly o: ControllerManagerOptions;
+  private readonly informers: Record<Res, Informer>;
+  private readonly driver: ControllerDriver;
+  private readonly state: StateFile | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private running = false;
+  private again = false;
+  private stopped = false;
+  private started = false;
+  private statuses: WorkloadStatus[] = [];
+  private lastSaved = '';
+  /** Writes the current pass made. */
+  private writes = 0;
+  /** Objects a manifest file defines (namespace/name → the resourceVersion a metadata write was refused at). */
+  private readonly fileOwned = new Map<string, string>();
+  /** CronJob Jobs (namespace/name) seen in the API: one gone from there was deleted by someone. */
+  private readonly madeJobs = new Set<string>();
+
+  private constructor(opts: ControllerManagerOptions, savedState: unknown) {
+    this.o = opts;
+    const changed = () => this.schedule();
+    this.informers = Object.fromEntries(Object.entries(RESOURCES).map(([k, r]) => [k, new Informer(opts.client, r, changed, opts.log)])) as Record<Res, Informer>;
+    this.driver = new ControllerDriver({ nodeName: opts.nodeName, state: savedState, ...(opts.now ? { now: opts.now } : {}), ...(opts.random ? { random: opts.random } : {}), onRequeue: changed });
+    this.state = opts.stateFile ? new StateFile(opts.stateFile) : undefined;
+  }
+
+  static async create(opts: ControllerManagerOptions): Promise<ControllerManager> {
+    let saved: unknown;
+    if (opts.stateFile) {
+      const fs = await import('node:fs/promises');
+      saved = await fs.readFile(opts.stateFile, 'utf8').then(
+        (t) => JSON.parse(t) as unknown,
+        () => undefined,
+      );
+    }
+    return new ControllerManager(opts, saved);
+  }
+
+  /** Lists everything, then runs a first pass; from then on, a pass follows every change. */
+  async start(): Promise<void> {
+    await Promise.all(Object.values(this.informers).map((i) => i.start()));
+    this.started = true;
+    this.schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    for (const i of Object.values(this.informers)) i.stop();
+    this.driver.stop();
+    await this.state?.settled();
+  }
+
+  /** The workloads' statuses as last computed (for the status API and `skiff get`). */
+  workloads(): WorkloadStatus[] {
+    return structuredClone(this.statuses.filter((w) => !w.deleted));
+  }
+
+  /** Resolves once no pass is running or due (for tests and an orderly stop). */
+  async idle(): Promise<void> {
+    while (this.running || this.timer) await new Promise((r) => setTimeout(r, 10));
+  }
+
+  private schedule(ms = DEBOUNCE_MS): void {
+    if (this.stopped || !this.started) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    if (this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.running = true;
+      this.pass()
+        .catch((err) => this.o.log.error('the workload controllers failed a pass; trying again', { error: errorMessage(err) }))
+        .finally(() => {
+          this.running = false;
+          if (this.again) {
+            this.again = false;
+            this.schedule();
+          }
+        });
+    }, ms);
+    this.timer.unref();
+  }
+
+  private retrySoon(): void {
+    this.again = true;
+    if (!this.running) this.schedule(RETRY_MS);
+  }
+
+  // ------------------------------------------------------------ one pass
+
+  private async pass(): Promise<void> {
+    const inf = this.informers;
+    this.writes = 0;
+    const now = (this.o.now ?? Date.now)();
+    this.noticeDeletedJobs();
+    const virtual = this.driver.state.virtualJobs;
+    const workloads: StoredObject[] = [];
+    const read = new Map<string, ApiObject>();
+    for (const res of ['deployments', 'daemonsets', 'jobs', 'cronjobs'] as const) {
+      for (const o of inf[res].list()) {
+        if (o.metadata.deletionTimestamp) continue; // going: its dependents go with it
+        if (res === 'jobs' && virtual[`${nsOf(o)}/${nameOf(o)}`]) continue; // its CronJob runs it
+        read.set(`${o.kind}/${nsOf(o)}/${nameOf(o)}`, o);
+        workloads.push(this.stored(o));
+      }
+    }
+    const owned: Pod[] = [];
+    const reserved: string[] = [];
+    for (const p of inf.pods.list()) {
+      const ref = controllerRef(p);
+      if (ref && (ref.kind === 'ReplicaSet' || ref.kind === 'DaemonSet' || ref.kind === 'Job')) owned.push(p as unknown as Pod);
+      else reserved.push(`${nsOf(p)}/${nameOf(p)}`);
+    }
+    const out = this.driver.run(workloads, owned, reserved);
+    this.statuses = out.statuses;
+
+    await this.makeCronJobsJobs();
+    const desired = new Map(out.pods.map((p) => [`${p.metadata?.namespace ?? 'default'}/${p.metadata?.name ?? ''}`, p]));
+    await this.syncReplicaSets(read, out.pods, now);
+    await this.syncPods(desired, owned);
+    await this.writeStatuses(out.statuses, read);
+    this.save();
+    // What was written changes what the next pass sees (a ReplicaSet's pods, a Job's status): it runs until nothing is.
+    if (this.writes > 0) this.again = true;
+  }
+
+  /** An API object as the controllers read it: no status, no server bookkeeping, the template normalized. */
+  private stored(o: ApiObject): StoredObject {
+    const { status: _s, ...rest } = o;
+    const { managedFields: _m, ...meta } = o.metadata;
+    const object = structuredClone({ ...rest, metadata: meta }) as Obj;
+    if (isObj(object.spec) && object.spec.template !== undefined && o.kind !== 'CronJob') object.spec.template = normalizedTemplate(object.spec.template);
+    return { apiVersion: o.apiVersion, kind: o.kind, namespace: nsOf(o), name: nameOf(o), uid: o.metadata.uid ?? '', object, source: { file: API_SOURCE_FILE, document: 0, line: 0 } };
+  }
+
+  /** A CronJob's Job that someone deleted is forgotten, not made again. */
+  private noticeDeletedJobs(): void {
+    const virtual = this.driver.state.virtualJobs;
+    for (const k of [...this.madeJobs]) {
+      const i = k.indexOf('/');
+      if (!virtual[k]) this.madeJobs.delete(k);
+      else if (!this.informers.jobs.get(k.slice(0, i), k.slice(i + 1))) {
+        this.madeJobs.delete(k);
+        this.driver.forgetJob(k.slice(0, i), k.slice(i + 1));
+      }
+    }
+  }
+
+  /** Each Job a CronJob's controller keeps stands in the API, owned by the CronJob; those it dropped go. */
+  private async makeCronJobsJobs(): Promise<void> {
+    const virtual = this.driver.state.virtualJobs;
+    let adopted = false;
+    for (const [k, j] of Object.entries(virtual)) {
+      let job = this.informers.jobs.get(j.namespace, j.name);
+      const cron = this.informers.cronjobs.get(j.namespace, j.cronJob);
+      if (!job) {
+        if (!cron || cron.metadata.deletionTimestamp) continue;
+        const meta = isObj(j.template.metadata) ? j.template.metadata : {};
+        const body: Obj = {
+          apiVersion: 'batch/v1',
+          kind: 'Job',
+          metadata: {
+            name: j.name,
+            namespace: j.namespace,
+            ...(isObj(meta.labels) ? { labels: meta.labels } : {}),
+            annotations: { ...(isObj(meta.annotations) ? meta.annotations : {}), [SCHEDULED_ANNOTATION]: new Date(j.scheduledTime).toISOString() },
+            ownerReferences: [{ apiVersion: 'batch/v1', kind: 'CronJob', name: j.cronJob, uid: cron.metadata.uid, controller: true, blockOwnerDeletion: true }],
+          },
+          spec: structuredClone(j.template.spec),
+        };
+        job = await this.write('jobs', () => this.o.client.create(RESOURCES.jobs, j.namespace, body));
+        if (!job) continue;
+      }
+      this.madeJobs.add(k);
+      if (job.metadata.uid && j.uid !== job.metadata.uid) {
+        this.driver.adoptJobUid(j.namespace, j.name, job.metadata.uid);
+        adopted = true;
+      }
+    }
+    // Its pods are made on the next pass, under the Job's own uid (the selector the API gave it).
+    if (adopted) this.retrySoon();
+    // Jobs a CronJob's controller made and no longer keeps (history limits, Replace): gone, with their pods.
+    for (const job of this.informers.jobs.list()) {
+      if (controllerRef(job)?.kind !== 'CronJob' || job.metadata.deletionTimestamp || virtual[`${nsOf(job)}/${nameOf(job)}`]) continue;
+      if ((job.metadata.annotations as Record<string, string> | undefined)?.[SCHEDULED_ANNOTATION] === undefined) continue; // not made here
+      await this.remove('jobs', job);
+    }
+  }
+
+  /**
+   * Every Deployment's ReplicaSets: one per pod template among its desired
+   * pods and its current template, sized to the pods the controllers want
+   * of it, with increasing revisions; old empty ones beyond
+   * revisionHistoryLimit go.
+   */
+  private async syncReplicaSets(read: Map<string, ApiObject>, pods: Pod[], now: number): Promise<void> {
+    const counts = new Map<string, number>();
+    const podsOf = new Map<string, ApiObject[]>();
+    for (const p of pods) {
+      const ref = p.metadata?.ownerReferences?.[0];
+      if (ref?.kind !== 'ReplicaSet') continue;
+      const k = `${p.metadata?.namespace ?? 'default'}/${ref.name}`;
+      counts.set(k, (counts.get(k) ?? 0) + 1);
+    }
+    for (const p of this.informers.pods.list()) {
+      const ref = controllerRef(p);
+      if (ref?.kind !== 'ReplicaSet') continue;
+      const k = `${nsOf(p)}/${String(ref.name)}`;
+      podsOf.set(k, [...(podsOf.get(k) ?? []), p]);
+    }
+    const rsByOwner = new Map<string, ApiObject[]>();
+    for (const rs of this.informers.replicasets.list()) {
+      const ref = controllerRef(rs);
+      if (ref?.kind !== 'Deployment') continue;
+      const k = `${nsOf(rs)}/${String(ref.uid)}`;
+      rsByOwner.set(k, [...(rsByOwner.get(k) ?? []), rs]);
+    }
+    for (const d of read.values()) {
+      if (d.kind !== 'Deployment') continue;
+      const ns = nsOf(d);
+      const name = nameOf(d);
+      const spec = (d.spec ?? {}) as Obj;
+      const template = normalizedTemplate(spec.template) as Obj;
+      const current = templateHash(template);
+      const mine = new Map((rsByOwner.get(`${ns}/${d.metadata.uid}`) ?? []).map((rs) => [nameOf(rs), rs]));
+      const wanted = new Set<string>([replicaSetName(name, current)]);
+      for (const k of counts.keys()) if (k.startsWith(`${ns}/${name}-`)) wanted.add(k.slice(ns.length + 1));
+      let maxRevision = Math.max(0, ...[...mine.values()].map(revisionOf));
+      const replicas = Number(spec.replicas ?? 1);
+      const surge = replicas + 1;
+      // Every ReplicaSet it has (those it wants nothing of go down to 0) and those it wants pods of.
+      for (const rsName of new Set([...mine.keys(), ...wanted])) {
+        const want = counts.get(`${ns}/${rsName}`) ?? 0;
+        const hash = rsName.slice(name.length + 1);
+        let rs = mine.get(rsName);
+        const isCurrent = hash === current;
+        if (!rs) {
+          const t = isCurrent ? template : this.templateFromPod(podsOf.get(`${ns}/${rsName}`)?.[0]);
+          if (!t) continue;
+          const revision = isCurrent ? maxRevision + 1 : 0;
+          if (isCurrent) maxRevision = revision;
+          rs = await this.write('replicasets', () => this.o.client.create(RESOURCES.replicasets, ns, this.replicaSetBody(d, rsName, hash, t, want, revision, replicas, surge)));
+          if (rs) mine.set(rsName, rs);
+          continue;
+        }
+        const annotations = { ...((rs.metadata.annotations as Record<string, string> | undefined) ?? {}) };
+        let changed = false;
+        if (isCurrent && revisionOf(rs) < maxRevision) {
+          // Rolled back to an older template: it is the newest revision again.
+          maxRevision += 1;
+          annotations[REVISION_ANNOTATION] = String(maxRevision);
+          changed = true;
+        }
+        if (annotations[DESIRED_REPLICAS_ANNOTATION] !== String(replicas)) {
+          annotations[DESIRED_REPLICAS_ANNOTATION] = String(replicas);
+          annotations[MAX_REPLICAS_ANNOTATION] = String(surge);
+          changed = true;
+        }
+        const rsSpec = (rs.spec ?? {}) as Obj;
+        if (rsSpec.replicas !== want || changed) {
+          const got = await this.write('replicasets', () => this.o.client.update(RESOURCES.replicasets, ns, rsName, { ...rs!, metadata: { ...rs!.metadata, annotations }, spec: { ...rsSpec, replicas: want } }));
+          if (got) mine.set(rsName, got);
+        }
+      }
+      await this.replicaSetStatuses(d, [...mine.values()], podsOf, now);
+      await this.pruneHistory(d, [...mine.values()], wanted, podsOf);
+      await this.deploymentRevision(d, mine.get(replicaSetName(name, current)));
+    }
+    // ReplicaSets whose Deployment is gone (or going) go too, with their pods.
+    const live = new Set([...read.values()].filter((d) => d.kind === 'Deployment').map((d) => `${nsOf(d)}/${d.metadata.uid}`));
+    for (const [k, list] of rsByOwner) {
+      if (live.has(k)) continue;
+      for (const rs of list) if (!rs.metadata.deletionTimestamp) await this.remove('replicasets', rs);
+    }
+  }
+
+  private replicaSetBody(d: ApiObject, rsName: string, hash: string, template: Obj, replicas: number, revision: number, desired: number, surge: number): Obj {
+    const spec = (d.spec ?? {}) as Obj;
+    const selector = structuredClone(isObj(spec.selector) ? spec.selector : {});
+    selector.matchLabels = { ...(isObj(selector.matchLabels) ? selector.matchLabels : {}), [POD_TEMPLATE_HASH_LABEL]: hash };
+    const t = structuredClone(template);
+    const meta = isObj(t.metadata) ? t.metadata : {};
+    t.metadata = { ...meta, labels: { ...(isObj(meta.labels) ? meta.labels : {}), [POD_TEMPLATE_HASH_LABEL]: hash } };
+    const annotations: Record<string, string> = {};
+    for (const [k, v] of Object.entries((d.metadata.annotations as Record<string, string> | undefined) ?? {})) if (!NOT_COPIED.has(k)) annotations[k] = v;
+    annotations[DESIRED_REPLICAS_ANNOTATION] = String(desired);
+    annotations[MAX_REPLICAS_ANNOTATION] = String(surge);
+    if (revision > 0) annotations[REVISION_ANNOTATION] = String(revision);
+    return {
+      apiVersion: 'apps/v1',
+      kind: 'ReplicaSet',
+      metadata: {
+        name: rsName,
+        namespace: nsOf(d),
+        labels: { ...(isObj(meta.labels) ? meta.labels : {}), [POD_TEMPLATE_HASH_LABEL]: hash },
+        annotations,
+        ownerReferences: [{ apiVersion: 'apps/v1', kind: 'Deployment', name: nameOf(d), uid: d.metadata.uid, controller: true, blockOwnerDeletion: true }],
+      },
+      spec: { replicas, ...(spec.minReadySeconds !== undefined ? { minReadySeconds: spec.minReadySeconds } : {}), selector, template: t },
+    };
+  }
+
+  /** The template of an old ReplicaSet that went missing, from one of its pods. */
+  private templateFromPod(p: ApiObject | undefined): Obj | undefined {
+    if (!p) return undefined;
+    const { nodeName: _n, ...spec } = (p.spec ?? {}) as Obj;
+    const labels = { ...((p.metadata.labels as Record<string, string> | undefined) ?? {}) };
+    delete labels[POD_TEMPLATE_HASH_LABEL];
+    return { metadata: { labels }, spec };
+  }
+
+  private async replicaSetStatuses(d: ApiObject, sets: ApiObject[], podsOf: Map<string, ApiObject[]>, now: number): Promise<void> {
+    const minReady = Number(((d.spec ?? {}) as Obj).minReadySeconds ?? 0);
+    for (const rs of sets) {
+      const pods = (podsOf.get(`${nsOf(rs)}/${nameOf(rs)}`) ?? []).map((p) => p as unknown as Pod).filter((p) => !isTerminating(p) && !isFinished(p));
+      const status: Obj = {
+        replicas: pods.length,
+        fullyLabeledReplicas: pods.length,
+        readyReplicas: pods.filter(isReady).length,
+        availableReplicas: pods.filter((p) => isAvailable(p, minReady, now)).length,
+        observedGeneration: rs.metadata.generation ?? 1,
+      };
+      for (const k of ['readyReplicas', 'availableReplicas', 'fullyLabeledReplicas']) if (status[k] === 0) delete status[k];
+      if (canonicalJson(rs.status ?? {}) === canonicalJson(status)) continue;
+      await this.write('replicasets', () => this.o.client.update(RESOURCES.replicasets, nsOf(rs), nameOf(rs), { ...rs, status }, { status: true }));
+    }
+  }
+
+  /** Old ReplicaSets with nothing left, beyond the Deployment's revisionHistoryLimit (oldest first), go. */
+  private async pruneHistory(d: ApiObject, sets: ApiObject[], wanted: Set<string>, podsOf: Map<string, ApiObject[]>): Promise<void> {
+    const limit = Number(((d.spec ?? {}) as Obj).revisionHistoryLimit ?? 10);
+    const old = sets
+      .filter((rs) => !wanted.has(nameOf(rs)) && !rs.metadata.deletionTimestamp && (podsOf.get(`${nsOf(rs)}/${nameOf(rs)}`) ?? []).length === 0)
+      .sort((a, b) => revisionOf(a) - revisionOf(b));
+    for (const rs of old.slice(0, Math.max(0, old.length - limit))) await this.remove('replicasets', rs);
+  }
+
+  /** The Deployment carries its newest ReplicaSet's revision, as upstream's controller writes it. */
+  private async deploymentRevision(d: ApiObject, newest: ApiObject | undefined): Promise<void> {
+    if (!newest) return;
+    const revision = String(revisionOf(newest));
+    const annotations = (d.metadata.annotations as Record<string, string> | undefined) ?? {};
+    if (revision === '0' || annotations[REVISION_ANNOTATION] === revision) return;
+    const k = `${nsOf(d)}/${nameOf(d)}`;
+    // A file's Deployment says only what its file says.
+    if (this.fileOwned.get(k) === d.metadata.resourceVersion) return;
+    const got = await this.write('deployments', () => this.o.client.update(RESOURCES.deployments, nsOf(d), nameOf(d), { ...d, metadata: { ...d.metadata, annotations: { ...annotations, [REVISION_ANNOTATION]: revision } } }), () => this.fileOwned.set(k, d.metadata.resourceVersion ?? ''));
+  }
+
+  /** Pods to make (bound to the node, owned by their ReplicaSet, DaemonSet or Job) and pods to delete. */
+  private async syncPods(desired: Map<string, Pod>, owned: Pod[]): Promise<void> {
+    const uidOf = (kind: string, ns: string, name: string): string | undefined => {
+      const inf = kind === 'ReplicaSet' ? this.informers.replicasets : kind === 'DaemonSet' ? this.informers.daemonsets : kind === 'Job' ? this.informers.jobs : undefined;
+      const o = inf?.get(ns, name);
+      return o && !o.metadata.deletionTimestamp ? o.metadata.uid : undefined;
+    };
+    for (const [k, p] of desired) {
+      if (this.informers.pods.items.has(k)) continue;
+      const ns = p.metadata?.namespace ?? 'default';
+      const ref = p.metadata?.ownerReferences?.[0];
+      const uid = ref ? uidOf(ref.kind, ns, ref.name) : undefined;
+      // Its owner is not in the API yet (or a CronJob's Job whose uid the controller has not taken): next pass.
+      if (!ref || !uid) continue;
+      if (ref.kind === 'Job' && ref.uid !== uid) continue;
+      const body = structuredClone(p) as unknown as Obj;
+      const meta = body.metadata as Obj;
+      meta.ownerReferences = [{ ...ref, uid, controller: true, blockOwnerDeletion: true }];
+      await this.write('pods', () => this.o.client.create(RESOURCES.pods, ns, body));
+    }
+    for (const p of owned) {
+      const k = `${p.metadata?.namespace ?? 'default'}/${p.metadata?.name ?? ''}`;
+      if (desired.has(k) || isTerminating(p)) continue;
+      await this.remove('pods', p as unknown as ApiObject);
+    }
+  }
+
+  private async writeStatuses(statuses: WorkloadStatus[], read: Map<string, ApiObject>): Promise<void> {
+    for (const w of statuses) {
+      const res = WORKLOAD_RESOURCE[w.kind];
+      if (!res) continue;
+      const current = this.informers[res].get(w.namespace, w.name);
+      if (!current || current.metadata.deletionTimestamp) continue;
+      if (w.deleted) {
+        // ttlSecondsAfterFinished passed: the Job goes (a file's stays, as its file says).
+        await this.remove(res, current);
+        continue;
+      }
+      const status: Obj = { ...w.status };
+      const seen = read.get(`${w.kind}/${w.namespace}/${w.name}`);
+      if ((w.kind === 'Deployment' || w.kind === 'DaemonSet') && seen) status.observedGeneration = seen.metadata.generation ?? 1;
+      if (canonicalJson(current.status ?? {}) === canonicalJson(status)) continue;
+      await this.write(res, () => this.o.client.update(RESOURCES[res], w.namespace, w.name, { ...current, status }, { status: true }));
+    }
+  }
+
+  // ------------------------------------------------------------ writes
+
+  /**
+   * One write; its answer goes into the local copy at once. A lost race
+   * (Conflict, AlreadyExists, NotFound) is looked at again on a pass soon;
+   * anything else is logged.
+   */
+  private async write(res: Res, fn: () => Promise<ApiObject>, onFileOwned?: () => void): Promise<ApiObject | undefined> {
+    if (this.stopped) return undefined;
+    try {
+      const got = await fn();
+      this.writes++;
+      this.informers[res].wrote(got);
+      return got;
+    } catch (err) {
+      if (err instanceof ApiError && err.reason === 'Conflict' && / is defined by /.test(err.message)) onFileOwned?.();
+      else if (err instanceof ApiError && (err.reason === 'Conflict' || err.reason === 'AlreadyExists' || err.reason === 'NotFound')) this.retrySoon();
+      else this.o.log.warn('the workload controllers could not write an object', { resource: RESOURCES[res], error: errorMessage(err) });
+      return undefined;
+    }
+  }
+
+  /** Deleted (gracefully, for pods); one that is the manifest files' is left as its file says. */
+  private async remove(res: Res, o: ApiObject): Promise<void> {
+    if (this.stopped) return;
+    try {
+      const r = await this.o.client.delete(RESOURCES[res], nsOf(o), nameOf(o), { uid: o.metadata.uid });
+      this.writes++;
+      if (r.removed) this.informers[res].removed(r.object);
+      else this.informers[res].wrote(r.object);
+    } catch (err) {
+      if (err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict')) return;
+      this.o.log.debug('the workload controllers could not delete an object', { resource: RESOURCES[res], name: nameOf(o), error: errorMessage(err) });
+    }
+  }
+
+  private save(): void {
+    if (!this.state) return;
+    const text = JSON.stringify(this.driver.state);
+    if (text === this.lastSaved) return;
+    this.lastSaved = text;
+    this.state.write(text).catch((err) => this.o.log.warn('could not save the controllers\' state', { error: errorMessage(err) }));
+  }
+}
