@@ -2,7 +2,7 @@
  * The proxy's and service DNS's sources read from the node's API, as
  * kube-proxy reads its informers: Services, EndpointSlices (the endpoints
  * the proxy programs, with each endpoint's node), and Pods (for DNS's pod
- * records and headless names). Each is a ResourceCache over the ApiClient,
+ * records and headless names). Each is a Informer over the ApiClient,
  * so the same code could follow a remote API server.
  */
 import type { Pod } from 'kubernetes-types/core/v1.js';
@@ -15,7 +15,7 @@ import type { EndpointSliceSource, PodSource, ServiceSource } from '../proxy/sou
 import { API_SOURCE_FILE, type StoredObject } from '../stored-object.js';
 import { EndpointSliceController } from './endpoint-slices.js';
 import { KubernetesService } from './kubernetes-service.js';
-import { ResourceCache, type CacheChange } from './resource-cache.js';
+import { Informer, type CacheChange } from './informer.js';
 
 type Listener<T> = (arg: T) => void;
 
@@ -58,8 +58,8 @@ export async function startApiProxySources(opts: { client: ApiClient; log: Logge
   const sliceChanged = new Listeners<string[] | undefined>();
   // Converted once per object version: the proxier and DNS tell unchanged objects by identity.
   const stored = new WeakMap<ApiObject, StoredObject>();
-  const services = new ResourceCache(opts.client, 'services', () => serviceChanged.emit(), opts.log);
-  const pods = new ResourceCache(opts.client, 'pods', () => podChanged.emit(), opts.log);
+  const services = new Informer(opts.client, 'services', () => serviceChanged.emit(), opts.log);
+  const pods = new Informer(opts.client, 'pods', () => podChanged.emit(), opts.log);
   /** namespace/service → slice namespace/name → slice. */
   const byService = new Map<string, Map<string, SliceLike>>();
   const serviceOf = (o: ApiObject | undefined) => {
@@ -83,7 +83,7 @@ export async function startApiProxySources(opts: { client: ApiClient; log: Logge
     }
     return touched;
   };
-  const slices: ResourceCache = new ResourceCache(
+  const slices: Informer = new Informer(
     opts.client,
     'endpointslices.discovery.k8s.io',
     (c) => {

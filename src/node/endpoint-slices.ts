@@ -22,7 +22,7 @@ import { matchesLabels } from '../labels.js';
 import type { Logger } from '../log.js';
 import { podReady, resolveTargetPort } from '../proxy/endpoints.js';
 import type { Protocol } from '../proxy/service.js';
-import { ResourceCache, type CacheChange } from './resource-cache.js';
+import { Informer, type CacheChange } from './informer.js';
 
 export const SLICE_CONTROLLER = 'endpointslice-controller.k8s.io';
 /** The label kube-controller-manager (1.33 and later) puts on the Endpoints it writes. */
@@ -249,10 +249,10 @@ export interface EndpointSliceControllerOptions {
 }
 
 export class EndpointSliceController {
-  private readonly services: ResourceCache;
-  private readonly pods: ResourceCache;
-  private readonly slices: ResourceCache;
-  private readonly endpoints: ResourceCache;
+  private readonly services: Informer;
+  private readonly pods: Informer;
+  private readonly slices: Informer;
+  private readonly endpoints: Informer;
   private readonly dirty = new Set<string>();
   private all = true;
   private running = false;
@@ -266,9 +266,9 @@ export class EndpointSliceController {
       else f(c);
       this.schedule();
     };
-    this.services = new ResourceCache(o.client, 'services', on((c) => this.mark(c.before ?? c.after!)), o.log);
-    this.pods = new ResourceCache(o.client, 'pods', on((c) => this.markPods(c)), o.log);
-    this.slices = new ResourceCache(
+    this.services = new Informer(o.client, 'services', on((c) => this.mark(c.before ?? c.after!)), o.log);
+    this.pods = new Informer(o.client, 'pods', on((c) => this.markPods(c)), o.log);
+    this.slices = new Informer(
       o.client,
       'endpointslices.discovery.k8s.io',
       on((c) => {
@@ -278,7 +278,7 @@ export class EndpointSliceController {
       }),
       o.log,
     );
-    this.endpoints = new ResourceCache(o.client, 'endpoints', on((c) => this.mark(c.before ?? c.after!)), o.log);
+    this.endpoints = new Informer(o.client, 'endpoints', on((c) => this.mark(c.before ?? c.after!)), o.log);
   }
 
   async start(): Promise<void> {
