@@ -14,6 +14,7 @@ import { startKubelet } from '../kubelet-lite/run.js';
 import { ControlPlane } from '../node/control-plane.js';
 import { EventWriter } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
+import { startNodeServices } from '../node/api-sources.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo } from '../proxy/service.js';
@@ -136,10 +137,14 @@ export async function node(args: string[]): Promise<number> {
   // So do the controllers' first looks: before, an adopted pod is not Ready yet and a Deployment would replace it.
   await plane.startControllers();
   const pods = new InProcessPodSource({ listPods: () => kubelet.agent.listPods(), watchPods: (l) => kubelet.agent.watchPods(l) });
+  // With the API, the proxy and DNS read Services, EndpointSlices and Pods from it (its controllers write the slices).
+  let nodeServices: Awaited<ReturnType<typeof startNodeServices>> | undefined;
   let proxy;
   try {
-    proxy = await startProxy(proxyOpts, storeServiceSource(kubelet.objects), pods, kubelet.metrics.registry, log);
+    nodeServices = api ? await startNodeServices({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, serviceCidr: proxyOpts.serviceCidr, apiAddress: api.address, hostIP: kubelet.agent.opts.hostIP, log }) : undefined;
+    proxy = await startProxy(proxyOpts, nodeServices?.sources.services ?? storeServiceSource(kubelet.objects), nodeServices?.sources.pods ?? pods, kubelet.metrics.registry, log, undefined, nodeServices?.slices);
   } catch (err) {
+    nodeServices?.stop();
     await plane.stop();
     eventWriter?.stop();
     await reporter?.stop();
@@ -189,6 +194,7 @@ export async function node(args: string[]): Promise<number> {
     await kubelet.stop();
     pods.close();
     await proxy.stop();
+    nodeServices?.stop();
     await daemon.close();
     await api?.stop();
   });

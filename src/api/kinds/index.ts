@@ -4,6 +4,7 @@ import { configMapKind } from './configmap.js';
 import { cronJobKind } from './cronjob.js';
 import { daemonSetKind } from './daemonset.js';
 import { deploymentKind } from './deployment.js';
+import { endpointSliceKind, endpointsKind } from './endpoints.js';
 import { eventKind } from './event.js';
 import { jobKind } from './job.js';
 import { leaseKind } from './lease.js';
@@ -24,6 +25,7 @@ export function nodeKinds(nodeName: string): Kind[] {
     eventKind,
     podKind(nodeName),
     serviceKind,
+    endpointsKind,
     // In the API server's order, which `kubectl get all` keeps.
     daemonSetKind,
     deploymentKind,
@@ -34,5 +36,6 @@ export function nodeKinds(nodeName: string): Kind[] {
     cronJobKind,
     nodeKind,
     leaseKind,
+    endpointSliceKind,
   ];
 }
