@@ -52,6 +52,10 @@ describe.skipIf(!isRoot)('garbage collection with real kubectl', () => {
       const owned = (kind: string, name: string, owners: Array<{ kind: string; name: string; uid: string; block?: boolean }>, extra = '') =>
         `apiVersion: v1\nkind: ${kind}\nmetadata:\n  name: ${name}\n${extra}  ownerReferences:\n${owners.map((o) => `  - apiVersion: v1\n    kind: ${o.kind}\n    name: ${o.name}\n    uid: ${o.uid}\n    blockOwnerDeletion: ${o.block ?? false}\n`).join('')}`;
 
+      beforeAll(async () => {
+        if (v.present) expect((await run(v.bin, ['create', 'namespace', ns], { KUBECONFIG: api.kubeconfig })).code).toBe(0);
+      });
+
       /** cm/owner owning secret/s1 and s2 and cm/mid, which owns secret/leaf; secret/other is nobody's. */
       const family = async () => {
         await ok(['create', 'configmap', 'owner']);
@@ -62,7 +66,6 @@ describe.skipIf(!isRoot)('garbage collection with real kubectl', () => {
       };
 
       it('background (the default) takes the dependents, transitively; orphan leaves them without the reference', async () => {
-        await run(v.bin, ['create', 'namespace', ns], { KUBECONFIG: api.kubeconfig });
         await family();
         expect(await ok(['delete', 'cm', 'owner'])).toMatch(/configmap "owner" deleted/);
         await waitFor('the dependents to go', async () => ((await names('secrets')).join(' ') === 'secret/other' && (await names('cm')).every((n) => n !== 'configmap/mid') ? true : undefined), 20_000);
@@ -87,13 +90,16 @@ describe.skipIf(!isRoot)('garbage collection with real kubectl', () => {
         const watch = spawn(v.bin, ['-n', ns, 'get', 'cm', 'owner', '-w', '-o', 'custom-columns=NAME:.metadata.name,FINALIZERS:.metadata.finalizers,DELETING:.metadata.deletionTimestamp'], { env: { PATH: process.env.PATH, HOME: os.tmpdir(), KUBECONFIG: api.kubeconfig } });
         let watched = '';
         watch.stdout.on('data', (b: Buffer) => (watched += b.toString()));
+        watch.stderr.on('data', (b: Buffer) => (watched += b.toString()));
         const del = spawn(v.bin, ['-n', ns, 'delete', 'cm', 'owner', '--cascade=foreground', '--wait=true', '--timeout=60s'], { env: { PATH: process.env.PATH, HOME: os.tmpdir(), KUBECONFIG: api.kubeconfig } });
         let delOut = '';
         del.stdout.on('data', (b: Buffer) => (delOut += b.toString()));
         del.stderr.on('data', (b: Buffer) => (delOut += b.toString()));
         const exited = new Promise<number | null>((r) => del.on('close', (code) => r(code)));
         try {
-          await waitFor('the watch to show the owner waiting', async () => (/owner\s+\[foregroundDeletion\]\s+\d{4}-/.test(watched) ? true : undefined), 20_000);
+          await waitFor('the watch to show the owner waiting', async () => (/owner\s+\[foregroundDeletion\]\s+\d{4}-/.test(watched) ? true : undefined), 20_000).catch((err: Error) => {
+            throw new Error(`${err.message}; the watch printed: ${JSON.stringify(watched)}; delete: ${JSON.stringify(delOut)}`);
+          });
           expect(await ok(['get', 'cm', 'owner', '-o', 'jsonpath={.metadata.finalizers}'])).toMatch(/foregroundDeletion/);
           await waitFor('the plain dependent to go', async () => ((await names('secrets')).includes('secret/plain') ? undefined : true), 20_000);
           expect(await ok(['get', 'secret', 'held', '-o', 'jsonpath={.metadata.deletionTimestamp}'])).toMatch(/^\d{4}-/);
