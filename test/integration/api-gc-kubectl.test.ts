@@ -91,6 +91,9 @@ describe.skipIf(!isRoot)('garbage collection with real kubectl', () => {
         let watched = '';
         watch.stdout.on('data', (b: Buffer) => (watched += b.toString()));
         watch.stderr.on('data', (b: Buffer) => (watched += b.toString()));
+        // The watch is up (its first row printed) before the delete, so its change comes as an event.
+        await waitFor('the watch to start', async () => (/\nowner\s/.test(watched) ? true : undefined), 20_000);
+        await new Promise((r) => setTimeout(r, 500));
         const del = spawn(v.bin, ['-n', ns, 'delete', 'cm', 'owner', '--cascade=foreground', '--wait=true', '--timeout=60s'], { env: { PATH: process.env.PATH, HOME: os.tmpdir(), KUBECONFIG: api.kubeconfig } });
         let delOut = '';
         del.stdout.on('data', (b: Buffer) => (delOut += b.toString()));
