@@ -16,6 +16,7 @@ import { ObjectStore } from '../kubelet-lite/store.js';
 import { ApiBridge } from '../node/api-bridge.js';
 import { EventWriter } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
+import { startNodePolicy } from '../node/node-policy.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo } from '../proxy/service.js';
@@ -125,6 +126,7 @@ export async function node(args: string[]): Promise<number> {
       })
     : undefined;
   reporter?.start();
+  const policy = api ? await startNodePolicy({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, log }) : undefined;
   const eventWriter = api ? new EventWriter({ client: localClient(api.store), log }) : undefined;
   await eventWriter?.start(kubelet.events, kubeletOpts.nodeName);
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
@@ -136,6 +138,7 @@ export async function node(args: string[]): Promise<number> {
     proxy = await startProxy(proxyOpts, storeServiceSource(kubelet.objects), pods, kubelet.metrics.registry, log);
   } catch (err) {
     unshow();
+    await policy?.stop();
     bridge?.stop();
     eventWriter?.stop();
     await reporter?.stop();
@@ -180,6 +183,7 @@ export async function node(args: string[]): Promise<number> {
   return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {
     clearInterval(ages);
     unshow();
+    await policy?.stop();
     bridge?.stop();
     eventWriter?.stop();
     await reporter?.stop();
