@@ -6,11 +6,14 @@ import path from 'node:path';
 import type { Logger } from '../log.js';
 import { ensureCredentials } from './credentials.js';
 import { GarbageCollector } from './gc.js';
+import { evictionSubresource } from './eviction.js';
+import { placementRefusal } from './kinds/placement.js';
 import { nodeKinds } from './kinds/index.js';
 import { openApiDb } from './persist.js';
 import { podSubresources, type PodStreams } from './pod-subresources.js';
 import { splitHostPort, startApiServer, type ApiServerOptions } from './server.js';
 import { Store } from './store.js';
+import type { ApiObject } from './types.js';
 
 export interface NodeApiOptions {
   /** The agent's root dir: api.db, pki/ and admin.kubeconfig go here. */
@@ -41,13 +44,24 @@ export interface NodeApi {
 
 export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
   const [host] = splitHostPort(opts.address);
-  const store = new Store({ kinds: nodeKinds(opts.nodeName), persistence: openApiDb(path.join(opts.dir, 'api.db')), watch: { maxWatchers: opts.maxWatches }, garbageCollection: true });
+  // Pods nobody placed go on this node unless its Node (cordoned, tainted) refuses them.
+  const refusal = (pod: ApiObject) => {
+    const nodes = store.kind('nodes');
+    let node: ApiObject | undefined;
+    try {
+      node = nodes ? store.get(nodes, '', opts.nodeName) : undefined;
+    } catch {
+      node = undefined; // not registered yet: placed, as before
+    }
+    return placementRefusal(node, pod);
+  };
+  const store: Store = new Store({ kinds: nodeKinds(opts.nodeName, refusal), persistence: openApiDb(path.join(opts.dir, 'api.db')), watch: { maxWatchers: opts.maxWatches }, garbageCollection: true });
   const collector = new GarbageCollector({ store, log: opts.log, waitForOwners: opts.waitForOwners });
   try {
     // The kubeconfig names the port actually bound; with port 0 that is known only after listening.
     const creds = await ensureCredentials({ dir: opts.dir, server: opts.address, sans: [host] });
     const pods = podSubresources({ store, streams: opts.podStreams ?? (() => undefined), log: opts.log });
-    const server = await startApiServer({ store, address: opts.address, tls: creds, log: opts.log, subresources: pods.subresources, onClose: pods.close, ...opts.server });
+    const server = await startApiServer({ store, address: opts.address, tls: creds, log: opts.log, subresources: { ...pods.subresources, ...evictionSubresource({ store }) }, onClose: pods.close, ...opts.server });
     const clientHost = host === '0.0.0.0' || host === '::' || host === '' ? '127.0.0.1' : host;
     const [, port] = splitHostPort(server.address);
     const final = server.address === opts.address && clientHost === host ? creds : await ensureCredentials({ dir: opts.dir, server: `${clientHost.includes(':') ? `[${clientHost}]` : clientHost}:${port}`, sans: [host] });

@@ -66,6 +66,9 @@ export interface SubresourceTarget {
 export interface Subresource {
   /** The kind its responses are, for discovery ("Pod", "Status", "Scale"). */
   kind: string;
+  /** The group and version of that kind, when not the resource's own (an Eviction is policy/v1). */
+  group?: string;
+  version?: string;
   verbs: string[];
   handle(req: IncomingMessage, res: ServerResponse, target: SubresourceTarget): Promise<void>;
   /** An HTTP Upgrade to it (exec, attach, port-forward); without this, upgrades are refused. A thrown ApiError is answered as a Status. */
@@ -95,7 +98,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     if (k.status) out.status = { kind: k.kind, verbs: ['get', 'patch', 'update'] };
     if (k.scale) out.scale = { kind: 'Scale', group: 'autoscaling', version: 'v1', verbs: ['get', 'patch', 'update'] };
     const prefix = `${resourceOf(k)}/`;
-    for (const [key, s] of Object.entries(subresources)) if (key.startsWith(prefix)) out[key.slice(prefix.length)] = { kind: s.kind, verbs: s.verbs };
+    for (const [key, s] of Object.entries(subresources)) if (key.startsWith(prefix)) out[key.slice(prefix.length)] = { kind: s.kind, verbs: s.verbs, ...(s.group !== undefined ? { group: s.group, version: s.version } : {}) };
     return out;
   };
   const [host, portText] = splitHostPort(opts.address);

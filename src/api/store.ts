@@ -335,6 +335,11 @@ export class Store {
       o.metadata.deletionGracePeriodSeconds = grace;
       return { removed: false, object: this.commit(kind, 'MODIFIED', o, e.object) };
     }
+    if (kind.graceful && opts.gracePeriodSeconds === 0 && !was.deletionTimestamp) {
+      // Removed at once (kubectl delete --force): marked as kube-apiserver's BeforeDelete marks it, so watchers see the grace.
+      o.metadata.deletionTimestamp = timestamp(this.now());
+      o.metadata.deletionGracePeriodSeconds = 0;
+    }
     const waits = finalizers.length > 0 || kind.plural === 'namespaces';
     if (!waits) return opts.dryRun ? { removed: true, object: o } : { removed: true, object: this.remove(kind, o) };
     if (opts.dryRun) return { removed: false, object: o };

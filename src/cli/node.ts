@@ -15,6 +15,7 @@ import { ControlPlane } from '../node/control-plane.js';
 import { EventWriter } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
 import { startNodeServices } from '../node/api-sources.js';
+import { startNodePolicy } from '../node/node-policy.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo } from '../proxy/service.js';
@@ -129,6 +130,7 @@ export async function node(args: string[]): Promise<number> {
       })
     : undefined;
   reporter?.start();
+  const policy = api ? await startNodePolicy({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, log }) : undefined;
   const eventWriter = api ? new EventWriter({ client: localClient(api.store), log }) : undefined;
   await eventWriter?.start(kubelet.events, kubeletOpts.nodeName);
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
@@ -145,6 +147,7 @@ export async function node(args: string[]): Promise<number> {
     proxy = await startProxy(proxyOpts, nodeServices?.sources.services ?? storeServiceSource(kubelet.objects), nodeServices?.sources.pods ?? pods, kubelet.metrics.registry, log, undefined, nodeServices?.slices);
   } catch (err) {
     nodeServices?.stop();
+    await policy?.stop();
     await plane.stop();
     eventWriter?.stop();
     await reporter?.stop();
@@ -188,6 +191,7 @@ export async function node(args: string[]): Promise<number> {
   );
   return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {
     clearInterval(ages);
+    await policy?.stop();
     await plane.stop();
     eventWriter?.stop();
     await reporter?.stop();

@@ -531,6 +531,11 @@ export class Agent {
     return out;
   }
 
+  /** The API deleted the pod with this grace (deletionGracePeriodSeconds): its worker stops it within that. */
+  deletionGrace(uid: string, seconds: number): void {
+    this.workers.get(uid)?.deletionGrace(seconds);
+  }
+
   /** The pod a worker runs (no copy: for the agent's own parts). */
   podByUid(uid: string): Pod | undefined {
     return this.workers.get(uid)?.pod;
