@@ -47,7 +47,7 @@ export function resourceList(kinds: Kind[], groupVersion: string, subresources: 
         singularName: k.singular,
         namespaced: k.namespaced,
         kind: k.kind,
-        verbs: VERBS,
+        verbs: k.verbs ?? VERBS,
         ...(k.shortNames.length > 0 ? { shortNames: k.shortNames } : {}),
         ...(k.categories ? { categories: k.categories } : {}),
         storageVersionHash: '',
@@ -88,7 +88,7 @@ export function aggregated(kinds: Kind[], version: 'v2' | 'v2beta1', core: boole
     responseKind: { group: k.group, version: k.version, kind: k.kind },
     scope: k.namespaced ? 'Namespaced' : 'Cluster',
     singularResource: k.singular,
-    verbs: VERBS,
+    verbs: k.verbs ?? VERBS,
     ...(k.shortNames.length > 0 ? { shortNames: k.shortNames } : {}),
     ...(k.categories ? { categories: k.categories } : {}),
     ...(Object.keys(subresources(k)).length > 0

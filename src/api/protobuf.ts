@@ -1,19 +1,44 @@
 /**
  * Request bodies in the Kubernetes protobuf encoding, which kubectl 1.35's
- * typed commands (`create configmap|secret|namespace`) send: the `k8s\0`
- * magic, a runtime.Unknown envelope naming apiVersion and kind, and the
- * object's message. Decoded here, for the kinds served, into the JSON shape
- * the store takes; answers still go out as JSON, which every client accepts.
- * The reader checks every length against what is left, so a hostile body
- * can only fail to parse.
+ * typed commands (`create deployment|job|cronjob|service|configmap|...`,
+ * `run`) and client-go's typed clients send: the `k8s\0` magic, a
+ * runtime.Unknown envelope naming apiVersion and kind, and the object's
+ * message. Decoded here, for the kinds served, into the JSON shape the store
+ * takes, by the field table in protobuf-schema.ts (generated from
+ * k8s.io/api's .proto files); answers still go out as JSON, which every
+ * client accepts. Fields the table does not know are left out, as the API
+ * server drops fields its types lack. The reader checks every length
+ * against what is left, bounds nesting and the number of values, so a
+ * hostile body can only fail to parse.
  */
 import { ApiError } from './errors.js';
+import { MAX_VALUES } from './patch.js';
+import { MESSAGES } from './protobuf-schema.js';
 import type { Obj } from './types.js';
 
 export const PROTOBUF_TYPE = 'application/vnd.kubernetes.protobuf';
 const MAGIC = Buffer.from([0x6b, 0x38, 0x73, 0x00]);
+/** Deeper than any served kind's messages nest (a CronJob's container's probe is about 12). */
+const MAX_DEPTH = 40;
+
+/**
+ * Go writes every non-pointer field, zero or not, and JSON omits most zero
+ * ones; the wire cannot tell the two apart, so a zero is dropped, except in
+ * these fields: pointers in Go whose zero means something else than absent
+ * (replicas 0 is not the default 1, runAsUser 0 is root, a grace period of 0
+ * is immediate).
+ */
+const KEEP_ZERO = new Set([
+  'replicas', 'parallelism', 'completions', 'backoffLimit', 'backoffLimitPerIndex', 'maxFailedIndexes', 'ttlSecondsAfterFinished',
+  'successfulJobsHistoryLimit', 'failedJobsHistoryLimit', 'startingDeadlineSeconds', 'revisionHistoryLimit',
+  'terminationGracePeriodSeconds', 'gracePeriodSeconds', 'deletionGracePeriodSeconds', 'orphanDependents',
+  'runAsUser', 'runAsGroup', 'fsGroup', 'allowPrivilegeEscalation', 'automountServiceAccountToken', 'enableServiceLinks',
+  'hostUsers', 'allocateLoadBalancerNodePorts', 'maxUnavailable', 'maxSurge', 'minAvailable', 'defaultMode', 'mode',
+  'tolerationSeconds', 'leaseTransitions', 'leaseDurationSeconds', 'ready', 'serving', 'terminating', 'suspend', 'optional',
+]);
 
 type Field = { no: number; wire: number; varint?: bigint; bytes?: Buffer };
+type FieldSpec = { name: string; repeated: boolean; map: boolean; type: string };
 
 function malformed(why: string): ApiError {
   return new ApiError('BadRequest', `the protobuf body could not be decoded: ${why}`);
@@ -32,86 +57,190 @@ function fields(buf: Buffer): Field[] {
     }
     throw malformed('varint too long');
   };
+  const take = (len: number): Buffer => {
+    if (len > buf.length - i) throw malformed('length beyond the body');
+    const b = buf.subarray(i, i + len);
+    i += len;
+    return b;
+  };
   while (i < buf.length) {
-    const tag = Number(varint());
-    const no = tag >>> 3;
-    const wire = tag & 7;
+    const tag = varint();
+    if (tag > 0xffffffffn) throw malformed('field tag out of range');
+    const no = Number(tag >> 3n);
+    const wire = Number(tag & 7n);
     if (wire === 0) out.push({ no, wire, varint: varint() });
-    else if (wire === 2) {
-      const len = Number(varint());
-      if (len > buf.length - i) throw malformed('length beyond the body');
-      out.push({ no, wire, bytes: buf.subarray(i, i + len) });
-      i += len;
-    } else if (wire === 1) i += 8;
-    else if (wire === 5) i += 4;
+    else if (wire === 2) out.push({ no, wire, bytes: take(Number(varint())) });
+    else if (wire === 1) out.push({ no, wire, bytes: take(8) });
+    else if (wire === 5) out.push({ no, wire, bytes: take(4) });
     else throw malformed(`wire type ${wire}`);
-    if (i > buf.length) throw malformed('truncated field');
   }
   return out;
 }
 
-const str = (f: Field) => (f.bytes ?? Buffer.alloc(0)).toString('utf8');
-
-function mapEntry(f: Field, asBytes: boolean): [string, string] {
-  let k = '';
-  let v = '';
-  for (const e of fields(f.bytes ?? Buffer.alloc(0))) {
-    if (e.no === 1) k = str(e);
-    if (e.no === 2) v = asBytes ? (e.bytes ?? Buffer.alloc(0)).toString('base64') : str(e);
+/** The table's text for a message, parsed once. */
+const parsed = new Map<string, Map<number, FieldSpec>>();
+function schema(type: string): Map<number, FieldSpec> | undefined {
+  let s = parsed.get(type);
+  if (s) return s;
+  const text = MESSAGES[type];
+  if (text === undefined) return undefined;
+  s = new Map();
+  for (const item of text.split(' ')) {
+    const m = /^(\w+)=(\d+):(\*?)(\{s,)?([^}]+)\}?$/.exec(item)!;
+    s.set(Number(m[2]), { name: m[1]!, repeated: m[3] === '*', map: m[4] !== undefined, type: m[5]! });
   }
-  return [k, v];
+  parsed.set(type, s);
+  return s;
 }
 
-function addTo(o: Obj, key: string, [k, v]: [string, string]): void {
-  ((o[key] ??= {}) as Record<string, string>)[k] = v;
+interface Budget {
+  values: number;
 }
 
-function ownerReference(buf: Buffer): Obj {
+const int = (f: Field): number => Number(BigInt.asIntN(64, f.varint!));
+const text = (f: Field): string => f.bytes!.toString('utf8');
+
+function rfc3339(seconds: number, micros?: number): string | undefined {
+  const d = new Date(seconds * 1000);
+  if (Number.isNaN(d.getTime())) throw malformed(`a time of ${seconds} seconds`);
+  const base = d.toISOString().slice(0, 19);
+  return micros === undefined ? `${base}Z` : `${base}.${String(micros).padStart(6, '0')}Z`;
+}
+
+/** Go's time.Duration text (1h2m3.5s, 250ms, 0s), which the JSON form carries. */
+function goDuration(ns: number): string {
+  if (ns === 0) return '0s';
+  const sign = ns < 0 ? '-' : '';
+  let n = Math.abs(ns);
+  if (n < 1e6) return n < 1e3 ? `${sign}${n}ns` : `${sign}${n / 1e3}µs`;
+  if (n < 1e9) return `${sign}${n / 1e6}ms`;
+  const h = Math.floor(n / 3.6e12);
+  n -= h * 3.6e12;
+  const m = Math.floor(n / 6e10);
+  n -= m * 6e10;
+  const s = `${Number((n / 1e9).toFixed(9))}s`;
+  return `${sign}${h > 0 ? `${h}h${m}m` : m > 0 ? `${m}m` : ''}${s}`;
+}
+
+function json(raw: Buffer): unknown {
+  try {
+    return JSON.parse(raw.toString('utf8'));
+  } catch {
+    throw malformed('an embedded JSON value is not JSON');
+  }
+}
+
+/** The types whose JSON form is not their fields. */
+function special(type: string, buf: Buffer): unknown {
+  const fs = fields(buf);
+  const last = (no: number, wire: number) => {
+    let found: Field | undefined;
+    for (const x of fs) if (x.no === no && x.wire === wire) found = x;
+    return found;
+  };
+  const num = (no: number) => {
+    const f = last(no, 0);
+    return f ? int(f) : undefined;
+  };
+  const bytes = (no: number) => last(no, 2)?.bytes;
+  switch (type) {
+    case 'meta/v1.Time':
+    case 'meta/v1.MicroTime': {
+      const seconds = num(1);
+      if (seconds === undefined && num(2) === undefined) return undefined;
+      return rfc3339(seconds ?? 0, type === 'meta/v1.MicroTime' ? Math.floor((num(2) ?? 0) / 1000) : undefined);
+    }
+    case 'meta/v1.Duration':
+      return goDuration(num(1) ?? 0);
+    case 'resource.Quantity':
+      return bytes(1)?.toString('utf8') ?? '';
+    case 'intstr.IntOrString':
+      return num(1) === 1 ? (bytes(3)?.toString('utf8') ?? '') : (num(2) ?? 0);
+    case 'meta/v1.FieldsV1':
+    case 'runtime.RawExtension': {
+      const raw = bytes(1);
+      return raw && raw.length > 0 ? json(raw) : undefined;
+    }
+    default:
+      return undefined;
+  }
+}
+
+function scalar(spec: FieldSpec, f: Field): unknown {
+  const want = spec.type === 'd' ? 1 : spec.type === 's' || spec.type === 'y' ? 2 : 0;
+  if (f.wire !== want) throw malformed(`field ${spec.name} in the wrong wire type ${f.wire}`);
+  switch (spec.type) {
+    case 's':
+      return text(f);
+    case 'y':
+      return f.bytes!.toString('base64');
+    case 'b':
+      return f.varint !== 0n;
+    case 'i':
+      return int(f);
+    default:
+      return f.bytes!.readDoubleLE(0);
+  }
+}
+
+function value(spec: FieldSpec, type: string, f: Field, depth: number, budget: Budget): unknown {
+  if (--budget.values < 0) throw malformed(`more than ${MAX_VALUES} values`);
+  if (!type.includes('.')) return scalar(spec, f);
+  if (f.wire !== 2) throw malformed(`field ${spec.name} in the wrong wire type ${f.wire}`);
+  if (MESSAGES[type] === undefined) return special(type, f.bytes!);
+  return message(type, f.bytes!, depth + 1, budget);
+}
+
+const isZero = (v: unknown) => v === undefined || v === '' || v === 0 || v === false;
+
+function message(type: string, buf: Buffer, depth: number, budget: Budget): Obj {
+  if (depth > MAX_DEPTH) throw malformed(`messages nested more than ${MAX_DEPTH} deep`);
+  const s = schema(type)!;
   const o: Obj = {};
   for (const f of fields(buf)) {
-    if (f.no === 1) o.kind = str(f);
-    else if (f.no === 3) o.name = str(f);
-    else if (f.no === 4) o.uid = str(f);
-    else if (f.no === 5) o.apiVersion = str(f);
-    else if (f.no === 6) o.controller = f.varint === 1n;
-    else if (f.no === 7) o.blockOwnerDeletion = f.varint === 1n;
+    const spec = s.get(f.no);
+    if (!spec) continue;
+    if (spec.map) {
+      if (f.wire !== 2) throw malformed(`map ${spec.name} in the wrong wire type ${f.wire}`);
+      let k = '';
+      let v: unknown = spec.type === 's' ? '' : undefined;
+      for (const e of fields(f.bytes!)) {
+        if (e.no === 1 && e.wire === 2) k = text(e);
+        else if (e.no === 2) v = value(spec, spec.type, e, depth, budget);
+      }
+      ((o[spec.name] ??= {}) as Obj)[k] = v ?? (spec.type === 'resource.Quantity' ? '0' : '');
+    } else if (spec.repeated) {
+      const list = (o[spec.name] ??= []) as unknown[];
+      // Packed repeated numbers (proto3 style), which a proto2 writer may also send.
+      if (f.wire === 2 && (spec.type === 'i' || spec.type === 'b')) {
+        for (const p of packed(f.bytes!)) list.push(value(spec, spec.type, p, depth, budget));
+      } else list.push(value(spec, spec.type, f, depth, budget));
+    } else {
+      const v = value(spec, spec.type, f, depth, budget);
+      if (isZero(v) && !KEEP_ZERO.has(spec.name)) delete o[spec.name];
+      else if (v !== undefined) o[spec.name] = v;
+    }
   }
   return o;
 }
 
-function objectMeta(buf: Buffer): Obj {
-  const m: Obj = {};
-  const names: Record<number, string> = { 1: 'name', 2: 'generateName', 3: 'namespace', 5: 'uid', 6: 'resourceVersion' };
-  for (const f of fields(buf)) {
-    // proto2 writes empty optional strings and zero numbers; JSON would omit them.
-    if (names[f.no] && f.wire === 2) {
-      if (str(f) !== '') m[names[f.no]!] = str(f);
-    } else if (f.no === 7 && f.varint !== 0n) m.generation = Number(f.varint);
-    else if (f.no === 11) addTo(m, 'labels', mapEntry(f, false));
-    else if (f.no === 12) addTo(m, 'annotations', mapEntry(f, false));
-    else if (f.no === 13) ((m.ownerReferences ??= []) as Obj[]).push(ownerReference(f.bytes!));
-    else if (f.no === 14) ((m.finalizers ??= []) as string[]).push(str(f));
+function packed(buf: Buffer): Field[] {
+  const out: Field[] = [];
+  let i = 0;
+  while (i < buf.length) {
+    let v = 0n;
+    let shift = 0n;
+    for (;;) {
+      if (i >= buf.length || shift >= 70n) throw malformed('truncated packed varint');
+      const b = buf[i++]!;
+      v |= BigInt(b & 0x7f) << shift;
+      shift += 7n;
+      if ((b & 0x80) === 0) break;
+    }
+    out.push({ no: 0, wire: 0, varint: v });
   }
-  return m;
+  return out;
 }
-
-/** Field number → how to read it, per kind. */
-const kinds: Record<string, (o: Obj, f: Field) => void> = {
-  ConfigMap(o, f) {
-    if (f.no === 2) addTo(o, 'data', mapEntry(f, false));
-    else if (f.no === 3) addTo(o, 'binaryData', mapEntry(f, true));
-    else if (f.no === 4) o.immutable = f.varint === 1n;
-  },
-  Secret(o, f) {
-    if (f.no === 2) addTo(o, 'data', mapEntry(f, true));
-    else if (f.no === 4) addTo(o, 'stringData', mapEntry(f, false));
-    else if (f.no === 3) o.type = str(f);
-    else if (f.no === 5) o.immutable = f.varint === 1n;
-  },
-  Namespace(o, f) {
-    if (f.no === 2) o.spec = { finalizers: fields(f.bytes!).filter((x) => x.no === 1).map(str) };
-  },
-};
 
 /** The envelope's apiVersion, kind and message. */
 function envelope(body: Buffer): { apiVersion: string; kind: string; raw: Buffer } {
@@ -120,15 +249,24 @@ function envelope(body: Buffer): { apiVersion: string; kind: string; raw: Buffer
   let kind = '';
   let raw: Buffer = Buffer.alloc(0);
   for (const f of fields(body.subarray(4))) {
-    if (f.no === 1) {
+    if (f.no === 1 && f.wire === 2) {
       for (const t of fields(f.bytes!)) {
-        if (t.no === 1) apiVersion = str(t);
-        if (t.no === 2) kind = str(t);
+        if (t.no === 1 && t.wire === 2) apiVersion = text(t);
+        if (t.no === 2 && t.wire === 2) kind = text(t);
       }
-    } else if (f.no === 2) raw = f.bytes!;
-    else if (f.no === 3 && str(f) !== '') throw malformed(`content encoding ${str(f)}`);
+    } else if (f.no === 2 && f.wire === 2) raw = f.bytes!;
+    else if (f.no === 3 && f.wire === 2 && text(f) !== '') throw malformed(`content encoding ${text(f)}`);
   }
   return { apiVersion, kind, raw };
+}
+
+/** v1 → core/v1, apps/v1 → apps/v1, coordination.k8s.io/v1 → coordination/v1: the table's package names. */
+function messageType(apiVersion: string, kind: string): string | undefined {
+  const [group, version] = apiVersion.includes('/') ? apiVersion.split('/', 2) : ['core', apiVersion];
+  if (!/^[a-z0-9.]+$/.test(group!) || !/^v\w+$/.test(version!) || !/^[A-Z]\w*$/.test(kind)) return undefined;
+  const type = `${group!.replace(/\.k8s\.io$/, '')}/${version}.${kind}`;
+  // Only top-level objects (with ObjectMeta first), not a message inside one.
+  return MESSAGES[type]?.startsWith('metadata=1:meta/v1.ObjectMeta') ? type : undefined;
 }
 
 /**
@@ -138,31 +276,14 @@ function envelope(body: Buffer): { apiVersion: string; kind: string; raw: Buffer
 export function decodeDeleteOptions(body: Buffer): Obj {
   const { kind, raw } = envelope(body);
   if (kind !== 'DeleteOptions') throw malformed(`a ${kind || 'message'} where DeleteOptions belong`);
-  const o: Obj = {};
-  for (const f of fields(raw)) {
-    if (f.no === 1 && f.varint !== undefined) o.gracePeriodSeconds = Number(BigInt.asIntN(64, f.varint));
-    else if (f.no === 2 && f.bytes) {
-      const pre: Obj = {};
-      for (const p of fields(f.bytes)) {
-        if (p.no === 1) pre.uid = str(p);
-        if (p.no === 2) pre.resourceVersion = str(p);
-      }
-      o.preconditions = pre;
-    } else if (f.no === 3 && f.varint !== undefined) o.orphanDependents = f.varint === 1n;
-    else if (f.no === 4) o.propagationPolicy = str(f);
-    else if (f.no === 5) ((o.dryRun ??= []) as string[]).push(str(f));
-  }
-  return o;
+  return message('meta/v1.DeleteOptions', raw, 0, { values: MAX_VALUES });
 }
 
 export function decodeProtobuf(body: Buffer): Obj {
   const { apiVersion, kind, raw } = envelope(body);
-  const read = kinds[kind];
-  if (apiVersion !== 'v1' || !read) throw new ApiError('UnsupportedMediaType', `protobuf bodies are accepted for v1 ConfigMap, Secret and Namespace, not ${apiVersion} ${kind}; send application/json`);
-  const o: Obj = { apiVersion, kind };
-  for (const f of fields(raw)) {
-    if (f.no === 1) o.metadata = objectMeta(f.bytes!);
-    else read(o, f);
+  const type = messageType(apiVersion, kind);
+  if (!type) {
+    throw new ApiError('UnsupportedMediaType', `protobuf bodies are not accepted for ${apiVersion} ${kind}; send application/json`);
   }
-  return o;
+  return { apiVersion, kind, ...message(type, raw, 0, { values: MAX_VALUES }) };
 }

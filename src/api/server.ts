@@ -30,6 +30,7 @@ import { timestamp, type Store, type WriteOptions } from './store.js';
 import { TABLE_CONTENT_TYPE, toTable, wantsTable, type IncludeObject } from './table.js';
 import { groupVersionOf, resourceOf, type ApiObject, type Kind, type Obj } from './types.js';
 import type { Change } from './watch.js';
+import { REVIEW_GROUP, REVIEW_VERSIONS, reviewKinds, selfSubjectReview } from './whoami.js';
 
 export const MAX_BODY_BYTES = 3 * 1024 * 1024;
 
@@ -190,14 +191,14 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       case '/api': {
         readOnly();
         const v = aggregatedVersion(accept);
-        if (v) return send(res, 200, aggregated(store.kindList(), v, true, subresourcesFor), `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList`);
+        if (v) return send(res, 200, aggregated(discoverable(), v, true, subresourcesFor), `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList`);
         return send(res, 200, apiVersions(advertised));
       }
       case '/apis': {
         readOnly();
         const v = aggregatedVersion(accept);
-        if (v) return send(res, 200, aggregated(store.kindList(), v, false, subresourcesFor), `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList`);
-        return send(res, 200, groupList(store.kindList()));
+        if (v) return send(res, 200, aggregated(discoverable(), v, false, subresourcesFor), `application/json;g=apidiscovery.k8s.io;v=${v};as=APIGroupDiscoveryList`);
+        return send(res, 200, groupList(discoverable()));
       }
       case '/openapi/v2':
         readOnly();
@@ -207,6 +208,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
         return send(res, 200, resourceList(kindsIn('', 'v1'), 'v1', subresourcesFor));
     }
     if (segs[0] === 'api' && segs[1] === 'v1') return resource(req, res, url, routeOf('', 'v1', segs.slice(2)));
+    if (segs[0] === 'apis' && segs[1] === REVIEW_GROUP && (segs.length === 2 || REVIEW_VERSIONS.includes(segs[2]!))) return review(req, res, segs);
     if (segs[0] === 'apis' && segs.length >= 2) {
       const group = segs[1]!;
       const versions = [...new Set(kindsIn(group).map((k) => k.version))];
@@ -234,6 +236,23 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     const s = r?.subresource !== undefined ? subresources[`${resourceOf(r.kind)}/${r.subresource}`] : undefined;
     if (!r || !s?.upgrade) throw new ApiError('BadRequest', 'the requested resource does not take an upgraded connection');
     return s.upgrade(req, socket, head, { kind: r.kind, namespace: r.namespace, name: r.name!, query: url.searchParams });
+  }
+
+  /** The stored kinds and the reviews, which discovery lists though nothing stores them. */
+  function discoverable(): Kind[] {
+    return [...store.kindList(), ...reviewKinds];
+  }
+
+  async function review(req: IncomingMessage, res: ServerResponse, segs: string[]): Promise<void> {
+    const version = segs[2]!;
+    const method = req.method ?? 'GET';
+    if (segs.length === 2) return send(res, 200, { kind: 'APIGroup', apiVersion: 'v1', ...groupOf(REVIEW_GROUP, REVIEW_VERSIONS) });
+    if (segs.length === 3) return send(res, 200, resourceList(reviewKinds.filter((k) => k.version === version), `${REVIEW_GROUP}/${version}`));
+    if (segs.length !== 4 || segs[3] !== 'selfsubjectreviews') throw new ApiError('NotFound', 'the server could not find the requested resource');
+    if (method !== 'POST') throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
+    // The body says nothing the answer depends on, but it is read (bounded) as any other.
+    await readBody(req);
+    return send(res, 201, selfSubjectReview(req, version));
   }
 
   function kindsIn(group: string, version?: string): Kind[] {

@@ -55,6 +55,8 @@ export interface Kind {
   /** As discovery lists them: `all` puts the kind in `kubectl get all`. */
   categories?: string[];
   namespaced: boolean;
+  /** The verbs discovery lists; all of them unless a kind says (a review that is only created). */
+  verbs?: string[];
   /**
    * The kind has a status subresource: writes to the object keep its status,
    * writes to /status change only the status (kube-apiserver's status strategy).

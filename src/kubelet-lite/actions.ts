@@ -5,6 +5,7 @@
  * remove. The worker gates starts through the back-off and acts.
  */
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
+import { CONTAINER_IMAGE_ANNOTATION } from './model.js';
 import type { ContainerKind, ObservedContainer, ObservedPod } from './runtime-state.js';
 
 /** What the prober knows about one container of the pod. */
@@ -54,6 +55,18 @@ export interface PodActions {
 }
 
 const alive = (c: ObservedContainer | undefined) => c?.state === 'running';
+
+/**
+ * The pod's spec names another image than the one the container was made
+ * from (a pod update may change only that): the kubelet kills it and starts
+ * it again from the new image, whatever the restart policy. A container made
+ * before the image was recorded is taken as unchanged.
+ */
+function imageChanged(spec: Container, c: ObservedContainer): boolean {
+  const was = c.annotations?.[CONTAINER_IMAGE_ANNOTATION];
+  return was !== undefined && spec.image !== undefined && was !== spec.image;
+}
+const changedReason = (name: string) => `Container ${name} definition changed, will be restarted`;
 
 export function kindOf(c: Container, init: boolean): ContainerKind {
   if (!init) return 'app';
@@ -150,6 +163,15 @@ export function computePodActions(pod: Pod, observed: ObservedPod, probes: Probe
     const kind = kindOf(ic, true);
     const c = current.get(ic.name);
     if (kind === 'sidecar') {
+      if (c && alive(c) && imageChanged(ic, c)) {
+        actions.kill.push({ id: c.id, name: ic.name, reason: changedReason(ic.name), remove: false });
+        actions.start.push({ container: ic, kind, restartCount: nextCount(ic.name), lastFinishedAt: 0 });
+        if (!appStarted) {
+          initialized = false;
+          break;
+        }
+        continue;
+      }
       if (c && alive(c)) {
         const why = probes.unhealthy(ic.name);
         if (why) actions.kill.push({ id: c.id, name: ic.name, reason: why, remove: false, graceSeconds: probeGrace(ic) });
@@ -190,6 +212,12 @@ export function computePodActions(pod: Pod, observed: ObservedPod, probes: Probe
       if (!c) {
         actions.start.push({ container: ac, kind: 'app', restartCount: nextCount(ac.name), lastFinishedAt: 0 });
         appsDone = false;
+        continue;
+      }
+      if ((alive(c) || c.state === 'created') && imageChanged(ac, c)) {
+        appsDone = false;
+        actions.kill.push({ id: c.id, name: ac.name, reason: changedReason(ac.name), remove: false });
+        actions.start.push({ container: ac, kind: 'app', restartCount: nextCount(ac.name), lastFinishedAt: 0 });
         continue;
       }
       if (alive(c) || c.state === 'created') {

@@ -33,6 +33,7 @@ import {
   POD_NAMESPACE_LABEL,
   POD_UID_LABEL,
   RESTART_COUNT_ANNOTATION,
+  CONTAINER_IMAGE_ANNOTATION,
   TERMINATION_GRACE_ANNOTATION,
   TERMINATION_MESSAGE_PATH_ANNOTATION,
   TERMINATION_MESSAGE_POLICY_ANNOTATION,
@@ -267,6 +268,7 @@ export class KubeletConfigBuilder implements ConfigBuilder {
     const annotations: Record<string, string> = {
       [CONTAINER_HASH_ANNOTATION]: containerHash(c),
       [RESTART_COUNT_ANNOTATION]: String(opts.restartCount),
+      [CONTAINER_IMAGE_ANNOTATION]: c.image ?? '',
       [TERMINATION_MESSAGE_PATH_ANNOTATION]: c.terminationMessagePath ?? '',
       [TERMINATION_MESSAGE_POLICY_ANNOTATION]: c.terminationMessagePolicy ?? 'File',
     };

@@ -27,6 +27,8 @@ export const RESTART_COUNT_ANNOTATION = 'io.kubernetes.container.restartCount';
 export const TERMINATION_MESSAGE_PATH_ANNOTATION = 'io.kubernetes.container.terminationMessagePath';
 export const TERMINATION_MESSAGE_POLICY_ANNOTATION = 'io.kubernetes.container.terminationMessagePolicy';
 export const TERMINATION_GRACE_ANNOTATION = 'io.kubernetes.pod.terminationGracePeriod';
+/** The image the container's spec named when it was made: a pod update that changes it restarts the container. */
+export const CONTAINER_IMAGE_ANNOTATION = 'io.skiff.kubelet-lite/image';
 /** Which list a container came from: "init", "sidecar" or "app". */
 export const CONTAINER_TYPE_LABEL = 'io.skiff.kubelet-lite/container-type';
 

@@ -39,6 +39,27 @@ const observed = (containers: ObservedContainer[], sb = [sandbox]): ObservedPod 
 const names = (a: { container: Container }[]) => a.map((s) => s.container.name);
 
 describe('computePodActions', () => {
+  it('kills a running container whose image the pod spec changed and starts it again from the new image, whatever the policy', () => {
+    const made = (image: string) => ({ annotations: { 'io.skiff.kubelet-lite/image': image } });
+    for (const restartPolicy of ['Always', 'Never'] as const) {
+      const p = pod({ restartPolicy, containers: [{ name: 'app', image: 'img:2' }, { name: 'other', image: 'x' }] });
+      const app = ctr('app', 'running', { ...made('img:1'), restartCount: 3 });
+      const a = computePodActions(p, observed([app, ctr('other', 'running', made('x'))]), healthy);
+      expect(a.kill.map((k) => [k.id, k.reason, k.remove]), restartPolicy).toEqual([[app.id, 'Container app definition changed, will be restarted', false]]);
+      expect(a.start.map((s) => [s.container.name, s.container.image, s.restartCount, s.lastFinishedAt])).toEqual([['app', 'img:2', 4, 0]]);
+      expect(a.terminal).toBe(false);
+    }
+    // The same image, or a container made before the image was recorded: nothing to do.
+    const same = pod({ containers: [{ name: 'app', image: 'img:1' }] });
+    expect(computePodActions(same, observed([ctr('app', 'running', made('img:1'))]), healthy).kill).toEqual([]);
+    expect(computePodActions(pod({ containers: [{ name: 'app', image: 'img:2' }] }), observed([ctr('app', 'running')]), healthy).kill).toEqual([]);
+    // A running sidecar too; a finished init container is not run again.
+    const side = pod({ initContainers: [{ name: 'side', image: 's:2', restartPolicy: 'Always' }, { name: 'i1', image: 'i:2' }], containers: [{ name: 'app', image: 'img' }] });
+    const s = computePodActions(side, observed([ctr('side', 'running', { kind: 'sidecar', ...made('s:1') }), ctr('i1', 'exited', { kind: 'init', ...made('i:1') }), ctr('app', 'running', made('img'))]), healthy);
+    expect(s.kill.map((k) => k.name)).toEqual(['side']);
+    expect(names(s.start)).toEqual(['side']);
+  });
+
   it('creates a sandbox and starts the first init container of a new pod', () => {
     const p = pod({ initContainers: [{ name: 'i1', image: 'x' }, { name: 'i2', image: 'x' }] });
     const a = computePodActions(p, { sandboxes: [], containers: [] }, healthy);

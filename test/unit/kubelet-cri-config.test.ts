@@ -262,6 +262,7 @@ describe('container config', () => {
       annotations: {
         'io.kubernetes.container.hash': hash,
         'io.kubernetes.container.restartCount': '3',
+        'io.skiff.kubelet-lite/image': 'busybox',
         'io.kubernetes.container.terminationMessagePath': '/dev/termination-log',
         'io.kubernetes.container.terminationMessagePolicy': 'File',
         'io.kubernetes.pod.terminationGracePeriod': '30',

@@ -30,6 +30,12 @@ function fixedPart(o: ApiObject, old?: ApiObject): unknown {
   return s;
 }
 
+/** Every toleration the pod had is still there, unchanged: an update may only add tolerations. */
+function onlyAdded(before: unknown, after: unknown): boolean {
+  const now = new Set((Array.isArray(after) ? after : []).map((t) => JSON.stringify(t)));
+  return (Array.isArray(before) ? before : []).every((t) => now.has(JSON.stringify(t)));
+}
+
 /**
  * `refusal` says why a pod nobody placed cannot go on the node now (the
  * node cordoned); such a pod stays Pending and unbound, PodScheduled=False.
@@ -62,7 +68,7 @@ export function podKind(nodeName: string, refusal?: (pod: ApiObject) => string |
         if (why) (o.status as Obj).conditions = [{ type: 'PodScheduled', status: 'False', lastProbeTime: null, lastTransitionTime: timestamp(Date.now()), reason: 'Unschedulable', message: why }];
         return;
       }
-      if (JSON.stringify(fixedPart(o, old)) !== JSON.stringify(fixedPart(old, old))) {
+      if (JSON.stringify(fixedPart(o, old)) !== JSON.stringify(fixedPart(old, old)) || !onlyAdded(spec(old).tolerations, spec(o).tolerations)) {
         throw invalid('Pod', String(o.metadata.name), [
           {
             reason: 'FieldValueForbidden',
