@@ -19,8 +19,8 @@ const ALLOWED: Record<string, readonly string[]> = {
   image: ['sys'],
   oci: ['sys'],
   sys: [],
-  // The agent hosts the controllers until the node's API store stands between them (issue 23).
-  'kubelet-lite': ['controllers', 'sys', 'gen', 'server/proto.ts'],
+  // The agent runs Pods only; the workload controllers reach it through the node's API store (node/).
+  'kubelet-lite': ['sys', 'gen', 'server/proto.ts'],
   controllers: [],
   proxy: ['sys'],
   // The API's kinds reuse the agent's field validation until it moves beneath them (issue 23), the workload

@@ -21,6 +21,7 @@ import { applyObject, APPLY_PATCH_TYPE, parseApplyBody } from './apply.js';
 import { typeOf } from './list-types.js';
 import { checkManager, managerFromUserAgent, optionsInvalid, updateTracker, type Scope } from './managed-fields.js';
 import { decodeDeleteOptions, decodeProtobuf, PROTOBUF_TYPE } from './protobuf.js';
+import { propagationOf } from './owners.js';
 import { checkFields, fieldValidationOf, META, type Known } from './fields.js';
 import { OPENAPI_V2_TYPE, openApiV2 } from './openapi.js';
 import { fromScale, toScale } from './scale.js';
@@ -66,6 +67,9 @@ export interface SubresourceTarget {
 export interface Subresource {
   /** The kind its responses are, for discovery ("Pod", "Status", "Scale"). */
   kind: string;
+  /** The group and version of that kind, when not the resource's own (an Eviction is policy/v1). */
+  group?: string;
+  version?: string;
   verbs: string[];
   handle(req: IncomingMessage, res: ServerResponse, target: SubresourceTarget): Promise<void>;
   /** An HTTP Upgrade to it (exec, attach, port-forward); without this, upgrades are refused. A thrown ApiError is answered as a Status. */
@@ -95,7 +99,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     if (k.status) out.status = { kind: k.kind, verbs: ['get', 'patch', 'update'] };
     if (k.scale) out.scale = { kind: 'Scale', group: 'autoscaling', version: 'v1', verbs: ['get', 'patch', 'update'] };
     const prefix = `${resourceOf(k)}/`;
-    for (const [key, s] of Object.entries(subresources)) if (key.startsWith(prefix)) out[key.slice(prefix.length)] = { kind: s.kind, verbs: s.verbs };
+    for (const [key, s] of Object.entries(subresources)) if (key.startsWith(prefix)) out[key.slice(prefix.length)] = { kind: s.kind, verbs: s.verbs, ...(s.group !== undefined ? { group: s.group, version: s.version } : {}) };
     return out;
   };
   const [host, portText] = splitHostPort(opts.address);
@@ -381,17 +385,18 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
         return objectOut(200, store.patch(kind, namespace, name, (cur) => checked(applyPatch(type, cur as Obj, patch)), { dryRun, status, fields }));
       }
       case 'DELETE': {
-        const body = await readOptional(req);
+        const { body, given } = await readOptional(req);
         const pre = (body.preconditions ?? {}) as Obj;
         const dry = dryRun || (Array.isArray(body.dryRun) && body.dryRun.includes('All'));
+        const propagation = propagationOf(body, q, given);
         if (!item) {
-          const items = store.deleteCollection(kind, { ...listOpts(), dryRun: dry });
+          const items = store.deleteCollection(kind, { ...listOpts(), dryRun: dry, ...propagation });
           return send(res, 200, { kind: `${kind.kind}List`, apiVersion: listVersion, metadata: { resourceVersion: store.resourceVersion }, items });
         }
         const graceText = q.get('gracePeriodSeconds');
         const grace = typeof body.gracePeriodSeconds === 'number' ? body.gracePeriodSeconds : graceText !== null ? Number(graceText) : undefined;
         if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) throw badRequest(`gracePeriodSeconds must be a whole number of seconds, not ${String(grace)}`);
-        const out = store.delete(kind, namespace, name, { dryRun: dry, uid: pre.uid as string | undefined, resourceVersion: pre.resourceVersion as string | undefined, gracePeriodSeconds: grace });
+        const out = store.delete(kind, namespace, name, { dryRun: dry, uid: pre.uid as string | undefined, resourceVersion: pre.resourceVersion as string | undefined, gracePeriodSeconds: grace, ...propagation });
         if (!out.removed || kind.plural === 'namespaces') return objectOut(200, out.object);
         return send(res, 200, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, kind: kind.plural, uid: out.object.metadata.uid } });
       }
@@ -589,13 +594,14 @@ async function readObject(req: IncomingMessage): Promise<Obj> {
   return v as Obj;
 }
 
-async function readOptional(req: IncomingMessage): Promise<Obj> {
+/** A DELETE's DeleteOptions, and whether it had a body (without one, its options are in the query). */
+async function readOptional(req: IncomingMessage): Promise<{ body: Obj; given: boolean }> {
   const body = await readBody(req);
-  if (body.length === 0) return {};
-  if (mediaType(req.headers['content-type']) === PROTOBUF_TYPE) return decodeDeleteOptions(body);
+  if (body.length === 0) return { body: {}, given: false };
+  if (mediaType(req.headers['content-type']) === PROTOBUF_TYPE) return { body: decodeDeleteOptions(body), given: true };
   try {
     const v = JSON.parse(body.toString('utf8')) as unknown;
-    return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Obj) : {};
+    return { body: typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Obj) : {}, given: true };
   } catch {
     throw badRequest('the DeleteOptions in the body are not JSON');
   }

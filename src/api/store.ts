@@ -8,6 +8,7 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { ApiError, alreadyExists, badRequest, conflict, invalid, notFound, type Cause } from './errors.js';
+import { deletionFinalizers, groupOf, ownerCauses, type PropagationOptions } from './owners.js';
 import type { Persistence } from './persist.js';
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
 import { resourceOf, type ApiObject, type Kind, type Obj } from './types.js';
@@ -40,7 +41,7 @@ export interface WriteOptions {
   fields?: (prev: ApiObject | undefined, next: ApiObject, given: unknown) => Obj[] | undefined;
 }
 
-export interface DeleteOptions extends WriteOptions {
+export interface DeleteOptions extends WriteOptions, PropagationOptions {
   /** Preconditions as DeleteOptions carries them. */
   uid?: string;
   resourceVersion?: string;
@@ -59,7 +60,33 @@ export interface StoreOptions {
   /** At most this many objects, and bytes of them, in all; a write beyond either is refused. */
   maxObjects?: number;
   maxBytes?: number;
+  /**
+   * A garbage collector (gc.ts) runs over this store: a delete leaves the
+   * foregroundDeletion or orphan finalizer its propagation policy asks for,
+   * for the collector to act on. Without one, policies change nothing.
+   */
+  garbageCollection?: boolean;
 }
+
+/** Where an object is, for the store's own parts (the garbage collector): its resource, namespace ('' when cluster-scoped) and name. */
+export interface ObjectKey {
+  resource: string;
+  namespace: string;
+  name: string;
+}
+
+/** The part of an object's metadata the garbage collector reads, copied. */
+export interface MetaView extends ObjectKey {
+  uid: string;
+  deletionTimestamp?: string;
+  finalizers: string[];
+  ownerReferences: Obj[];
+  /** Who defines it outside the API (a manifest file): never written or deleted through it. */
+  file?: string;
+}
+
+/** Told synchronously after each committed change; it must only take note (no writes from inside it). */
+export type ChangeListener = (type: 'ADDED' | 'MODIFIED' | 'DELETED', at: ObjectKey) => void;
 
 interface Entry {
   object: ApiObject;
@@ -91,6 +118,8 @@ export class Store {
   private readonly maxBytes: number;
   private count = 0;
   private bytes = 0;
+  private readonly gc: boolean;
+  private readonly listeners = new Set<ChangeListener>();
 
   constructor(opts: StoreOptions) {
     for (const k of opts.kinds) {
@@ -101,6 +130,7 @@ export class Store {
     this.now = opts.now ?? Date.now;
     this.maxObjects = opts.maxObjects ?? 20_000;
     this.maxBytes = opts.maxBytes ?? 256 * 1024 * 1024;
+    this.gc = opts.garbageCollection ?? false;
     const loaded = opts.persistence?.load() ?? { rv: 0, rows: [] };
     this.rv = loaded.rv;
     for (const row of loaded.rows) {
@@ -287,15 +317,30 @@ export class Store {
     const o = copy(e);
     // Graceful deletion (pods): marked with the time it is due, for the node to stop it and then delete it with 0.
     const grace = kind.graceful ? opts.gracePeriodSeconds ?? kind.graceful(o) : 0;
+    // The garbage collector's finalizers as the policy asks (only where one runs to remove them).
+    const before = Array.isArray(was.finalizers) ? was.finalizers : [];
+    const finalizers = this.gc ? deletionFinalizers(before, opts) : before;
+    const refinalized = finalizers.length !== before.length || finalizers.some((f, i) => f !== before[i]);
+    if (refinalized) {
+      if (finalizers.length > 0) o.metadata.finalizers = finalizers;
+      else delete o.metadata.finalizers;
+    }
     if (kind.graceful && grace > 0) {
       if (opts.dryRun) return { removed: false, object: o };
       const due = this.now() + grace * 1000;
-      if (was.deletionTimestamp && Date.parse(was.deletionTimestamp) <= due) return { removed: false, object: o };
+      if (was.deletionTimestamp && Date.parse(was.deletionTimestamp) <= due) {
+        return { removed: false, object: refinalized ? this.commit(kind, 'MODIFIED', o, e.object) : o };
+      }
       o.metadata.deletionTimestamp = timestamp(due);
       o.metadata.deletionGracePeriodSeconds = grace;
       return { removed: false, object: this.commit(kind, 'MODIFIED', o, e.object) };
     }
-    const waits = (was.finalizers ?? []).length > 0 || kind.plural === 'namespaces';
+    if (kind.graceful && opts.gracePeriodSeconds === 0 && !was.deletionTimestamp) {
+      // Removed at once (kubectl delete --force): marked as kube-apiserver's BeforeDelete marks it, so watchers see the grace.
+      o.metadata.deletionTimestamp = timestamp(this.now());
+      o.metadata.deletionGracePeriodSeconds = 0;
+    }
+    const waits = finalizers.length > 0 || kind.plural === 'namespaces';
     if (!waits) return opts.dryRun ? { removed: true, object: o } : { removed: true, object: this.remove(kind, o) };
     if (opts.dryRun) return { removed: false, object: o };
     let marked = o;
@@ -304,7 +349,7 @@ export class Store {
       marked.metadata.deletionGracePeriodSeconds = 0;
       if (kind.plural === 'namespaces') marked.status = { ...(marked.status as Obj), phase: 'Terminating' };
       marked = this.commit(kind, 'MODIFIED', marked, e.object);
-    }
+    } else if (refinalized) marked = this.commit(kind, 'MODIFIED', marked, e.object);
     if (kind.plural === 'namespaces') return this.sweepNamespace(name) ?? { removed: false, object: marked };
     return { removed: false, object: marked };
   }
@@ -314,7 +359,7 @@ export class Store {
     const out: ApiObject[] = [];
     for (const o of items) {
       try {
-        out.push(this.delete(kind, o.metadata.namespace ?? '', o.metadata.name!, { dryRun: opts.dryRun }).object);
+        out.push(this.delete(kind, o.metadata.namespace ?? '', o.metadata.name!, { dryRun: opts.dryRun, propagationPolicy: opts.propagationPolicy, orphanDependents: opts.orphanDependents }).object);
       } catch (err) {
         if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Forbidden' || err.reason === 'Conflict'))) throw err;
       }
@@ -399,7 +444,42 @@ export class Store {
     if (e?.file) this.remove(kind, copy(e), e.file);
   }
 
+  // ------------------------------------------- for the garbage collector
+
+  /** Told of every committed change from now on, until the returned function is called. */
+  onChange(listener: ChangeListener): () => void {
+    this.listeners.add(listener);
+    return () => void this.listeners.delete(listener);
+  }
+
+  /** The kind objects of `apiVersion` and `kind` are (the version aside: one is served per group), as an ownerReference names it. */
+  kindOf(apiVersion: string, kindName: string): Kind | undefined {
+    const group = groupOf(apiVersion);
+    for (const k of this.kinds.values()) if (k.kind === kindName && k.group === group) return k;
+    return undefined;
+  }
+
+  /** The GC-relevant metadata of one object, copied; undefined when there is none. */
+  meta(at: ObjectKey): MetaView | undefined {
+    const e = this.objects.get(at.resource)?.get(key(at.namespace, at.name));
+    return e ? view(at.resource, e) : undefined;
+  }
+
+  /** uid, deletion and finalizers of an object (no references: cheap, for looking at owners). */
+  peek(at: ObjectKey): Omit<MetaView, 'ownerReferences'> | undefined {
+    const e = this.objects.get(at.resource)?.get(key(at.namespace, at.name));
+    if (!e) return undefined;
+    const m = e.object.metadata;
+    return { ...at, uid: String(m.uid ?? ''), deletionTimestamp: m.deletionTimestamp, finalizers: Array.isArray(m.finalizers) ? [...m.finalizers] : [], ...(e.file ? { file: e.file } : {}) };
+  }
+
+  /** Every object's GC-relevant metadata, copied one at a time. */
+  *metas(): Generator<MetaView> {
+    for (const [resource, bucket] of this.objects) for (const e of [...bucket.values()]) yield view(resource, e);
+  }
+
   close(): void {
+    this.listeners.clear();
     this.cache.close();
     this.persistence?.close();
   }
@@ -429,7 +509,7 @@ export class Store {
   }
 
   private check(kind: Kind, o: ApiObject): void {
-    let causes: Cause[] = kind.validate(o);
+    let causes: Cause[] = [...kind.validate(o), ...ownerCauses(o.metadata)];
     if (causes.length === 0 && kind.admit) {
       const others = (resource: string) => [...(this.objects.get(resource)?.values() ?? [])].map((e) => e.object);
       causes = kind.admit(o, others);
@@ -463,6 +543,7 @@ export class Store {
     if (!before && !file) this.count++;
     bucket.set(k, { object: o, json, file });
     this.cache.publish({ type, resource: resourceOf(kind), rv, object: o, json, prev });
+    this.tell(type, resourceOf(kind), ns, o.metadata.name!);
     return JSON.parse(json) as ApiObject;
   }
 
@@ -481,8 +562,13 @@ export class Store {
     o.metadata.resourceVersion = String(rv);
     const json = JSON.stringify(o);
     this.cache.publish({ type: 'DELETED', resource: resourceOf(kind), rv, object: o, json } satisfies Change);
+    this.tell('DELETED', resourceOf(kind), ns, o.metadata.name!);
     if (kind.namespaced) this.sweepNamespace(ns);
     return JSON.parse(json) as ApiObject;
+  }
+
+  private tell(type: 'ADDED' | 'MODIFIED' | 'DELETED', resource: string, namespace: string, name: string): void {
+    for (const l of this.listeners) l(type, { resource, namespace, name });
   }
 
   private waitsForContents(kind: Kind, o: ApiObject): boolean {
@@ -530,6 +616,20 @@ function refuseFileOwned(kind: Kind, name: string, e: Entry): void {
 
 function key(namespace: string, name: string): string {
   return `${namespace}/${name}`;
+}
+
+function view(resource: string, e: Entry): MetaView {
+  const m = e.object.metadata;
+  return {
+    resource,
+    namespace: m.namespace ?? '',
+    name: m.name ?? '',
+    uid: String(m.uid ?? ''),
+    deletionTimestamp: m.deletionTimestamp,
+    finalizers: Array.isArray(m.finalizers) ? [...m.finalizers] : [],
+    ownerReferences: Array.isArray(m.ownerReferences) ? m.ownerReferences.map((r) => ({ ...r })) : [],
+    ...(e.file ? { file: e.file } : {}),
+  };
 }
 
 function copy(e: Entry): ApiObject {

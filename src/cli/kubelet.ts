@@ -4,6 +4,7 @@ import { parseArgs } from 'node:util';
 import { MAX_PODS_AT_ONCE } from '../controllers/validate.js';
 import { tryParseQuantity } from '../kubelet-lite/quantity.js';
 import { startKubelet, type KubeletOptions } from '../kubelet-lite/run.js';
+import { ControlPlane } from '../node/control-plane.js';
 import { SysctlAllowlist } from '../kubelet-lite/sysctls.js';
 import { createLogger, isLogLevel, type Logger } from '../log.js';
 import { untilSignal } from './signals.js';
@@ -106,6 +107,21 @@ export async function kubelet(args: string[]): Promise<number> {
   const level = values['log-level'] as string;
   if (!isLogLevel(level)) throw new Error(`--log-level must be debug, info, warn or error, not "${level}"`);
   const log = createLogger(level);
-  const running = await startKubelet(kubeletOptionsFrom(values, log));
-  return untilSignal(log, 'kubelet-lite stopping; pods keep running', () => running.stop());
+  const opts = kubeletOptionsFrom(values, log);
+  // The manifests' workloads become Pods through the same controllers and store as on a whole node (not served).
+  const plane = await ControlPlane.open({ nodeName: opts.nodeName, rootDir: opts.rootDir, log });
+  let running;
+  try {
+    running = await startKubelet({ ...opts, objects: plane.objects, workloads: () => plane.controllers.workloads() });
+  } catch (err) {
+    await plane.stop();
+    throw err;
+  }
+  plane.attach(running);
+  await Promise.race([running.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
+  await plane.startControllers();
+  return untilSignal(log, 'kubelet-lite stopping; pods keep running', async () => {
+    await plane.stop();
+    await running.stop();
+  });
 }

@@ -5,19 +5,17 @@
  * SIGTERM stops the agent's loops first and the runtime last; pods keep
  * running and the next start adopts them.
  */
-import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrashGuard, startDaemon } from '../daemon.js';
 import { startNodeApi } from '../api/index.js';
 import { localClient } from '../api/client.js';
-import { showManifestObjects } from '../api/manifest-objects.js';
 import { AgentPodStreams } from '../kubelet-lite/pod-streams.js';
 import { startKubelet } from '../kubelet-lite/run.js';
-import { ObjectStore } from '../kubelet-lite/store.js';
-import { ApiBridge } from '../node/api-bridge.js';
-import { ControllerManager } from '../node/controller-manager.js';
+import { ControlPlane } from '../node/control-plane.js';
 import { EventWriter } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
+import { startNodeServices } from '../node/api-sources.js';
+import { startNodePolicy } from '../node/node-policy.js';
 import { createLogger } from '../log.js';
 import type { Service } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo } from '../proxy/service.js';
@@ -90,7 +88,7 @@ export async function node(args: string[]): Promise<number> {
   const apiAddress = values['api-address'] as string;
   // The API is up before the agent: until it is, pods/log, exec and port-forward answer that it is not running yet.
   let podStreams: AgentPodStreams | undefined;
-  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log, podStreams: () => podStreams });
+  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log, podStreams: () => podStreams, waitForOwners: true });
   let daemon;
   try {
     daemon = await startDaemon(daemonOpts, log);
@@ -98,24 +96,27 @@ export async function node(args: string[]): Promise<number> {
     await api?.stop();
     throw err;
   }
-  // The API's objects are in the agent's store before its first pass, so their pods are adopted.
-  const objects = new ObjectStore({ nodeName: kubeletOpts.nodeName, log });
-  const bridge = api ? new ApiBridge({ store: api.store, client: localClient(api.store), objects, nodeName: kubeletOpts.nodeName, log }) : undefined;
-  // With the API, the workload controllers run on it (as kube-controller-manager does), not in the agent.
-  const controllers = api ? await ControllerManager.create({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, log, stateFile: path.join(kubeletOpts.rootDir, 'controllers.json') }) : undefined;
+  // The API's objects are in the agent's store before its first pass, so their pods are adopted; the
+  // workload controllers run on the API (as kube-controller-manager does), not in the agent.
+  let plane: ControlPlane;
   let kubelet;
   try {
-    await bridge?.start();
-    kubelet = await startKubelet({ ...kubeletOpts, objects, ...(controllers ? { externalControllers: controllers } : {}) });
+    plane = await ControlPlane.open({ nodeName: kubeletOpts.nodeName, rootDir: kubeletOpts.rootDir, log, ...(api ? { store: api.store, collector: api.collector } : {}) });
   } catch (err) {
-    bridge?.stop();
+    await daemon.close();
+    await api?.stop();
+    throw err;
+  }
+  try {
+    kubelet = await startKubelet({ ...kubeletOpts, objects: plane.objects, workloads: () => plane.controllers.workloads() });
+  } catch (err) {
+    await plane.stop();
     await daemon.close();
     await api?.stop();
     throw err;
   }
   podStreams = new AgentPodStreams(kubelet.agent, log);
-  const unshow = api ? showManifestObjects(api.store, kubelet.objects, log) : () => undefined;
-  bridge?.attach(kubelet.agent);
+  plane.attach(kubelet);
   const reporter = api
     ? new NodeReporter({
         client: localClient(api.store),
@@ -129,21 +130,25 @@ export async function node(args: string[]): Promise<number> {
       })
     : undefined;
   reporter?.start();
+  const policy = api ? await startNodePolicy({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, log }) : undefined;
   const eventWriter = api ? new EventWriter({ client: localClient(api.store), log }) : undefined;
   await eventWriter?.start(kubelet.events, kubeletOpts.nodeName);
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);
   // So do the controllers' first looks: before, an adopted pod is not Ready yet and a Deployment would replace it.
-  await controllers?.start();
+  await plane.startControllers();
   const pods = new InProcessPodSource({ listPods: () => kubelet.agent.listPods(), watchPods: (l) => kubelet.agent.watchPods(l) });
+  // With the API, the proxy and DNS read Services, EndpointSlices and Pods from it (its controllers write the slices).
+  let nodeServices: Awaited<ReturnType<typeof startNodeServices>> | undefined;
   let proxy;
   try {
-    proxy = await startProxy(proxyOpts, storeServiceSource(kubelet.objects), pods, kubelet.metrics.registry, log);
+    nodeServices = api ? await startNodeServices({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, serviceCidr: proxyOpts.serviceCidr, apiAddress: api.address, hostIP: kubelet.agent.opts.hostIP, log }) : undefined;
+    proxy = await startProxy(proxyOpts, nodeServices?.sources.services ?? storeServiceSource(kubelet.objects), nodeServices?.sources.pods ?? pods, kubelet.metrics.registry, log, undefined, nodeServices?.slices);
   } catch (err) {
-    unshow();
-    await controllers?.stop();
-    bridge?.stop();
+    nodeServices?.stop();
+    await policy?.stop();
+    await plane.stop();
     eventWriter?.stop();
     await reporter?.stop();
     pods.close();
@@ -154,7 +159,7 @@ export async function node(args: string[]): Promise<number> {
   }
   const services = servicesFromProxy(proxy.proxier, Date.now);
   kubelet.setServices(services);
-  bridge?.attachServices(services);
+  plane.attachServices(services);
   // Looked at now and then, so a Service's AGE counts from when the node first programmed it.
   const ages = setInterval(() => void services(), 5_000);
   ages.unref();
@@ -186,14 +191,14 @@ export async function node(args: string[]): Promise<number> {
   );
   return untilSignal(log, 'skiff node stopping: agent, proxy, then runtime; pods keep running', async () => {
     clearInterval(ages);
-    unshow();
-    await controllers?.stop();
-    bridge?.stop();
+    await policy?.stop();
+    await plane.stop();
     eventWriter?.stop();
     await reporter?.stop();
     await kubelet.stop();
     pods.close();
     await proxy.stop();
+    nodeServices?.stop();
     await daemon.close();
     await api?.stop();
   });

@@ -10,7 +10,7 @@ import { ManifestWatcher } from '../kubelet-lite/watch.js';
 import { createLogger, isLogLevel, type Logger } from '../log.js';
 import { DnsServer, parseResolvConf, type PodRecords } from '../proxy/dns.js';
 import { processRunner } from '../proxy/iptables.js';
-import { cleanupRules, Proxier, registerProxyMetrics } from '../proxy/proxier.js';
+import { cleanupRules, Proxier, registerProxyMetrics, type ProxierOptions } from '../proxy/proxier.js';
 import { intToIp, parseCidr } from '../proxy/service.js';
 import { HttpPodSource, storeServiceSource, type PodSource, type ServiceSource } from '../proxy/sources.js';
 import { parseDuration, type FlagSpec, type Values } from './flags.js';
@@ -171,10 +171,11 @@ export interface RunningProxy {
 }
 
 /** The proxier and service DNS over the given sources. */
-export async function startProxy(opts: ProxyOptions, services: ServiceSource, pods: PodSource, registry: Registry, log: Logger, run = processRunner()): Promise<RunningProxy> {
+export async function startProxy(opts: ProxyOptions, services: ServiceSource, pods: PodSource, registry: Registry, log: Logger, run = processRunner(), slices?: ProxierOptions['slices']): Promise<RunningProxy> {
   const proxier = new Proxier({
     services,
     pods,
+    slices,
     serviceCidr: opts.serviceCidr,
     podCidr: opts.podCidr,
     minSyncMs: opts.minSyncMs,

@@ -9,6 +9,15 @@ const SAFE_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
 /** Kubernetes keeps generated names at most 63 characters: a 58-character base plus 5 random. */
 const MAX_NAME_BASE = 58;
 
+/**
+ * At most this many new pods from one workload in one call (upstream's
+ * burstReplicas): a Deployment scaled to 100,000 grows a step per call, and
+ * no call builds 100,000 pods at once. The caller calls again soon.
+ */
+export const CREATE_BURST = 500;
+/** How soon a workload held back by CREATE_BURST wants its next call. */
+export const BURST_REQUEUE_MS = 100;
+
 /** Annotation on every pod the controllers create: when it was made (ms), for scale-down order. */
 export const CREATED_ANNOTATION = 'controllers.skiff.io/created';
 
@@ -90,6 +99,8 @@ export interface Ctx {
   taken: Set<string>;
   /** Asks to be called again at `at` (ms since the epoch). */
   requeueAt(at: number): void;
+  /** New pods one workload may make in this call (CREATE_BURST unless the caller says). */
+  burst: number;
 }
 
 /** Being removed by the agent: never put back in the desired set, but still there. */

@@ -10,6 +10,7 @@ import type { Pod, PodTemplateSpec } from 'kubernetes-types/core/v1.js';
 import type { StoredObject } from '../stored-object.js';
 import {
   availableAt,
+  BURST_REQUEUE_MS,
   CREATED_ANNOTATION,
   condition,
   derivedUid,
@@ -83,7 +84,9 @@ export function reconcileDeployment(ctx: Ctx, o: StoredObject, owned: Pod[], pro
   let newPods = live.filter(isNew);
   let oldPods = live.filter((p) => !isNew(p));
   const created: Pod[] = [];
-  const create = (n: number) => {
+  const create = (wanted: number) => {
+    const n = Math.min(wanted, ctx.burst);
+    if (n < wanted) ctx.requeueAt(now + BURST_REQUEUE_MS);
     for (let i = 0; i < n; i++) {
       const name = generateName(rsName, o.namespace, ctx.random, ctx.taken);
       created.push(
@@ -117,7 +120,9 @@ export function reconcileDeployment(ctx: Ctx, o: StoredObject, owned: Pod[], pro
         if (group === newPods) newPods = kept;
         else oldPods = kept;
       } else {
-        for (let i = group.length; i < replicas; i++) created.push(copyOf(ctx, group[0]!, o.namespace));
+        const n = Math.min(replicas - group.length, ctx.burst);
+        if (n < replicas - group.length) ctx.requeueAt(now + BURST_REQUEUE_MS);
+        for (let i = 0; i < n; i++) created.push(copyOf(ctx, group[0]!, o.namespace));
       }
     }
   } else if (oldPods.length === 0) {

@@ -25,6 +25,7 @@
 import type { JobSpec, JobStatus, PodFailurePolicy } from 'kubernetes-types/batch/v1.js';
 import type { ContainerStatus, Pod, PodTemplateSpec } from 'kubernetes-types/core/v1.js';
 import {
+  BURST_REQUEUE_MS,
   condition,
   desiredCopy,
   generateName,
@@ -309,7 +310,8 @@ export function reconcileJob(ctx: Ctx, job: JobInput, owned: Pod[]): JobResult {
         const notBefore = failureBackoffUntil(allFailed, succeededPods);
         if (notBefore !== undefined && now < notBefore) ctx.requeueAt(notBefore);
         else {
-          const count = wantActive - live.length;
+          const count = Math.min(wantActive - live.length, ctx.burst);
+          if (count < wantActive - live.length) ctx.requeueAt(now + BURST_REQUEUE_MS);
           const indexes = indexed
             ? pendingIndexes(new Set([...done, ...live.map((p) => completionIndex(p)!)]), completions!, count)
             : Array.from({ length: count }, () => undefined);

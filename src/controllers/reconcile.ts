@@ -7,7 +7,7 @@
 import type { JobSpec } from 'kubernetes-types/batch/v1.js';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { StoredObject } from '../stored-object.js';
-import { append, controllerOf, desiredCopy, isTerminating, podKey, type Ctx } from './common.js';
+import { append, controllerOf, CREATE_BURST, desiredCopy, isTerminating, podKey, type Ctx } from './common.js';
 import { reconcileCronJob } from './cronjob.js';
 import { POD_TEMPLATE_HASH_LABEL, reconcileDeployment } from './deployment.js';
 import { reconcileDaemonSet } from './daemonset.js';
@@ -102,6 +102,7 @@ export function reconcile(input: ReconcileInput): ReconcileOutput {
     nodeName: input.nodeName,
     random: input.random ?? Math.random,
     state,
+    burst: typeof input.createBurst === 'number' && input.createBurst > 0 ? input.createBurst : CREATE_BURST,
     taken: new Set([...pods.map(podKey), ...(Array.isArray(input.reservedPodNames) ? input.reservedPodNames.filter((n) => typeof n === 'string') : [])]),
     requeueAt(at: number) {
       if (Number.isFinite(at) && at > now && (requeue === undefined || at < requeue)) requeue = at;

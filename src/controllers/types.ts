@@ -110,6 +110,8 @@ export interface ReconcileInput {
   state: ControllerState;
   /** [0, 1): the source of pod-name suffixes. Math.random when absent. */
   random?: () => number;
+  /** New pods one workload may make in one call; CREATE_BURST when absent (tests fill large workloads faster). */
+  createBurst?: number;
   /** "namespace/name" of pods from elsewhere (the manifests' own Pods): never used for a new pod. */
   reservedPodNames?: string[];
 }

@@ -28,10 +28,7 @@ import {
   type VolumeManager,
 } from './model.js';
 import { PodWorker, type EventSink, type HookRunner, type ProberPort } from './pod-worker.js';
-import { objectUid } from './store.js';
-import { iso } from '../controllers/common.js';
-import type { ControllerDriver } from '../controllers/driver.js';
-import { WORKLOAD_KINDS, type WorkloadStatus } from '../controllers/types.js';
+import { iso } from './pod-status.js';
 import { RuntimeObserver, type ObservedPod } from './runtime-state.js';
 import type { UsernsAllocator } from './userns.js';
 import { namespacedKey as podKey } from '../labels.js';
@@ -76,12 +73,6 @@ export interface AgentParts {
   terminationLogPath(podDir: string, name: string, restartCount: number): string;
   log: Logger;
   now?: () => number;
-  /** The workload controllers (Deployments, DaemonSets, Jobs, CronJobs); without them only Pods run. */
-  controllers?: ControllerDriver;
-  /** Called after each controller run with the pods it wants (and their uids), to persist them with its memory. */
-  saveControllerState?: (pods: Array<{ uid: string; pod: Pod }>) => void;
-  /** The controllers' pods as the last agent saved them: adopted, not re-created, after a restart. */
-  savedControllerPods?: Array<{ uid: string; pod: Pod }>;
   /** Host id ranges for `hostUsers: false` pods; without it such pods never run. */
   userns?: UsernsAllocator;
   /** Metrics hooks. */
@@ -94,8 +85,6 @@ export type WatchType = 'ADDED' | 'MODIFIED' | 'DELETED';
 interface PodEntry {
   key: string;
   uid: string;
-  /** Made by a workload controller rather than read from a Pod manifest. */
-  controlled: boolean;
   worker?: PodWorker;
   /** The pod as last reported: spec + status. */
   view: Pod;
@@ -107,8 +96,6 @@ interface PodEntry {
 
 const isTerminal = (p: Pod) => p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed';
 
-/** How long a starting agent waits for its adopted pods' first syncs before the controllers run. */
-const ADOPTION_SYNC_MS = 5_000;
 
 /** The first non-loopback IPv4 address of this host, as the kubelet picks its node IP. */
 export function detectHostIP(): string {
@@ -141,16 +128,6 @@ export class Agent {
    * whatever the count, but once retired, the same pod written again is new and waits its turn.
    */
   private readonly adoptable = new Set<string>();
-  /** The pods the controllers want, by namespace/name. */
-  private controllerPods = new Map<string, Pod>();
-  private readonly savedUids = new Map<string, string>();
-  /**
-   * The controllers run only once every manifest is loaded and the adopted pods have synced
-   * (see start): a pass before that sees workloads missing and forgets them.
-   */
-  private controllersLive = false;
-  private workloadStatuses: WorkloadStatus[] = [];
-  private controllersTimer: NodeJS.Timeout | undefined;
   private admitTimer: NodeJS.Immediate | undefined;
   private waitSeq = 0;
   /** Every manifest file has been read once (see reconcilePods: until then only adopted pods start). */
@@ -184,26 +161,9 @@ export class Agent {
       }
     }
     this.subscribeEvents();
-    // The pods the controllers wanted last time come back under their old uids (and so adopt
-    // their sandboxes) before the controllers first run (the manifests' first load) and see
-    // them as their own.
-    for (const { uid, pod } of this.parts.savedControllerPods ?? []) {
-      const key = podKey(pod.metadata?.namespace ?? 'default', pod.metadata?.name ?? '');
-      this.controllerPods.set(key, pod);
-      this.savedUids.set(key, uid);
-    }
     await this.parts.manifests.start((changes) => this.onChanges(changes));
     this.manifestsLoaded = true;
     this.onChanges([]);
-    // The controllers first look once the adopted pods have learnt their state from the runtime:
-    // before its first sync a pod looks Pending, and a finished Job keeps only the pods it sees
-    // finished, so it would drop (and so remove) its own succeeded pod. Nor may they look while
-    // the manifests still load (adopted pods sync meanwhile, and each sync asks for a pass):
-    // a workload whose file is not read yet would look deleted, its memory and its pods dropped,
-    // and a finished Job would run again once its file is read.
-    await this.adoptedSettled(ADOPTION_SYNC_MS);
-    this.controllersLive = true;
-    this.runControllers();
     for (const uid of this.known) {
       if (!this.workers.has(uid)) {
         log.info('stopping a pod no manifest wants any more', { uid });
@@ -228,9 +188,7 @@ export class Agent {
     this.events?.cancel();
     if (this.relistTimer) clearTimeout(this.relistTimer);
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
-    if (this.controllersTimer) clearTimeout(this.controllersTimer);
     if (this.admitTimer) clearImmediate(this.admitTimer);
-    this.parts.controllers?.stop();
     for (const w of this.workers.values()) w.halt();
   }
 
@@ -239,8 +197,6 @@ export class Agent {
   private onChanges(changes: ObjectChange[]): void {
     if (this.stopped) return;
     const touchedConfig = new Set<string>();
-    // Until start's first pass (every file loaded, adopted pods synced) this does nothing.
-    if (changes.some((ch) => (WORKLOAD_KINDS as readonly string[]).includes(ch.object.kind))) this.runControllers(false);
     for (const ch of changes) {
       const o = ch.object;
       if ((o.kind === 'ConfigMap' || o.kind === 'Secret') && o.apiVersion === 'v1') touchedConfig.add(`${o.kind}/${o.namespace}/${o.name}`);
@@ -255,29 +211,10 @@ export class Agent {
 
   /** Makes the set of pod workers match the Pods in the manifest directory. */
   private reconcilePods(): void {
-    const wanted = new Map<string, { obj: StoredObject; v: PodValidation; controlled: boolean }>();
+    const wanted = new Map<string, { obj: StoredObject; v: PodValidation }>();
     for (const obj of this.parts.manifests.objects.list('Pod')) {
       if (obj.apiVersion !== 'v1') continue;
-      wanted.set(podKey(obj.namespace, obj.name), { obj, v: this.parts.validatePod(obj), controlled: false });
-    }
-    for (const [key, pod] of this.controllerPods) {
-      if (wanted.has(key)) continue;
-      const namespace = pod.metadata?.namespace ?? 'default';
-      const name = pod.metadata?.name ?? '';
-      // A controller's pod keeps its uid for its whole life: the controller hands it back as it got it.
-      const cur = this.pods.get(key);
-      const uid = cur?.controlled ? cur.uid : this.savedUids.get(key) ?? objectUid(this.opts.nodeName, 'Pod', namespace, name, stripRuntimeFields(pod) as unknown as Record<string, unknown>);
-      const owner = pod.metadata?.ownerReferences?.[0];
-      const obj: StoredObject = {
-        apiVersion: 'v1',
-        kind: 'Pod',
-        namespace,
-        name,
-        uid,
-        object: stripRuntimeFields(pod) as unknown as Record<string, unknown>,
-        source: { file: owner ? `${owner.kind}/${namespace}/${owner.name}` : 'controller', line: 0, document: 0 },
-      };
-      wanted.set(key, { obj, v: this.parts.validatePod(obj), controlled: true });
+      wanted.set(podKey(obj.namespace, obj.name), { obj, v: this.parts.validatePod(obj) });
     }
     // Invalid pods are shown with the reason, never run: those that did not even decode are
     // manifest problems naming a Pod.
@@ -332,7 +269,7 @@ export class Agent {
       return e?.waiting ? e.waitingSince ?? 0 : Infinity;
     };
     const inTurn = [...wanted].sort(([a], [b]) => waitedSince(a) - waitedSince(b) || 0);
-    for (const [key, { obj, v, controlled }] of inTurn) {
+    for (const [key, { obj, v }] of inTurn) {
       if (!v.ok) continue;
       const cur = this.pods.get(key);
       if (cur && cur.uid === obj.uid && !cur.waiting) {
@@ -362,7 +299,7 @@ export class Agent {
       }
       const pod = v.pod;
       pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name, creationTimestamp: iso(this.now()) };
-      const entry: PodEntry = { key, uid: obj.uid, controlled, view: { ...pod, status: room ? { phase: 'Pending' } : waitingStatus(maxPods, this.now()) } };
+      const entry: PodEntry = { key, uid: obj.uid, view: { ...pod, status: room ? { phase: 'Pending' } : waitingStatus(maxPods, this.now()) } };
       this.pods.set(key, entry);
       if (room) {
         active++;
@@ -402,9 +339,6 @@ export class Agent {
     this.adoptable.delete(e.uid);
     e.view = { ...e.view, metadata: { ...e.view.metadata, deletionTimestamp: iso(this.now()) } };
     this.notify('MODIFIED', e.view);
-    // A controller sees a terminating pod as gone (as a ReplicaSet does): a rolling update's next
-    // pod is made now, not after the old one's grace period.
-    if (e.controlled) this.scheduleControllers();
     const w = e.worker;
     if (w) {
       w.update(undefined);
@@ -418,7 +352,6 @@ export class Agent {
         if (this.pods.get(e.key) === e) {
           this.pods.delete(e.key);
           this.notify('DELETED', e.view);
-          if (e.controlled) this.scheduleControllers();
           this.admitWaiting();
         }
       });
@@ -509,70 +442,8 @@ export class Agent {
     }
     if (JSON.stringify(status) !== before) {
       this.notify('MODIFIED', e.view);
-      if (e.controlled) this.scheduleControllers();
       if (isTerminal(e.view)) this.admitWaiting();
     }
-  }
-
-  // ------------------------------------------------------------ workload controllers
-
-  /** Resolves once every controller pod's worker has nothing left to do, or after `ms`. */
-  private async adoptedSettled(ms: number): Promise<void> {
-    const settled = [...this.pods.values()].filter((e) => e.controlled).map((e) => this.workers.get(e.uid)?.settled());
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([Promise.all(settled), new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
-    clearTimeout(timer);
-  }
-
-  private scheduleControllers(): void {
-    if (!this.parts.controllers || this.stopped || !this.controllersLive || this.controllersTimer) return;
-    this.controllersTimer = setTimeout(() => {
-      this.controllersTimer = undefined;
-      this.runControllers();
-    }, 20);
-    this.controllersTimer.unref();
-  }
-
-  /**
-   * One level-triggered pass of the controllers over every workload and the
-   * pods they made; then the pod workers follow the new desired set.
-   */
-  private runControllers(reconcile = true): void {
-    const driver = this.parts.controllers;
-    if (!driver || this.stopped || !this.controllersLive) return;
-    const workloads = this.parts.manifests.objects.list().filter((o) => (WORKLOAD_KINDS as readonly string[]).includes(o.kind));
-    const owned: Pod[] = [];
-    const reserved: string[] = [];
-    for (const e of this.pods.values()) {
-      if (e.controlled) owned.push(structuredClone(e.view));
-      else reserved.push(e.key);
-    }
-    for (const key of this.invalid.keys()) reserved.push(key);
-    try {
-      const out = driver.run(workloads, owned, reserved);
-      this.controllerPods = new Map(out.pods.map((p) => [podKey(p.metadata?.namespace ?? 'default', p.metadata?.name ?? ''), p]));
-      this.workloadStatuses = out.statuses;
-    } catch (err) {
-      this.parts.log.error('workload controllers failed; keeping the pods they wanted before', { err: errorMessage(err) });
-    }
-    if (reconcile) this.reconcilePods();
-    const saved: Array<{ uid: string; pod: Pod }> = [];
-    for (const [key, pod] of this.controllerPods) {
-      const e = this.pods.get(key);
-      const uid = e?.controlled ? e.uid : this.savedUids.get(key);
-      if (uid) saved.push({ uid, pod });
-    }
-    this.parts.saveControllerState?.(saved);
-  }
-
-  /** The workloads' statuses (Deployments, DaemonSets, Jobs, CronJobs), as their controllers last computed them. */
-  workloads(): WorkloadStatus[] {
-    return structuredClone(this.workloadStatuses.filter((w) => !w.deleted));
-  }
-
-  /** Requeue from the controller driver (minReadySeconds, schedules, deadlines). */
-  controllersDue(): void {
-    this.scheduleControllers();
   }
 
   /** A probe result changed: the pod's worker looks again. */
@@ -667,17 +538,9 @@ export class Agent {
     return out;
   }
 
-  /**
-   * Stops a pod a controller made, as deleting it through the API server
-   * would: its controller sees it terminating and makes a replacement.
-   * Pods from files are not the agent's to delete (false), nor is one with
-   * another uid than `uid` when given.
-   */
-  deleteControllerPod(namespace: string, name: string, uid?: string): boolean {
-    const e = this.pods.get(podKey(namespace, name));
-    if (!e || !e.controlled || (uid !== undefined && e.uid !== uid)) return false;
-    this.retire(e);
-    return true;
+  /** The API deleted the pod with this grace (deletionGracePeriodSeconds): its worker stops it within that. */
+  deletionGrace(uid: string, seconds: number): void {
+    this.workers.get(uid)?.deletionGrace(seconds);
   }
 
   /** The pod a worker runs (no copy: for the agent's own parts). */
@@ -737,13 +600,6 @@ export class Agent {
   async settled(): Promise<void> {
     await Promise.all([...this.workers.values()].map((w) => w.settled()));
   }
-}
-
-/** A pod as a controller made it: without what the agent added (status, uid, deletion mark). */
-function stripRuntimeFields(pod: Pod): Pod {
-  const { status: _status, ...rest } = pod;
-  const { uid: _uid, deletionTimestamp: _del, ...meta } = rest.metadata ?? {};
-  return { ...rest, metadata: meta };
 }
 
 /** Does the pod use any of these ConfigMaps/Secrets ("Kind/ns/name") in volumes or env? */

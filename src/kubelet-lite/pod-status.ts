@@ -34,7 +34,8 @@ export interface StatusInputs {
   now: number;
 }
 
-const iso = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+/** A time as the API writes it: seconds, UTC. */
+export const iso = (ms: number): string => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
 
 function terminated(c: ObservedContainer, id: string, message: string | undefined): ContainerState {
   let reason = c.reason;

@@ -85,6 +85,8 @@ const RETRY_MS = 2_000;
 /** A pod with nothing to wait for is still synced this often, as the kubelet's resync. */
 const RESYNC_MS = 60_000;
 const TERMINATION_MESSAGE_MAX = 4096;
+/** The kubelet's minimumGracePeriodInSeconds: a deletion's shorter grace still gets this long. */
+const MIN_GRACE_SECONDS = 2;
 
 export class PodWorker {
   private desired: PodContext | undefined;
@@ -103,6 +105,7 @@ export class PodWorker {
   private timer: NodeJS.Timeout | undefined;
   private timerAt = 0;
   private terminated = false;
+  private graceOverride: number | undefined;
   private halted = false;
   private refreshVolumes = false;
   private readonly createdAt: number;
@@ -137,6 +140,15 @@ export class PodWorker {
     if (ctx) this.lastPod = ctx.pod;
     if (opts.refreshVolumes) this.refreshVolumes = true;
     this.schedule(0);
+  }
+
+  /**
+   * The grace the API's deletion gives (metadata.deletionGracePeriodSeconds,
+   * `kubectl delete --grace-period`): it wins over the spec's when the pod is
+   * stopped, as in the kubelet, at least the kubelet's 2 s. Only ever shortened.
+   */
+  deletionGrace(seconds: number): void {
+    this.graceOverride = Math.min(this.graceOverride ?? Infinity, Math.max(seconds, MIN_GRACE_SECONDS));
   }
 
   /** Stops scheduling syncs (the agent is shutting down; its pods keep running). */
@@ -546,7 +558,7 @@ export class PodWorker {
     const { cri, observer, prober } = this.deps;
     const observed = await observer.observe(this.uid);
     const pod = this.lastPod;
-    const grace = pod?.spec?.terminationGracePeriodSeconds ?? 30;
+    const grace = this.graceOverride ?? pod?.spec?.terminationGracePeriodSeconds ?? 30;
     const ctx: PodContext | undefined = pod ? ({ pod, podIP: observed.sandboxes[0]?.ip } as PodContext) : undefined;
     const live = observed.containers.filter((c) => c.state === 'running' || c.state === 'created');
     // App containers first, then sidecars in reverse order, as the kubelet.

@@ -10,8 +10,6 @@ import type { Logger } from '../log.js';
 import { Agent, detectHostIP, type ManifestSource } from './agent.js';
 import { connectCri, type CriEndpoint } from './cri-client.js';
 import { terminationLogHostPath, KubeletConfigBuilder } from './cri-config.js';
-import { ControllerDriver } from '../controllers/driver.js';
-import type { WorkloadStatus } from '../controllers/types.js';
 import { EventRecorder } from './events.js';
 import { ImageGc } from './image-gc.js';
 import { ContainerLogManager, DEFAULT_CONTAINER_LOG_MAX_FILES, DEFAULT_CONTAINER_LOG_MAX_SIZE } from './log-rotation.js';
@@ -41,10 +39,11 @@ export interface KubeletOptions {
    */
   objects?: ObjectStore;
   /**
-   * The workload controllers run elsewhere (the node's controller manager, on
-   * its API): the agent runs only Pods, and \`workloads\` shows theirs.
+   * The workloads' statuses for the status API: the workload controllers run
+   * beside the agent (the node's controller manager, on its API); the agent
+   * runs only Pods.
    */
-  externalControllers?: { workloads(): WorkloadStatus[] };
+  workloads?: AgentView['workloads'];
   runtimeEndpoint: string;
   statusAddress: string;
   rootDir: string;
@@ -189,25 +188,6 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     unhealthy: (uid, name) => unhealthy.get(`${uid}/${name}`),
     clearUnhealthy: (uid, name) => void unhealthy.delete(`${uid}/${name}`),
   };
-  // The controllers' memory (Job start times, CronJob schedules) survives restarts of the agent.
-  // So are the pods they made, under their uids: a restarted agent adopts them instead of making new ones.
-  const stateFile = path.join(opts.rootDir, 'workloads.json');
-  const saved = await fs.readFile(stateFile, 'utf8').then(
-    (t) => JSON.parse(t) as { controllers?: unknown; pods?: Array<{ uid: string; pod: Pod }> },
-    () => ({}) as { controllers?: unknown; pods?: Array<{ uid: string; pod: Pod }> },
-  );
-  const external = opts.externalControllers;
-  const savedPods = external ? [] : Array.isArray(saved.pods) ? saved.pods.filter((p) => typeof p?.uid === 'string' && typeof p?.pod?.metadata?.name === 'string') : [];
-  const controllers = external ? undefined : new ControllerDriver({ nodeName: opts.nodeName, state: saved.controllers, onRequeue: () => agent?.controllersDue() });
-  let lastSaved = '';
-  const workloadsState = new StateFile(stateFile);
-  const saveControllerState = (pods: Array<{ uid: string; pod: Pod }>) => {
-    if (!controllers) return;
-    const text = JSON.stringify({ controllers: controllers.state, pods });
-    if (text === lastSaved) return;
-    lastSaved = text;
-    workloadsState.write(text).catch((err) => log.warn('could not save the controllers\' state', { err: String(err) }));
-  };
   // The host id ranges of hostUsers:false pods: the same ones after a restart.
   const userns = await UsernsAllocator.load({ file: path.join(opts.rootDir, 'userns-ranges.json'), log });
   agent = new Agent(
@@ -231,8 +211,6 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       events: { record: (pod, type, reason, message, container) => events.record(ref(pod), type, reason, message, container), list: () => events.list() },
       qosClass,
       terminationLogPath: terminationLogHostPath,
-      ...(controllers ? { controllers, saveControllerState } : {}),
-      savedControllerPods: savedPods,
       userns,
       log,
       onPodRunning: (_pod, ms) => metrics.observePodStart(ms / 1000),
@@ -247,7 +225,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     problems: () => agent!.problems(),
     logPath: (ns, pod, c, previous) => agent!.logPath(ns, pod, c, previous),
     watchPods: (l) => agent!.watchPods(l),
-    workloads: () => external?.workloads() ?? agent!.workloads(),
+    ...(opts.workloads ? { workloads: opts.workloads } : {}),
     services: () => servicesView?.() ?? [],
     cri,
   };
@@ -289,7 +267,6 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       await probeState.settled();
       stopGc();
       stopLogRotation();
-      await workloadsState.settled();
       agent!.stop();
       manager.stopAll();
       await status.close();

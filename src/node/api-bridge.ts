@@ -35,6 +35,8 @@ export interface AgentView {
   listPods(): Pod[];
   watchPods(listener: (type: 'ADDED' | 'MODIFIED' | 'DELETED', pod: Pod) => void): () => void;
   getPod(namespace: string, name: string): Pod | undefined;
+  /** The API deleted the pod with this uid with this grace: the agent stops it within it. */
+  deletionGrace?(uid: string, seconds: number): void;
 }
 
 export interface ApiBridgeOptions {
@@ -95,6 +97,8 @@ export class ApiBridge {
         resourceOf(kind),
         { resourceVersion: this.o.store.resourceVersion },
         (e) => {
+          const m = e.object.metadata;
+          if (kind.plural === 'pods' && m.uid && m.deletionGracePeriodSeconds !== undefined) this.agent?.deletionGrace?.(m.uid, m.deletionGracePeriodSeconds);
           if (this.changesFeed(kind, e.type, e.object)) this.scheduleFeed();
         },
         (reason) => {

@@ -20,13 +20,13 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { ApiClient } from '../api/client.js';
 import { ApiError } from '../api/errors.js';
 import type { ApiObject, Obj } from '../api/types.js';
-import { canonicalJson, controllerOf, isAvailable, isFinished, isReady, isTerminating, templateHash } from '../controllers/common.js';
+import { canonicalJson, CREATE_BURST, controllerOf, isAvailable, isFinished, isReady, isTerminating, templateHash } from '../controllers/common.js';
 import { POD_TEMPLATE_HASH_LABEL, replicaSetName } from '../controllers/deployment.js';
 import { ControllerDriver } from '../controllers/driver.js';
 import type { WorkloadStatus } from '../controllers/types.js';
 import { errorMessage } from '../errors.js';
 import { StateFile } from '../kubelet-lite/state-file.js';
-import type { Logger } from '../log.js';
+import { ThrottledWarning, type Logger } from '../log.js';
 import { API_SOURCE_FILE, type StoredObject } from '../stored-object.js';
 import { Informer } from './informer.js';
 
@@ -42,6 +42,8 @@ const NOT_COPIED = new Set([LAST_APPLIED, REVISION_ANNOTATION, 'deployment.kuber
 const DEBOUNCE_MS = 20;
 /** A write that lost a race (a Conflict) is tried again this soon. */
 const RETRY_MS = 200;
+/** At most this many pods made in one pass, as the controllers make at most this many per workload. */
+export const POD_BURST = CREATE_BURST;
 
 const RESOURCES = {
   deployments: 'deployments.apps',
@@ -122,6 +124,8 @@ export class ControllerManager {
   private started = false;
   private statuses: WorkloadStatus[] = [];
   private lastSaved = '';
+  /** A write refused for another reason than a race: written once, then counted (a full store refuses every pass). */
+  private readonly refused: ThrottledWarning;
   /** Writes the current pass made. */
   private writes = 0;
   /** Objects a manifest file defines (namespace/name → the resourceVersion a metadata write was refused at). */
@@ -135,6 +139,7 @@ export class ControllerManager {
     this.informers = Object.fromEntries(Object.entries(RESOURCES).map(([k, r]) => [k, new Informer(opts.client, r, changed, opts.log)])) as Record<Res, Informer>;
     this.driver = new ControllerDriver({ nodeName: opts.nodeName, state: savedState, ...(opts.now ? { now: opts.now } : {}), ...(opts.random ? { random: opts.random } : {}), onRequeue: changed });
     this.state = opts.stateFile ? new StateFile(opts.stateFile) : undefined;
+    this.refused = new ThrottledWarning(opts.log, 'the workload controllers could not write an object');
   }
 
   static async create(opts: ControllerManagerOptions): Promise<ControllerManager> {
@@ -161,6 +166,7 @@ export class ControllerManager {
     if (this.timer) clearTimeout(this.timer);
     for (const i of Object.values(this.informers)) i.stop();
     this.driver.stop();
+    this.refused.flush();
     await this.state?.settled();
   }
 
@@ -470,8 +476,13 @@ export class ControllerManager {
       const o = inf?.get(ns, name);
       return o && !o.metadata.deletionTimestamp ? o.metadata.uid : undefined;
     };
+    let made = 0;
     for (const [k, p] of desired) {
       if (this.informers.pods.items.has(k)) continue;
+      if (made >= POD_BURST) {
+        this.retrySoon(); // the rest on the next pass
+        break;
+      }
       const ns = p.metadata?.namespace ?? 'default';
       const ref = p.metadata?.ownerReferences?.[0];
       const uid = ref ? uidOf(ref.kind, ns, ref.name) : undefined;
@@ -481,7 +492,9 @@ export class ControllerManager {
       const body = structuredClone(p) as unknown as Obj;
       const meta = body.metadata as Obj;
       meta.ownerReferences = [{ ...ref, uid, controller: true, blockOwnerDeletion: true }];
-      await this.write('pods', () => this.o.client.create(RESOURCES.pods, ns, body));
+      // The first refusal (the store full, the namespace going) ends this pass's creations: the next pass tries again.
+      if (!(await this.write('pods', () => this.o.client.create(RESOURCES.pods, ns, body)))) break;
+      made++;
     }
     for (const p of owned) {
       const k = `${p.metadata?.namespace ?? 'default'}/${p.metadata?.name ?? ''}`;
@@ -526,7 +539,7 @@ export class ControllerManager {
     } catch (err) {
       if (err instanceof ApiError && err.reason === 'Conflict' && / is defined by /.test(err.message)) onFileOwned?.();
       else if (err instanceof ApiError && (err.reason === 'Conflict' || err.reason === 'AlreadyExists' || err.reason === 'NotFound')) this.retrySoon();
-      else this.o.log.warn('the workload controllers could not write an object', { resource: RESOURCES[res], error: errorMessage(err) });
+      else this.refused.note({ resource: RESOURCES[res], error: errorMessage(err) });
       return undefined;
     }
   }

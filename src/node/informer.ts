@@ -1,10 +1,12 @@
 /**
  * A local copy of one resource, kept by list and watch as client-go's
  * informers keep theirs: listed once, then followed from the list's
- * resourceVersion, listed again when the watch is lost or too old. Its
- * owner's own writes are put in at once (`wrote`, `removed`), so a pass
- * that runs before their watch events arrive does not act twice; an event
- * older than what the copy holds is ignored.
+ * resourceVersion, listed again when the watch is lost or too old. Each
+ * change is handed on with the object before and after, so a consumer can
+ * look at the keys it touches (a pod's old and new labels). Its owner's own
+ * writes are put in at once (`wrote`, `removed`), so a pass that runs
+ * before their watch events arrive does not act twice; an event older than
+ * what the copy holds is ignored.
  */
 import type { ApiClient } from '../api/client.js';
 import type { ApiObject } from '../api/types.js';
@@ -14,6 +16,12 @@ import type { Logger } from '../log.js';
 const RELIST_MS = 500;
 
 export const keyOf = (o: ApiObject): string => `${o.metadata.namespace ?? ''}/${o.metadata.name ?? ''}`;
+
+/** One change: `before` absent for an add, `after` absent for a delete; both absent after a (re)list (anything may have changed). */
+export interface CacheChange {
+  before?: ApiObject;
+  after?: ApiObject;
+}
 
 function version(o: ApiObject | undefined): number {
   const n = Number(o?.metadata.resourceVersion);
@@ -26,13 +34,14 @@ export class Informer {
   private stopWatch: (() => void) | undefined;
   private relistTimer: NodeJS.Timeout | undefined;
   private stopped = false;
+  private synced = false;
   /** Keys removed by the owner, until the watch says so too (a late MODIFIED must not bring them back). */
   private readonly gone = new Map<string, number>();
 
   constructor(
     private readonly client: ApiClient,
     readonly resource: string,
-    private readonly onChange: () => void,
+    private readonly onChange: (c: CacheChange) => void,
     private readonly log: Logger,
   ) {}
 
@@ -45,6 +54,11 @@ export class Informer {
     this.stopped = true;
     this.stopWatch?.();
     if (this.relistTimer) clearTimeout(this.relistTimer);
+  }
+
+  /** The first list is in. */
+  hasSynced(): boolean {
+    return this.synced;
   }
 
   list(): ApiObject[] {
@@ -73,6 +87,7 @@ export class Informer {
     this.stopWatch?.();
     this.stopWatch = undefined;
     const listed = await this.client.list(this.resource);
+    if (this.stopped) return;
     this.items.clear();
     this.gone.clear();
     for (const o of listed.items) this.items.set(keyOf(o), o);
@@ -87,14 +102,15 @@ export class Informer {
           if (version(e.object) < version(had)) return;
           this.items.delete(k);
           this.gone.delete(k);
+          this.onChange({ before: had ?? e.object });
         } else {
           if (had && version(e.object) <= version(had)) return;
           const goneAt = this.gone.get(k);
           if (goneAt !== undefined && version(e.object) <= goneAt) return;
           this.gone.delete(k);
           this.items.set(k, e.object);
+          this.onChange({ ...(had ? { before: had } : {}), after: e.object });
         }
-        this.onChange();
       },
       (reason) => {
         if (this.stopped) return;
@@ -107,7 +123,8 @@ export class Informer {
       return;
     }
     this.stopWatch = () => w.stop();
-    this.onChange();
+    this.synced = true;
+    this.onChange({});
   }
 
   private scheduleRelist(): void {

@@ -116,7 +116,15 @@ export class NodeReporter {
     const old = (node.status ?? {}) as Obj;
     const oldRest = JSON.stringify({ ...old, conditions: undefined });
     if (conditions === this.lastConditions && rest === oldRest && now - this.lastReport < (this.o.reportEveryMs ?? 300_000)) return;
-    await this.o.client.update('nodes', '', this.o.nodeName, { ...node, status }, { status: true });
+    try {
+      await this.o.client.update('nodes', '', this.o.nodeName, { ...node, status }, { status: true });
+    } catch (err) {
+      // A client changed the Node's spec meanwhile (kubectl cordon): the status goes onto the Node as it is now.
+      // Only the status is written (the status subresource), so that spec stays as the client made it.
+      if (!(err instanceof ApiError && err.reason === 'Conflict')) throw err;
+      const fresh = await this.o.client.get('nodes', '', this.o.nodeName);
+      await this.o.client.update('nodes', '', this.o.nodeName, { ...fresh, status }, { status: true });
+    }
     this.lastReport = now;
     this.lastConditions = conditions;
   }

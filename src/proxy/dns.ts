@@ -12,7 +12,7 @@ import dnsPacket, { type Answer, type Packet, type Question } from 'dns-packet';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { errorMessage, isErrno } from '../errors.js';
 import type { Logger } from '../log.js';
-import { PodIndex, podAddress, resolveTargetPort, selectedPods } from './endpoints.js';
+import { PodIndex, podAddress, resolveTargetPort, selectedPods, type SliceLike } from './endpoints.js';
 import { encodeResponse, rawQuestion, type RawQuestion } from './dns-wire.js';
 import { cidrContains, intToIp, ipToInt, parseCidr, type Cidr, type ServiceInfo } from './service.js';
 
@@ -29,6 +29,8 @@ const OPT_ANSWER = { type: 'OPT', name: '.', udpPayloadSize: MAX_UDP_ANSWER, fla
 export interface DnsView {
   services(): ServiceInfo[];
   pods(): Pod[];
+  /** A Service's EndpointSlices, when endpoints come from them: headless names are then read there (hostname, ready). */
+  slicesOf?(namespace: string, name: string): SliceLike[];
 }
 
 export type Decision = { kind: 'answer'; packet: Packet } | { kind: 'forward' };
@@ -174,7 +176,8 @@ function hostLabel(text: string | undefined): string | undefined {
 
 /** A ready endpoint of a headless Service and the label that names it under the Service. */
 interface NamedEndpoint {
-  pod: Pod;
+  /** The endpoint's port for a service port (a named targetPort resolves per pod), or undefined. */
+  port(sp: ServiceInfo['ports'][number]): number | undefined;
   ip: string;
   /**
    * The spec's _hostname_: the pod's `hostname` when its `subdomain` is this Service (as the
@@ -185,11 +188,25 @@ interface NamedEndpoint {
 
 function headlessEndpoints(svc: ServiceInfo, view: DnsView): NamedEndpoint[] {
   const out: NamedEndpoint[] = [];
+  if (view.slicesOf) {
+    // The endpoint-slice controller already set hostname (the pod's, when its subdomain is this Service) and ready.
+    for (const slice of view.slicesOf(svc.namespace, svc.name)) {
+      if (slice.addressType !== 'IPv4') continue;
+      const ports = slice.ports ?? [];
+      const port = (sp: ServiceInfo['ports'][number]) => ports.find((p) => (p.name ?? '') === sp.portName && (p.protocol ?? 'TCP') === sp.protocol)?.port;
+      for (const e of slice.endpoints ?? []) {
+        const ip = e.addresses?.[0];
+        if (!ip || !net.isIPv4(ip) || e.conditions?.ready === false) continue;
+        out.push({ ip, port, label: hostLabel(e.hostname) ?? dashed(ip) });
+      }
+    }
+    return out;
+  }
   for (const pod of selectedPods(svc, podsOf(view).index)) {
     const ip = podAddress(pod);
     if (!ip) continue;
     const host = pod.spec?.subdomain?.toLowerCase() === svc.name.toLowerCase() ? hostLabel(pod.spec?.hostname) : undefined;
-    out.push({ pod, ip, label: host ?? dashed(ip) });
+    out.push({ ip, label: host ?? dashed(ip), port: (sp) => resolveTargetPort(sp, pod) });
   }
   return out;
 }
@@ -250,7 +267,7 @@ function srvFor(svc: ServiceInfo, sp: ServiceInfo['ports'][number], endpoints: N
   // One record per endpoint name and port; endpoints sharing a hostname share its record.
   const byTarget = new Map<string, Found['srv'][number]>();
   for (const e of endpoints) {
-    const port = resolveTargetPort(sp, e.pod);
+    const port = e.port(sp);
     if (port === undefined) continue;
     const target = `${e.label}.${svcFqdn}`;
     const key = `${target}:${port}`;

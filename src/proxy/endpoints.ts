@@ -8,6 +8,7 @@
  * connections to the last replica of a rolling update keep working through
  * its grace period (kube-proxy's ProxyTerminatingEndpoints).
  */
+import type { EndpointSlice } from 'kubernetes-types/discovery/v1.js';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { ServiceInfo, ServicePortInfo } from './service.js';
 import { matchesLabels } from '../labels.js';
@@ -17,7 +18,7 @@ export interface Endpoint {
   port: number;
   /** `ns/pod`, for DNS and logs. */
   pod: string;
-  /** On this node: always true for kubelet-lite's own pods. */
+  /** On this node: always true for kubelet-lite's own pods; from EndpointSlices, its nodeName is this node's. */
   local: boolean;
   /** Being deleted and still serving: used only when the port has no ready endpoint. */
   terminating?: boolean;
@@ -47,7 +48,7 @@ function podServes(pod: Pod): boolean {
 export const selectorMatches = matchesLabels;
 
 /** The port number `sp.targetPort` means in `pod`, or undefined when the pod has no such named port. */
-export function resolveTargetPort(sp: ServicePortInfo, pod: Pod): number | undefined {
+export function resolveTargetPort(sp: Pick<ServicePortInfo, 'targetPort' | 'protocol'>, pod: Pod): number | undefined {
   if (typeof sp.targetPort === 'number') return sp.targetPort;
   const containers = [...(pod.spec?.containers ?? []), ...(pod.spec?.initContainers ?? []).filter((c) => c.restartPolicy === 'Always')];
   for (const c of containers) {
@@ -165,4 +166,45 @@ function ipKey(ip: string): number {
 
 function compareEndpoints(a: Endpoint, b: Endpoint): number {
   return ipKey(a.ip) - ipKey(b.ip) || a.port - b.port;
+}
+
+/** What the proxy reads of a discovery.k8s.io/v1 EndpointSlice. */
+export type SliceLike = Pick<EndpointSlice, 'addressType' | 'endpoints' | 'ports' | 'metadata'>;
+
+/**
+ * A Service's endpoints per service port key from its EndpointSlices, as
+ * kube-proxy reads them: a slice port matches a service port by name and
+ * protocol; an endpoint's first address is used; conditions unset mean
+ * ready (and serving as ready); endpoints neither ready nor
+ * serving-terminating are left out. Ready and serving-terminating ones
+ * both come back, marked: renderPort picks between them (and between this
+ * node's and the others', by `nodeName`). Sorted by address; each address
+ * and port once.
+ */
+export function endpointsFromSlices(svc: ServiceInfo, slices: SliceLike[], nodeName: string): Map<string, Endpoint[]> {
+  const out = new Map<string, Endpoint[]>();
+  for (const sp of svc.ports) {
+    const byId = new Map<string, Endpoint>();
+    for (const slice of slices) {
+      if (slice.addressType !== 'IPv4') continue;
+      const port = (slice.ports ?? []).find((p) => (p.name ?? '') === sp.portName && (p.protocol ?? 'TCP') === sp.protocol);
+      if (!port || typeof port.port !== 'number') continue;
+      for (const e of slice.endpoints ?? []) {
+        const ip = e.addresses?.[0];
+        if (!ip) continue;
+        const ready = e.conditions?.ready ?? true;
+        const serving = e.conditions?.serving ?? ready;
+        const terminating = e.conditions?.terminating ?? false;
+        if (!ready && !(serving && terminating)) continue;
+        const id = `${ip}:${port.port}`;
+        const ep: Endpoint = { ip, port: port.port, pod: e.targetRef?.name ? `${e.targetRef.namespace ?? svc.namespace}/${e.targetRef.name}` : '', local: e.nodeName === nodeName };
+        if (!ready) ep.terminating = true;
+        const had = byId.get(id);
+        // The same address in two slices (a move between them): the ready copy wins.
+        if (!had || (had.terminating && !ep.terminating)) byId.set(id, ep);
+      }
+    }
+    out.set(sp.key, [...byId.values()].sort(compareEndpoints));
+  }
+  return out;
 }

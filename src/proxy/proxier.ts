@@ -10,11 +10,11 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
-import { computeEndpoints, PodIndex, selectorMatches, type Endpoint } from './endpoints.js';
+import { computeEndpoints, endpointsFromSlices, PodIndex, selectorMatches, type Endpoint, type SliceLike } from './endpoints.js';
 import { Iptables, jumpInsertLine, type CommandRunner } from './iptables.js';
 import { assemble, assembleFullSplit, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
 import { Allocator, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
-import type { PodSource, ServiceSource } from './sources.js';
+import type { EndpointSliceSource, PodSource, ServiceSource } from './sources.js';
 
 export interface ProxyMetrics {
   observeSync(seconds: number, full: boolean, rules: number): void;
@@ -49,7 +49,10 @@ export function registerProxyMetrics(registry: Registry): ProxyMetrics {
 
 export interface ProxierOptions {
   services: ServiceSource;
+  /** The pods DNS answers from; and the endpoints' source unless `slices` is given. */
   pods: PodSource;
+  /** Endpoints from EndpointSlices (as kube-proxy): `nodeName` tells this node's endpoints from the others'. */
+  slices?: { source: EndpointSliceSource; nodeName: string };
   /** Default 10.96.0.0/12. */
   serviceCidr?: string;
   /** Pod network: traffic from outside it to a cluster IP is masqueraded. */
@@ -75,10 +78,11 @@ export interface SyncResult {
   restores?: number;
 }
 
-/** What DNS needs: Services as last resolved, and the pods. */
+/** What DNS needs: Services as last resolved, and the pods (and the slices, when endpoints come from them). */
 export interface ServiceView {
   services(): ServiceInfo[];
   pods(): Pod[];
+  slicesOf?(namespace: string, name: string): SliceLike[];
 }
 
 interface Applied {
@@ -122,11 +126,15 @@ export class Proxier implements ServiceView {
   private problemsNow: ServiceProblem[] = [];
   /** The pod objects the last sync saw: pod sources replace a pod's object when it changes. */
   private podsSeen = new Set<Pod>();
+  /** Services whose EndpointSlices changed since the last sync; undefined: any may have. */
+  private slicesTouched: Set<string> | undefined = new Set();
   /** Resolvers of waitForSync() calls. */
   private waiters: Array<() => void> = [];
 
   constructor(private readonly opts: ProxierOptions) {
     this.allocator = new Allocator(opts.serviceCidr ?? '10.96.0.0/12');
+    const slices = opts.slices?.source;
+    if (slices) this.slicesOf = (namespace, name) => slices.slicesOf(namespace, name);
     if (!parseCidr(opts.podCidr)) throw new Error(`pod CIDR "${opts.podCidr}" is not an IPv4 CIDR`);
     this.ipt = new Iptables(opts.run);
     this.minSyncMs = opts.minSyncMs ?? 1000;
@@ -143,6 +151,16 @@ export class Proxier implements ServiceView {
     this.stopped = false;
     const kick = () => this.kick();
     this.unsubscribe.push(this.opts.services.onChange(kick), this.opts.pods.onChange(kick));
+    const slices = this.opts.slices?.source;
+    if (slices) {
+      this.unsubscribe.push(
+        slices.onChange((services) => {
+          if (!services) this.slicesTouched = undefined;
+          else for (const s of services) this.slicesTouched?.add(s);
+          kick();
+        }),
+      );
+    }
     this.periodic = setInterval(() => {
       // A full sync at 10,000 Services takes most of a minute (iptables-nft, see rules.ts): never
       // spend more than a fifth of the time in periodic full syncs.
@@ -171,6 +189,9 @@ export class Proxier implements ServiceView {
   pods(): Pod[] {
     return this.lastPods;
   }
+
+  /** Present when endpoints come from EndpointSlices: DNS reads headless names there too. */
+  readonly slicesOf?: (namespace: string, name: string) => SliceLike[];
 
   /** What the last successful sync programmed, per service port key (for debugging and tests). */
   programmed(): Map<string, PortRules> {
@@ -213,6 +234,8 @@ export class Proxier implements ServiceView {
     if (this.stopped) return;
     // Programming before the pods are known would turn every Service into a REJECT until they are.
     if (this.opts.pods.hasSynced && !this.opts.pods.hasSynced()) return; // its first list kicks us again
+    const slices = this.opts.slices?.source;
+    if (slices?.hasSynced && !slices.hasSynced()) return;
     this.running = true;
     this.pending = false;
     try {
@@ -256,7 +279,12 @@ export class Proxier implements ServiceView {
     this.reportProblems(this.problemsNow);
     const pods = this.opts.pods.list();
     // Which Services can the pod changes since the last sync touch? (all of them in a full sync)
-    const touched = this.touchedByPods(pods, services, full || this.firstSync);
+    const fromSlices = this.opts.slices;
+    let touched: Set<string> | undefined;
+    if (fromSlices) {
+      touched = full || this.firstSync ? undefined : this.slicesTouched;
+      this.slicesTouched = new Set();
+    } else touched = this.touchedByPods(pods, services, full || this.firstSync);
     this.lastServices = services;
     this.lastPods = pods;
 
@@ -276,12 +304,16 @@ export class Proxier implements ServiceView {
         }
         continue;
       }
-      // A few Services scan the pod list; more than that pay for an index once.
-      if (!index && (!touched || ++recomputed > 16)) index = new PodIndex(pods);
-      const endpoints = computeEndpoints([svc], index ?? pods);
+      let endpoints: Map<string, Endpoint[]>;
+      if (fromSlices) endpoints = endpointsFromSlices(svc, fromSlices.source.slicesOf(svc.namespace, svc.name), fromSlices.nodeName);
+      else {
+        // A few Services scan the pod list; more than that pay for an index once.
+        if (!index && (!touched || ++recomputed > 16)) index = new PodIndex(pods);
+        endpoints = computeEndpoints([svc], index ?? pods);
+      }
       for (const sp of svc.ports) {
         const eps = endpoints.get(sp.key) ?? [];
-        const fingerprint = JSON.stringify([sp, eps.map((e) => [e.ip, e.port, e.local])]);
+        const fingerprint = JSON.stringify([sp, eps.map((e) => [e.ip, e.port, e.local, e.terminating === true])]);
         const old = this.applied.get(sp.key);
         let rules: PortRules;
         if (old && old.fingerprint === fingerprint) {

@@ -93,16 +93,29 @@ export interface PortRules {
 
 const q = (s: string) => `"${s}"`;
 
-/** The rules of one service port given its ready endpoints. All of this node's endpoints are local. */
+/**
+ * Which endpoints serve, as kube-proxy's CategorizeEndpoints decides: the
+ * cluster's are the ready ones, or, when there is none, the serving
+ * terminating ones; this node's (for the Local policies) are its ready
+ * ones, or else its serving terminating ones. `any`: some endpoint serves
+ * somewhere, so a Service without local ones DROPs rather than REJECTs.
+ */
+export function categorizeEndpoints(endpoints: Endpoint[]): { cluster: Endpoint[]; local: Endpoint[]; any: boolean } {
+  const ready = endpoints.filter((e) => !e.terminating);
+  const cluster = ready.length > 0 ? ready : endpoints;
+  const localReady = ready.filter((e) => e.local);
+  const local = localReady.length > 0 ? localReady : endpoints.filter((e) => e.local && e.terminating);
+  return { cluster, local, any: endpoints.length > 0 };
+}
+
+/** The rules of one service port given its endpoints (ready, and serving terminating ones marked so). */
 export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: RenderOptions): PortRules {
   const out: PortRules = { key: sp.key, natServices: [], natNodePorts: [], filter: [], chains: [], chainRules: [] };
   if (!sp.clusterIP) return out; // headless: DNS only
   const p = proto(sp);
   const name = sp.key;
   const match = `-m ${p} -p ${p}`;
-  const clusterEps = endpoints;
-  const localEps = endpoints.filter((e) => e.local);
-  const hasEndpoints = clusterEps.length > 0;
+  const { cluster: clusterEps, local: localEps, any: hasEndpoints } = categorizeEndpoints(endpoints);
   const externallyAccessible = sp.nodePort !== undefined;
   const externalLocal = externallyAccessible && sp.externalLocal;
   const usesCluster = hasEndpoints && (!sp.internalLocal || externallyAccessible);
@@ -177,8 +190,9 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
   if (usesCluster) writeBalancing(rules, sp, svc, clusterEps, sepOf);
   if (usesLocal) writeBalancing(rules, sp, svl, localEps, sepOf);
 
-  // One chain per endpoint reachable from here: cluster endpoints are a superset of local ones.
-  const reachable = usesCluster ? clusterEps : usesLocal ? localEps : [];
+  // One chain per endpoint reachable from here: the cluster's and this node's (local ones may be
+  // terminating ones the cluster's ready ones left out).
+  const reachable = [...new Set([...(usesCluster ? clusterEps : []), ...(usesLocal ? localEps : [])])];
   for (const ep of reachable) {
     const sep = sepOf(ep);
     declare(sep);

@@ -223,8 +223,8 @@ export class Allocator {
     const cache = new Map<string, Parsed | string>();
     for (const obj of objects) {
       if (obj.kind !== 'Service') continue;
-      // An object's uid changes with its content: unchanged Services are not parsed again.
-      const ck = `${obj.namespace}/${obj.name}\0${obj.uid}`;
+      // An object's uid (or, for the API's objects, its revision) changes with its content: unchanged Services are not parsed again.
+      const ck = `${obj.namespace}/${obj.name}\0${obj.uid}\0${obj.revision ?? ''}`;
       const r = this.parsed.get(ck) ?? parseService(obj);
       cache.set(ck, r);
       if (typeof r === 'string') problems.push({ service: `${obj.namespace}/${obj.name}`, reason: r });

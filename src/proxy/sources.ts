@@ -10,6 +10,7 @@ import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { StoredObject } from '../stored-object.js';
 import { keyOf as podKey } from '../labels.js';
+import type { SliceLike } from './endpoints.js';
 
 /** The Services the proxy programs (StoredObjects of kind Service), and a signal when they change. */
 export interface ServiceSource {
@@ -27,6 +28,18 @@ export interface PodSource {
 }
 
 export type PodWatchType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+/**
+ * A Service's EndpointSlices (those labelled kubernetes.io/service-name),
+ * for a proxy that reads endpoints as kube-proxy does instead of computing
+ * them from pods.
+ */
+export interface EndpointSliceSource {
+  slicesOf(namespace: string, name: string): SliceLike[];
+  /** Called with the Services (namespace/name) whose slices changed; none given: any may have. */
+  onChange(listener: (services?: string[]) => void): () => void;
+  hasSynced?(): boolean;
+}
 
 
 /** A pod map that applies watch events and tells listeners; the base of both pod sources. */

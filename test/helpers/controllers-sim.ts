@@ -54,8 +54,8 @@ export class Sim {
   }
 
   /** One reconcile; the agent applies it at once (removed pods vanish, new pods start Pending). */
-  step(): ReconcileOutput {
-    const out = reconcile({ workloads: this.workloads, pods: [...this.pods.values()], nodeName: 'node1', now: this.now, state: this.state, random: this.random });
+  step(opts: { createBurst?: number } = {}): ReconcileOutput {
+    const out = reconcile({ workloads: this.workloads, pods: [...this.pods.values()], nodeName: 'node1', now: this.now, state: this.state, random: this.random, ...opts });
     this.state = out.state;
     this.last = out;
     const want = new Set(out.pods.map((p) => p.metadata!.name!));

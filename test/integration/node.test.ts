@@ -132,7 +132,8 @@ describe.skipIf(!isRoot)('skiff node: the demo, offline, in one process', () => 
     expect(described.stdout).toMatch(/NodePort:\s+http  30080\/TCP/);
     expect(described.stdout.match(/Endpoints:\s+(\S+)/)![1]!.split(',')).toHaveLength(3);
     const svc = spawnSync(process.execPath, [bin, 'get', 'services', '--server', status], { encoding: 'utf8' });
-    expect(svc.stdout).toMatch(/^NAME\s+TYPE\s+CLUSTER-IP\s+EXTERNAL-IP\s+PORT\(S\)\s+AGE\nweb\s+NodePort\s+10\.\d+\.\d+\.\d+\s+<none>\s+80:30080\/TCP\s+\d+s\n$/);
+    // The kubernetes Service first, as the node's API keeps it (as on any cluster).
+    expect(svc.stdout).toMatch(/^NAME\s+TYPE\s+CLUSTER-IP\s+EXTERNAL-IP\s+PORT\(S\)\s+AGE\nkubernetes\s+ClusterIP\s+10\.96\.0\.1\s+<none>\s+443\/TCP\s+\d+s\nweb\s+NodePort\s+10\.\d+\.\d+\.\d+\s+<none>\s+80:30080\/TCP\s+\d+s\n$/);
     await fs.writeFile(path.join(dirs().manifests, '.page.tmp'), 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: demo-page}\ndata:\n  message: "Edited while running."\n');
     await fs.rename(path.join(dirs().manifests, '.page.tmp'), path.join(dirs().manifests, '10-page.yaml'));
     await waitFor('the edited page', async () => (wgetInNode(`http://${hostIP}:30080/`).stdout.startsWith('Edited while running.') ? true : undefined), 30_000);

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { podTemplate, Sim, stored } from '../helpers/controllers-sim.js';
+import { CREATE_BURST } from '../../src/controllers/common.js';
 
 function job(name: string, spec: Record<string, unknown>, restartPolicy = 'Never') {
   return stored('Job', name, { spec: { template: podTemplate({ app: name }, 'task:1', restartPolicy), ...spec } });
@@ -424,10 +425,13 @@ describe('Job podFailurePolicy edited into a wrong shape', () => {
 });
 
 describe('Job at its size limits', () => {
-  it('a pass over an Indexed Job of 100000 pods takes seconds, not minutes (pods are grouped by owner in linear time)', () => {
+  it('a pass over an Indexed Job of 100000 pods takes seconds, not minutes (pods are grouped by owner in linear time), and no pass makes more than CREATE_BURST', () => {
     const sim = new Sim(31);
     sim.workloads = [job('wide', { completionMode: 'Indexed', completions: 100_000, parallelism: 100_000 })];
+    // At most CREATE_BURST new pods a pass: the Job grows to its parallelism a step at a time.
     sim.step();
+    expect(sim.pods.size).toBe(CREATE_BURST);
+    sim.step({ createBurst: 100_000 });
     expect(sim.pods.size).toBe(100_000);
     // Grouping by copying each owner's list per pod made this pass take over a minute.
     const t0 = performance.now();

@@ -10,8 +10,9 @@ import { nodeKinds } from '../../src/api/kinds/index.js';
 import { applyPatch } from '../../src/api/patch.js';
 import { Store } from '../../src/api/store.js';
 import type { ApiObject, Obj } from '../../src/api/types.js';
-import { silentLogger } from '../../src/log.js';
-import { ControllerManager, REVISION_ANNOTATION } from '../../src/node/controller-manager.js';
+import type { ApiClient } from '../../src/api/client.js';
+import { silentLogger, type Logger } from '../../src/log.js';
+import { ControllerManager, POD_BURST, REVISION_ANNOTATION } from '../../src/node/controller-manager.js';
 
 let manager: ControllerManager | undefined;
 afterEach(async () => {
@@ -21,10 +22,11 @@ afterEach(async () => {
 
 let clock = Date.parse('2026-12-02T10:00:30Z');
 
-async function setUp() {
+async function setUp(opts: { maxObjects?: number; log?: Logger; client?: (c: ApiClient) => ApiClient } = {}) {
   clock = Date.parse('2026-12-02T10:00:30Z');
-  const store = new Store({ kinds: nodeKinds('n1') });
-  manager = await ControllerManager.create({ client: localClient(store), nodeName: 'n1', log: silentLogger, now: () => clock });
+  const store = new Store({ kinds: nodeKinds('n1'), ...(opts.maxObjects ? { maxObjects: opts.maxObjects } : {}) });
+  const client = localClient(store);
+  manager = await ControllerManager.create({ client: opts.client ? opts.client(client) : client, nodeName: 'n1', log: opts.log ?? silentLogger, now: () => clock });
   await manager.start();
   const k = (r: string) => store.kind(r)!;
   /** Waits until the manager has nothing left to do. */
@@ -159,5 +161,30 @@ describe('ControllerManager', () => {
     store.delete(k('jobs.batch'), 'default', job!.metadata.name!);
     await runAll();
     expect(list('jobs.batch')).toEqual([]);
+  });
+
+  it('fills a store that cannot hold every replica a step at a time, says so once, and does not spin', async () => {
+    const warnings: string[] = [];
+    const log: Logger = { ...silentLogger, warn: (msg) => void warnings.push(msg) };
+    let creates = 0;
+    const counting = (c: ApiClient): ApiClient => ({
+      ...c,
+      create: (...args) => {
+        if (args[0] === 'pods') creates++;
+        return c.create(...args);
+      },
+    });
+    const { store, k, settle, list } = await setUp({ maxObjects: 700, log, client: counting });
+    store.create(k('deployments.apps'), 'default', { ...deployment('busybox:1'), spec: { ...(deployment('busybox:1').spec as Obj), replicas: 100_000 } });
+    await settle();
+    await settle();
+    const pods = list('pods').length;
+    expect(pods).toBeGreaterThan(POD_BURST);
+    expect(pods).toBeLessThan(700);
+    const tried = creates;
+    // Refused, not a race: tried again only as the controllers' next step comes (every 100 ms), one pod a time.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(creates - tried).toBeLessThanOrEqual(8);
+    expect(warnings.filter((w) => w.includes('could not write'))).toHaveLength(1);
   });
 });

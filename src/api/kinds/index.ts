@@ -1,29 +1,35 @@
 /** The kinds the node's API serves. Adding one is a strategy file and a line here. */
-import type { Kind } from '../types.js';
+import type { ApiObject, Kind } from '../types.js';
 import { configMapKind } from './configmap.js';
 import { cronJobKind } from './cronjob.js';
 import { daemonSetKind } from './daemonset.js';
 import { deploymentKind } from './deployment.js';
+import { endpointSliceKind, endpointsKind } from './endpoints.js';
 import { eventKind } from './event.js';
 import { jobKind } from './job.js';
 import { leaseKind } from './lease.js';
 import { namespaceKind } from './namespace.js';
 import { nodeKind } from './node.js';
+import { pdbKind } from './pdb.js';
 import { podKind } from './pod.js';
 import { replicaSetKind } from './replicaset.js';
 import { secretKind } from './secret.js';
 import { serviceKind } from './service.js';
 import { statefulSetKind } from './statefulset.js';
 
-/** Every kind, for the node named `nodeName` (where pods nobody placed are placed). */
-export function nodeKinds(nodeName: string): Kind[] {
+/**
+ * Every kind, for the node named `nodeName` (where pods nobody placed are
+ * placed, unless `refusal` says why the node takes none now: see podKind).
+ */
+export function nodeKinds(nodeName: string, refusal?: (pod: ApiObject) => string | undefined): Kind[] {
   return [
     namespaceKind,
     configMapKind,
     secretKind,
     eventKind,
-    podKind(nodeName),
+    podKind(nodeName, refusal),
     serviceKind,
+    endpointsKind,
     // In the API server's order, which `kubectl get all` keeps.
     daemonSetKind,
     deploymentKind,
@@ -34,5 +40,7 @@ export function nodeKinds(nodeName: string): Kind[] {
     cronJobKind,
     nodeKind,
     leaseKind,
+    endpointSliceKind,
+    pdbKind,
   ];
 }

@@ -9,6 +9,7 @@ import { applyPodDefaults, podErrors } from '../../kubelet-lite/validate.js';
 import type { Cause } from '../errors.js';
 import { invalid } from '../errors.js';
 import type { ApiObject, Kind, Obj } from '../types.js';
+import { timestamp } from '../store.js';
 import { age, ageColumn, causes, isObj, metaCauses, nameColumn } from './common.js';
 import { podRow, qosClass } from './pod-row.js';
 
@@ -16,8 +17,10 @@ const spec = (o: ApiObject): Obj => (isObj(o.spec) ? o.spec : {});
 const status = (o: ApiObject): Obj => (isObj(o.status) ? o.status : {});
 
 /** The spec with what an update may change taken out (container images, activeDeadlineSeconds, added tolerations). */
-function fixedPart(o: ApiObject): unknown {
+function fixedPart(o: ApiObject, old?: ApiObject): unknown {
   const s = structuredClone(spec(o));
+  // A pod left unplaced may be bound once (what pods/binding does upstream).
+  if (old && !spec(old).nodeName) delete s.nodeName;
   for (const list of ['containers', 'initContainers', 'ephemeralContainers']) {
     if (Array.isArray(s[list])) for (const c of s[list] as Obj[]) if (isObj(c)) delete c.image;
   }
@@ -33,7 +36,11 @@ function onlyAdded(before: unknown, after: unknown): boolean {
   return (Array.isArray(before) ? before : []).every((t) => now.has(JSON.stringify(t)));
 }
 
-export function podKind(nodeName: string): Kind {
+/**
+ * `refusal` says why a pod nobody placed cannot go on the node now (the
+ * node cordoned); such a pod stays Pending and unbound, PodScheduled=False.
+ */
+export function podKind(nodeName: string, refusal?: (pod: ApiObject) => string | undefined): Kind {
   return {
     group: '',
     version: 'v1',
@@ -54,12 +61,14 @@ export function podKind(nodeName: string): Kind {
       if (!isObj(o.spec)) return;
       applyPodDefaults(o);
       if (!old) {
-        // The node is the only one there is: a pod nobody placed is placed here.
-        if (!o.spec.nodeName) o.spec.nodeName = nodeName;
+        // The node is the only one there is: a pod nobody placed is placed here, if the node takes it.
+        const why = o.spec.nodeName ? undefined : refusal?.(o);
+        if (!o.spec.nodeName && !why) o.spec.nodeName = nodeName;
         o.status = { phase: 'Pending', qosClass: qosClass(o as unknown as Pod) };
+        if (why) (o.status as Obj).conditions = [{ type: 'PodScheduled', status: 'False', lastProbeTime: null, lastTransitionTime: timestamp(Date.now()), reason: 'Unschedulable', message: why }];
         return;
       }
-      if (JSON.stringify(fixedPart(o)) !== JSON.stringify(fixedPart(old)) || !onlyAdded(spec(old).tolerations, spec(o).tolerations)) {
+      if (JSON.stringify(fixedPart(o, old)) !== JSON.stringify(fixedPart(old, old)) || !onlyAdded(spec(old).tolerations, spec(o).tolerations)) {
         throw invalid('Pod', String(o.metadata.name), [
           {
             reason: 'FieldValueForbidden',

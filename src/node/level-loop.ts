@@ -1,0 +1,97 @@
+/**
+ * A level-triggered loop over the API, the shape of a small controller:
+ * watches a few resources only to learn that something changed, then runs
+ * one `sync` that reads the whole state it needs and converges. Changes that
+ * arrive while a sync runs coalesce into one more; a lost watch is started
+ * again (the sync lists everything anyway); a resync also runs every
+ * `everyMs` for what changes with time alone.
+ */
+import type { ApiClient } from '../api/client.js';
+import { errorMessage } from '../errors.js';
+import type { Logger } from '../log.js';
+
+export interface LevelLoopOptions {
+  client: ApiClient;
+  resources: string[];
+  sync: () => Promise<void>;
+  log: Logger;
+  name: string;
+  everyMs?: number;
+  /** How long after a change the sync runs, so a burst of changes is one sync. */
+  delayMs?: number;
+}
+
+export class LevelLoop {
+  private stops: Array<() => void> = [];
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private stopped = false;
+
+  constructor(private readonly o: LevelLoopOptions) {}
+
+  async start(): Promise<void> {
+    for (const r of this.o.resources) await this.watch(r);
+    this.kick(0);
+  }
+
+  private async watch(resource: string): Promise<void> {
+    if (this.stopped) return;
+    // From now: the sync reads what is there, the watch only says when to look again.
+    const { resourceVersion } = await this.o.client.list(resource, { limit: 1 });
+    const w = await this.o.client.watch(
+      resource,
+      { resourceVersion },
+      () => this.kick(this.o.delayMs ?? 50),
+      () => {
+        if (this.stopped) return;
+        const t = setTimeout(() => void this.watch(resource).catch((err) => this.o.log.warn(`${this.o.name}: could not watch again`, { resource, error: errorMessage(err) })), 1000);
+        t.unref();
+        this.kick(0);
+      },
+    );
+    this.stops.push(() => w.stop());
+  }
+
+  /** A sync soon (or right after the one running). */
+  kick(delayMs: number): void {
+    if (this.stopped) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    if (this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.run();
+    }, delayMs);
+    this.timer.unref();
+  }
+
+  private run(): void {
+    this.running = this.o
+      .sync()
+      .catch((err) => this.o.log.warn(`${this.o.name} failed; trying again`, { error: errorMessage(err) }))
+      .finally(() => {
+        this.running = undefined;
+        if (this.stopped) return;
+        if (this.again) {
+          this.again = false;
+          this.kick(0);
+        } else this.kick(this.o.everyMs ?? 10_000);
+      });
+  }
+
+  /** Resolves when no sync is running or due right now (tests). */
+  async idle(): Promise<void> {
+    while (this.running || this.again) await (this.running ?? new Promise((r) => setImmediate(r)));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    for (const s of this.stops) s();
+    this.stops = [];
+    await this.running;
+  }
+}

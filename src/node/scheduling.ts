@@ -1,0 +1,99 @@
+/**
+ * The node's own Node spec, as a one-node cluster's controllers act on it:
+ *
+ * - the node lifecycle controller's part: while the Node is cordoned
+ *   (spec.unschedulable, as `kubectl cordon` writes it) it carries the
+ *   node.kubernetes.io/unschedulable:NoSchedule taint, and loses it when
+ *   uncordoned;
+ * - the scheduler's part: a Pod created while the node took none stays
+ *   Pending and unbound (PodScheduled=False, reason Unschedulable, see
+ *   kinds/placement.ts); once the node takes it, it is bound here
+ *   (spec.nodeName set, PodScheduled=True) and the agent runs it.
+ *
+ * Over the ApiClient only. NodeReporter writes the Node's status, never its
+ * spec; this writes the spec, never the status.
+ */
+import type { ApiClient } from '../api/client.js';
+import { ApiError } from '../api/errors.js';
+import { placementRefusal, UNSCHEDULABLE_TAINT } from '../api/kinds/placement.js';
+import { timestamp } from '../api/store.js';
+import type { ApiObject, Obj } from '../api/types.js';
+import { errorMessage } from '../errors.js';
+import type { Logger } from '../log.js';
+import { LevelLoop } from './level-loop.js';
+
+export interface NodeSchedulingOptions {
+  client: ApiClient;
+  nodeName: string;
+  log: Logger;
+  now?: () => number;
+}
+
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+const taintsOf = (node: ApiObject): Obj[] => (isObj(node.spec) && Array.isArray(node.spec.taints) ? (node.spec.taints as unknown[]).filter(isObj) : []);
+const isCordonTaint = (t: Obj) => t.key === UNSCHEDULABLE_TAINT && t.effect === 'NoSchedule';
+
+/** The taints the Node should carry for its spec.unschedulable, or undefined when they are right already. */
+export function cordonTaints(node: ApiObject, nowMs: number): Obj[] | undefined {
+  const cordoned = isObj(node.spec) && node.spec.unschedulable === true;
+  const taints = taintsOf(node);
+  const has = taints.some(isCordonTaint);
+  if (cordoned && !has) return [...taints, { key: UNSCHEDULABLE_TAINT, effect: 'NoSchedule', timeAdded: timestamp(nowMs) }];
+  if (!cordoned && has) return taints.filter((t) => !isCordonTaint(t));
+  return undefined;
+}
+
+export class NodeScheduling {
+  private readonly loop: LevelLoop;
+  private readonly now: () => number;
+
+  constructor(private readonly o: NodeSchedulingOptions) {
+    this.now = o.now ?? Date.now;
+    this.loop = new LevelLoop({ client: o.client, resources: ['nodes', 'pods'], sync: () => this.sync(), log: o.log, name: 'the node\'s scheduling', everyMs: 30_000 });
+  }
+
+  start(): Promise<void> {
+    return this.loop.start();
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
+  }
+
+  async sync(): Promise<void> {
+    const { client, nodeName } = this.o;
+    let node: ApiObject;
+    try {
+      node = await client.get('nodes', '', nodeName);
+    } catch (err) {
+      if (err instanceof ApiError && err.reason === 'NotFound') return; // not registered yet
+      throw err;
+    }
+    const taints = cordonTaints(node, this.now());
+    if (taints) {
+      try {
+        node = await client.update('nodes', '', nodeName, { ...node, spec: { ...(node.spec as Obj), taints: taints.length > 0 ? taints : undefined } });
+      } catch (err) {
+        if (!(err instanceof ApiError && err.reason === 'Conflict')) throw err;
+        this.loop.kick(0); // written meanwhile (the reporter, kubectl): looked at again
+        return;
+      }
+    }
+    const unbound = (await client.list('pods', { fieldSelector: 'spec.nodeName=' })).items.filter((p) => !p.metadata.deletionTimestamp);
+    for (const pod of unbound) {
+      if (placementRefusal(node, pod) !== undefined) continue;
+      await this.bind(pod).catch((err) => this.o.log.warn('could not bind a pod to the node', { pod: `${pod.metadata.namespace}/${pod.metadata.name}`, error: errorMessage(err) }));
+    }
+  }
+
+  /** What pods/binding does: the node set once, the PodScheduled condition True. */
+  private async bind(pod: ApiObject): Promise<void> {
+    const ns = pod.metadata.namespace ?? 'default';
+    const name = String(pod.metadata.name);
+    const bound = await this.o.client.patch('pods', ns, name, 'merge', { metadata: { uid: pod.metadata.uid, resourceVersion: pod.metadata.resourceVersion }, spec: { nodeName: this.o.nodeName } });
+    const status = isObj(bound.status) ? bound.status : {};
+    const others = (Array.isArray(status.conditions) ? (status.conditions as Obj[]) : []).filter((c) => c.type !== 'PodScheduled');
+    const conditions = [...others, { type: 'PodScheduled', status: 'True', lastProbeTime: null, lastTransitionTime: timestamp(this.now()) }];
+    await this.o.client.update('pods', ns, name, { ...bound, status: { ...status, conditions } }, { status: true });
+  }
+}
