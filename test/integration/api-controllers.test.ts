@@ -8,10 +8,10 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
-import { KUBECTL_127, SkiffNode } from '../helpers/skiff-node.js';
+import { KUBECTL_127, SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
 
 const deployment = (name: string, message: string, replicas = 2) => `
 apiVersion: apps/v1
@@ -45,13 +45,7 @@ describe.skipIf(!isRoot)('the workload controllers on the node API, with real ku
   const sets = async (selector: string) => (await node.getJson<{ items: Rs[] }>(['rs', '-l', selector])).items;
   const rolledOut = (name: string) => node.kubectlOk(['rollout', 'status', `deployment/${name}`, '--timeout=90s'], { timeoutMs: 100_000 });
 
-  beforeAll(async () => {
-    await node.create();
-  }, 180_000);
-
-  afterAll(async () => {
-    expect(await node.destroy()).toEqual({ mounts: [], processes: [] });
-  }, 120_000);
+  useSkiffNode(node);
 
   it('makes a ReplicaSet that owns the Deployment\'s pods, shown by get, describe and rollout history', async () => {
     await node.kubectlOk(['apply', '-f', '-'], { input: deployment('shop', 'one') });

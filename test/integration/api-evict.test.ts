@@ -8,10 +8,10 @@
  * SIGTERM (30 s in its spec) in a few seconds.
  */
 import type { Node, Pod } from 'kubernetes-types/core/v1.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
-import { KUBECTL_127, SkiffNode } from '../helpers/skiff-node.js';
+import { KUBECTL_127, SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
 
 /** A pod whose container ignores SIGTERM: only SIGKILL after the grace ends it. */
 const stubborn = (name: string, labels: Record<string, string> = {}) => `
@@ -66,13 +66,7 @@ describe.skipIf(!isRoot)('eviction, budgets, cordon and drain on a real skiff no
     }, 30_000);
   const evictBody = (name: string) => JSON.stringify({ apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name, namespace: 'default' } });
 
-  beforeAll(async () => {
-    await node.create();
-  }, 180_000);
-
-  afterAll(async () => {
-    expect(await node.destroy()).toEqual({ mounts: [], processes: [] });
-  }, 120_000);
+  useSkiffNode(node);
 
   it('serves PodDisruptionBudgets with kubectl\'s columns and pods/eviction in discovery', async () => {
     const resources = await node.kubectlOk(['api-resources', '--api-group=policy']);

@@ -5,10 +5,10 @@
  * are really stopped — and stay, without the reference, when orphaned.
  */
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
-import { SkiffNode } from '../helpers/skiff-node.js';
+import { SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
 
 const deployment = (name: string) => `
 apiVersion: apps/v1
@@ -34,13 +34,7 @@ describe.skipIf(!isRoot)('garbage collection on a real skiff node', () => {
   const node = new SkiffNode();
   const pods = async (app: string) => (await node.getJson<{ items: Pod[] }>(['pods', '-l', `app=${app}`])).items;
 
-  beforeAll(async () => {
-    await node.create();
-  }, 180_000);
-
-  afterAll(async () => {
-    expect(await node.destroy()).toEqual({ mounts: [], processes: [] });
-  }, 120_000);
+  useSkiffNode(node);
 
   it('kubectl delete --cascade=foreground keeps the Deployment until its pods have stopped, then all are gone', async () => {
     await node.kubectlOk(['apply', '-f', '-'], { input: deployment('fg') });

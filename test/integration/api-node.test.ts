@@ -8,11 +8,11 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
 import { repoRoot } from '../helpers/daemon.js';
-import { KUBECTL_127, SkiffNode } from '../helpers/skiff-node.js';
+import { KUBECTL_127, SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
 
 const APP = `
 apiVersion: v1
@@ -56,13 +56,7 @@ describe.skipIf(!isRoot)('the node API over a real skiff node, with real kubectl
   const node = new SkiffNode();
   const pod = (name: string) => node.getJson<Pod>(['pod', name]);
 
-  beforeAll(async () => {
-    await node.create();
-  }, 180_000);
-
-  afterAll(async () => {
-    expect(await node.destroy()).toEqual({ mounts: [], processes: [] });
-  }, 120_000);
+  useSkiffNode(node);
 
   it('runs a Pod created with kubectl apply, with its ConfigMap, and writes its status back', async () => {
     const out = await node.kubectlOk(['apply', '-f', '-'], { input: APP });
