@@ -15,6 +15,7 @@ import { podKind } from './pod.js';
 import { replicaSetKind } from './replicaset.js';
 import { secretKind } from './secret.js';
 import { serviceKind } from './service.js';
+import { serviceAccountKind } from './serviceaccount.js';
 import { statefulSetKind } from './statefulset.js';
 
 /**
@@ -29,6 +30,7 @@ export function nodeKinds(nodeName: string, refusal?: (pod: ApiObject) => string
     eventKind,
     podKind(nodeName, refusal),
     serviceKind,
+    serviceAccountKind,
     endpointsKind,
     // In the API server's order, which `kubectl get all` keeps.
     daemonSetKind,
