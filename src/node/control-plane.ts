@@ -20,7 +20,9 @@ import type { RunningKubelet } from '../kubelet-lite/run.js';
 import { ObjectStore } from '../kubelet-lite/store.js';
 import type { Logger } from '../log.js';
 import { ApiBridge } from './api-bridge.js';
+import { ControllerEvents } from './controller-events.js';
 import { ControllerManager } from './controller-manager.js';
+import { EventWriter } from './events.js';
 
 export interface ControlPlaneOptions {
   nodeName: string;
@@ -44,6 +46,9 @@ export class ControlPlane {
     private readonly bridge: ApiBridge,
     private readonly collector: GarbageCollector,
     readonly controllers: ControllerManager,
+    /** The controllers' and the scheduler's events (written to the store by `writer`). */
+    readonly events: ControllerEvents,
+    private readonly writer: EventWriter,
     objects: ObjectStore,
     private readonly log: Logger,
   ) {
@@ -63,11 +68,15 @@ export class ControlPlane {
     const objects = new ObjectStore({ nodeName: opts.nodeName, log: opts.log });
     const client = localClient(store);
     const bridge = new ApiBridge({ store, client, objects, nodeName: opts.nodeName, log: opts.log });
+    const events = new ControllerEvents({ instance: `controller-manager-${opts.nodeName}` });
+    const writer = new EventWriter({ client, log: opts.log });
     try {
-      const controllers = await ControllerManager.create({ client, nodeName: opts.nodeName, log: opts.log, stateFile: path.join(opts.rootDir, 'controllers.json') });
+      await writer.start(events, (e) => events.isMine(e));
+      const controllers = await ControllerManager.create({ client, nodeName: opts.nodeName, log: opts.log, stateFile: path.join(opts.rootDir, 'controllers.json'), events });
       await bridge.start();
-      return new ControlPlane(store, !opts.store, bridge, collector, controllers, objects, opts.log);
+      return new ControlPlane(store, !opts.store, bridge, collector, controllers, events, writer, objects, opts.log);
     } catch (err) {
+      writer.stop();
       bridge.stop();
       if (!opts.collector) collector.stop();
       if (!opts.store) store.close();
@@ -95,6 +104,7 @@ export class ControlPlane {
   async stop(): Promise<void> {
     this.unshow();
     await this.controllers.stop();
+    this.writer.stop();
     this.bridge.stop();
     if (this.ownStore) {
       this.collector.stop();

@@ -28,6 +28,7 @@ import { errorMessage } from '../errors.js';
 import { StateFile } from '../kubelet-lite/state-file.js';
 import { ThrottledWarning, type Logger } from '../log.js';
 import { API_SOURCE_FILE, type StoredObject } from '../stored-object.js';
+import type { ControllerEvents } from './controller-events.js';
 import { Informer } from './informer.js';
 
 export const REVISION_ANNOTATION = 'deployment.kubernetes.io/revision';
@@ -65,6 +66,8 @@ export interface ControllerManagerOptions {
   stateFile?: string;
   now?: () => number;
   random?: () => number;
+  /** Where the controllers' events go (ScalingReplicaSet, SuccessfulCreate, Completed…); none: not recorded. */
+  events?: ControllerEvents;
 }
 
 const nsOf = (o: ApiObject) => o.metadata.namespace ?? 'default';
@@ -292,6 +295,7 @@ export class ControllerManager {
         };
         job = await this.write('jobs', () => this.o.client.create(RESOURCES.jobs, j.namespace, body));
         if (!job) continue;
+        this.o.events?.record(cron, 'Normal', 'SuccessfulCreate', `Created job ${j.name}`);
       }
       this.madeJobs.add(k);
       if (job.metadata.uid && j.uid !== job.metadata.uid) {
@@ -363,6 +367,7 @@ export class ControllerManager {
           if (isCurrent) maxRevision = revision;
           rs = await this.write('replicasets', () => this.o.client.create(RESOURCES.replicasets, ns, this.replicaSetBody(d, rsName, hash, t, want, revision, replicas, surge)));
           if (rs) mine.set(rsName, rs);
+          if (rs && want > 0) this.o.events?.record(d, 'Normal', 'ScalingReplicaSet', `Scaled up replica set ${rsName} from 0 to ${want}`);
           continue;
         }
         const annotations = { ...((rs.metadata.annotations as Record<string, string> | undefined) ?? {}) };
@@ -382,6 +387,8 @@ export class ControllerManager {
         if (rsSpec.replicas !== want || changed) {
           const got = await this.write('replicasets', () => this.o.client.update(RESOURCES.replicasets, ns, rsName, { ...rs!, metadata: { ...rs!.metadata, annotations }, spec: { ...rsSpec, replicas: want } }));
           if (got) mine.set(rsName, got);
+          const before = Number(rsSpec.replicas ?? 0);
+          if (got && before !== want) this.o.events?.record(d, 'Normal', 'ScalingReplicaSet', `Scaled ${want > before ? 'up' : 'down'} replica set ${rsName} from ${before} to ${want}`);
         }
       }
       await this.replicaSetStatuses(d, [...mine.values()], podsOf, now);
@@ -471,11 +478,12 @@ export class ControllerManager {
 
   /** Pods to make (bound to the node, owned by their ReplicaSet, DaemonSet or Job) and pods to delete. */
   private async syncPods(desired: Map<string, Pod>, owned: Pod[]): Promise<void> {
-    const uidOf = (kind: string, ns: string, name: string): string | undefined => {
+    const ownerOf = (kind: string, ns: string, name: string): ApiObject | undefined => {
       const inf = kind === 'ReplicaSet' ? this.informers.replicasets : kind === 'DaemonSet' ? this.informers.daemonsets : kind === 'Job' ? this.informers.jobs : undefined;
       const o = inf?.get(ns, name);
-      return o && !o.metadata.deletionTimestamp ? o.metadata.uid : undefined;
+      return o && !o.metadata.deletionTimestamp ? o : undefined;
     };
+    const uidOf = (kind: string, ns: string, name: string): string | undefined => ownerOf(kind, ns, name)?.metadata.uid;
     let made = 0;
     for (const [k, p] of desired) {
       if (this.informers.pods.items.has(k)) continue;
@@ -495,11 +503,17 @@ export class ControllerManager {
       // The first refusal (the store full, the namespace going) ends this pass's creations: the next pass tries again.
       if (!(await this.write('pods', () => this.o.client.create(RESOURCES.pods, ns, body)))) break;
       made++;
+      const owner = ownerOf(ref.kind, ns, ref.name);
+      if (owner) this.o.events?.record(owner, 'Normal', 'SuccessfulCreate', `Created pod: ${String(meta.name)}`);
     }
     for (const p of owned) {
-      const k = `${p.metadata?.namespace ?? 'default'}/${p.metadata?.name ?? ''}`;
+      const ns = p.metadata?.namespace ?? 'default';
+      const k = `${ns}/${p.metadata?.name ?? ''}`;
       if (desired.has(k) || isTerminating(p)) continue;
-      await this.remove('pods', p as unknown as ApiObject);
+      if (!(await this.remove('pods', p as unknown as ApiObject))) continue;
+      const ref = controllerRef(p as unknown as ApiObject);
+      const owner = ref ? ownerOf(String(ref.kind), ns, String(ref.name)) : undefined;
+      if (owner) this.o.events?.record(owner, 'Normal', 'SuccessfulDelete', `Deleted pod: ${p.metadata?.name ?? ''}`);
     }
   }
 
@@ -518,8 +532,18 @@ export class ControllerManager {
       const seen = read.get(`${w.kind}/${w.namespace}/${w.name}`);
       if ((w.kind === 'Deployment' || w.kind === 'DaemonSet') && seen) status.observedGeneration = seen.metadata.generation ?? 1;
       if (canonicalJson(current.status ?? {}) === canonicalJson(status)) continue;
-      await this.write(res, () => this.o.client.update(RESOURCES[res], w.namespace, w.name, { ...current, status }, { status: true }));
+      const got = await this.write(res, () => this.o.client.update(RESOURCES[res], w.namespace, w.name, { ...current, status }, { status: true }));
+      if (got && w.kind === 'Job') this.jobFinishedEvent(current, got);
     }
+  }
+
+  /** A Job that has just finished says so: Completed, or why it failed (BackoffLimitExceeded, DeadlineExceeded). */
+  private jobFinishedEvent(before: ApiObject, after: ApiObject): void {
+    const finished = (o: ApiObject) => (Array.isArray((o.status as Obj | undefined)?.conditions) ? ((o.status as Obj).conditions as Obj[]) : []).find((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
+    const now = finished(after);
+    if (!now || finished(before)) return;
+    if (now.type === 'Complete') this.o.events?.record(after, 'Normal', 'Completed', 'Job completed');
+    else this.o.events?.record(after, 'Warning', String(now.reason ?? 'Failed'), String(now.message ?? 'Job failed'));
   }
 
   // ------------------------------------------------------------ writes
@@ -544,17 +568,19 @@ export class ControllerManager {
     }
   }
 
-  /** Deleted (gracefully, for pods); one that is the manifest files' is left as its file says. */
-  private async remove(res: Res, o: ApiObject): Promise<void> {
-    if (this.stopped) return;
+  /** Deleted (gracefully, for pods); one that is the manifest files' is left as its file says. Whether it was. */
+  private async remove(res: Res, o: ApiObject): Promise<boolean> {
+    if (this.stopped) return false;
     try {
       const r = await this.o.client.delete(RESOURCES[res], nsOf(o), nameOf(o), { uid: o.metadata.uid });
       this.writes++;
       if (r.removed) this.informers[res].removed(r.object);
       else this.informers[res].wrote(r.object);
+      return true;
     } catch (err) {
-      if (err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict')) return;
+      if (err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict')) return false;
       this.o.log.debug('the workload controllers could not delete an object', { resource: RESOURCES[res], name: nameOf(o), error: errorMessage(err) });
+      return false;
     }
   }
 
