@@ -78,7 +78,7 @@ describe.skipIf(!isRoot)('LoadBalancer Services with real iptables', () => {
 
   const lb = (name: string, spec: Service['spec'], ingress = [{ ip: NODE_IP }]) => {
     const o = serviceObject('demo', name, { type: 'LoadBalancer', selector: { app: 'web' }, ports: [{ port: 80, targetPort: 8080 }], ...spec });
-    (o.object as Service).status = { loadBalancer: { ingress } };
+    (o.object as Record<string, unknown>).status = { loadBalancer: { ingress } };
     // The uid stands for the content (the proxy parses a Service again only when it changes): the status is content too.
     return { ...o, uid: createHash('sha256').update(JSON.stringify(o.object)).digest('hex').slice(0, 32) };
   };

@@ -18,6 +18,34 @@ const specOf = (o: ApiObject): Obj => (isObj(o.spec) ? o.spec : {});
 const statusOf = (o: ApiObject): Obj => (isObj(o.status) ? o.status : {});
 const ipOf = (spec: Obj): string => (typeof spec.clusterIP === 'string' ? spec.clusterIP : '');
 
+const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+const externallyAccessible = (spec: Obj) => spec.type === 'LoadBalancer' || spec.type === 'NodePort' || ((spec.type ?? 'ClusterIP') === 'ClusterIP' && Array.isArray(spec.externalIPs) && spec.externalIPs.length > 0);
+
+/**
+ * As the API server's strategy does when a Service changes type: the fields
+ * the old type needed and the new one refuses go, if the write left them as
+ * they were (a client that reads, edits `type` and writes back need not know
+ * them all); a value the client changed is its own, and is validated.
+ */
+function dropTypeDependentFields(spec: Obj, was: Obj): void {
+  const type = spec.type ?? 'ClusterIP';
+  if (type === was.type) return;
+  if (type === 'ExternalName') {
+    for (const f of ['clusterIP', 'clusterIPs', 'ipFamilies', 'ipFamilyPolicy', 'internalTrafficPolicy']) if (spec[f] !== undefined && same(spec[f], was[f])) delete spec[f];
+  }
+  if (type !== 'NodePort' && type !== 'LoadBalancer' && Array.isArray(spec.ports)) {
+    const old = Array.isArray(was.ports) ? (was.ports as Obj[]) : [];
+    for (const p of spec.ports as Obj[]) {
+      if (!isObj(p) || p.nodePort === undefined) continue;
+      if (old.some((q) => isObj(q) && q.port === p.port && q.nodePort === p.nodePort)) delete p.nodePort;
+    }
+  }
+  if (type !== 'LoadBalancer') {
+    for (const f of ['allocateLoadBalancerNodePorts', 'loadBalancerClass', 'loadBalancerSourceRanges']) if (spec[f] !== undefined && same(spec[f], was[f])) delete spec[f];
+  }
+  if (!externallyAccessible(spec) && spec.externalTrafficPolicy !== undefined && same(spec.externalTrafficPolicy, was.externalTrafficPolicy)) delete spec.externalTrafficPolicy;
+}
+
 export const serviceKind: Kind = {
   group: '',
   version: 'v1',
@@ -33,8 +61,9 @@ export const serviceKind: Kind = {
     const spec = o.spec as Obj;
     if (old) {
       const was = specOf(old);
+      dropTypeDependentFields(spec, was);
       // As the API server patches allocated values back in: a write that leaves clusterIP out keeps it.
-      if (ipOf(spec) === '' && ipOf(was) !== '') {
+      if (ipOf(spec) === '' && ipOf(was) !== '' && (spec.type ?? 'ClusterIP') !== 'ExternalName') {
         spec.clusterIP = was.clusterIP;
         if (!Array.isArray(spec.clusterIPs) || spec.clusterIPs.length === 0) spec.clusterIPs = was.clusterIPs;
       }
