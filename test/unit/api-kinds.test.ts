@@ -150,10 +150,20 @@ describe('validation', () => {
     );
   });
 
-  it('refuses a Service the proxy could not program', () => {
+  it('refuses a Service as the API server validates one', () => {
     const { store, kind } = setup();
-    expect(error(() => store.create(kind('services'), 'default', service('lb', { type: 'LoadBalancer' })))).toBe('422 Service "lb" is invalid: spec: Invalid value: type LoadBalancer is not supported (ClusterIP and NodePort are)');
-    expect(error(() => store.create(kind('services'), 'default', service('two', { ports: [{ port: 80 }, { port: 81 }] })))).toBe('422 Service "two" is invalid: spec: Invalid value: port 80: every port of a Service with several ports needs a name');
+    expect(error(() => store.create(kind('services'), 'default', service('two', { ports: [{ port: 80 }, { port: 81 }] })))).toBe('422 Service "two" is invalid: [spec.ports[0].name: Required value, spec.ports[1].name: Required value]');
+    expect(error(() => store.create(kind('services'), 'default', service('np', { ports: [{ port: 80, nodePort: 30080 }] })))).toBe("422 Service \"np\" is invalid: spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'");
+    expect(error(() => store.create(kind('services'), 'default', service('sel', { selector: { 'app/x/y': 'a b' } })))).toMatch(/^422 Service "sel" is invalid: \[spec\.selector: Invalid value: "app\/x\/y": .*, spec\.selector: Invalid value: "a b": a valid label must be/);
+    expect(error(() => store.create(kind('services'), 'default', service('en', { type: 'ExternalName' })))).toBe('422 Service "en" is invalid: spec.externalName: Required value');
+    expect(error(() => store.create(kind('services'), 'default', service('etp', { externalTrafficPolicy: 'Local' })))).toBe('422 Service "etp" is invalid: spec.externalTrafficPolicy: Invalid value: "Local": may only be set for externally-accessible services');
+    expect(error(() => store.create(kind('services'), 'default', service('hl', { type: 'NodePort', clusterIP: 'None' })))).toBe('422 Service "hl" is invalid: spec.clusterIPs[0]: Invalid value: "None": may not be set to \'None\' for NodePort services');
+    expect(error(() => store.create(kind('services'), 'default', service('aff', { sessionAffinity: 'Sticky' })))).toBe('422 Service "aff" is invalid: spec.sessionAffinity: Unsupported value: "Sticky": supported values: "ClientIP", "None"');
+    // Accepted as the API server accepts them: a LoadBalancer (with a health-check port allocated) and a headless targetPort 0.
+    const lb = store.create(kind('services'), 'default', service('lb', { type: 'LoadBalancer', externalTrafficPolicy: 'Local' }));
+    expect((lb.spec as { healthCheckNodePort: number }).healthCheckNodePort).toBeGreaterThanOrEqual(30000);
+    const hl = store.create(kind('services'), 'default', service('hl0', { clusterIP: 'None', ports: [{ port: 5432, targetPort: 0 }] }));
+    expect((hl.spec as { ports: Array<{ targetPort: number }> }).ports[0]!.targetPort).toBe(5432);
     expect(error(() => store.create(kind('services'), 'default', service('Bad')))).toMatch(/^422 Service "Bad" is invalid: metadata\.name: Invalid value: "Bad"/);
   });
 });
