@@ -147,11 +147,9 @@ export function reconcileStatefulSet(input: StatefulSetInput): StatefulSetOutput
       out.waiting = 'PersistentVolumeClaims are not served by this node\'s API: the pods of volumeClaimTemplates wait';
       return false;
     }
-    let all = true;
     for (const t of tpls) {
       const cn = claimName(templateName(t), name, ord);
       if (input.claims.has(cn)) continue;
-      all = false;
       const meta = isObj(t.metadata) ? t.metadata : {};
       const labels = { ...(isObj(meta.labels) ? (meta.labels as Record<string, string>) : {}), ...(isObj(spec.selector) && isObj(spec.selector.matchLabels) ? (spec.selector.matchLabels as Record<string, string>) : {}) };
       const refs = claimOwnersFor(ord, undefined, false);
@@ -162,7 +160,8 @@ export function reconcileStatefulSet(input: StatefulSetInput): StatefulSetOutput
         spec: structuredClone(isObj(t.spec) ? t.spec : {}),
       });
     }
-    return all;
+    // Made before the pod in the same step (the caller writes claims first and no pod if one fails).
+    return true;
   };
 
   const newPod = (ord: number): Pod => {

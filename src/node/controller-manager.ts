@@ -661,12 +661,14 @@ export class ControllerManager {
         burst: Math.max(0, Math.min(CREATE_BURST, budget.pods)),
       });
       await this.applyRevisionPlan(set, out.revisions, mine, isObj(spec.template) ? spec.template : {});
-      for (const c of out.createClaims) await this.write('pvcs', () => this.o.client.create(RESOURCES.pvcs, ns, c));
+      let claimsMade = true;
+      for (const c of out.createClaims) if (!(await this.write('pvcs', () => this.o.client.create(RESOURCES.pvcs, ns, c)))) claimsMade = false;
       for (const c of out.claimOwners) {
         const cur = this.informers.pvcs.get(ns, c.name);
         if (cur) await this.write('pvcs', () => this.o.client.update(RESOURCES.pvcs, ns, c.name, { ...cur, metadata: { ...cur.metadata, ownerReferences: c.ownerReferences as unknown as Obj[] } }));
       }
-      for (const p of out.createPods) {
+      // A pod never starts without its claims: a claim refused now means the pods wait for the next pass.
+      for (const p of claimsMade ? out.createPods : []) {
         if (budget.pods <= 0) break;
         if (!(await this.write('pods', () => this.o.client.create(RESOURCES.pods, ns, p as unknown as Obj)))) break;
         budget.pods--;
