@@ -17,6 +17,7 @@ import { replicaSetKind } from './replicaset.js';
 import { replicationControllerKind } from './replicationcontroller.js';
 import { secretKind } from './secret.js';
 import { serviceKind } from './service.js';
+import { serviceAccountKind } from './serviceaccount.js';
 import { statefulSetKind } from './statefulset.js';
 
 /**
@@ -32,6 +33,7 @@ export function nodeKinds(nodeName: string, refusal?: (pod: ApiObject) => string
     podKind(nodeName, refusal),
     replicationControllerKind,
     serviceKind,
+    serviceAccountKind,
     endpointsKind,
     // In the API server's order, which `kubectl get all` keeps.
     daemonSetKind,
