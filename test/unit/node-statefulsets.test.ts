@@ -11,7 +11,7 @@ import { localClient } from '../../src/api/client.js';
 import { nodeKinds } from '../../src/api/kinds/index.js';
 import { applyPatch } from '../../src/api/patch.js';
 import { Store } from '../../src/api/store.js';
-import type { ApiObject, Obj } from '../../src/api/types.js';
+import type { ApiObject, Kind, Obj } from '../../src/api/types.js';
 import { silentLogger } from '../../src/log.js';
 import { ControllerManager } from '../../src/node/controller-manager.js';
 
@@ -21,9 +21,27 @@ afterEach(async () => {
   manager = undefined;
 });
 
-async function setUp() {
+/**
+ * The claims' shape only (the storage kinds are another part's): enough of a
+ * PersistentVolumeClaim kind to see what the StatefulSet controller writes.
+ */
+const claimKind: Kind = {
+  group: '',
+  version: 'v1',
+  kind: 'PersistentVolumeClaim',
+  plural: 'persistentvolumeclaims',
+  singular: 'persistentvolumeclaim',
+  shortNames: ['pvc'],
+  namespaced: true,
+  validate: () => [],
+  known: { spec: 'map', status: 'map' },
+  columns: [{ name: 'Name', type: 'string' }],
+  row: (o) => [o.metadata.name],
+};
+
+async function setUp(opts: { claims?: boolean } = {}) {
   const clock = Date.parse('2026-12-02T10:00:30Z');
-  const store = new Store({ kinds: nodeKinds('n1') });
+  const store = new Store({ kinds: [...nodeKinds('n1').filter((k) => k.plural !== 'persistentvolumeclaims'), ...(opts.claims ? [claimKind] : [])] });
   manager = await ControllerManager.create({ client: localClient(store), nodeName: 'n1', log: silentLogger, now: () => clock });
   await manager.start();
   const k = (r: string) => store.kind(r)!;
@@ -120,6 +138,54 @@ describe('ControllerManager: StatefulSets', () => {
     expect(list('pods').filter((p) => p.metadata.deletionTimestamp).map((p) => p.metadata.name)).toEqual(['db-1']);
     await reap();
     expect(live()).toEqual(['db-0']);
+  });
+});
+
+describe('ControllerManager: StatefulSet claims', () => {
+  const vct = [{ metadata: { name: 'data' }, spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } } }];
+
+  it('makes a claim per ordinal before its pod, keeps it through a pod delete, hands it to its pod on scale-down (whenScaled: Delete)', async () => {
+    const { store, k, runAll, reap, list, live } = await setUp({ claims: true });
+    const set = store.create(k('statefulsets.apps'), 'default', sts({ replicas: 2, podManagementPolicy: 'Parallel', volumeClaimTemplates: vct, persistentVolumeClaimRetentionPolicy: { whenDeleted: 'Delete', whenScaled: 'Delete' } }));
+    await runAll();
+    expect(live()).toEqual(['db-0', 'db-1']);
+    const claims = list('persistentvolumeclaims');
+    expect(claims.map((c) => c.metadata.name).sort()).toEqual(['data-db-0', 'data-db-1']);
+    for (const c of claims) {
+      expect(c.metadata.ownerReferences).toEqual([expect.objectContaining({ kind: 'StatefulSet', uid: set.metadata.uid })]);
+      expect(c.spec).toMatchObject({ accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } });
+      expect(c.metadata.labels).toMatchObject({ app: 'db' });
+    }
+    expect((store.get(k('pods'), 'default', 'db-0').spec as Obj).volumes).toEqual([{ name: 'data', persistentVolumeClaim: { claimName: 'data-db-0' } }]);
+    const uid0 = store.get(k('persistentvolumeclaims'), 'default', 'data-db-0').metadata.uid;
+    store.delete(k('pods'), 'default', 'db-0', { gracePeriodSeconds: 0 });
+    await runAll();
+    expect(live()).toEqual(['db-0', 'db-1']);
+    expect(store.get(k('persistentvolumeclaims'), 'default', 'data-db-0').metadata.uid).toBe(uid0);
+
+    const pod1 = store.get(k('pods'), 'default', 'db-1');
+    store.patch(k('statefulsets.apps'), 'default', 'db', (c) => applyPatch('merge', c as Obj, { spec: { replicas: 1 } }));
+    await runAll();
+    await reap();
+    expect(live()).toEqual(['db-0']);
+    expect(store.get(k('persistentvolumeclaims'), 'default', 'data-db-1').metadata.ownerReferences).toEqual([
+      expect.objectContaining({ kind: 'StatefulSet', uid: set.metadata.uid }),
+      expect.objectContaining({ kind: 'Pod', name: 'db-1', uid: pod1.metadata.uid }),
+    ]);
+  });
+
+  it('keeps claims ownerless under Retain, and lets pods of claims wait (saying so) where claims are not served', async () => {
+    const withClaims = await setUp({ claims: true });
+    withClaims.store.create(withClaims.k('statefulsets.apps'), 'default', sts({ replicas: 1, volumeClaimTemplates: vct }));
+    await withClaims.runAll();
+    expect(withClaims.list('persistentvolumeclaims').map((c) => c.metadata.ownerReferences)).toEqual([undefined]);
+    await manager!.stop();
+
+    const without = await setUp();
+    without.store.create(without.k('statefulsets.apps'), 'default', sts({ replicas: 1, volumeClaimTemplates: vct }));
+    await without.runAll();
+    expect(without.live()).toEqual([]);
+    expect((without.store.get(without.k('statefulsets.apps'), 'default', 'db').status as Obj).conditions).toEqual([expect.objectContaining({ type: 'PodsWaiting', reason: 'ClaimsNotServed' })]);
   });
 });
 
