@@ -627,7 +627,7 @@ describe('the DNS specification\'s records (schema 1.0.1), over real sockets', (
     const { port, up } = await startSpecDns();
     for (const type of ['A', 'AAAA', 'SRV', 'CNAME'] as const) {
       const r = decode((await udpQuery(port, query('ext.ns1.svc.cluster.local', type as 'A')))!);
-      expect([type, r.rcode, r.flags! & dnsPacket.AUTHORITATIVE_ANSWER ? 'aa' : '', r.answers!.map((a) => `${a.type} ${a.name} ${String(a.data)}`)]).toEqual([type, 'NOERROR', 'aa', ['CNAME ext.ns1.svc.cluster.local db.example.org']]);
+      expect([type, r.rcode, r.flags! & dnsPacket.AUTHORITATIVE_ANSWER ? 'aa' : '', r.answers!.map((a) => `${a.type} ${a.name} ${String((a as { data?: unknown }).data)}`)]).toEqual([type, 'NOERROR', 'aa', ['CNAME ext.ns1.svc.cluster.local db.example.org']]);
     }
     expect(await dig(port, ['ext.ns1.svc.cluster.local', 'CNAME'])).toBe('db.example.org.\n');
     expect(decode((await udpQuery(port, query('_pg._tcp.ext.ns1.svc.cluster.local', 'SRV')))!).rcode).toBe('NXDOMAIN');

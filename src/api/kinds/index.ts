@@ -1,6 +1,7 @@
 /** The kinds the node's API serves. Adding one is a strategy file and a line here. */
 import type { ApiObject, Kind } from '../types.js';
 import { configMapKind } from './configmap.js';
+import { controllerRevisionKind } from './controllerrevision.js';
 import { cronJobKind } from './cronjob.js';
 import { daemonSetKind } from './daemonset.js';
 import { deploymentKind } from './deployment.js';
@@ -13,6 +14,7 @@ import { nodeKind } from './node.js';
 import { pdbKind } from './pdb.js';
 import { podKind } from './pod.js';
 import { replicaSetKind } from './replicaset.js';
+import { replicationControllerKind } from './replicationcontroller.js';
 import { secretKind } from './secret.js';
 import { serviceKind } from './service.js';
 import { serviceAccountKind } from './serviceaccount.js';
@@ -29,15 +31,16 @@ export function nodeKinds(nodeName: string, refusal?: (pod: ApiObject) => string
     secretKind,
     eventKind,
     podKind(nodeName, refusal),
+    replicationControllerKind,
     serviceKind,
     serviceAccountKind,
     endpointsKind,
     // In the API server's order, which `kubectl get all` keeps.
     daemonSetKind,
     deploymentKind,
-    // Stored, validated and listed, but nothing on the node runs ReplicaSets or StatefulSets yet.
     replicaSetKind,
     statefulSetKind,
+    controllerRevisionKind,
     jobKind,
     cronJobKind,
     nodeKind,
