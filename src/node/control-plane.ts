@@ -55,7 +55,7 @@ export class ControlPlane {
     let store = opts.store;
     if (!store) {
       await fs.mkdir(opts.rootDir, { recursive: true, mode: 0o700 });
-      store = new Store({ kinds: nodeKinds(opts.nodeName), persistence: openApiDb(path.join(opts.rootDir, 'api.db')), garbageCollection: true });
+      store = new Store({ kinds: nodeKinds(opts.nodeName, undefined, { rootDir: opts.rootDir }), persistence: openApiDb(path.join(opts.rootDir, 'api.db')), garbageCollection: true });
     }
     // A deleted workload takes what it owns (its ReplicaSets, their Pods) with it; an owner only in a
     // manifest file is not taken as gone before the files are shown (attach).
