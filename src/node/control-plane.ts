@@ -4,8 +4,9 @@
  * its own over the same database), the manifest directory's objects shown
  * in it, the bridge that hands the agent the Pods bound to it and writes
  * their status back, and the controller manager that turns workloads into
- * those Pods. `skiff node` and `skiff kubelet` both run the agent this way,
- * so the agent itself hosts no controllers.
+ * those Pods, and the storage controller that binds their claims to volumes
+ * (provisioning them in the node's root dir). `skiff node` and `skiff
+ * kubelet` both run the agent this way, so the agent itself hosts no controllers.
  */
 import fs from 'node:fs/promises';
 import type { Service } from 'kubernetes-types/core/v1.js';
@@ -21,6 +22,7 @@ import { ObjectStore } from '../kubelet-lite/store.js';
 import type { Logger } from '../log.js';
 import { ApiBridge } from './api-bridge.js';
 import { ControllerManager } from './controller-manager.js';
+import { StorageController } from './storage.js';
 
 export interface ControlPlaneOptions {
   nodeName: string;
@@ -44,6 +46,7 @@ export class ControlPlane {
     private readonly bridge: ApiBridge,
     private readonly collector: GarbageCollector,
     readonly controllers: ControllerManager,
+    readonly storage: StorageController,
     objects: ObjectStore,
     private readonly log: Logger,
   ) {
@@ -63,11 +66,15 @@ export class ControlPlane {
     const objects = new ObjectStore({ nodeName: opts.nodeName, log: opts.log });
     const client = localClient(store);
     const bridge = new ApiBridge({ store, client, objects, nodeName: opts.nodeName, log: opts.log });
+    const storage = new StorageController({ client, nodeName: opts.nodeName, rootDir: opts.rootDir, log: opts.log });
     try {
       const controllers = await ControllerManager.create({ client, nodeName: opts.nodeName, log: opts.log, stateFile: path.join(opts.rootDir, 'controllers.json') });
       await bridge.start();
-      return new ControlPlane(store, !opts.store, bridge, collector, controllers, objects, opts.log);
+      // Before any client writes a claim: the default class is there for the DefaultStorageClass admission.
+      await storage.start();
+      return new ControlPlane(store, !opts.store, bridge, collector, controllers, storage, objects, opts.log);
     } catch (err) {
+      await storage.stop();
       bridge.stop();
       if (!opts.collector) collector.stop();
       if (!opts.store) store.close();
@@ -94,6 +101,7 @@ export class ControlPlane {
 
   async stop(): Promise<void> {
     this.unshow();
+    await this.storage.stop();
     await this.controllers.stop();
     this.bridge.stop();
     if (this.ownStore) {

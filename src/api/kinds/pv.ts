@@ -12,7 +12,7 @@ import type { Cause } from '../errors.js';
 import { invalid } from '../errors.js';
 import type { ApiObject, Kind, Obj } from '../types.js';
 import { age, ageColumn, isObj, metaCauses, nameColumn, setDefault } from './common.js';
-import { accessModeCauses, accessModesText, classNameCauses, sameJson, specOf, statusOf, storageCauses, volumeClass, volumeModeCauses } from './volume-common.js';
+import { accessModeCauses, addFinalizer, accessModesText, classNameCauses, sameJson, specOf, statusOf, storageCauses, volumeClass, volumeModeCauses } from './volume-common.js';
 
 /** The fields of a PersistentVolumeSource, inline in the spec: a PV has exactly one. */
 export const PV_SOURCES = [
@@ -65,6 +65,7 @@ export function persistentVolumeKind(rootDir?: string): Kind {
       if (isObj(o.spec.hostPath)) setDefault(o.spec.hostPath, 'type', '');
       if (!old) {
         o.status = { phase: 'Pending' };
+        addFinalizer(o, 'kubernetes.io/pv-protection');
         return;
       }
       const bad: Cause[] = [];

@@ -11,6 +11,7 @@ import { invalid } from '../errors.js';
 import type { ApiObject, Kind, Obj } from '../types.js';
 import { age, ageColumn, isObj, metaCauses, nameColumn, setDefault } from './common.js';
 import {
+  addFinalizer,
   BETA_CLASS_ANNOTATION,
   BETA_DEFAULT_CLASS_ANNOTATION,
   DEFAULT_CLASS_ANNOTATION,
@@ -78,6 +79,8 @@ export const persistentVolumeClaimKind: Kind = {
     setDefault(o.spec, 'volumeMode', 'Filesystem');
     if (!old) {
       o.status = { phase: 'Pending' };
+      // The StorageObjectInUseProtection admission: the claim outlives the pods using it (the node's storage controller lifts it).
+      addFinalizer(o, 'kubernetes.io/pvc-protection');
       return;
     }
     const bad = unchangeable(o, old);

@@ -101,3 +101,9 @@ function stable(v: unknown): string {
   }
   return JSON.stringify(v) ?? 'null';
 }
+
+/** A finalizer put on at creation, as the API server's admission puts it (once). */
+export function addFinalizer(o: ApiObject, f: string): void {
+  const list = Array.isArray(o.metadata.finalizers) ? o.metadata.finalizers : [];
+  if (!list.includes(f)) o.metadata.finalizers = [...list, f];
+}
