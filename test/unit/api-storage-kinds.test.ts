@@ -56,6 +56,7 @@ describe('PersistentVolumeClaim', () => {
     expect(error(() => store.create(pvcs, 'default', claim('f', { resources: { requests: { storage: '0' } } })))).toMatch(/must be greater than zero/);
     expect(error(() => store.create(pvcs, 'default', claim('g', { volumeMode: 'Tape' })))).toMatch(/spec\.volumeMode: Unsupported value: "Tape"/);
     expect(error(() => store.create(pvcs, 'default', claim('h', { storageClassName: 'Not_A_Name' })))).toMatch(/spec\.storageClassName: Invalid value/);
+    expect(error(() => store.create(pvcs, 'default', claim('i', { volumeName: '../../etc' })))).toMatch(/spec\.volumeName: Invalid value: "\.\.\/\.\.\/etc"/);
     // 1Ei is a valid quantity: the claim is taken (the provisioner says why it cannot make it).
     expect(store.create(pvcs, 'default', claim('huge', { resources: { requests: { storage: '1Ei' } } })).metadata.name).toBe('huge');
   });

@@ -101,9 +101,8 @@ export const persistentVolumeClaimKind: Kind = {
     out.push(...storageCauses(requests(s).storage, 'spec.resources[storage]'));
     out.push(...classNameCauses(s.storageClassName, 'spec.storageClassName'));
     out.push(...volumeModeCauses(s.volumeMode, 'spec.volumeMode'));
-    if (s.volumeName !== undefined && s.volumeName !== null && typeof s.volumeName !== 'string') {
-      out.push({ reason: 'FieldValueTypeInvalid', field: 'spec.volumeName', message: 'Invalid value: must be a string' });
-    }
+    // A volume's name, never a path: the node looks the PV up by it.
+    if (s.volumeName !== undefined && s.volumeName !== null && s.volumeName !== '') out.push(...classNameCauses(s.volumeName, 'spec.volumeName'));
     return out;
   },
   known: {
