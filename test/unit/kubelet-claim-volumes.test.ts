@@ -24,7 +24,7 @@ function setup(objects: Array<{ kind: string; namespace: string; name: string; u
   store.replaceFile('api', { objects: objects.map((o) => ({ apiVersion: 'v1', ...o, source: { file: 'api', document: 0, line: 0 } })), problems: [] });
   const pod: Pod = { metadata: { name: 'p', namespace: 'ns' }, spec: { containers: [{ name: 'c', image: 'i' }], volumes: [{ name: 'data', persistentVolumeClaim: { claimName: 'c1' } }, { name: 'tmp', ephemeral: { volumeClaimTemplate: { spec: {} } } }] } };
   const ctx: PodContext = { pod, uid: 'pod-uid', nodeName: 'n1', hostIP: '10.0.0.1', clusterDomain: 'cluster.local', clusterDNS: [], hostResolvConf: '', podDir: path.join(root, 'pods', 'pod-uid'), objects: store };
-  return { ctx, vm: new HostVolumeManager({ rootDir: root, hostsFile: '/etc/hosts', node: { cpu: 1, memory: 1 << 30 } }) };
+  return { ctx, vm: new HostVolumeManager({ rootDir: root, hostsFile: '/etc/hosts', node: { milliCpu: 1000, memoryBytes: 1 << 30 } }) };
 }
 const claim = (name: string, uid: string, volumeName?: string, owner?: string) => ({ kind: 'PersistentVolumeClaim', namespace: 'ns', name, uid, object: { metadata: { name, namespace: 'ns', ...(owner ? { ownerReferences: [{ uid: owner }] } : {}) }, spec: volumeName ? { volumeName } : {} } });
 const pv = (name: string, p: string, claimName: string, claimUid: string) => ({ kind: 'PersistentVolume', namespace: '', name, uid: `pv-${name}`, object: { metadata: { name }, spec: { hostPath: { path: p, type: 'DirectoryOrCreate' }, claimRef: { namespace: 'ns', name: claimName, uid: claimUid } } } });
