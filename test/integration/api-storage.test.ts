@@ -126,7 +126,9 @@ describe.skipIf(!isRoot)('storage on a real skiff node, with real kubectl', () =
 
   it('binds a static hostPath PV by class and size; Retain keeps it Released with its data', async () => {
     const dir = path.join(node.base, 'static');
-    await fs.mkdir(dir, { recursive: true });
+    // Writable by the image's user, as an administrator prepares a static volume's directory.
+    await fs.mkdir(dir, { recursive: true, mode: 0o777 });
+    await fs.chmod(dir, 0o777);
     await node.kubectlOk(['apply', '-f', '-'], {
       input: `
 apiVersion: v1
