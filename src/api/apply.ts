@@ -7,7 +7,7 @@
  * and this apply changes are conflicts (409, one cause each) unless forced,
  * when they change hands. The applier then owns exactly what it applied.
  */
-import { isAlias, isCollection, isPair, isNode, parseDocument, type Document } from 'yaml';
+import { isAlias, isCollection, isMap, isPair, isNode, isScalar, Lexer, parseDocument, type Document } from 'yaml';
 import { ApiError, badRequest, notFound } from './errors.js';
 import { fieldType, listKind, typeOf, type FieldType } from './list-types.js';
 import {
@@ -26,6 +26,16 @@ const MAX_ALIAS_COUNT = 100;
 const ALIAS_EXPANSION_SLACK = 10_000;
 /** No object has more fields than this; an apply body with more is refused before it is walked. */
 const MAX_NODES = 200_000;
+/**
+ * Tokens of a YAML body (JSON bodies do not count: JSON.parse is fast). The yaml
+ * library composes a document at a few microseconds a token, and slower the
+ * larger it grows (3 MiB of `[` held the event loop for a minute and 2.8 GB);
+ * 200,000 tokens are about 25,000 fields and under half a second. kubectl and
+ * helm send apply bodies as JSON, so only hand-written YAML meets this bound.
+ */
+const MAX_YAML_TOKENS = 200_000;
+/** Flow collections nested deeper than any object's fields: the composer recurses once a level. */
+const MAX_FLOW_DEPTH = 100;
 
 export const LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration';
 
@@ -41,14 +51,17 @@ export function parseApplyBody(text: string, strict: boolean): Obj {
     }
   }
   if (v === undefined) {
+    checkYamlSize(text);
     let doc: Document.Parsed;
     try {
-      doc = parseDocument(text, { version: '1.1', uniqueKeys: strict, strict: false });
+      // Duplicate keys are found by uniqueKeysOf, in linear time: the library's own check compares every pair of a map's keys.
+      doc = parseDocument(text, { version: '1.1', uniqueKeys: false, strict: false });
     } catch (err) {
       throw badRequest(`error decoding YAML: ${(err as Error).message}`);
     }
     if (doc.errors.length > 0) throw badRequest(`error decoding YAML: ${doc.errors[0]!.message.split('\n')[0]}`);
     const written = nodes(doc, false, MAX_NODES);
+    if (strict) uniqueKeysOf(doc);
     if (written > MAX_NODES) throw new ApiError('RequestEntityTooLarge', `the apply configuration has more than ${MAX_NODES} fields`);
     const budget = Math.min(2 * written + ALIAS_EXPANSION_SLACK, MAX_NODES);
     if (nodes(doc, true, budget) > budget) throw new ApiError('RequestEntityTooLarge', `the apply configuration's aliases expand it to more than ${budget} fields (${written} as written)`);
@@ -61,6 +74,40 @@ export function parseApplyBody(text: string, strict: boolean): Obj {
   checkDepth(v);
   if (!isObj(v)) throw badRequest('the apply configuration must be an object');
   return v;
+}
+
+/** One pass of the lexer, which is linear and stops at the bound: a body too large to compose is refused before it is. */
+function checkYamlSize(text: string): void {
+  let tokens = 0;
+  let depth = 0;
+  for (const tok of new Lexer().lex(text)) {
+    if (++tokens > MAX_YAML_TOKENS) throw new ApiError('RequestEntityTooLarge', `the apply configuration has more than ${MAX_YAML_TOKENS} YAML tokens; send it as JSON`);
+    if (tok === '[' || tok === '{') {
+      if (++depth > MAX_FLOW_DEPTH) throw badRequest(`error decoding YAML: flow collections nested more than ${MAX_FLOW_DEPTH} levels deep`);
+    } else if ((tok === ']' || tok === '}') && depth > 0) depth--;
+  }
+}
+
+/** Refuses a map that names a key twice (fieldValidation=Strict), with a set per map. */
+function uniqueKeysOf(doc: Document): void {
+  const stack: unknown[] = [doc.contents];
+  const seen = new Set<unknown>();
+  while (stack.length > 0) {
+    const n = stack.pop();
+    if (!isCollection(n) || seen.has(n)) continue;
+    seen.add(n);
+    const keys = new Set<string>();
+    for (const item of n.items) {
+      if (isPair(item)) {
+        if (isMap(n) && isScalar(item.key)) {
+          const k = String(item.key.value);
+          if (keys.has(k)) throw badRequest(`error decoding YAML: Map keys must be unique: "${k.slice(0, 100)}"`);
+          keys.add(k);
+        }
+        stack.push(item.key, item.value);
+      } else stack.push(item);
+    }
+  }
 }
 
 /** Nodes of the document, each alias one node or its anchor's size; stops past `limit`; a cycle is over it. */

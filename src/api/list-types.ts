@@ -91,6 +91,8 @@ const roots: Record<string, FieldType> = {
       status: { value: true, fields: { conditions } },
     },
   },
+  ReplicationController: { fields: { metadata: objectMeta, spec: { value: true, fields: { selector: { atomic: true }, template: podTemplate } }, status: workloadStatus } },
+  'apps/ControllerRevision': { fields: { metadata: objectMeta, data: { atomic: true } } },
   'apps/Deployment': { fields: { metadata: objectMeta, spec: { value: true, fields: { selector: labelSelector, template: podTemplate, strategy: { value: true } } }, status: workloadStatus } },
   'apps/ReplicaSet': { fields: { metadata: objectMeta, spec: { value: true, fields: { selector: labelSelector, template: podTemplate } }, status: workloadStatus } },
   'apps/DaemonSet': { fields: { metadata: objectMeta, spec: { value: true, fields: { selector: labelSelector, template: podTemplate, updateStrategy: { value: true } } }, status: workloadStatus } },

@@ -12,7 +12,7 @@ import { localClient } from '../api/client.js';
 import { AgentPodStreams } from '../kubelet-lite/pod-streams.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { ControlPlane } from '../node/control-plane.js';
-import { EventWriter } from '../node/events.js';
+import { EventWriter, isKubeletEventOf } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
 import { startNodeServices } from '../node/api-sources.js';
 import { startNodePolicy } from '../node/node-policy.js';
@@ -130,9 +130,9 @@ export async function node(args: string[]): Promise<number> {
       })
     : undefined;
   reporter?.start();
-  const policy = api ? await startNodePolicy({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, log }) : undefined;
+  const policy = api ? await startNodePolicy({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, log, events: plane.events }) : undefined;
   const eventWriter = api ? new EventWriter({ client: localClient(api.store), log }) : undefined;
-  await eventWriter?.start(kubelet.events, kubeletOpts.nodeName);
+  await eventWriter?.start(kubelet.events, (e) => isKubeletEventOf(e, kubeletOpts.nodeName));
   // The proxy's first sync waits for the agent's first pass over its pods: after a restart it
   // would otherwise see adopted pods as not yet Ready and take them out of every Service.
   await Promise.race([kubelet.agent.settled(), new Promise((r) => setTimeout(r, 5_000).unref())]);

@@ -10,6 +10,7 @@ import { ManifestWatcher } from '../kubelet-lite/watch.js';
 import { createLogger, isLogLevel, type Logger } from '../log.js';
 import { DnsServer, parseResolvConf, type PodRecords } from '../proxy/dns.js';
 import { processRunner } from '../proxy/iptables.js';
+import { ServiceHealthServer } from '../proxy/health-check.js';
 import { cleanupRules, Proxier, registerProxyMetrics, type ProxierOptions } from '../proxy/proxier.js';
 import { intToIp, parseCidr } from '../proxy/service.js';
 import { HttpPodSource, storeServiceSource, type PodSource, type ServiceSource } from '../proxy/sources.js';
@@ -172,10 +173,13 @@ export interface RunningProxy {
 
 /** The proxier and service DNS over the given sources. */
 export async function startProxy(opts: ProxyOptions, services: ServiceSource, pods: PodSource, registry: Registry, log: Logger, run = processRunner(), slices?: ProxierOptions['slices']): Promise<RunningProxy> {
+  // Health-check node ports on every address of the node, as kube-proxy with no --nodeport-addresses.
+  const healthChecks = new ServiceHealthServer({ address: '0.0.0.0', log });
   const proxier = new Proxier({
     services,
     pods,
     slices,
+    healthChecks,
     serviceCidr: opts.serviceCidr,
     podCidr: opts.podCidr,
     minSyncMs: opts.minSyncMs,
@@ -206,6 +210,7 @@ export async function startProxy(opts: ProxyOptions, services: ServiceSource, po
     async stop() {
       stopDns();
       await Promise.all([proxier.stop(), dns?.close()]);
+      await healthChecks.close();
     },
   };
 }

@@ -15,6 +15,7 @@ import type { EndpointSliceSource, PodSource, ServiceSource } from '../proxy/sou
 import { API_SOURCE_FILE, type StoredObject } from '../stored-object.js';
 import { EndpointSliceController } from './endpoint-slices.js';
 import { KubernetesService } from './kubernetes-service.js';
+import { ServiceLB } from './service-lb.js';
 import { Informer, type CacheChange } from './informer.js';
 
 type Listener<T> = (arg: T) => void;
@@ -153,15 +154,22 @@ export function apiEndpoint(address: string, hostIP: string): { ip: string; port
 /**
  * What a cluster's control plane and kube-proxy's informers give the
  * node's Services: the endpoint-slice and endpoints controllers, the
- * `kubernetes` Service, and the proxy's sources read from the API.
+ * `kubernetes` Service, ServiceLB's addresses for LoadBalancers, and the
+ * proxy's sources read from the API.
  */
 export async function startNodeServices(o: NodeServicesOptions): Promise<{ sources: ApiProxySources; slices: { source: EndpointSliceSource; nodeName: string }; stop(): void }> {
   const controller = new EndpointSliceController({ client: o.client, log: o.log });
   const port = Number(o.apiAddress.slice(o.apiAddress.lastIndexOf(':') + 1));
   const kubernetes = new KubernetesService({ client: o.client, serviceCidr: o.serviceCidr, endpoint: apiEndpoint(o.apiAddress, o.hostIP), apiPort: port, log: o.log });
+  // Without a node address there is nothing to give a load balancer: its Services stay <pending>, as on a cluster without a cloud.
+  const serviceLB = o.hostIP ? new ServiceLB({ client: o.client, nodeIP: o.hostIP, log: o.log }) : undefined;
   await kubernetes.start();
   await controller.start();
-  const sources = await startApiProxySources({ client: o.client, log: o.log }).catch((err) => {
+  const sources = await (async () => {
+    await serviceLB?.start();
+    return startApiProxySources({ client: o.client, log: o.log });
+  })().catch((err) => {
+    serviceLB?.stop();
     controller.stop();
     kubernetes.stop();
     throw err;
@@ -171,6 +179,7 @@ export async function startNodeServices(o: NodeServicesOptions): Promise<{ sourc
     slices: { source: sources.slices, nodeName: o.nodeName },
     stop: () => {
       sources.stop();
+      serviceLB?.stop();
       controller.stop();
       kubernetes.stop();
     },

@@ -21,7 +21,9 @@ import type { RunningKubelet } from '../kubelet-lite/run.js';
 import { ObjectStore } from '../kubelet-lite/store.js';
 import type { Logger } from '../log.js';
 import { ApiBridge } from './api-bridge.js';
+import { ControllerEvents } from './controller-events.js';
 import { ControllerManager } from './controller-manager.js';
+import { EventWriter } from './events.js';
 import { StorageController } from './storage.js';
 
 export interface ControlPlaneOptions {
@@ -47,6 +49,9 @@ export class ControlPlane {
     private readonly collector: GarbageCollector,
     readonly controllers: ControllerManager,
     readonly storage: StorageController,
+    /** The controllers' and the scheduler's events (written to the store by `writer`). */
+    readonly events: ControllerEvents,
+    private readonly writer: EventWriter,
     objects: ObjectStore,
     private readonly log: Logger,
   ) {
@@ -67,14 +72,18 @@ export class ControlPlane {
     const client = localClient(store);
     const bridge = new ApiBridge({ store, client, objects, nodeName: opts.nodeName, log: opts.log });
     const storage = new StorageController({ client, nodeName: opts.nodeName, rootDir: opts.rootDir, log: opts.log });
+    const events = new ControllerEvents({ instance: `controller-manager-${opts.nodeName}` });
+    const writer = new EventWriter({ client, log: opts.log });
     try {
-      const controllers = await ControllerManager.create({ client, nodeName: opts.nodeName, log: opts.log, stateFile: path.join(opts.rootDir, 'controllers.json') });
+      await writer.start(events, (e) => events.isMine(e));
+      const controllers = await ControllerManager.create({ client, nodeName: opts.nodeName, log: opts.log, stateFile: path.join(opts.rootDir, 'controllers.json'), events });
       await bridge.start();
       // Before any client writes a claim: the default class is there for the DefaultStorageClass admission.
       await storage.start();
-      return new ControlPlane(store, !opts.store, bridge, collector, controllers, storage, objects, opts.log);
+      return new ControlPlane(store, !opts.store, bridge, collector, controllers, storage, events, writer, objects, opts.log);
     } catch (err) {
       await storage.stop();
+      writer.stop();
       bridge.stop();
       if (!opts.collector) collector.stop();
       if (!opts.store) store.close();
@@ -103,6 +112,7 @@ export class ControlPlane {
     this.unshow();
     await this.storage.stop();
     await this.controllers.stop();
+    this.writer.stop();
     this.bridge.stop();
     if (this.ownStore) {
       this.collector.stop();

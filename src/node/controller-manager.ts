@@ -23,11 +23,15 @@ import type { ApiObject, Obj } from '../api/types.js';
 import { canonicalJson, CREATE_BURST, controllerOf, isAvailable, isFinished, isReady, isTerminating, templateHash } from '../controllers/common.js';
 import { POD_TEMPLATE_HASH_LABEL, replicaSetName } from '../controllers/deployment.js';
 import { ControllerDriver } from '../controllers/driver.js';
+import { CONTROLLER_REVISION_HASH, planRevisions, type RevisionPlan } from '../controllers/history.js';
+import { reconcileReplicaSet } from '../controllers/replicaset.js';
+import { reconcileStatefulSet, type OwnerRef } from '../controllers/statefulset.js';
 import type { WorkloadStatus } from '../controllers/types.js';
 import { errorMessage } from '../errors.js';
 import { StateFile } from '../kubelet-lite/state-file.js';
 import { ThrottledWarning, type Logger } from '../log.js';
 import { API_SOURCE_FILE, type StoredObject } from '../stored-object.js';
+import type { ControllerEvents } from './controller-events.js';
 import { Informer } from './informer.js';
 
 export const REVISION_ANNOTATION = 'deployment.kubernetes.io/revision';
@@ -51,7 +55,12 @@ const RESOURCES = {
   jobs: 'jobs.batch',
   cronjobs: 'cronjobs.batch',
   replicasets: 'replicasets.apps',
+  statefulsets: 'statefulsets.apps',
+  controllerrevisions: 'controllerrevisions.apps',
+  replicationcontrollers: 'replicationcontrollers',
   pods: 'pods',
+  /** Served only once the node has the storage kinds: without them, a StatefulSet's claims wait (see claimsServed). */
+  pvcs: 'persistentvolumeclaims',
 } as const;
 type Res = keyof typeof RESOURCES;
 
@@ -65,6 +74,8 @@ export interface ControllerManagerOptions {
   stateFile?: string;
   now?: () => number;
   random?: () => number;
+  /** Where the controllers' events go (ScalingReplicaSet, SuccessfulCreate, Completed…); none: not recorded. */
+  events?: ControllerEvents;
 }
 
 const nsOf = (o: ApiObject) => o.metadata.namespace ?? 'default';
@@ -132,6 +143,10 @@ export class ControllerManager {
   private readonly fileOwned = new Map<string, string>();
   /** CronJob Jobs (namespace/name) seen in the API: one gone from there was deleted by someone. */
   private readonly madeJobs = new Set<string>();
+  /** The API serves PersistentVolumeClaims (a StatefulSet's volumeClaimTemplates can be made). */
+  private claimsServed = false;
+  private wakeTimer: NodeJS.Timeout | undefined;
+  private wakeAtMs: number | undefined;
 
   private constructor(opts: ControllerManagerOptions, savedState: unknown) {
     this.o = opts;
@@ -156,7 +171,11 @@ export class ControllerManager {
 
   /** Lists everything, then runs a first pass; from then on, a pass follows every change. */
   async start(): Promise<void> {
-    await Promise.all(Object.values(this.informers).map((i) => i.start()));
+    this.claimsServed = await this.o.client.list(RESOURCES.pvcs, { limit: 1 }).then(
+      () => true,
+      () => false,
+    );
+    await Promise.all(Object.entries(this.informers).filter(([k]) => k !== 'pvcs' || this.claimsServed).map(([, i]) => i.start()));
     this.started = true;
     this.schedule(0);
   }
@@ -164,6 +183,7 @@ export class ControllerManager {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
+    if (this.wakeTimer) clearTimeout(this.wakeTimer);
     for (const i of Object.values(this.informers)) i.stop();
     this.driver.stop();
     this.refused.flush();
@@ -230,7 +250,9 @@ export class ControllerManager {
     const reserved: string[] = [];
     for (const p of inf.pods.list()) {
       const ref = controllerRef(p);
-      if (ref && (ref.kind === 'ReplicaSet' || ref.kind === 'DaemonSet' || ref.kind === 'Job')) owned.push(p as unknown as Pod);
+      // A ReplicaSet no Deployment owns runs its own pods (syncReplicaSetsOfTheirOwn), as do StatefulSets and RCs.
+      const bare = ref?.kind === 'ReplicaSet' && this.isBareReplicaSet(nsOf(p), String(ref.name));
+      if (ref && !bare && (ref.kind === 'ReplicaSet' || ref.kind === 'DaemonSet' || ref.kind === 'Job')) owned.push(p as unknown as Pod);
       else reserved.push(`${nsOf(p)}/${nameOf(p)}`);
     }
     const out = this.driver.run(workloads, owned, reserved);
@@ -241,6 +263,10 @@ export class ControllerManager {
     await this.syncReplicaSets(read, out.pods, now);
     await this.syncPods(desired, owned);
     await this.writeStatuses(out.statuses, read);
+    await this.syncDaemonSetRevisions(read);
+    const budget = { pods: POD_BURST };
+    await this.syncStatefulSets(now, budget);
+    await this.syncReplicaSetsOfTheirOwn(now, budget);
     this.save();
     // What was written changes what the next pass sees (a ReplicaSet's pods, a Job's status): it runs until nothing is.
     if (this.writes > 0) this.again = true;
@@ -292,6 +318,7 @@ export class ControllerManager {
         };
         job = await this.write('jobs', () => this.o.client.create(RESOURCES.jobs, j.namespace, body));
         if (!job) continue;
+        this.o.events?.record(cron, 'Normal', 'SuccessfulCreate', `Created job ${j.name}`);
       }
       this.madeJobs.add(k);
       if (job.metadata.uid && j.uid !== job.metadata.uid) {
@@ -363,6 +390,7 @@ export class ControllerManager {
           if (isCurrent) maxRevision = revision;
           rs = await this.write('replicasets', () => this.o.client.create(RESOURCES.replicasets, ns, this.replicaSetBody(d, rsName, hash, t, want, revision, replicas, surge)));
           if (rs) mine.set(rsName, rs);
+          if (rs && want > 0) this.o.events?.record(d, 'Normal', 'ScalingReplicaSet', `Scaled up replica set ${rsName} from 0 to ${want}`);
           continue;
         }
         const annotations = { ...((rs.metadata.annotations as Record<string, string> | undefined) ?? {}) };
@@ -382,6 +410,8 @@ export class ControllerManager {
         if (rsSpec.replicas !== want || changed) {
           const got = await this.write('replicasets', () => this.o.client.update(RESOURCES.replicasets, ns, rsName, { ...rs!, metadata: { ...rs!.metadata, annotations }, spec: { ...rsSpec, replicas: want } }));
           if (got) mine.set(rsName, got);
+          const before = Number(rsSpec.replicas ?? 0);
+          if (got && before !== want) this.o.events?.record(d, 'Normal', 'ScalingReplicaSet', `Scaled ${want > before ? 'up' : 'down'} replica set ${rsName} from ${before} to ${want}`);
         }
       }
       await this.replicaSetStatuses(d, [...mine.values()], podsOf, now);
@@ -471,11 +501,12 @@ export class ControllerManager {
 
   /** Pods to make (bound to the node, owned by their ReplicaSet, DaemonSet or Job) and pods to delete. */
   private async syncPods(desired: Map<string, Pod>, owned: Pod[]): Promise<void> {
-    const uidOf = (kind: string, ns: string, name: string): string | undefined => {
+    const ownerOf = (kind: string, ns: string, name: string): ApiObject | undefined => {
       const inf = kind === 'ReplicaSet' ? this.informers.replicasets : kind === 'DaemonSet' ? this.informers.daemonsets : kind === 'Job' ? this.informers.jobs : undefined;
       const o = inf?.get(ns, name);
-      return o && !o.metadata.deletionTimestamp ? o.metadata.uid : undefined;
+      return o && !o.metadata.deletionTimestamp ? o : undefined;
     };
+    const uidOf = (kind: string, ns: string, name: string): string | undefined => ownerOf(kind, ns, name)?.metadata.uid;
     let made = 0;
     for (const [k, p] of desired) {
       if (this.informers.pods.items.has(k)) continue;
@@ -495,11 +526,17 @@ export class ControllerManager {
       // The first refusal (the store full, the namespace going) ends this pass's creations: the next pass tries again.
       if (!(await this.write('pods', () => this.o.client.create(RESOURCES.pods, ns, body)))) break;
       made++;
+      const owner = ownerOf(ref.kind, ns, ref.name);
+      if (owner) this.o.events?.record(owner, 'Normal', 'SuccessfulCreate', `Created pod: ${String(meta.name)}`);
     }
     for (const p of owned) {
-      const k = `${p.metadata?.namespace ?? 'default'}/${p.metadata?.name ?? ''}`;
+      const ns = p.metadata?.namespace ?? 'default';
+      const k = `${ns}/${p.metadata?.name ?? ''}`;
       if (desired.has(k) || isTerminating(p)) continue;
-      await this.remove('pods', p as unknown as ApiObject);
+      if (!(await this.remove('pods', p as unknown as ApiObject))) continue;
+      const ref = controllerRef(p as unknown as ApiObject);
+      const owner = ref ? ownerOf(String(ref.kind), ns, String(ref.name)) : undefined;
+      if (owner) this.o.events?.record(owner, 'Normal', 'SuccessfulDelete', `Deleted pod: ${p.metadata?.name ?? ''}`);
     }
   }
 
@@ -518,8 +555,211 @@ export class ControllerManager {
       const seen = read.get(`${w.kind}/${w.namespace}/${w.name}`);
       if ((w.kind === 'Deployment' || w.kind === 'DaemonSet') && seen) status.observedGeneration = seen.metadata.generation ?? 1;
       if (canonicalJson(current.status ?? {}) === canonicalJson(status)) continue;
-      await this.write(res, () => this.o.client.update(RESOURCES[res], w.namespace, w.name, { ...current, status }, { status: true }));
+      const got = await this.write(res, () => this.o.client.update(RESOURCES[res], w.namespace, w.name, { ...current, status }, { status: true }));
+      if (got && w.kind === 'Job') this.jobFinishedEvent(current, got);
     }
+  }
+
+  /** A Job that has just finished says so: Completed, or why it failed (BackoffLimitExceeded, DeadlineExceeded). */
+  private jobFinishedEvent(before: ApiObject, after: ApiObject): void {
+    const finished = (o: ApiObject) => (Array.isArray((o.status as Obj | undefined)?.conditions) ? ((o.status as Obj).conditions as Obj[]) : []).find((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
+    const now = finished(after);
+    if (!now || finished(before)) return;
+    if (now.type === 'Complete') this.o.events?.record(after, 'Normal', 'Completed', 'Job completed');
+    else this.o.events?.record(after, 'Warning', String(now.reason ?? 'Failed'), String(now.message ?? 'Job failed'));
+  }
+
+  // ------------------------------------------------------------ StatefulSets, ReplicaSets of their own, revisions
+
+  /** A ReplicaSet in the API that no Deployment controls: it runs its pods itself. */
+  private isBareReplicaSet(ns: string, name: string): boolean {
+    const rs = this.informers.replicasets.get(ns, name);
+    return !!rs && controllerRef(rs)?.kind !== 'Deployment';
+  }
+
+  /** Pods by the uid of their controller. */
+  private podsByController(): Map<string, Pod[]> {
+    const out = new Map<string, Pod[]>();
+    for (const p of this.informers.pods.list()) {
+      const uid = controllerRef(p)?.uid;
+      if (typeof uid !== 'string') continue;
+      const list = out.get(uid);
+      if (list) list.push(p as unknown as Pod);
+      else out.set(uid, [p as unknown as Pod]);
+    }
+    return out;
+  }
+
+  /** ControllerRevisions by the uid of their controller. */
+  private revisionsByController(): Map<string, ApiObject[]> {
+    const out = new Map<string, ApiObject[]>();
+    for (const r of this.informers.controllerrevisions.list()) {
+      const uid = controllerRef(r)?.uid;
+      if (typeof uid !== 'string' || r.metadata.deletionTimestamp) continue;
+      out.set(uid, [...(out.get(uid) ?? []), r]);
+    }
+    return out;
+  }
+
+  /** Writes a history plan: the new revision (labelled as the owner's pods are), renumbered ones, pruned ones. */
+  private async applyRevisionPlan(owner: ApiObject, plan: RevisionPlan, revisions: ApiObject[], template: Obj): Promise<void> {
+    const ns = nsOf(owner);
+    if (plan.create) {
+      const meta = isObj(template.metadata) ? template.metadata : {};
+      const body: Obj = {
+        apiVersion: 'apps/v1',
+        kind: 'ControllerRevision',
+        metadata: {
+          name: plan.create.name,
+          namespace: ns,
+          labels: { ...(isObj(meta.labels) ? meta.labels : {}), [CONTROLLER_REVISION_HASH]: plan.hash },
+          ownerReferences: [{ apiVersion: owner.apiVersion, kind: owner.kind, name: nameOf(owner), uid: owner.metadata.uid, controller: true, blockOwnerDeletion: true }],
+        },
+        data: plan.create.data,
+        revision: plan.create.revision,
+      };
+      await this.write('controllerrevisions', () => this.o.client.create(RESOURCES.controllerrevisions, ns, body));
+    }
+    for (const r of plan.renumber) {
+      const cur = revisions.find((x) => nameOf(x) === r.name);
+      if (cur) await this.write('controllerrevisions', () => this.o.client.update(RESOURCES.controllerrevisions, ns, r.name, { ...cur, revision: r.revision }));
+    }
+    for (const name of plan.prune) {
+      const cur = revisions.find((x) => nameOf(x) === name);
+      if (cur) await this.remove('controllerrevisions', cur);
+    }
+  }
+
+  private static revisionsOf(list: ApiObject[]): Array<{ name: string; revision: number; data: unknown }> {
+    return list.map((r) => ({ name: nameOf(r), revision: typeof r.revision === 'number' ? r.revision : 0, data: r.data }));
+  }
+
+  /** Every DaemonSet keeps its templates as ControllerRevisions `<ds>-<hash>` (the hash its pods are labelled with). */
+  private async syncDaemonSetRevisions(read: Map<string, ApiObject>): Promise<void> {
+    const byOwner = this.revisionsByController();
+    const pods = this.podsByController();
+    for (const ds of read.values()) {
+      if (ds.kind !== 'DaemonSet' || !ds.metadata.uid) continue;
+      const spec = (ds.spec ?? {}) as Obj;
+      const template = normalizedTemplate(spec.template) as Obj;
+      const mine = byOwner.get(ds.metadata.uid) ?? [];
+      const inUse = new Set<string>();
+      for (const p of pods.get(ds.metadata.uid) ?? []) {
+        const h = p.metadata?.labels?.[CONTROLLER_REVISION_HASH];
+        if (h) inUse.add(`${nameOf(ds)}-${h}`);
+      }
+      const limit = typeof spec.revisionHistoryLimit === 'number' ? spec.revisionHistoryLimit : 10;
+      const plan = planRevisions(nameOf(ds), template, ControllerManager.revisionsOf(mine).map((r) => ({ name: r.name, revision: r.revision, template: {} })), limit, inUse);
+      await this.applyRevisionPlan(ds, plan, mine, template);
+    }
+  }
+
+  /** The claims of a namespace (name → owner references), when the API serves claims. */
+  private claimsIn(ns: string): Map<string, OwnerRef[]> | undefined {
+    if (!this.claimsServed) return undefined;
+    const out = new Map<string, OwnerRef[]>();
+    for (const c of this.informers.pvcs.list()) {
+      if (nsOf(c) !== ns || c.metadata.deletionTimestamp) continue;
+      out.set(nameOf(c), ((c.metadata.ownerReferences ?? []) as unknown as OwnerRef[]).map((r) => ({ ...r })));
+    }
+    return out;
+  }
+
+  /** One step of each StatefulSet: its history, its claims, its pods in order, its status. */
+  private async syncStatefulSets(now: number, budget: { pods: number }): Promise<void> {
+    const byOwner = this.revisionsByController();
+    const pods = this.podsByController();
+    for (const set of this.informers.statefulsets.list()) {
+      if (set.metadata.deletionTimestamp || !set.metadata.uid) continue;
+      const ns = nsOf(set);
+      const stored = this.stored(set);
+      const spec = (stored.object as Obj).spec as Obj;
+      const mine = byOwner.get(set.metadata.uid) ?? [];
+      const out = reconcileStatefulSet({
+        set: { metadata: { name: nameOf(set), namespace: ns, uid: set.metadata.uid, generation: set.metadata.generation ?? 1 }, spec, status: isObj(set.status) ? set.status : {} },
+        pods: pods.get(set.metadata.uid) ?? [],
+        revisions: ControllerManager.revisionsOf(mine),
+        claims: this.claimsIn(ns),
+        nodeName: this.o.nodeName,
+        now,
+        burst: Math.max(0, Math.min(CREATE_BURST, budget.pods)),
+      });
+      await this.applyRevisionPlan(set, out.revisions, mine, isObj(spec.template) ? spec.template : {});
+      let claimsMade = true;
+      for (const c of out.createClaims) if (!(await this.write('pvcs', () => this.o.client.create(RESOURCES.pvcs, ns, c)))) claimsMade = false;
+      for (const c of out.claimOwners) {
+        const cur = this.informers.pvcs.get(ns, c.name);
+        if (cur) await this.write('pvcs', () => this.o.client.update(RESOURCES.pvcs, ns, c.name, { ...cur, metadata: { ...cur.metadata, ownerReferences: c.ownerReferences as unknown as Obj[] } }));
+      }
+      // A pod never starts without its claims: a claim refused now means the pods wait for the next pass.
+      for (const p of claimsMade ? out.createPods : []) {
+        if (budget.pods <= 0) break;
+        if (!(await this.write('pods', () => this.o.client.create(RESOURCES.pods, ns, p as unknown as Obj)))) break;
+        budget.pods--;
+        this.o.events?.record(set, 'Normal', 'SuccessfulCreate', `create Pod ${p.metadata?.name ?? ''} in StatefulSet ${nameOf(set)} successful`);
+      }
+      if (out.createPods.length > 0 && budget.pods <= 0) this.retrySoon();
+      for (const p of out.deletePods) {
+        if (await this.remove('pods', p as unknown as ApiObject)) this.o.events?.record(set, 'Normal', 'SuccessfulDelete', `delete Pod ${p.metadata?.name ?? ''} in StatefulSet ${nameOf(set)} successful`);
+      }
+      if (out.requeueAt !== undefined) this.wakeAt(out.requeueAt, now);
+      await this.writeStatus('statefulsets', set, out.status);
+    }
+  }
+
+  /** ReplicaSets no Deployment owns, and ReplicationControllers: the ReplicaSet controller's pods and status. */
+  private async syncReplicaSetsOfTheirOwn(now: number, budget: { pods: number }): Promise<void> {
+    const pods = this.podsByController();
+    const taken = new Set(this.informers.pods.items.keys());
+    const owners: Array<[Res, ApiObject]> = [
+      ...this.informers.replicasets.list().filter((rs) => controllerRef(rs)?.kind !== 'Deployment').map((rs): [Res, ApiObject] => ['replicasets', rs]),
+      ...this.informers.replicationcontrollers.list().map((rc): [Res, ApiObject] => ['replicationcontrollers', rc]),
+    ];
+    for (const [res, o] of owners) {
+      if (o.metadata.deletionTimestamp || !o.metadata.uid) continue;
+      const ns = nsOf(o);
+      const spec = (this.stored(o).object as Obj).spec as Obj;
+      const out = reconcileReplicaSet({
+        owner: { apiVersion: o.apiVersion, kind: o.kind as 'ReplicaSet' | 'ReplicationController', name: nameOf(o), namespace: ns, uid: o.metadata.uid, generation: o.metadata.generation ?? 1 },
+        spec,
+        pods: pods.get(o.metadata.uid) ?? [],
+        nodeName: this.o.nodeName,
+        now,
+        random: this.o.random ?? Math.random,
+        taken,
+        burst: Math.max(0, Math.min(CREATE_BURST, budget.pods)),
+      });
+      for (const p of out.createPods) {
+        if (!(await this.write('pods', () => this.o.client.create(RESOURCES.pods, ns, p as unknown as Obj)))) break;
+        budget.pods--;
+        this.o.events?.record(o, 'Normal', 'SuccessfulCreate', `Created pod: ${p.metadata?.name ?? ''}`);
+      }
+      if (out.more) this.retrySoon();
+      for (const p of out.deletePods) {
+        if (await this.remove('pods', p as unknown as ApiObject)) this.o.events?.record(o, 'Normal', 'SuccessfulDelete', `Deleted pod: ${p.metadata?.name ?? ''}`);
+      }
+      if (out.requeueAt !== undefined) this.wakeAt(out.requeueAt, now);
+      await this.writeStatus(res, o, out.status);
+    }
+  }
+
+  private async writeStatus(res: Res, o: ApiObject, status: Obj): Promise<void> {
+    const current = this.informers[res].get(nsOf(o), nameOf(o)) ?? o;
+    if (canonicalJson(current.status ?? {}) === canonicalJson(status)) return;
+    await this.write(res, () => this.o.client.update(RESOURCES[res], nsOf(o), nameOf(o), { ...current, status }, { status: true }));
+  }
+
+  /** A pass at `at` (a pod becoming available after minReadySeconds). */
+  private wakeAt(at: number, now: number): void {
+    if (this.wakeTimer && this.wakeAtMs !== undefined && this.wakeAtMs <= at) return;
+    if (this.wakeTimer) clearTimeout(this.wakeTimer);
+    this.wakeAtMs = at;
+    this.wakeTimer = setTimeout(() => {
+      this.wakeTimer = undefined;
+      this.wakeAtMs = undefined;
+      this.schedule();
+    }, Math.max(0, at - now) + 5);
+    this.wakeTimer.unref();
   }
 
   // ------------------------------------------------------------ writes
@@ -544,17 +784,19 @@ export class ControllerManager {
     }
   }
 
-  /** Deleted (gracefully, for pods); one that is the manifest files' is left as its file says. */
-  private async remove(res: Res, o: ApiObject): Promise<void> {
-    if (this.stopped) return;
+  /** Deleted (gracefully, for pods); one that is the manifest files' is left as its file says. Whether it was. */
+  private async remove(res: Res, o: ApiObject): Promise<boolean> {
+    if (this.stopped) return false;
     try {
       const r = await this.o.client.delete(RESOURCES[res], nsOf(o), nameOf(o), { uid: o.metadata.uid });
       this.writes++;
       if (r.removed) this.informers[res].removed(r.object);
       else this.informers[res].wrote(r.object);
+      return true;
     } catch (err) {
-      if (err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict')) return;
+      if (err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict')) return false;
       this.o.log.debug('the workload controllers could not delete an object', { resource: RESOURCES[res], name: nameOf(o), error: errorMessage(err) });
+      return false;
     }
   }
 

@@ -26,6 +26,12 @@ export interface EventWriterOptions {
   sweepEveryMs?: number;
 }
 
+/** The kubelet's events from the node named `host` (those an EventWriter over its recorder wrote). */
+export const isKubeletEventOf = (e: Obj, host: string): boolean => {
+  const source = e.source as Obj | undefined;
+  return source?.component === 'kubelet' && source.host === host;
+};
+
 export class EventWriter {
   /** namespace/name → when it last happened (ms), oldest-updated first. */
   private readonly written = new Map<string, number>();
@@ -39,15 +45,18 @@ export class EventWriter {
     this.now = o.now ?? Date.now;
   }
 
-  /** `host`: the node's name, whose earlier events (from before a restart) are swept as they expire too. */
-  async start(source: EventSource, host: string): Promise<void> {
+  /**
+   * `mine`: which events in the API this writer wrote before a restart (the
+   * kubelet's: source.host is the node), swept as they expire too.
+   */
+  async start(source: EventSource, mine: (e: Obj) => boolean): Promise<void> {
     this.stopWatch = source.watch((_type, e) => this.enqueue(e));
-    const { items } = await this.o.client.list('events', { fieldSelector: 'source=kubelet' }).catch(() => ({ items: [] }));
-    const mine = items
-      .filter((e) => (e.source as Obj | undefined)?.host === host)
+    const { items } = await this.o.client.list('events').catch(() => ({ items: [] }));
+    const earlier = items
+      .filter((e) => mine(e))
       .map((e) => ({ k: `${e.metadata.namespace}/${e.metadata.name}`, at: Date.parse(String(e.lastTimestamp ?? '')) || 0 }))
       .sort((a, b) => a.at - b.at);
-    for (const { k, at } of mine) if (!this.written.has(k)) this.written.set(k, at);
+    for (const { k, at } of earlier) if (!this.written.has(k)) this.written.set(k, at);
     this.sweep();
     this.sweeper = setInterval(() => this.sweep(), this.o.sweepEveryMs ?? 60_000);
     this.sweeper.unref();

@@ -24,6 +24,7 @@ export interface LevelLoopOptions {
 export class LevelLoop {
   private stops: Array<() => void> = [];
   private timer: NodeJS.Timeout | undefined;
+  private dueAt = 0;
   private running: Promise<void> | undefined;
   private again = false;
   private stopped = false;
@@ -60,7 +61,11 @@ export class LevelLoop {
       this.again = true;
       return;
     }
-    if (this.timer) return;
+    const due = Date.now() + delayMs;
+    // The periodic resync's timer must not hold back a change's sooner one.
+    if (this.timer && this.dueAt <= due) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.dueAt = due;
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.run();

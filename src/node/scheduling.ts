@@ -10,6 +10,9 @@
  *   kinds/placement.ts); once the node takes it, it is bound here
  *   (spec.nodeName set, PodScheduled=True) and the agent runs it.
  *
+ * Each pod placed here (at its creation, or bound later) gets the
+ * scheduler's `Scheduled` event, once.
+ *
  * Over the ApiClient only. NodeReporter writes the Node's status, never its
  * spec; this writes the spec, never the status.
  */
@@ -20,6 +23,7 @@ import { timestamp } from '../api/store.js';
 import type { ApiObject, Obj } from '../api/types.js';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
+import type { ControllerEvents } from './controller-events.js';
 import { LevelLoop } from './level-loop.js';
 
 export interface NodeSchedulingOptions {
@@ -27,6 +31,8 @@ export interface NodeSchedulingOptions {
   nodeName: string;
   log: Logger;
   now?: () => number;
+  /** Where the scheduler's `Scheduled` events go; none: not recorded. */
+  events?: ControllerEvents;
 }
 
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -46,9 +52,14 @@ export function cordonTaints(node: ApiObject, nowMs: number): Obj[] | undefined 
 export class NodeScheduling {
   private readonly loop: LevelLoop;
   private readonly now: () => number;
+  /** The pods whose Scheduled event is written (uids of pods still on the node). */
+  private announced = new Set<string>();
+  /** Pods created before this (before a restart) were announced by the node's earlier run. */
+  private readonly since: number;
 
   constructor(private readonly o: NodeSchedulingOptions) {
     this.now = o.now ?? Date.now;
+    this.since = this.now() - 1000;
     this.loop = new LevelLoop({ client: o.client, resources: ['nodes', 'pods'], sync: () => this.sync(), log: o.log, name: 'the node\'s scheduling', everyMs: 30_000 });
   }
 
@@ -79,11 +90,31 @@ export class NodeScheduling {
         return;
       }
     }
+    if (this.o.events) await this.announce();
     const unbound = (await client.list('pods', { fieldSelector: 'spec.nodeName=' })).items.filter((p) => !p.metadata.deletionTimestamp);
     for (const pod of unbound) {
       if (placementRefusal(node, pod) !== undefined) continue;
       await this.bind(pod).catch((err) => this.o.log.warn('could not bind a pod to the node', { pod: `${pod.metadata.namespace}/${pod.metadata.name}`, error: errorMessage(err) }));
     }
+  }
+
+  /** The Scheduled event for each pod newly placed on the node. */
+  private async announce(): Promise<void> {
+    const placed = (await this.o.client.list('pods', { fieldSelector: `spec.nodeName=${this.o.nodeName}` })).items;
+    const still = new Set<string>();
+    for (const pod of placed) {
+      const uid = String(pod.metadata.uid);
+      still.add(uid);
+      if (this.announced.has(uid)) continue;
+      this.announced.add(uid);
+      const created = Date.parse(String(pod.metadata.creationTimestamp ?? ''));
+      if (!(created >= this.since) || pod.metadata.deletionTimestamp) continue;
+      // Dated when it happened (the pod was placed as it was made, or bound later: its PodScheduled time), so it sorts before the kubelet's.
+      const scheduled = (Array.isArray((pod.status as Obj | undefined)?.conditions) ? ((pod.status as Obj).conditions as Obj[]) : []).find((c) => c.type === 'PodScheduled');
+      const at = Date.parse(String(scheduled?.lastTransitionTime ?? '')) || created;
+      this.o.events!.record({ ...pod, apiVersion: 'v1', kind: 'Pod' }, 'Normal', 'Scheduled', `Successfully assigned ${pod.metadata.namespace}/${pod.metadata.name} to ${this.o.nodeName}`, at);
+    }
+    this.announced = new Set([...this.announced].filter((u) => still.has(u)));
   }
 
   /** What pods/binding does: the node set once, the PodScheduled condition True. */

@@ -3,13 +3,13 @@
  * 4.1.4). dns-packet writes every name in full, so a headless Service's
  * answer repeats `<svc>.<ns>.svc.<zone>` once per record and 150 endpoints
  * no longer fit a 4096-byte EDNS buffer. Only what the server answers is
- * written here (A, AAAA, SRV, PTR, TXT, SOA, OPT); forwarded answers pass
+ * written here (A, AAAA, CNAME, SRV, PTR, TXT, SOA, OPT); forwarded answers pass
  * through as the upstream sent them.
  */
 import net from 'node:net';
 import dnsPacket, { type Answer, type Packet } from 'dns-packet';
 
-const TYPE = { A: 1, NS: 2, SOA: 6, PTR: 12, TXT: 16, AAAA: 28, SRV: 33, OPT: 41 } as const;
+const TYPE = { A: 1, NS: 2, CNAME: 5, SOA: 6, PTR: 12, TXT: 16, AAAA: 28, SRV: 33, OPT: 41 } as const;
 const CLASS_IN = 1;
 /** A pointer holds 14 bits: names written past this offset cannot be pointed at. */
 const MAX_POINTER = 0x3fff;
@@ -172,6 +172,7 @@ function record(w: Writer, a: Answer): void {
         return;
       case 'PTR':
       case 'NS':
+      case 'CNAME':
         w.name(data as string);
         return;
       case 'SRV': {

@@ -109,7 +109,11 @@ export function decide(q: Packet, view: DnsView, domain: string, zone: ZoneOptio
   const any = wanted === 'ANY' || wanted === '*';
   const answers: Answer[] = [];
   const additionals: Answer[] = [];
-  const rr = (type: 'A' | 'PTR' | 'TXT', data: string) => ({ type, name: question.name, ttl: TTL, class: 'IN', data }) as Answer;
+  const rr = (type: 'A' | 'PTR' | 'TXT' | 'CNAME', data: string) => ({ type, name: question.name, ttl: TTL, class: 'IN', data }) as Answer;
+  if (found.cname) {
+    // An ExternalName Service: its name is an alias, whatever type is asked; the client's resolver follows it (CoreDNS answers so).
+    return { kind: 'answer', packet: reply(q, RCODE.NOERROR, [rr('CNAME', found.cname)]) };
+  }
   if (wanted === 'A' || any) for (const ip of found.a) answers.push(rr('A', ip));
   if (wanted === 'PTR' || any) for (const target of found.ptr) answers.push(rr('PTR', target));
   if (wanted === 'TXT' || any) for (const text of found.txt) answers.push(rr('TXT', text));
@@ -129,6 +133,8 @@ export function decide(q: Packet, view: DnsView, domain: string, zone: ZoneOptio
 }
 
 interface Found {
+  /** An ExternalName Service's target: the name is a CNAME, with no records of its own. */
+  cname?: string;
   a: string[];
   srv: Array<{ port: number; target: string; ips: string[] }>;
   ptr: string[];
@@ -235,6 +241,7 @@ function lookup(labels: string[], view: DnsView, zone: string, pods: PodRecords)
   const svc = servicesOf(view).byName.get(`${ns}/${svcName}`);
   if (!svc) return undefined;
   const svcFqdn = `${svcName}.${ns}.svc.${zone}`;
+  if (svc.externalName !== undefined) return svcLabelIndex === 0 ? { ...NONE, cname: svc.externalName } : undefined;
   const endpoints = svc.headless ? headlessEndpoints(svc, view) : [];
   // A headless Service without ready endpoints has no records, so its name does not exist (the
   // spec's SHOULD for A), and no name below it does either (RFC 8020): NXDOMAIN for every type.

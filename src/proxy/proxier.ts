@@ -15,6 +15,7 @@ import { Iptables, jumpInsertLine, type CommandRunner } from './iptables.js';
 import { assemble, assembleFullSplit, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
 import { Allocator, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
 import type { EndpointSliceSource, PodSource, ServiceSource } from './sources.js';
+import type { HealthCheckTarget, ServiceHealthServer } from './health-check.js';
 
 export interface ProxyMetrics {
   observeSync(seconds: number, full: boolean, rules: number): void;
@@ -66,6 +67,8 @@ export interface ProxierOptions {
   log: Logger;
   metrics?: ProxyMetrics;
   now?: () => number;
+  /** Serves LoadBalancer Services' health-check node ports (externalTrafficPolicy Local), kept in step with each sync. */
+  healthChecks?: ServiceHealthServer;
 }
 
 export interface SyncResult {
@@ -257,6 +260,7 @@ export class Proxier implements ServiceView {
     const full = this.needFull;
     try {
       const r = await this.syncOnce(full);
+      await this.syncHealthChecks();
       return { ...r, ms: performance.now() - t0 };
     } catch (err) {
       this.needFull = true;
@@ -395,6 +399,20 @@ export class Proxier implements ServiceView {
     this.opts.log.debug('proxy rules synced', { full, services: services.length, changed: changed.size, stale: stale.length, rules: ruleset.rulesWritten, ms: Math.round(performance.now() - t0) });
     await this.clearStaleUdp(previous, next);
     return { full, rulesWritten: ruleset.rulesWritten, bytes: ruleset.bytes, restores: restores.length };
+  }
+
+  /** Each health-checked Service's count of this node's ready endpoints, as kube-proxy reports them. */
+  private async syncHealthChecks(): Promise<void> {
+    const hc = this.opts.healthChecks;
+    if (!hc) return;
+    const targets: HealthCheckTarget[] = [];
+    for (const svc of this.lastServices) {
+      if (svc.healthCheckNodePort === undefined) continue;
+      const local = new Set<string>();
+      for (const sp of svc.ports) for (const e of this.applied.get(sp.key)?.endpoints ?? []) if (e.local && !e.terminating) local.add(e.ip);
+      targets.push({ namespace: svc.namespace, name: svc.name, port: svc.healthCheckNodePort, localEndpoints: local.size });
+    }
+    await hc.sync(targets);
   }
 
   /**

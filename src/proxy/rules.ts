@@ -16,8 +16,9 @@ export const KUBE_FORWARD = 'KUBE-FORWARD';
 export const KUBE_NODEPORTS = 'KUBE-NODEPORTS';
 export const KUBE_POSTROUTING = 'KUBE-POSTROUTING';
 export const KUBE_MARK_MASQ = 'KUBE-MARK-MASQ';
+export const KUBE_PROXY_FIREWALL = 'KUBE-PROXY-FIREWALL';
 
-export const FILTER_CHAINS = [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD] as const;
+export const FILTER_CHAINS = [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_PROXY_FIREWALL] as const;
 export const NAT_CHAINS = [KUBE_SERVICES, KUBE_NODEPORTS, KUBE_POSTROUTING, KUBE_MARK_MASQ] as const;
 
 /** A per-service chain this proxy (or kube-proxy) makes; anything else in a table is left alone. */
@@ -32,6 +33,10 @@ export interface Jump {
 
 const NEW = ['-m', 'conntrack', '--ctstate', 'NEW'];
 export const JUMPS: Jump[] = [
+  // A load balancer's source ranges: what its KUBE-FW chain did not send on still has the balancer's address, and is dropped here.
+  { table: 'filter', chain: 'INPUT', args: [...NEW, '-m', 'comment', '--comment', 'kubernetes load balancer firewall', '-j', KUBE_PROXY_FIREWALL] },
+  { table: 'filter', chain: 'FORWARD', args: [...NEW, '-m', 'comment', '--comment', 'kubernetes load balancer firewall', '-j', KUBE_PROXY_FIREWALL] },
+  { table: 'filter', chain: 'OUTPUT', args: [...NEW, '-m', 'comment', '--comment', 'kubernetes load balancer firewall', '-j', KUBE_PROXY_FIREWALL] },
   { table: 'filter', chain: 'INPUT', args: [...NEW, '-m', 'comment', '--comment', 'kubernetes externally-visible service portals', '-j', KUBE_EXTERNAL_SERVICES] },
   { table: 'filter', chain: 'FORWARD', args: [...NEW, '-m', 'comment', '--comment', 'kubernetes externally-visible service portals', '-j', KUBE_EXTERNAL_SERVICES] },
   { table: 'filter', chain: 'FORWARD', args: [...NEW, '-m', 'comment', '--comment', 'kubernetes service portals', '-j', KUBE_SERVICES] },
@@ -70,6 +75,7 @@ const proto = (sp: ServicePortInfo) => sp.protocol.toLowerCase();
 export const svcChain = (sp: ServicePortInfo) => `KUBE-SVC-${chainHash(sp.key + proto(sp))}`;
 export const svlChain = (sp: ServicePortInfo) => `KUBE-SVL-${chainHash(sp.key + proto(sp))}`;
 export const extChain = (sp: ServicePortInfo) => `KUBE-EXT-${chainHash(sp.key + proto(sp))}`;
+export const fwChain = (sp: ServicePortInfo) => `KUBE-FW-${chainHash(sp.key + proto(sp))}`;
 export const sepChain = (sp: ServicePortInfo, ep: Endpoint) => `KUBE-SEP-${chainHash(sp.key + proto(sp) + `${ep.ip}:${ep.port}`)}`;
 
 export interface RenderOptions {
@@ -84,7 +90,7 @@ export interface PortRules {
   natServices: string[];
   /** nat KUBE-NODEPORTS rules. */
   natNodePorts: string[];
-  /** filter rules (KUBE-SERVICES / KUBE-EXTERNAL-SERVICES): REJECT or DROP. */
+  /** filter rules (KUBE-SERVICES / KUBE-EXTERNAL-SERVICES / KUBE-PROXY-FIREWALL): REJECT or DROP. */
   filter: string[];
   /** The port's own nat chains, in order, and their rules. */
   chains: string[];
@@ -116,7 +122,8 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
   const name = sp.key;
   const match = `-m ${p} -p ${p}`;
   const { cluster: clusterEps, local: localEps, any: hasEndpoints } = categorizeEndpoints(endpoints);
-  const externallyAccessible = sp.nodePort !== undefined;
+  const lbIPs = sp.loadBalancerIPs ?? [];
+  const externallyAccessible = sp.nodePort !== undefined || lbIPs.length > 0;
   const externalLocal = externallyAccessible && sp.externalLocal;
   const usesCluster = hasEndpoints && (!sp.internalLocal || externallyAccessible);
   const usesLocal = localEps.length > 0 && (sp.internalLocal || externalLocal);
@@ -124,6 +131,8 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
   const svc = `KUBE-SVC-${h}`;
   const svl = `KUBE-SVL-${h}`;
   const ext = `KUBE-EXT-${h}`;
+  const fw = `KUBE-FW-${h}`;
+  const firewalled = lbIPs.length > 0 && (sp.sourceRanges?.length ?? 0) > 0;
   const seps = new Map<Endpoint, string>();
   const sepOf = (ep: Endpoint) => {
     let c = seps.get(ep);
@@ -159,6 +168,13 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
   } else {
     out.filter.push(`-A KUBE-SERVICES -m comment --comment ${internalComment} ${match} ${dst} -j ${internalTarget}`);
   }
+  // A load balancer's addresses (here: the node's, as ServiceLB gives them) lead to the external chain, through its firewall when it has source ranges.
+  for (const ip of lbIPs) {
+    const lbDst = `-d ${ip} --dport ${sp.port}`;
+    if (hasEndpoints) out.natServices.push(`-A KUBE-SERVICES -m comment --comment ${q(`${name} loadbalancer IP`)} ${match} ${lbDst} -j ${firewalled ? fw : ext}`);
+    if (!hasExternal) out.filter.push(`-A KUBE-EXTERNAL-SERVICES -m comment --comment ${externalComment} ${match} ${lbDst} -j ${externalTarget}`);
+    else if (firewalled) out.filter.push(`-A KUBE-PROXY-FIREWALL -m comment --comment ${q(`${name} traffic not accepted by ${fw}`)} ${match} ${lbDst} -j DROP`);
+  }
   if (sp.nodePort !== undefined) {
     if (hasEndpoints) out.natNodePorts.push(`-A KUBE-NODEPORTS -m comment --comment ${name} ${match} --dport ${sp.nodePort} -j ${ext}`);
     if (!hasExternal) {
@@ -172,6 +188,7 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
   if (usesCluster) declare(svc);
   if (usesLocal) declare(svl);
   if (hasEndpoints && externallyAccessible) declare(ext);
+  if (hasEndpoints && firewalled) declare(fw);
 
   if (hasInternal) {
     // Traffic to the cluster IP from outside the pod network (the node itself, other hosts) is masqueraded.
@@ -186,6 +203,10 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
       rules.push(`-A ${ext} -m comment --comment ${q(`route LOCAL traffic for ${name} external destinations`)} -m addrtype --src-type LOCAL -j ${svc}`);
     }
     if (hasExternal) rules.push(`-A ${ext} -j ${externalPolicyChain}`);
+  }
+  if (hasEndpoints && firewalled) {
+    for (const range of sp.sourceRanges!) rules.push(`-A ${fw} -m comment --comment ${q(`${name} loadbalancer IP`)} -s ${range} -j ${ext}`);
+    rules.push(`-A ${fw} -m comment --comment ${q(`other traffic to ${name} will be dropped by KUBE-PROXY-FIREWALL`)}`);
   }
   if (usesCluster) writeBalancing(rules, sp, svc, clusterEps, sepOf);
   if (usesLocal) writeBalancing(rules, sp, svl, localEps, sepOf);

@@ -7,6 +7,7 @@
 import { createHash } from 'node:crypto';
 import type { Service, ServicePort } from 'kubernetes-types/core/v1.js';
 import type { StoredObject } from '../stored-object.js';
+import { applyServiceDefaults, serviceErrors } from './service-validation.js';
 
 export type Protocol = 'TCP' | 'UDP' | 'SCTP';
 
@@ -25,6 +26,10 @@ export interface ServicePortInfo {
   nodePort?: number;
   /** Seconds of ClientIP affinity; undefined without affinity. */
   affinitySeconds?: number;
+  /** A LoadBalancer's addresses (its status's ingress IPs): the port is answered there too (KUBE-EXT). */
+  loadBalancerIPs?: string[];
+  /** A LoadBalancer's loadBalancerSourceRanges, normalised: only these sources reach it through its addresses (KUBE-FW). */
+  sourceRanges?: string[];
   externalLocal: boolean;
   internalLocal: boolean;
 }
@@ -34,6 +39,11 @@ export interface ServiceInfo {
   namespace: string;
   name: string;
   uid: string;
+  type: ServiceType;
+  /** An ExternalName Service's name, without a trailing dot: DNS answers a CNAME to it; it has no ports or address. */
+  externalName?: string;
+  /** A LoadBalancer with externalTrafficPolicy Local: where its health is answered over HTTP (kube-proxy's health-check server). */
+  healthCheckNodePort?: number;
   /** Equality selector; undefined = no selector (no endpoints are computed). */
   selector?: Record<string, string>;
   headless: boolean;
@@ -93,95 +103,84 @@ function hash32(s: string): number {
 
 // ---------------------------------------------------------------- parsing
 
-function parsePort(svcKey: string, p: ServicePort, single: boolean): ServicePortInfo | string {
-  const protocol = (p.protocol ?? 'TCP') as string;
-  if (protocol !== 'TCP' && protocol !== 'UDP' && protocol !== 'SCTP') return `port ${p.name ?? p.port}: protocol "${protocol}" is not TCP, UDP or SCTP`;
-  if (!Number.isInteger(p.port) || p.port < 1 || p.port > 65535) return `port ${p.name ?? ''}: port ${String(p.port)} is not 1-65535`;
-  if (!single && !p.name) return `port ${p.port}: every port of a Service with several ports needs a name`;
-  if (p.name !== undefined && (typeof p.name !== 'string' || !/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(p.name) || p.name.length > 63)) return `port name "${String(p.name)}" is not a DNS label`;
-  let targetPort: number | string = p.port;
-  if (p.targetPort !== undefined) {
-    if (typeof p.targetPort === 'number') {
-      if (!Number.isInteger(p.targetPort) || p.targetPort < 1 || p.targetPort > 65535) return `port ${p.name ?? p.port}: targetPort ${p.targetPort} is not 1-65535`;
-      targetPort = p.targetPort;
-    } else if (typeof p.targetPort === 'string' && /^\d+$/.test(p.targetPort)) {
-      targetPort = Number(p.targetPort);
-    } else if (typeof p.targetPort === 'string' && /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(p.targetPort) && p.targetPort.length <= 15) {
-      targetPort = p.targetPort;
-    } else {
-      return `port ${p.name ?? p.port}: targetPort "${String(p.targetPort)}" is neither a number nor a port name`;
-    }
-  }
-  if (p.nodePort !== undefined && (!Number.isInteger(p.nodePort) || p.nodePort < 0)) return `port ${p.name ?? p.port}: nodePort ${String(p.nodePort)} is not a number`;
+function parsePort(svcKey: string, p: ServicePort): ServicePortInfo {
   const portName = p.name ?? '';
+  const tp = p.targetPort;
   return {
     key: portName ? `${svcKey}:${portName}` : svcKey,
     namespace: '',
     name: '',
     portName,
-    protocol,
+    protocol: (p.protocol ?? 'TCP') as Protocol,
     port: p.port,
-    targetPort,
+    targetPort: typeof tp === 'string' && /^\d+$/.test(tp) ? Number(tp) : (tp ?? p.port),
     nodePort: p.nodePort || undefined,
     externalLocal: false,
     internalLocal: false,
   };
 }
 
+export type ServiceType = 'ClusterIP' | 'NodePort' | 'LoadBalancer' | 'ExternalName';
+
 interface Parsed {
   info: ServiceInfo;
-  type: 'ClusterIP' | 'NodePort';
+  type: ServiceType;
   /** The clusterIP asked for in the spec; '' for none. */
   wantIP: string;
+  /** Node ports are given (or allocated) for its ports. */
+  nodePorts: boolean;
+  /** It has a health-check node port: the spec's (the API allocated it), else one allocated here (a manifest file's). */
+  healthCheck: boolean;
 }
 
+/** The allocator's key for a Service's health-check node port (TCP, as kube-proxy serves it). */
+const hcKey = (service: string) => `${service}#health-check/TCP`;
+
+/** At most this many reasons of one Service are reported (a hostile one may have thousands). */
+const MAX_REASONS = 5;
+
 function parseService(obj: StoredObject): Parsed | string {
-  const svc = obj.object as Service;
-  const spec = svc.spec ?? {};
+  // Validated as the API server validates it, on a defaulted copy: a file gets what kubectl apply would.
+  const svc = structuredClone(obj.object as Service) as Service & Record<string, unknown>;
+  if (typeof svc.spec !== 'object' || svc.spec === null) svc.spec = {};
+  applyServiceDefaults(svc.spec as Record<string, unknown>);
+  const errs = serviceErrors({ ...svc, metadata: { ...(svc.metadata ?? {}), name: obj.name, namespace: obj.namespace } }, { metadata: true });
+  if (errs.length > 0) {
+    const shown = errs.slice(0, MAX_REASONS).map((e) => `${e.field}: ${e.message}`);
+    if (errs.length > MAX_REASONS) shown.push(`and ${errs.length - MAX_REASONS} more`);
+    return shown.join('; ');
+  }
+  const spec = svc.spec;
   const key = `${obj.namespace}/${obj.name}`;
-  const type = spec.type ?? 'ClusterIP';
-  if (type !== 'ClusterIP' && type !== 'NodePort') return `type ${type} is not supported (ClusterIP and NodePort are)`;
-  const rawPorts = Array.isArray(spec.ports) ? spec.ports : [];
+  const type = spec.type as ServiceType;
   const wantIP = spec.clusterIP ?? '';
-  const headless = wantIP === 'None';
-  if (rawPorts.length === 0 && !headless) return 'a Service needs at least one port';
-  if (headless && type === 'NodePort') return 'a headless Service (clusterIP: None) cannot be a NodePort';
+  const externalName = type === 'ExternalName' ? spec.externalName!.replace(/\.$/, '') : undefined;
+  const headless = wantIP === 'None' || type === 'ExternalName';
+  const nodePorts = type === 'NodePort' || (type === 'LoadBalancer' && spec.allocateLoadBalancerNodePorts !== false);
+  // ServiceLB's addresses, as kube-proxy reads a load balancer's: its status's ingress IPs (ipMode Proxy ones are the balancer's own).
+  const lbIPs = type === 'LoadBalancer' ? [...new Set((svc.status?.loadBalancer?.ingress ?? []).filter((i) => i.ip && ipToInt(i.ip) !== undefined && i.ipMode !== 'Proxy').map((i) => i.ip!))] : [];
+  const sourceRanges = type === 'LoadBalancer' ? [...new Set((spec.loadBalancerSourceRanges ?? []).map((r) => parseCidr(r.trim())!.text))] : [];
   const ports: ServicePortInfo[] = [];
-  const seen = new Set<string>();
-  for (const p of rawPorts) {
-    const r = parsePort(key, p, rawPorts.length === 1);
-    if (typeof r === 'string') return r;
-    const dup = `${r.port}/${r.protocol}`;
-    if (seen.has(dup) || seen.has(`name:${r.portName}`)) return `port ${r.portName || r.port}: duplicate port or name`;
-    seen.add(dup);
-    seen.add(`name:${r.portName}`);
+  for (const p of type === 'ExternalName' ? [] : (spec.ports ?? [])) {
+    const r = parsePort(key, p);
     r.namespace = obj.namespace;
     r.name = obj.name;
-    if (type !== 'NodePort') r.nodePort = undefined;
-    if (spec.sessionAffinity === 'ClientIP') {
-      const t = spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? DEFAULT_AFFINITY_SECONDS;
-      if (!Number.isInteger(t) || t < 1 || t > 86400) return `sessionAffinityConfig.clientIP.timeoutSeconds ${String(t)} is not 1-86400`;
-      r.affinitySeconds = t;
-    } else if (spec.sessionAffinity !== undefined && spec.sessionAffinity !== 'None') {
-      return `sessionAffinity "${String(spec.sessionAffinity)}" is not None or ClientIP`;
-    }
-    r.externalLocal = type === 'NodePort' && spec.externalTrafficPolicy === 'Local';
+    // A node port a spec names but this type does not take was refused above; one left from another type is not kept.
+    if (!nodePorts) r.nodePort = undefined;
+    if (spec.sessionAffinity === 'ClientIP') r.affinitySeconds = spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? DEFAULT_AFFINITY_SECONDS;
+    r.externalLocal = (type === 'NodePort' || type === 'LoadBalancer') && spec.externalTrafficPolicy === 'Local';
     r.internalLocal = spec.internalTrafficPolicy === 'Local';
+    if (lbIPs.length) r.loadBalancerIPs = lbIPs;
+    if (sourceRanges.length) r.sourceRanges = sourceRanges;
     ports.push(r);
   }
   let selector: Record<string, string> | undefined;
-  if (spec.selector && typeof spec.selector === 'object' && Object.keys(spec.selector).length > 0) {
-    selector = {};
-    for (const [k, v] of Object.entries(spec.selector)) {
-      if (typeof v !== 'string') return `selector ${k}: value is not a string`;
-      selector[k] = v;
-    }
-  }
-  return {
-    info: { namespace: obj.namespace, name: obj.name, uid: obj.uid, selector, headless, publishNotReady: spec.publishNotReadyAddresses === true, ports },
-    type,
-    wantIP: headless ? '' : wantIP,
-  };
+  if (spec.selector && Object.keys(spec.selector).length > 0 && type !== 'ExternalName') selector = { ...spec.selector };
+  const info: ServiceInfo = { namespace: obj.namespace, name: obj.name, uid: obj.uid, type, selector, headless, publishNotReady: spec.publishNotReadyAddresses === true, ports };
+  if (externalName) info.externalName = externalName;
+  const healthCheck = type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local';
+  if (healthCheck && spec.healthCheckNodePort) info.healthCheckNodePort = spec.healthCheckNodePort;
+  return { info, type, wantIP: headless ? '' : wantIP, nodePorts, healthCheck };
 }
 
 /** Why the proxy cannot program this Service (as it reads its spec), or undefined: the node's API refuses the same. */
@@ -204,6 +203,7 @@ export class Allocator {
   private readonly nodePorts = new Map<string, number>(); // port key/protocol -> nodePort
   private readonly nodePortOwners = new Map<string, string>(); // nodePort/protocol -> port key
   private parsed = new Map<string, Parsed | string>();
+  private reserved = new Set<number>();
   readonly cidr: Cidr;
 
   constructor(serviceCidr: string) {
@@ -241,6 +241,8 @@ export class Allocator {
     order.sort((a, b) => byteCompare(a.key, b.key));
     parsed.length = 0;
     for (const o of order) parsed.push(o.p);
+    // Health-check ports the API gave are spoken for before any node port is picked.
+    this.reserved = new Set(parsed.filter((p) => p.healthCheck && p.info.healthCheckNodePort).map((p) => p.info.healthCheckNodePort!));
     const services: ServiceInfo[] = [];
     for (const p of parsed) {
       const problem = this.allocate(p);
@@ -263,7 +265,10 @@ export class Allocator {
       }
     }
     const wantPorts = new Map<string, number | undefined>();
-    for (const p of parsed) for (const sp of p.info.ports) if (p.type === 'NodePort') wantPorts.set(`${sp.key}/${sp.protocol}`, sp.nodePort);
+    for (const p of parsed) {
+      for (const sp of p.info.ports) if (p.nodePorts) wantPorts.set(`${sp.key}/${sp.protocol}`, sp.nodePort);
+      if (p.healthCheck) wantPorts.set(hcKey(keyOf(p)), p.info.healthCheckNodePort);
+    }
     for (const [pk, np] of this.nodePorts) {
       if (!wantPorts.has(pk) || (wantPorts.get(pk) !== undefined && wantPorts.get(pk) !== np)) {
         this.nodePorts.delete(pk);
@@ -305,7 +310,7 @@ export class Allocator {
         this.ipOwners.delete(info.clusterIP);
       }
     };
-    if (p.type === 'NodePort') {
+    if (p.nodePorts) {
       for (const sp of info.ports) {
         const pk = `${sp.key}/${sp.protocol}`;
         let np = this.nodePorts.get(pk);
@@ -335,6 +340,27 @@ export class Allocator {
         sp.nodePort = np;
       }
     }
+    if (p.healthCheck) {
+      const pk = hcKey(key);
+      let np = this.nodePorts.get(pk);
+      if (np === undefined) {
+        const want = info.healthCheckNodePort;
+        const owner = want !== undefined ? this.nodePortOwners.get(`${want}/TCP`) : undefined;
+        if (owner) {
+          undo();
+          return `healthCheckNodePort ${want} is already taken by ${owner}`;
+        }
+        np = want ?? this.pickNodePort(pk, 'TCP');
+        if (np === undefined) {
+          undo();
+          return 'no free node port left for the health check';
+        }
+        this.nodePorts.set(pk, np);
+        this.nodePortOwners.set(`${np}/TCP`, `${key} health check`);
+        taken.push(pk);
+      }
+      info.healthCheckNodePort = np;
+    }
     if (info.clusterIP) {
       this.ips.set(key, info.clusterIP);
       this.ipOwners.set(info.clusterIP, key);
@@ -358,7 +384,7 @@ export class Allocator {
     const start = hash32(key) % span;
     for (let i = 0; i < span; i++) {
       const np = NODE_PORT_MIN + ((start + i) % span);
-      if (!this.nodePortOwners.has(`${np}/${protocol}`)) return np;
+      if (!this.nodePortOwners.has(`${np}/${protocol}`) && !this.reserved.has(np)) return np;
     }
     return undefined;
   }

@@ -150,10 +150,20 @@ describe('validation', () => {
     );
   });
 
-  it('refuses a Service the proxy could not program', () => {
+  it('refuses a Service as the API server validates one', () => {
     const { store, kind } = setup();
-    expect(error(() => store.create(kind('services'), 'default', service('lb', { type: 'LoadBalancer' })))).toBe('422 Service "lb" is invalid: spec: Invalid value: type LoadBalancer is not supported (ClusterIP and NodePort are)');
-    expect(error(() => store.create(kind('services'), 'default', service('two', { ports: [{ port: 80 }, { port: 81 }] })))).toBe('422 Service "two" is invalid: spec: Invalid value: port 80: every port of a Service with several ports needs a name');
+    expect(error(() => store.create(kind('services'), 'default', service('two', { ports: [{ port: 80 }, { port: 81 }] })))).toBe('422 Service "two" is invalid: [spec.ports[0].name: Required value, spec.ports[1].name: Required value]');
+    expect(error(() => store.create(kind('services'), 'default', service('np', { ports: [{ port: 80, nodePort: 30080 }] })))).toBe("422 Service \"np\" is invalid: spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'");
+    expect(error(() => store.create(kind('services'), 'default', service('sel', { selector: { 'app/x/y': 'a b' } })))).toMatch(/^422 Service "sel" is invalid: \[spec\.selector: Invalid value: "app\/x\/y": .*, spec\.selector: Invalid value: "a b": a valid label must be/);
+    expect(error(() => store.create(kind('services'), 'default', service('en', { type: 'ExternalName' })))).toBe('422 Service "en" is invalid: spec.externalName: Required value');
+    expect(error(() => store.create(kind('services'), 'default', service('etp', { externalTrafficPolicy: 'Local' })))).toBe('422 Service "etp" is invalid: spec.externalTrafficPolicy: Invalid value: "Local": may only be set for externally-accessible services');
+    expect(error(() => store.create(kind('services'), 'default', service('hl', { type: 'NodePort', clusterIP: 'None' })))).toBe('422 Service "hl" is invalid: spec.clusterIPs[0]: Invalid value: "None": may not be set to \'None\' for NodePort services');
+    expect(error(() => store.create(kind('services'), 'default', service('aff', { sessionAffinity: 'Sticky' })))).toBe('422 Service "aff" is invalid: spec.sessionAffinity: Unsupported value: "Sticky": supported values: "ClientIP", "None"');
+    // Accepted as the API server accepts them: a LoadBalancer (with a health-check port allocated) and a headless targetPort 0.
+    const lb = store.create(kind('services'), 'default', service('lb', { type: 'LoadBalancer', externalTrafficPolicy: 'Local' }));
+    expect((lb.spec as { healthCheckNodePort: number }).healthCheckNodePort).toBeGreaterThanOrEqual(30000);
+    const hl = store.create(kind('services'), 'default', service('hl0', { clusterIP: 'None', ports: [{ port: 5432, targetPort: 0 }] }));
+    expect((hl.spec as { ports: Array<{ targetPort: number }> }).ports[0]!.targetPort).toBe(5432);
     expect(error(() => store.create(kind('services'), 'default', service('Bad')))).toMatch(/^422 Service "Bad" is invalid: metadata\.name: Invalid value: "Bad"/);
   });
 });
@@ -258,14 +268,44 @@ describe('tables', () => {
     expect(cells('replicasets.apps', rs)).toEqual({ head: 'Name Desired Current Ready Age (Containers) (Images) (Selector)', row: ['rs', 2, 0, 0, '2m5s', 'web', 'nginx:1.25', 'app in (a,rs)'] });
     const sts = store.create(kind('statefulsets.apps'), 'default', { apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: { name: 'db' }, spec: { selector: { matchLabels: { app: 'db' } }, template: template({ app: 'db' }) } });
     expect(cells('statefulsets.apps', sts)).toEqual({ head: 'Name Ready Age (Containers) (Images)', row: ['db', '0/1', '2m5s', 'web', 'nginx:1.25'] });
+    // A ReplicationController's selector and labels default to its template's labels, as the API server defaults them.
+    const rc = store.create(kind('replicationcontrollers'), 'default', { apiVersion: 'v1', kind: 'ReplicationController', metadata: { name: 'rc' }, spec: { replicas: 2, template: template({ app: 'rc', tier: 'x' }) } });
+    expect((rc.spec as Record<string, unknown>).selector).toEqual({ app: 'rc', tier: 'x' });
+    expect(rc.metadata.labels).toEqual({ app: 'rc', tier: 'x' });
+    expect(cells('replicationcontrollers', rc)).toEqual({ head: 'Name Desired Current Ready Age (Containers) (Images) (Selector)', row: ['rc', 2, 0, 0, '2m5s', 'web', 'nginx:1.25', 'app=rc,tier=x'] });
+    const cr = store.create(kind('controllerrevisions.apps'), 'default', {
+      apiVersion: 'apps/v1',
+      kind: 'ControllerRevision',
+      metadata: { name: 'ds-abc', ownerReferences: [{ apiVersion: 'apps/v1', kind: 'DaemonSet', name: 'ds', uid: ds.metadata.uid, controller: true }] },
+      data: { spec: { template: { $patch: 'replace' } } },
+      revision: 3,
+    });
+    expect(cells('controllerrevisions.apps', cr)).toEqual({ head: 'Name Controller Revision Age', row: ['ds-abc', 'daemonset.apps/ds', 3, '2m5s'] });
+  });
+
+  it('keeps a ControllerRevision\'s data as written; refuses a ReplicationController whose selector misses its template', () => {
+    const { store } = setup();
+    const kind = (r: string) => store.kind(r)!;
+    const cr = store.create(kind('controllerrevisions.apps'), 'default', { apiVersion: 'apps/v1', kind: 'ControllerRevision', metadata: { name: 'r' }, data: { a: 1 }, revision: 1 });
+    expect(() => store.update(kind('controllerrevisions.apps'), 'default', 'r', { ...cr, data: { a: 2 } })).toThrow(/field is immutable/);
+    expect(store.update(kind('controllerrevisions.apps'), 'default', 'r', { ...cr, revision: 4 }).revision).toBe(4);
+    expect(() => store.create(kind('controllerrevisions.apps'), 'default', { apiVersion: 'apps/v1', kind: 'ControllerRevision', metadata: { name: 'neg' }, revision: -1 })).toThrow(/greater than or equal to 0/);
+    expect(() =>
+      store.create(kind('replicationcontrollers'), 'default', {
+        apiVersion: 'v1',
+        kind: 'ReplicationController',
+        metadata: { name: 'bad' },
+        spec: { selector: { app: 'other' }, template: { metadata: { labels: { app: 'rc' } }, spec: { containers: [{ name: 'c', image: 'busybox' }] } } },
+      }),
+    ).toThrow(/selector/);
   });
 
   it('puts every one of them in `all`, with kubectl\'s short names', () => {
     const { store } = setup();
     const all = store.kindList().filter((k) => k.categories?.includes('all'));
-    expect(all.map((k) => `${k.plural}:${k.shortNames.join('/')}`)).toEqual(['pods:po', 'services:svc', 'daemonsets:ds', 'deployments:deploy', 'replicasets:rs', 'statefulsets:sts', 'jobs:', 'cronjobs:cj']);
+    expect(all.map((k) => `${k.plural}:${k.shortNames.join('/')}`)).toEqual(['pods:po', 'replicationcontrollers:rc', 'services:svc', 'daemonsets:ds', 'deployments:deploy', 'replicasets:rs', 'statefulsets:sts', 'jobs:', 'cronjobs:cj']);
     expect(all.every((k) => k.status)).toBe(true);
-    expect(store.kindList().filter((k) => k.scale).map((k) => k.plural)).toEqual(['deployments', 'replicasets', 'statefulsets']);
+    expect(store.kindList().filter((k) => k.scale).map((k) => k.plural)).toEqual(['replicationcontrollers', 'deployments', 'replicasets', 'statefulsets']);
   });
 });
 

@@ -6,7 +6,7 @@ import { nodeKinds } from '../../src/api/kinds/index.js';
 import { Store } from '../../src/api/store.js';
 import { EventRecorder } from '../../src/kubelet-lite/events.js';
 import { silentLogger } from '../../src/log.js';
-import { EventWriter } from '../../src/node/events.js';
+import { EventWriter, isKubeletEventOf } from '../../src/node/events.js';
 
 const settle = async (store: Store, want: (n: number) => boolean) => {
   for (let i = 0; i < 200; i++) {
@@ -20,7 +20,7 @@ describe('EventWriter', () => {
     const store = new Store({ kinds: nodeKinds('n') });
     const recorder = new EventRecorder({ node: 'n' });
     const w = new EventWriter({ client: localClient(store), log: silentLogger });
-    await w.start(recorder, 'n');
+    await w.start(recorder, (e) => isKubeletEventOf(e, 'n'));
     const pod = { namespace: 'default', name: 'p', uid: 'u1' };
     recorder.record(pod, 'Warning', 'BackOff', 'Back-off restarting failed container');
     recorder.record(pod, 'Warning', 'BackOff', 'Back-off restarting failed container');
@@ -36,7 +36,7 @@ describe('EventWriter', () => {
     const store = new Store({ kinds: nodeKinds('n') });
     const recorder = new EventRecorder({ node: 'n', now: () => new Date(now) });
     const w = new EventWriter({ client: localClient(store), log: silentLogger, max: 3, now: () => now });
-    await w.start(recorder, 'n');
+    await w.start(recorder, (e) => isKubeletEventOf(e, 'n'));
     for (let i = 0; i < 5; i++) {
       recorder.record({ namespace: 'default', name: `p${i}`, uid: `u${i}` }, 'Normal', 'Started', 'Started container c');
       now += 1000;
@@ -49,7 +49,7 @@ describe('EventWriter', () => {
     // A new writer (the node restarted) finds its earlier events and lets them expire.
     now += 2 * 3_600_000;
     const again = new EventWriter({ client: localClient(store), log: silentLogger, now: () => now });
-    await again.start(new EventRecorder({ node: 'n' }), 'n');
+    await again.start(new EventRecorder({ node: 'n' }), (e) => isKubeletEventOf(e, 'n'));
     await settle(store, (n) => n === 0);
     expect(names()).toEqual([]);
     again.stop();

@@ -501,6 +501,7 @@ const specServices = new Allocator('10.96.0.0/12').resolve([
   serviceObject('ns1', 'empty', { clusterIP: 'None', selector: { app: 'none-ready' }, ports: [{ name: 'http', port: 80 }] }),
   serviceObject('ns1', 'big', { clusterIP: 'None', selector: { app: 'big' }, ports: [{ name: 'http', port: 80 }] }),
   serviceObject('ns1', 'mid', { clusterIP: 'None', selector: { app: 'mid' }, ports: [{ name: 'http', port: 80 }] }),
+  serviceObject('ns1', 'ext', { type: 'ExternalName', externalName: 'db.example.org.', ports: [{ name: 'pg', port: 5432 }] }),
 ]).services;
 const pg = [{ name: 'pg', containerPort: 5433 }];
 const specPods = [
@@ -619,6 +620,20 @@ describe('the DNS specification\'s records (schema 1.0.1), over real sockets', (
     // With ready endpoints, a type it has no records of is NODATA (the name exists).
     const aaaa = decode((await udpQuery(port, query('db.ns1.svc.cluster.local', 'AAAA')))!);
     expect([aaaa.rcode, aaaa.answers]).toEqual(['NOERROR', []]);
+    expect(up.queries()).toBe(0);
+  });
+
+  it('an ExternalName Service is a CNAME to its externalName for every type, with no records of its own, and nothing below it', async () => {
+    const { port, up } = await startSpecDns();
+    for (const type of ['A', 'AAAA', 'SRV', 'CNAME'] as const) {
+      const r = decode((await udpQuery(port, query('ext.ns1.svc.cluster.local', type as 'A')))!);
+      expect([type, r.rcode, r.flags! & dnsPacket.AUTHORITATIVE_ANSWER ? 'aa' : '', r.answers!.map((a) => `${a.type} ${a.name} ${String((a as { data?: unknown }).data)}`)]).toEqual([type, 'NOERROR', 'aa', ['CNAME ext.ns1.svc.cluster.local db.example.org']]);
+    }
+    expect(await dig(port, ['ext.ns1.svc.cluster.local', 'CNAME'])).toBe('db.example.org.\n');
+    expect(decode((await udpQuery(port, query('_pg._tcp.ext.ns1.svc.cluster.local', 'SRV')))!).rcode).toBe('NXDOMAIN');
+    // It has no cluster IP, so no rules and no reverse name.
+    expect(specServices.find((s) => s.name === 'ext')!.clusterIP).toBeUndefined();
+    // The CNAME target is outside the zone: never looked up here, and never forwarded by us.
     expect(up.queries()).toBe(0);
   });
 

@@ -135,7 +135,8 @@ describe('cluster IP and node port allocation', () => {
       serviceObject('default', 'np-taken', { type: 'NodePort', ports: [{ port: 80, nodePort: 30001 }] }),
       serviceObject('default', 'np-range', { type: 'NodePort', ports: [{ port: 80, nodePort: 29999 }] }),
       serviceObject('default', 'ip-out', { clusterIP: '10.97.0.1', ports: [{ port: 80 }] }),
-      serviceObject('default', 'lb', { type: 'LoadBalancer', ports: [{ port: 80 }] }),
+      serviceObject('default', 'np-cip', { ports: [{ port: 80, nodePort: 30002 }] }),
+      serviceObject('default', 'front_end', { ports: [{ port: 80 }] }),
       serviceObject('default', 'noname', { ports: [{ port: 80 }, { port: 81 }] }),
       serviceObject('default', 'badproto', { ports: [{ port: 80, protocol: 'ICMP' as 'TCP' }] }),
       serviceObject('default', 'headless', { clusterIP: 'None', selector: { app: 'x' }, ports: [{ port: 80 }] }),
@@ -144,10 +145,11 @@ describe('cluster IP and node port allocation', () => {
     expect(r.services[1]!.headless).toBe(true);
     expect(r.services[1]!.clusterIP).toBeUndefined();
     expect(r.problems.map((p) => `${p.service}: ${p.reason}`)).toEqual([
-      'default/badproto: port 80: protocol "ICMP" is not TCP, UDP or SCTP',
+      'default/badproto: spec.ports[0].protocol: Unsupported value: "ICMP": supported values: "SCTP", "TCP", "UDP"',
+      `default/front_end: metadata.name: Invalid value: "front_end": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')`,
       'default/ip-out: clusterIP 10.97.0.1 is not in the service CIDR 10.96.0.0/24',
-      'default/lb: type LoadBalancer is not supported (ClusterIP and NodePort are)',
-      'default/noname: port 80: every port of a Service with several ports needs a name',
+      'default/noname: spec.ports[0].name: Required value; spec.ports[1].name: Required value',
+      "default/np-cip: spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'",
       'default/np-range: port 80: nodePort 29999 is not in 30000-32767',
       'default/np-taken: port 80: nodePort 30001/TCP is already taken by default/a-first',
     ]);

@@ -89,6 +89,21 @@ describe('rendered rules (golden)', () => {
     expect(text).toMatch(/-A KUBE-NODEPORTS -m comment --comment ns1\/dns:dns -m udp -p udp --dport 30080 -j KUBE-EXT-/);
   });
 
+  it('LoadBalancer: its addresses lead to the EXT chain, through a KUBE-FW chain that passes only its source ranges (KUBE-PROXY-FIREWALL drops the rest)', () => {
+    const text = render(port({ nodePort: 30082, loadBalancerIPs: ['192.0.2.10'], sourceRanges: ['198.51.100.0/24', '203.0.113.7/32'] }), eps('10.88.0.2'));
+    golden('loadbalancer-source-ranges', text);
+    expect(text).toMatch(/-A KUBE-SERVICES -m comment --comment "ns1\/web:http loadbalancer IP" -m tcp -p tcp -d 192.0.2.10 --dport 80 -j KUBE-FW-/);
+    expect(text).toMatch(/-A KUBE-FW-\S+ -m comment --comment "ns1\/web:http loadbalancer IP" -s 198.51.100.0\/24 -j KUBE-EXT-/);
+    expect(text).toMatch(/-A KUBE-PROXY-FIREWALL -m comment --comment "ns1\/web:http traffic not accepted by KUBE-FW-\S+" -m tcp -p tcp -d 192.0.2.10 --dport 80 -j DROP/);
+    // Without source ranges, straight to EXT; without node ports (allocateLoadBalancerNodePorts: false), no KUBE-NODEPORTS rule.
+    const open = render(port({ loadBalancerIPs: ['192.0.2.10'] }), eps('10.88.0.2'));
+    golden('loadbalancer-no-nodeports', open);
+    expect(open).toMatch(/-d 192.0.2.10 --dport 80 -j KUBE-EXT-/);
+    expect(open).not.toMatch(/KUBE-FW-|-A KUBE-NODEPORTS -m comment/);
+    // No endpoints: the address REJECTs in the filter table, as a node port would.
+    expect(render(port({ loadBalancerIPs: ['192.0.2.10'] }), [])).toMatch(/-A KUBE-EXTERNAL-SERVICES -m comment --comment "ns1\/web:http has no endpoints" -m tcp -p tcp -d 192.0.2.10 --dport 80 -j REJECT/);
+  });
+
   it('externalTrafficPolicy and internalTrafficPolicy Local use the SVL chain', () => {
     const text = render(port({ nodePort: 30081, externalLocal: true, internalLocal: true }), eps('10.88.0.2'));
     golden('local-policies', text);
@@ -195,7 +210,7 @@ describe('Proxier syncs', () => {
     expect(t1).toContain('-X KUBE-SVC-LEFTOVERLEFTOVER');
     expect(t1).not.toContain('OTHER');
     // The jumps out of the built-in chains ride in the same restore.
-    expect(t1!.match(/^-I (INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING) 1 /gm)).toHaveLength(8);
+    expect(t1!.match(/^-I (INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING) 1 /gm)).toHaveLength(11);
     expect(t1).toContain('-I PREROUTING 1 -m comment --comment "kubernetes service portals" -j KUBE-SERVICES\n');
 
     // A new endpoint for web: only web's chains are written.

@@ -1,6 +1,7 @@
 /** The kinds the node's API serves. Adding one is a strategy file and a line here. */
 import type { ApiObject, Kind } from '../types.js';
 import { configMapKind } from './configmap.js';
+import { controllerRevisionKind } from './controllerrevision.js';
 import { cronJobKind } from './cronjob.js';
 import { daemonSetKind } from './daemonset.js';
 import { deploymentKind } from './deployment.js';
@@ -15,8 +16,10 @@ import { persistentVolumeKind } from './pv.js';
 import { persistentVolumeClaimKind } from './pvc.js';
 import { podKind } from './pod.js';
 import { replicaSetKind } from './replicaset.js';
+import { replicationControllerKind } from './replicationcontroller.js';
 import { secretKind } from './secret.js';
 import { serviceKind } from './service.js';
+import { serviceAccountKind } from './serviceaccount.js';
 import { statefulSetKind } from './statefulset.js';
 import { storageClassKind } from './storageclass.js';
 
@@ -33,14 +36,16 @@ export function nodeKinds(nodeName: string, refusal?: (pod: ApiObject) => string
     secretKind,
     eventKind,
     podKind(nodeName, refusal),
+    replicationControllerKind,
     serviceKind,
+    serviceAccountKind,
     endpointsKind,
     // In the API server's order, which `kubectl get all` keeps.
     daemonSetKind,
     deploymentKind,
-    // Stored, validated and listed, but nothing on the node runs ReplicaSets or StatefulSets yet.
     replicaSetKind,
     statefulSetKind,
+    controllerRevisionKind,
     jobKind,
     cronJobKind,
     nodeKind,
