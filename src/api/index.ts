@@ -7,7 +7,7 @@ import type { Logger } from '../log.js';
 import { ensureCredentials } from './credentials.js';
 import { GarbageCollector } from './gc.js';
 import { evictionSubresource } from './eviction.js';
-import { placementRefusal } from './kinds/placement.js';
+import { NodeRequests, placementRefusal } from './kinds/placement.js';
 import { nodeKinds } from './kinds/index.js';
 import { openApiDb } from './persist.js';
 import { podSubresources, type PodStreams } from './pod-subresources.js';
@@ -44,7 +44,8 @@ export interface NodeApi {
 
 export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
   const [host] = splitHostPort(opts.address);
-  // Pods nobody placed go on this node unless its Node (cordoned, tainted) refuses them.
+  // Pods nobody placed go on this node unless its Node (cordoned, tainted, labelled otherwise, full) refuses them.
+  const requests = new NodeRequests(opts.nodeName);
   const refusal = (pod: ApiObject) => {
     const nodes = store.kind('nodes');
     let node: ApiObject | undefined;
@@ -53,9 +54,11 @@ export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
     } catch {
       node = undefined; // not registered yet: placed, as before
     }
-    return placementRefusal(node, pod);
+    return placementRefusal(node, pod, requests.used);
   };
   const store: Store = new Store({ kinds: nodeKinds(opts.nodeName, refusal, { rootDir: opts.dir }), persistence: openApiDb(path.join(opts.dir, 'api.db')), watch: { maxWatchers: opts.maxWatches }, garbageCollection: true });
+  const pods = store.kind('pods');
+  const stopRequests = pods ? store.watch(pods, {}, { deliver: (c) => (requests.apply(c), true), closed: () => undefined }) : () => undefined;
   const collector = new GarbageCollector({ store, log: opts.log, waitForOwners: opts.waitForOwners });
   try {
     // The kubeconfig names the port actually bound; with port 0 that is known only after listening.
@@ -72,6 +75,7 @@ export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
       kubeconfig: final.kubeconfig,
       stop: async () => {
         await server.close();
+        stopRequests();
         collector.stop();
         store.close();
       },

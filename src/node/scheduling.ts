@@ -18,7 +18,7 @@
  */
 import type { ApiClient } from '../api/client.js';
 import { ApiError } from '../api/errors.js';
-import { placementRefusal, UNSCHEDULABLE_TAINT } from '../api/kinds/placement.js';
+import { isGated, placementRefusal, podRequests, requestsOn, UNSCHEDULABLE_TAINT } from '../api/kinds/placement.js';
 import { timestamp } from '../api/store.js';
 import type { ApiObject, Obj } from '../api/types.js';
 import { errorMessage } from '../errors.js';
@@ -91,9 +91,20 @@ export class NodeScheduling {
       }
     }
     if (this.o.events) await this.announce();
-    const unbound = (await client.list('pods', { fieldSelector: 'spec.nodeName=' })).items.filter((p) => !p.metadata.deletionTimestamp);
+    const unbound = (await client.list('pods', { fieldSelector: 'spec.nodeName=' })).items.filter((p) => !p.metadata.deletionTimestamp && !isGated(p));
+    if (unbound.length === 0) return;
+    // Oldest first, each bound one's requests counted against the next, as the scheduler's queue takes them.
+    unbound.sort((a, b) => String(a.metadata.creationTimestamp).localeCompare(String(b.metadata.creationTimestamp)));
+    const used = requestsOn((await client.list('pods', { fieldSelector: `spec.nodeName=${nodeName}` })).items, nodeName);
     for (const pod of unbound) {
-      if (placementRefusal(node, pod) !== undefined) continue;
+      const why = placementRefusal(node, pod, used);
+      if (why !== undefined) {
+        await this.unschedulable(pod, why);
+        continue;
+      }
+      const r = podRequests(pod);
+      used.milliCpu += r.milliCpu;
+      used.memory += r.memory;
       await this.bind(pod).catch((err) => this.o.log.warn('could not bind a pod to the node', { pod: `${pod.metadata.namespace}/${pod.metadata.name}`, error: errorMessage(err) }));
     }
   }
@@ -115,6 +126,23 @@ export class NodeScheduling {
       this.o.events!.record({ ...pod, apiVersion: 'v1', kind: 'Pod' }, 'Normal', 'Scheduled', `Successfully assigned ${pod.metadata.namespace}/${pod.metadata.name} to ${this.o.nodeName}`, at);
     }
     this.announced = new Set([...this.announced].filter((u) => still.has(u)));
+  }
+
+  /**
+   * The scheduler's PodScheduled=False for a pod it cannot place, with why
+   * now (the reason changes as the node does); a gated pod whose gates are
+   * gone loses its SchedulingGated reason the same way.
+   */
+  private async unschedulable(pod: ApiObject, message: string): Promise<void> {
+    const status = isObj(pod.status) ? pod.status : {};
+    const conditions = Array.isArray(status.conditions) ? (status.conditions as Obj[]) : [];
+    const old = conditions.find((c) => c.type === 'PodScheduled');
+    if (old?.status === 'False' && old.reason === 'Unschedulable' && old.message === message) return;
+    const next = { type: 'PodScheduled', status: 'False', lastProbeTime: null, lastTransitionTime: old?.status === 'False' ? old.lastTransitionTime : timestamp(this.now()), reason: 'Unschedulable', message };
+    const ns = pod.metadata.namespace ?? 'default';
+    await this.o.client.update('pods', ns, String(pod.metadata.name), { ...pod, status: { ...status, conditions: [...conditions.filter((c) => c.type !== 'PodScheduled'), next] } }, { status: true }).catch((err) => {
+      if (!(err instanceof ApiError && (err.reason === 'Conflict' || err.reason === 'NotFound'))) throw err;
+    });
   }
 
   /** What pods/binding does: the node set once, the PodScheduled condition True. */

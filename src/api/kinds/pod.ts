@@ -11,6 +11,7 @@ import { invalid } from '../errors.js';
 import type { ApiObject, Kind, Obj } from '../types.js';
 import { timestamp } from '../store.js';
 import { age, ageColumn, causes, isObj, metaCauses, nameColumn } from './common.js';
+import { GATED, isGated } from './placement.js';
 import { podRow, qosClass } from './pod-row.js';
 
 const spec = (o: ApiObject): Obj => (isObj(o.spec) ? o.spec : {});
@@ -62,12 +63,19 @@ export function podKind(nodeName: string, refusal?: (pod: ApiObject) => string |
       applyPodDefaults(o);
       if (!old) {
         // The node is the only one there is: a pod nobody placed is placed here, if the node takes it.
-        const why = o.spec.nodeName ? undefined : refusal?.(o);
-        if (!o.spec.nodeName && !why) o.spec.nodeName = nodeName;
+        // A gated pod waits unplaced until its gates are removed (the scheduler does not look at it).
+        const gated = !o.spec.nodeName && isGated(o);
+        const why = o.spec.nodeName || gated ? undefined : refusal?.(o);
+        if (!o.spec.nodeName && !why && !gated) o.spec.nodeName = nodeName;
         o.status = { phase: 'Pending', qosClass: qosClass(o as unknown as Pod) };
-        if (why) (o.status as Obj).conditions = [{ type: 'PodScheduled', status: 'False', lastProbeTime: null, lastTransitionTime: timestamp(Date.now()), reason: 'Unschedulable', message: why }];
+        const unscheduled = gated ? GATED : why ? { reason: 'Unschedulable', message: why } : undefined;
+        if (unscheduled) (o.status as Obj).conditions = [{ type: 'PodScheduled', status: 'False', lastProbeTime: null, lastTransitionTime: timestamp(Date.now()), ...unscheduled }];
         return;
       }
+      const gateName = (g: unknown) => (isObj(g) ? String(g.name ?? '') : '');
+      const oldGates = new Set((Array.isArray(spec(old).schedulingGates) ? (spec(old).schedulingGates as unknown[]) : []).map(gateName));
+      const added = (Array.isArray(spec(o).schedulingGates) ? (spec(o).schedulingGates as unknown[]) : []).map(gateName).find((g) => !oldGates.has(g));
+      if (added !== undefined) throw invalid('Pod', String(o.metadata.name), [{ reason: 'FieldValueForbidden', field: 'spec.schedulingGates', message: `Forbidden: only deletion is allowed, but found new scheduling gate '${added}'` }]);
       if (JSON.stringify(fixedPart(o, old)) !== JSON.stringify(fixedPart(old, old)) || !onlyAdded(spec(old).tolerations, spec(o).tolerations)) {
         throw invalid('Pod', String(o.metadata.name), [
           {
