@@ -201,4 +201,58 @@ spec:
     await node.kubectlOk(['delete', 'rs', 'bare']);
     await waitFor('their pods gone', async () => ((await live('app=old')).length === 0 && (await live('app=bare')).length === 0) || undefined, 60_000);
   }, 240_000);
+
+  it('gives each ordinal its own claim from volumeClaimTemplates, whose data survives a pod delete and a kill -9 of the node', async () => {
+    await node.kubectlOk(['apply', '-f', '-'], {
+      input: `
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: data}
+spec:
+  replicas: 3
+  serviceName: data
+  selector: {matchLabels: {app: data}}
+  template:
+    metadata: {labels: {app: data}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: web
+        image: skiff.local/demo-web:1
+        imagePullPolicy: Never
+        command: [sh, -c, '[ -f /data/first ] || hostname > /data/first; echo start >> /data/starts; trap "exit 0" TERM; while true; do sleep 1 & wait $!; done']
+        readinessProbe: {exec: {command: [test, -f, /data/first]}, periodSeconds: 1}
+        volumeMounts: [{name: www, mountPath: /data}]
+  volumeClaimTemplates:
+  - metadata: {name: www}
+    spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 16Mi}}}
+`,
+    });
+    await node.kubectlOk(['rollout', 'status', 'statefulset/data', '--timeout=120s'], { timeoutMs: 130_000 });
+    const claims = await node.getJson<{ items: Array<{ metadata: { name: string }; status: { phase: string } }> }>(['pvc', '-l', 'app=data']);
+    expect(claims.items.map((c) => [c.metadata.name, c.status.phase]).sort()).toEqual([['www-data-0', 'Bound'], ['www-data-1', 'Bound'], ['www-data-2', 'Bound']]);
+    const read = (pod: string, file: string) => node.kubectlOk(['exec', pod, '--', 'cat', `/data/${file}`]);
+    for (const i of [0, 1, 2]) expect(await read(`data-${i}`, 'first')).toBe(`data-${i}\n`);
+
+    const uid = (await node.getJson<Pod>(['pod', 'data-1'])).metadata!.uid;
+    await node.kubectlOk(['delete', 'pod', 'data-1', '--wait=true']);
+    await waitFor('data-1 again, Ready', async () => {
+      const p = (await live('app=data')).find((x) => x.metadata?.name === 'data-1');
+      return (p && p.metadata?.uid !== uid && p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')) || undefined;
+    }, 90_000);
+    expect(await read('data-1', 'first')).toBe('data-1\n');
+    expect(await read('data-1', 'starts')).toBe('start\nstart\n');
+
+    expect(await node.stopProcess('SIGKILL')).toBe('SIGKILL');
+    await node.start();
+    await node.kubectlOk(['rollout', 'status', 'statefulset/data', '--timeout=120s'], { timeoutMs: 130_000 });
+    await node.kubectlOk(['delete', 'pod', 'data-2', '--wait=true']);
+    await node.kubectlOk(['rollout', 'status', 'statefulset/data', '--timeout=120s'], { timeoutMs: 130_000 });
+    await waitFor('data-2 back', async () => (await read('data-2', 'starts').catch(() => '')) === 'start\nstart\n' || undefined, 60_000);
+    expect(await read('data-2', 'first')).toBe('data-2\n');
+    expect(await read('data-0', 'starts')).toBe('start\n');
+    await node.kubectlOk(['delete', 'statefulset', 'data', '--wait=true']);
+    // Retained by default (whenDeleted: Retain): the claims outlive the set.
+    expect(await node.kubectlOk(['get', 'pvc', '-o', 'name'])).toMatch(/persistentvolumeclaim\/www-data-0\n/);
+  }, 400_000);
 });

@@ -18,6 +18,26 @@ function fixedPart(o: ApiObject): string {
   return JSON.stringify(s);
 }
 
+/**
+ * The object as its pods will be, for validation: each volumeClaimTemplate is
+ * a volume of the template (the controller adds it, a claim volume), so the
+ * containers' volumeMounts may name it, as the API server validates them.
+ */
+function withClaimVolumes(o: ApiObject): ApiObject {
+  const spec = isObj(o.spec) ? o.spec : undefined;
+  const templates = spec && Array.isArray(spec.volumeClaimTemplates) ? spec.volumeClaimTemplates.filter(isObj) : [];
+  const template = spec && isObj(spec.template) ? spec.template : undefined;
+  const podSpec = template && isObj(template.spec) ? template.spec : undefined;
+  if (templates.length === 0 || !podSpec) return o;
+  const volumes = Array.isArray(podSpec.volumes) ? [...podSpec.volumes] : [];
+  const have = new Set(volumes.filter(isObj).map((v) => v.name));
+  for (const t of templates) {
+    const name = isObj(t.metadata) ? t.metadata.name : undefined;
+    if (typeof name === 'string' && name !== '' && !have.has(name)) volumes.push({ name, persistentVolumeClaim: { claimName: `${name}-${String(o.metadata.name ?? '')}-0` } });
+  }
+  return { ...o, spec: { ...spec, template: { ...template, spec: { ...podSpec, volumes } } } };
+}
+
 export const statefulSetKind: Kind = {
   group: 'apps',
   version: 'v1',
@@ -61,7 +81,7 @@ export const statefulSetKind: Kind = {
       ], 'apps');
     }
   },
-  validate: (o) => workloadCauses(o, 'StatefulSet', ['spec', 'template']),
+  validate: (o) => workloadCauses(withClaimVolumes(o), 'StatefulSet', ['spec', 'template']),
   known: { spec: 'map', status: 'map' },
   columns: [
     nameColumn,
