@@ -8,9 +8,9 @@
  * k8s.io/api's .proto files); answers still go out as JSON, which every
  * client accepts. Fields the table does not know are left out, as the API
  * server drops fields its types lack. The reader checks every length
- * against what is left, bounds nesting and counts every field as it is read
- * (known or not) against one budget for the body, so a
- * hostile body can only fail to parse.
+ * against what is left, bounds nesting, and counts every field as it reads
+ * it (known or not) against one budget for the body, so a hostile body can
+ * only fail to parse, and fails at once.
  */
 import { ApiError } from './errors.js';
 import { MAX_VALUES } from './patch.js';
