@@ -19,7 +19,7 @@ const ROOTS = [
   'apps/v1.Deployment', 'apps/v1.DaemonSet', 'apps/v1.ReplicaSet', 'apps/v1.StatefulSet', 'apps/v1.ControllerRevision',
   'batch/v1.Job', 'batch/v1.CronJob', 'coordination/v1.Lease', 'events/v1.Event', 'discovery/v1.EndpointSlice',
   'policy/v1.PodDisruptionBudget', 'policy/v1.Eviction', 'autoscaling/v1.Scale', 'authentication/v1.SelfSubjectReview',
-  'meta/v1.DeleteOptions',
+  'meta/v1.DeleteOptions', 'core/v1.PersistentVolumeClaim', 'core/v1.PersistentVolume', 'storage/v1.StorageClass',
 ];
 
 /** Messages the decoder reads by hand (their JSON form is not their fields). */

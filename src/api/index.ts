@@ -57,7 +57,7 @@ export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
     }
     return placementRefusal(node, pod);
   };
-  const store: Store = new Store({ kinds: nodeKinds(opts.nodeName, refusal), persistence: openApiDb(path.join(opts.dir, 'api.db')), watch: { maxWatchers: opts.maxWatches }, garbageCollection: true });
+  const store: Store = new Store({ kinds: nodeKinds(opts.nodeName, refusal, { rootDir: opts.dir }), persistence: openApiDb(path.join(opts.dir, 'api.db')), watch: { maxWatchers: opts.maxWatches }, garbageCollection: true });
   const collector = new GarbageCollector({ store, log: opts.log, waitForOwners: opts.waitForOwners });
   try {
     // The kubeconfig names the port actually bound; with port 0 that is known only after listening.

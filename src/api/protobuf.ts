@@ -38,6 +38,9 @@ const KEEP_ZERO = new Set([
   'tolerationSeconds', 'leaseTransitions', 'leaseDurationSeconds', 'ready', 'serving', 'terminating', 'suspend', 'optional',
 ]);
 
+/** Go structs embedded with `json:",inline"`: their fields are the outer object's in JSON. */
+const INLINE = new Set(['volumeSource', 'persistentVolumeSource', 'ephemeralContainerCommon']);
+
 type Field = { no: number; wire: number; varint?: bigint; bytes?: Buffer };
 type FieldSpec = { name: string; repeated: boolean; map: boolean; type: string };
 
@@ -227,7 +230,8 @@ function message(type: string, buf: Buffer, depth: number, budget: Budget): Obj 
       } else list.push(value(spec, spec.type, f, depth, budget));
     } else {
       const v = value(spec, spec.type, f, depth, budget);
-      if (isZero(v) && !KEEP_ZERO.has(spec.name)) delete o[spec.name];
+      if (INLINE.has(spec.name) && typeof v === 'object' && v !== null) Object.assign(o, v);
+      else if (isZero(v) && !KEEP_ZERO.has(spec.name)) delete o[spec.name];
       else if (v !== undefined) o[spec.name] = v;
     }
   }

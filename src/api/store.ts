@@ -229,6 +229,7 @@ export class Store {
     // Before the strategy, as the API server fills it in: a Job's generated selector names it.
     meta.uid = randomUUID();
     kind.prepare?.(o);
+    kind.admitCreate?.(o, (resource) => this.stored(resource));
     this.check(kind, o);
     const name = meta.name!;
     if (this.entry(kind, namespace, name)) throw alreadyExists(kind.plural, name);
@@ -511,10 +512,14 @@ export class Store {
   private check(kind: Kind, o: ApiObject): void {
     let causes: Cause[] = [...kind.validate(o), ...ownerCauses(o.metadata)];
     if (causes.length === 0 && kind.admit) {
-      const others = (resource: string) => [...(this.objects.get(resource)?.values() ?? [])].map((e) => e.object);
-      causes = kind.admit(o, others);
+      causes = kind.admit(o, (resource) => this.stored(resource));
     }
     if (causes.length > 0) throw invalid(kind.kind, String(o.metadata.name ?? ''), causes, kind.group);
+  }
+
+  /** The stored objects of a resource, read-only, for a kind's admission. */
+  private stored(resource: string): ApiObject[] {
+    return [...(this.objects.get(resource)?.values() ?? [])].map((e) => e.object);
   }
 
   private checkNamespaceOpen(namespace: string): void {

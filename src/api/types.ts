@@ -85,6 +85,12 @@ export interface Kind {
    * stored objects of a resource, read-only.
    */
   admit?: (o: ApiObject, others: (resource: string) => Iterable<ApiObject>) => Cause[];
+  /**
+   * A mutating admission on create, before validation, with the stored
+   * objects to read (the DefaultStorageClass admission giving a claim the
+   * default class); it changes `o` in place.
+   */
+  admitCreate?: (o: ApiObject, others: (resource: string) => Iterable<ApiObject>) => void;
   /** The fields the kind has, for fieldValidation (apiVersion, kind and metadata are everyone's). */
   known: Record<string, Known>;
   /** Field selectors beyond metadata.name and metadata.namespace: label → value in the object. */

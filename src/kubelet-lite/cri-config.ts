@@ -335,7 +335,7 @@ export class KubeletConfigBuilder implements ConfigBuilder {
       const base = opts.volumes.get(vm.name);
       if (base === undefined) throw new ContainerConfigError(`cannot find volume "${vm.name}" to mount into container "${c.name}"`);
       const vol = ctx.pod.spec?.volumes?.find((v) => v.name === vm.name);
-      const forcedRO = vol !== undefined && READ_ONLY_VOLUMES.some((k) => vol[k] !== undefined);
+      const forcedRO = vol !== undefined && (READ_ONLY_VOLUMES.some((k) => vol[k] !== undefined) || vol.persistentVolumeClaim?.readOnly === true);
       let hostPath = base;
       const sub = subPathOf(vm, env);
       if (sub) {

@@ -3,8 +3,9 @@
  * under <pod-dir>/volumes/<plugin>/<name>: emptyDir (a directory or a tmpfs),
  * hostPath (the host path itself, after its type check), and the projected
  * kinds (configMap, secret, downwardAPI, projected) written with the atomic
- * writer so that refresh() updates them in place. Also the pod's managed
- * /etc/hosts, and teardown.
+ * writer so that refresh() updates them in place; persistentVolumeClaim
+ * and ephemeral volumes (the claim's bound PersistentVolume, its host
+ * directory). Also the pod's managed /etc/hosts, and teardown.
  */
 import fs from 'node:fs/promises';
 import { closeSync } from 'node:fs';
@@ -25,6 +26,7 @@ import { NotOwnDirectoryError, openDirBeneath } from './beneath.js';
 import { podDomain, podHostname } from './cri-config.js';
 import { configMapData, podFieldValue, resourceContainer, secretData } from './env.js';
 import type { PodContext, VolumeManager } from './model.js';
+import { persistentHostPathRefusal } from './host-paths.js';
 import { hostCapacity, podMemoryLimit, quantityValue, resourceFieldValue, type NodeCapacity } from './resources.js';
 
 /** A volume that could not be set up; the worker reports it as FailedMount. */
@@ -199,6 +201,8 @@ export class HostVolumeManager implements VolumeManager {
       await checkHostPath(v.hostPath.path, v.hostPath.type ?? '');
       return v.hostPath.path;
     }
+    if (v.persistentVolumeClaim) return this.claimVolume(ctx, v.name, v.persistentVolumeClaim.claimName, false);
+    if (v.ephemeral) return this.claimVolume(ctx, v.name, `${ctx.pod.metadata?.name ?? ''}-${v.name}`, true);
     const kind = projectedKind(v);
     if (kind) {
       const dir = this.volumeDir(ctx, PLUGIN_DIRS[kind], v.name);
@@ -218,6 +222,38 @@ export class HostVolumeManager implements VolumeManager {
     }
     const type = Object.keys(v).find((k) => k !== 'name') ?? 'unknown';
     throw new VolumeSetupError(v.name, `volume type ${type} is not supported by kubelet-lite`);
+  }
+
+  /**
+   * The host directory of the volume bound to the pod's claim, as the
+   * kubelet's volume manager finds it: the claim, bound (its volumeName, and
+   * the PV's claimRef naming the claim's uid), the PV's hostPath or local
+   * path (checked again against the paths no PV may name). An unbound claim
+   * is an error the worker retries: the pod waits, as the kubelet's does.
+   */
+  private async claimVolume(ctx: PodContext, volume: string, claimName: string, ephemeral: boolean): Promise<string> {
+    const ns = ctx.pod.metadata?.namespace ?? 'default';
+    const claim = ctx.objects.get('PersistentVolumeClaim', ns, claimName);
+    if (!claim) throw new VolumeSetupError(volume, `persistentvolumeclaim "${claimName}" not found`);
+    const c = claim.object as { metadata?: { ownerReferences?: Array<{ uid?: string }>; deletionTimestamp?: string }; spec?: { volumeName?: string } };
+    if (ephemeral && !(c.metadata?.ownerReferences ?? []).some((r) => r.uid === ctx.uid)) {
+      throw new VolumeSetupError(volume, `PVC ${ns}/${claimName} was not created for pod ${ns}/${ctx.pod.metadata?.name ?? ''} (pod is not owner)`);
+    }
+    const pvName = c.spec?.volumeName;
+    if (!pvName) throw new VolumeSetupError(volume, `persistentvolumeclaim "${claimName}" is not bound yet (waiting for its volume to be provisioned or bound)`);
+    const pv = ctx.objects.get('PersistentVolume', '', pvName);
+    const spec = (pv?.object as { spec?: { claimRef?: { uid?: string; name?: string; namespace?: string }; hostPath?: { path?: string; type?: string }; local?: { path?: string } } } | undefined)?.spec;
+    if (!pv || !spec) throw new VolumeSetupError(volume, `persistentvolume "${pvName}" of claim "${claimName}" not found`);
+    if (spec.claimRef?.uid !== claim.uid || spec.claimRef?.name !== claimName || (spec.claimRef?.namespace ?? '') !== ns) {
+      throw new VolumeSetupError(volume, `persistentvolume "${pvName}" is not bound to claim "${ns}/${claimName}" yet`);
+    }
+    const p = spec.hostPath?.path ?? spec.local?.path;
+    if (!p) throw new VolumeSetupError(volume, `persistentvolume "${pvName}" has no hostPath or local source, the only ones this node can mount`);
+    const why = persistentHostPathRefusal(p, pvName, this.opts.rootDir);
+    if (why) throw new VolumeSetupError(volume, `persistentvolume "${pvName}": path ${JSON.stringify(p)} ${why}`);
+    if (spec.hostPath) await checkHostPath(p, spec.hostPath.type ?? '');
+    else if (!(await fs.stat(p).catch(() => undefined))?.isDirectory()) throw new VolumeSetupError(volume, `local volume path ${p} of persistentvolume "${pvName}" is not a directory`);
+    return p;
   }
 
   private serially<T>(key: string, fn: () => Promise<T>): Promise<T> {

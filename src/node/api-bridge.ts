@@ -27,8 +27,8 @@ import type { ParsedObject } from '../kubelet-lite/manifests.js';
 import type { ObjectStore } from '../kubelet-lite/store.js';
 import { API_SOURCE_FILE } from '../stored-object.js';
 
-/** The resources the agent (or the proxy) acts on. */
-const FED = ['pods', 'configmaps', 'secrets', 'services'];
+/** The resources the agent (or the proxy) acts on: claims and volumes for the pods' persistentVolumeClaim volumes. */
+const FED = ['pods', 'configmaps', 'secrets', 'services', 'persistentvolumeclaims', 'persistentvolumes'];
 
 /** What the bridge needs of the agent. */
 export interface AgentView {
@@ -50,6 +50,22 @@ export interface ApiBridgeOptions {
 }
 
 const key = (ns: string, name: string) => `${ns}/${name}`;
+
+/** The pod conditions the kubelet writes; any other (DisruptionTarget, a readiness gate's) belongs to whoever set it. */
+const KUBELET_CONDITIONS = new Set(['PodScheduled', 'Initialized', 'Ready', 'ContainersReady', 'PodReadyToStartContainers']);
+
+/**
+ * The agent's status for a pod, keeping the conditions others wrote into the
+ * API's (as the kubelet's status manager keeps them): the eviction
+ * subresource's DisruptionTarget, a controller's readiness-gate condition.
+ */
+export function withOthersConditions(agent: Obj | undefined, api: Obj | undefined): Obj | undefined {
+  const theirs = (Array.isArray(api?.conditions) ? (api!.conditions as Obj[]) : []).filter((c) => typeof c === 'object' && c !== null && !KUBELET_CONDITIONS.has(String(c.type)));
+  if (!agent || theirs.length === 0) return agent;
+  const mine = Array.isArray(agent.conditions) ? (agent.conditions as Obj[]) : [];
+  const have = new Set(mine.map((c) => String(c.type)));
+  return { ...agent, conditions: [...mine, ...theirs.filter((c) => !have.has(String(c.type)))] };
+}
 
 /** The object as the agent should read it: no status, no server bookkeeping. */
 function forAgent(o: ApiObject): Obj {
@@ -242,8 +258,9 @@ export class ApiBridge {
       return;
     }
     if (!view || !current || current.metadata.uid !== viewUid) return; // a file's pod not shown yet, or an API pod the agent has not caught up with
-    if (JSON.stringify(current.status ?? null) === JSON.stringify(view.status ?? null)) return;
-    await this.o.client.update('pods', namespace, name, { ...current, status: view.status }, { status: true });
+    const status = withOthersConditions(view.status as Obj | undefined, current.status as Obj | undefined);
+    if (JSON.stringify(current.status ?? null) === JSON.stringify(status ?? null)) return;
+    await this.o.client.update('pods', namespace, name, { ...current, status }, { status: true });
   }
 
   private copyAllocations(): void {

@@ -4,8 +4,9 @@
  * its own over the same database), the manifest directory's objects shown
  * in it, the bridge that hands the agent the Pods bound to it and writes
  * their status back, and the controller manager that turns workloads into
- * those Pods. `skiff node` and `skiff kubelet` both run the agent this way,
- * so the agent itself hosts no controllers.
+ * those Pods, and the storage controller that binds their claims to volumes
+ * (provisioning them in the node's root dir). `skiff node` and `skiff
+ * kubelet` both run the agent this way, so the agent itself hosts no controllers.
  */
 import fs from 'node:fs/promises';
 import type { Service } from 'kubernetes-types/core/v1.js';
@@ -23,6 +24,7 @@ import { ApiBridge } from './api-bridge.js';
 import { ControllerEvents } from './controller-events.js';
 import { ControllerManager } from './controller-manager.js';
 import { EventWriter } from './events.js';
+import { StorageController } from './storage.js';
 
 export interface ControlPlaneOptions {
   nodeName: string;
@@ -46,6 +48,7 @@ export class ControlPlane {
     private readonly bridge: ApiBridge,
     private readonly collector: GarbageCollector,
     readonly controllers: ControllerManager,
+    readonly storage: StorageController,
     /** The controllers' and the scheduler's events (written to the store by `writer`). */
     readonly events: ControllerEvents,
     private readonly writer: EventWriter,
@@ -60,7 +63,7 @@ export class ControlPlane {
     let store = opts.store;
     if (!store) {
       await fs.mkdir(opts.rootDir, { recursive: true, mode: 0o700 });
-      store = new Store({ kinds: nodeKinds(opts.nodeName), persistence: openApiDb(path.join(opts.rootDir, 'api.db')), garbageCollection: true });
+      store = new Store({ kinds: nodeKinds(opts.nodeName, undefined, { rootDir: opts.rootDir }), persistence: openApiDb(path.join(opts.rootDir, 'api.db')), garbageCollection: true });
     }
     // A deleted workload takes what it owns (its ReplicaSets, their Pods) with it; an owner only in a
     // manifest file is not taken as gone before the files are shown (attach).
@@ -68,14 +71,18 @@ export class ControlPlane {
     const objects = new ObjectStore({ nodeName: opts.nodeName, log: opts.log });
     const client = localClient(store);
     const bridge = new ApiBridge({ store, client, objects, nodeName: opts.nodeName, log: opts.log });
+    const storage = new StorageController({ client, nodeName: opts.nodeName, rootDir: opts.rootDir, log: opts.log });
     const events = new ControllerEvents({ instance: `controller-manager-${opts.nodeName}` });
     const writer = new EventWriter({ client, log: opts.log });
     try {
       await writer.start(events, (e) => events.isMine(e));
       const controllers = await ControllerManager.create({ client, nodeName: opts.nodeName, log: opts.log, stateFile: path.join(opts.rootDir, 'controllers.json'), events });
       await bridge.start();
-      return new ControlPlane(store, !opts.store, bridge, collector, controllers, events, writer, objects, opts.log);
+      // Before any client writes a claim: the default class is there for the DefaultStorageClass admission.
+      await storage.start();
+      return new ControlPlane(store, !opts.store, bridge, collector, controllers, storage, events, writer, objects, opts.log);
     } catch (err) {
+      await storage.stop();
       writer.stop();
       bridge.stop();
       if (!opts.collector) collector.stop();
@@ -103,6 +110,7 @@ export class ControlPlane {
 
   async stop(): Promise<void> {
     this.unshow();
+    await this.storage.stop();
     await this.controllers.stop();
     this.writer.stop();
     this.bridge.stop();

@@ -6,7 +6,7 @@ import { Store } from '../../src/api/store.js';
 import type { ObjectChange } from '../../src/kubelet-lite/model.js';
 import { ObjectStore } from '../../src/kubelet-lite/store.js';
 import { silentLogger } from '../../src/log.js';
-import { ApiBridge } from '../../src/node/api-bridge.js';
+import { ApiBridge, withOthersConditions } from '../../src/node/api-bridge.js';
 import { API_SOURCE_FILE } from '../../src/stored-object.js';
 
 const tick = () => new Promise((r) => setTimeout(r, 20));
@@ -65,5 +65,17 @@ describe('ApiBridge', () => {
     await tick();
     expect(objects.list('ConfigMap').map((o) => o.source.file)).toEqual(['/m/cm.yaml']);
     bridge.stop();
+  });
+});
+
+describe('withOthersConditions', () => {
+  it('keeps the conditions others wrote (DisruptionTarget, a readiness gate) beside the agent\'s own, and the agent\'s win for its types', () => {
+    const agent = { phase: 'Running', conditions: [{ type: 'Ready', status: 'False' }, { type: 'PodScheduled', status: 'True' }] };
+    const api = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }, { type: 'DisruptionTarget', status: 'True', reason: 'EvictionByEvictionAPI' }, { type: 'example.com/gate', status: 'True' }] };
+    expect(withOthersConditions(agent, api)).toEqual({
+      phase: 'Running',
+      conditions: [{ type: 'Ready', status: 'False' }, { type: 'PodScheduled', status: 'True' }, { type: 'DisruptionTarget', status: 'True', reason: 'EvictionByEvictionAPI' }, { type: 'example.com/gate', status: 'True' }],
+    });
+    expect(withOthersConditions(agent, { conditions: [{ type: 'Initialized', status: 'True' }] })).toBe(agent);
   });
 });

@@ -12,6 +12,8 @@ import { leaseKind } from './lease.js';
 import { namespaceKind } from './namespace.js';
 import { nodeKind } from './node.js';
 import { pdbKind } from './pdb.js';
+import { persistentVolumeKind } from './pv.js';
+import { persistentVolumeClaimKind } from './pvc.js';
 import { podKind } from './pod.js';
 import { replicaSetKind } from './replicaset.js';
 import { replicationControllerKind } from './replicationcontroller.js';
@@ -19,12 +21,15 @@ import { secretKind } from './secret.js';
 import { serviceKind } from './service.js';
 import { serviceAccountKind } from './serviceaccount.js';
 import { statefulSetKind } from './statefulset.js';
+import { storageClassKind } from './storageclass.js';
 
 /**
  * Every kind, for the node named `nodeName` (where pods nobody placed are
  * placed, unless `refusal` says why the node takes none now: see podKind).
+ * `rootDir` is the node's: no PersistentVolume may name a host path in it
+ * but the provisioner's own (see pv.ts).
  */
-export function nodeKinds(nodeName: string, refusal?: (pod: ApiObject) => string | undefined): Kind[] {
+export function nodeKinds(nodeName: string, refusal?: (pod: ApiObject) => string | undefined, storage: { rootDir?: string } = {}): Kind[] {
   return [
     namespaceKind,
     configMapKind,
@@ -47,5 +52,8 @@ export function nodeKinds(nodeName: string, refusal?: (pod: ApiObject) => string
     leaseKind,
     endpointSliceKind,
     pdbKind,
+    persistentVolumeClaimKind,
+    persistentVolumeKind(storage.rootDir),
+    storageClassKind,
   ];
 }
