@@ -22,7 +22,7 @@ export interface NodeApiOptions {
   /** The node's name: pods created without a node are placed on it. */
   nodeName: string;
   log: Logger;
-  server?: Partial<Pick<ApiServerOptions, 'maxUnreadWatchBytes' | 'bookmarkIntervalMs' | 'maxWatchSeconds' | 'maxListBytes'>>;
+  server?: Partial<Pick<ApiServerOptions, 'maxUnreadWatchBytes' | 'maxUnreadWatchBytesTotal' | 'bookmarkIntervalMs' | 'maxWatchSeconds' | 'maxListBytes'>>;
   maxWatches?: number;
   /** The agent's side of pods/log, exec, attach and port-forward (undefined until the agent is up). */
   podStreams?: () => PodStreams | undefined;
@@ -39,6 +39,8 @@ export interface NodeApi {
   collector: GarbageCollector;
   address: string;
   kubeconfig: string;
+  /** Bytes written to watches and not yet read by their clients (the server's handle, for tests and metrics). */
+  unreadWatchBytes(): number;
   stop(): Promise<void>;
 }
 
@@ -73,6 +75,7 @@ export async function startNodeApi(opts: NodeApiOptions): Promise<NodeApi> {
       collector,
       address: server.address,
       kubeconfig: final.kubeconfig,
+      unreadWatchBytes: () => server.unreadWatchBytes(),
       stop: async () => {
         await server.close();
         stopRequests();

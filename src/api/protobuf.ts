@@ -8,8 +8,9 @@
  * k8s.io/api's .proto files); answers still go out as JSON, which every
  * client accepts. Fields the table does not know are left out, as the API
  * server drops fields its types lack. The reader checks every length
- * against what is left, bounds nesting and the number of values, so a
- * hostile body can only fail to parse.
+ * against what is left, bounds nesting, and counts every field as it reads
+ * it (known or not) against one budget for the body, so a hostile body can
+ * only fail to parse, and fails at once.
  */
 import { ApiError } from './errors.js';
 import { MAX_VALUES } from './patch.js';
@@ -47,7 +48,20 @@ function malformed(why: string): ApiError {
   return new ApiError('BadRequest', `the protobuf body could not be decoded: ${why}`);
 }
 
-function fields(buf: Buffer): Field[] {
+/**
+ * Fields read from the whole body so far, at every depth, known to the table
+ * or not: counted as each is read, so a body of a million empty fields is
+ * refused at the budget's end, not after its list is built.
+ */
+interface Budget {
+  values: number;
+}
+
+function tooMany(): ApiError {
+  return new ApiError('RequestEntityTooLarge', `the protobuf body holds more than ${MAX_VALUES} values`);
+}
+
+function fields(buf: Buffer, budget: Budget): Field[] {
   const out: Field[] = [];
   let i = 0;
   const varint = (): bigint => {
@@ -67,6 +81,7 @@ function fields(buf: Buffer): Field[] {
     return b;
   };
   while (i < buf.length) {
+    if (--budget.values < 0) throw tooMany();
     const tag = varint();
     if (tag > 0xffffffffn) throw malformed('field tag out of range');
     const no = Number(tag >> 3n);
@@ -94,10 +109,6 @@ function schema(type: string): Map<number, FieldSpec> | undefined {
   }
   parsed.set(type, s);
   return s;
-}
-
-interface Budget {
-  values: number;
 }
 
 const int = (f: Field): number => Number(BigInt.asIntN(64, f.varint!));
@@ -134,8 +145,8 @@ function json(raw: Buffer): unknown {
 }
 
 /** The types whose JSON form is not their fields. */
-function special(type: string, buf: Buffer): unknown {
-  const fs = fields(buf);
+function special(type: string, buf: Buffer, budget: Budget): unknown {
+  const fs = fields(buf, budget);
   const last = (no: number, wire: number) => {
     let found: Field | undefined;
     for (const x of fs) if (x.no === no && x.wire === wire) found = x;
@@ -187,10 +198,9 @@ function scalar(spec: FieldSpec, f: Field): unknown {
 }
 
 function value(spec: FieldSpec, type: string, f: Field, depth: number, budget: Budget): unknown {
-  if (--budget.values < 0) throw malformed(`more than ${MAX_VALUES} values`);
   if (!type.includes('.')) return scalar(spec, f);
   if (f.wire !== 2) throw malformed(`field ${spec.name} in the wrong wire type ${f.wire}`);
-  if (MESSAGES[type] === undefined) return special(type, f.bytes!);
+  if (MESSAGES[type] === undefined) return special(type, f.bytes!, budget);
   return message(type, f.bytes!, depth + 1, budget);
 }
 
@@ -200,14 +210,14 @@ function message(type: string, buf: Buffer, depth: number, budget: Budget): Obj 
   if (depth > MAX_DEPTH) throw malformed(`messages nested more than ${MAX_DEPTH} deep`);
   const s = schema(type)!;
   const o: Obj = {};
-  for (const f of fields(buf)) {
+  for (const f of fields(buf, budget)) {
     const spec = s.get(f.no);
     if (!spec) continue;
     if (spec.map) {
       if (f.wire !== 2) throw malformed(`map ${spec.name} in the wrong wire type ${f.wire}`);
       let k = '';
       let v: unknown = spec.type === 's' ? '' : undefined;
-      for (const e of fields(f.bytes!)) {
+      for (const e of fields(f.bytes!, budget)) {
         if (e.no === 1 && e.wire === 2) k = text(e);
         else if (e.no === 2) v = value(spec, spec.type, e, depth, budget);
       }
@@ -216,7 +226,7 @@ function message(type: string, buf: Buffer, depth: number, budget: Budget): Obj 
       const list = (o[spec.name] ??= []) as unknown[];
       // Packed repeated numbers (proto3 style), which a proto2 writer may also send.
       if (f.wire === 2 && (spec.type === 'i' || spec.type === 'b')) {
-        for (const p of packed(f.bytes!)) list.push(value(spec, spec.type, p, depth, budget));
+        for (const p of packed(f.bytes!, budget)) list.push(value(spec, spec.type, p, depth, budget));
       } else list.push(value(spec, spec.type, f, depth, budget));
     } else {
       const v = value(spec, spec.type, f, depth, budget);
@@ -228,10 +238,11 @@ function message(type: string, buf: Buffer, depth: number, budget: Budget): Obj 
   return o;
 }
 
-function packed(buf: Buffer): Field[] {
+function packed(buf: Buffer, budget: Budget): Field[] {
   const out: Field[] = [];
   let i = 0;
   while (i < buf.length) {
+    if (--budget.values < 0) throw tooMany();
     let v = 0n;
     let shift = 0n;
     for (;;) {
@@ -247,14 +258,14 @@ function packed(buf: Buffer): Field[] {
 }
 
 /** The envelope's apiVersion, kind and message. */
-function envelope(body: Buffer): { apiVersion: string; kind: string; raw: Buffer } {
+function envelope(body: Buffer, budget: Budget): { apiVersion: string; kind: string; raw: Buffer } {
   if (body.length < 4 || !body.subarray(0, 4).equals(MAGIC)) throw malformed('no k8s magic');
   let apiVersion = '';
   let kind = '';
   let raw: Buffer = Buffer.alloc(0);
-  for (const f of fields(body.subarray(4))) {
+  for (const f of fields(body.subarray(4), budget)) {
     if (f.no === 1 && f.wire === 2) {
-      for (const t of fields(f.bytes!)) {
+      for (const t of fields(f.bytes!, budget)) {
         if (t.no === 1 && t.wire === 2) apiVersion = text(t);
         if (t.no === 2 && t.wire === 2) kind = text(t);
       }
@@ -278,16 +289,18 @@ function messageType(apiVersion: string, kind: string): string | undefined {
  * storage does): grace period, preconditions, propagation, dry run.
  */
 export function decodeDeleteOptions(body: Buffer): Obj {
-  const { kind, raw } = envelope(body);
+  const budget = { values: MAX_VALUES };
+  const { kind, raw } = envelope(body, budget);
   if (kind !== 'DeleteOptions') throw malformed(`a ${kind || 'message'} where DeleteOptions belong`);
-  return message('meta/v1.DeleteOptions', raw, 0, { values: MAX_VALUES });
+  return message('meta/v1.DeleteOptions', raw, 0, budget);
 }
 
 export function decodeProtobuf(body: Buffer): Obj {
-  const { apiVersion, kind, raw } = envelope(body);
+  const budget = { values: MAX_VALUES };
+  const { apiVersion, kind, raw } = envelope(body, budget);
   const type = messageType(apiVersion, kind);
   if (!type) {
     throw new ApiError('UnsupportedMediaType', `protobuf bodies are not accepted for ${apiVersion} ${kind}; send application/json`);
   }
-  return { apiVersion, kind, ...message(type, raw, 0, { values: MAX_VALUES }) };
+  return { apiVersion, kind, ...message(type, raw, 0, budget) };
 }

@@ -43,6 +43,12 @@ export interface ApiServerOptions {
   now?: () => number;
   /** A watcher with more than this many bytes written but not yet read by its client is dropped. */
   maxUnreadWatchBytes?: number;
+  /**
+   * Bytes written but not yet read summed over every watcher: beyond them, a
+   * watcher that would hold more than its share (this over the number of
+   * watches) is dropped rather than written to.
+   */
+  maxUnreadWatchBytesTotal?: number;
   bookmarkIntervalMs?: number;
   maxWatchSeconds?: number;
   /** Bytes of list answers being sent at once; a list beyond them waits its turn (429). */
@@ -79,6 +85,8 @@ export interface Subresource {
 export interface ApiServer {
   /** host:port actually bound. */
   address: string;
+  /** Bytes the watches have been written but their clients have not yet read (summed over every watch). */
+  unreadWatchBytes(): number;
   close(): Promise<void>;
 }
 
@@ -89,10 +97,38 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   const now = opts.now ?? Date.now;
   const store = opts.store;
   const maxUnread = opts.maxUnreadWatchBytes ?? 1024 * 1024;
+  const maxUnreadTotal = opts.maxUnreadWatchBytesTotal ?? 64 * 1024 * 1024;
   const bookmarkEvery = opts.bookmarkIntervalMs ?? 60_000;
   const maxWatchSeconds = opts.maxWatchSeconds ?? 1800;
   const maxListBytes = opts.maxListBytes ?? 256 * 1024 * 1024;
   const watches = new Set<ServerResponse>();
+  const unreadNow = (): number => {
+    let n = 0;
+    for (const w of watches) n += w.writableLength;
+    return n;
+  };
+  /**
+   * The unread total, summed afresh when a change starts its fan-out (the
+   * clients read between changes, not during one) and kept up by each write.
+   */
+  let unreadTotal = 0;
+  let unreadAt: Change | undefined;
+  /**
+   * The latest change's watch event lines (by type as each watcher sees it), encoded once and the
+   * same Buffer written to every watcher rather than a string and its UTF-8 copy each. Only the
+   * latest is kept: the history's changes are not doubled in memory.
+   */
+  let linesOf: Change | undefined;
+  let lines = new Map<string, Buffer>();
+  const lineOf = (c: Change, type: string): Buffer => {
+    if (c !== linesOf) {
+      linesOf = c;
+      lines = new Map();
+    }
+    let b = lines.get(type);
+    if (!b) lines.set(type, (b = Buffer.from(`{"type":"${type}","object":${c.json}}\n`)));
+    return b;
+  };
   const subresources = opts.subresources ?? {};
   const subresourcesFor = (k: Kind): Subresources => {
     const out: Subresources = {};
@@ -483,10 +519,28 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       stop = store.watch(kind, opts, {
         deliver: (c: Change, type) => {
           if (ended) return false;
-          if (!initial && res.writableLength > allowance) return false;
-          const text = line(type, c.object, c.json);
-          if (initial) allowance += text.length;
+          if (initial) {
+            // The listing and the replay that open a watch: its own allowance grows by them, and the total is summed afresh at the next change.
+            const text = table ? line(type, c.object, c.json) : lineOf(c, type);
+            allowance += text.length;
+            res.write(text);
+            return true;
+          }
+          const before = res.writableLength;
+          if (before > allowance) return false;
+          const text = table ? line(type, c.object, c.json) : lineOf(c, type);
+          if (c !== unreadAt) {
+            unreadAt = c;
+            unreadTotal = unreadNow();
+          }
+          // Past the total, only a watcher within its share of it is written to: one that never
+          // reads cannot hold more than that, and a thousand of them not more than the total.
+          if (unreadTotal + text.length > maxUnreadTotal && before + text.length > maxUnreadTotal / watches.size) {
+            unreadTotal -= before;
+            return false;
+          }
           res.write(text);
+          unreadTotal += res.writableLength - before;
           return true;
         },
         closed: (reason) => {
@@ -515,6 +569,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   advertised = `${host.includes(':') ? `[${host}]` : host}:${bound.port}`;
   return {
     address: advertised,
+    unreadWatchBytes: unreadNow,
     close: async () => {
       for (const res of watches) res.end();
       opts.onClose?.();

@@ -52,7 +52,7 @@ export class ApiProcess {
 
   async start(): Promise<void> {
     let out = '';
-    this.child = spawn(process.execPath, [helper, this.dir, `127.0.0.1:${this.port}`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...this.env } });
+    this.child = spawn(process.execPath, [helper, this.dir, `127.0.0.1:${this.port}`], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, ...this.env } });
     this.child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
     this.child.stderr!.on('data', (b: Buffer) => (out += b.toString()));
     const line = await waitFor('the API process', async () => {
@@ -61,6 +61,15 @@ export class ApiProcess {
     }, 30_000);
     this.address = line[1]!;
     this.kubeconfig = line[2]!;
+  }
+
+  /** What the API process holds now: bytes written to watches but unread by their clients, its watches, its RSS. */
+  stats(): Promise<{ unreadWatchBytes: number; watches: number; rss: number }> {
+    const c = this.child!;
+    return new Promise((resolve) => {
+      c.once('message', (m) => resolve(m as { unreadWatchBytes: number; watches: number; rss: number }));
+      c.send('stats');
+    });
   }
 
   stop(): Promise<void> {
