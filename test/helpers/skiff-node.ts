@@ -9,7 +9,6 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, expect } from 'vitest';
 import { buildDemoImages } from '../../scripts/build-demo-images.js';
 import { loadCri } from '../../src/server/proto.js';
 import { grpc, repoRoot } from './daemon.js';
@@ -175,12 +174,4 @@ export async function removeNode(base: string, ns: TestNetns, d: { socket: strin
   const leaks = { mounts: mountsUnder(base), processes: processesMentioning(base) };
   await fs.rm(base, { recursive: true, force: true });
   return leaks;
-}
-
-/** Creates `node` before a suite's tests and destroys it after them, checking that it left no mount or process behind. */
-export function useSkiffNode(node: SkiffNode): void {
-  beforeAll(() => node.create(), 180_000);
-  afterAll(async () => {
-    expect(await node.destroy()).toEqual({ mounts: [], processes: [] });
-  }, 120_000);
 }

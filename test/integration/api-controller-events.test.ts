@@ -7,7 +7,8 @@
 import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
-import { KUBECTL_127, SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
+import { KUBECTL_127, SkiffNode } from '../helpers/skiff-node.js';
+import { useSkiffNode } from '../helpers/use-skiff-node.js';
 
 const deployment = `
 apiVersion: apps/v1

@@ -11,7 +11,8 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
-import { KUBECTL_127, SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
+import { KUBECTL_127, SkiffNode } from '../helpers/skiff-node.js';
+import { useSkiffNode } from '../helpers/use-skiff-node.js';
 
 const deployment = (name: string, message: string, replicas = 2) => `
 apiVersion: apps/v1

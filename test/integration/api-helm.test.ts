@@ -14,7 +14,8 @@ import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { repoRoot } from '../helpers/daemon.js';
 import { waitFor } from '../helpers/registry.js';
-import { SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
+import { SkiffNode } from '../helpers/skiff-node.js';
+import { useSkiffNode } from '../helpers/use-skiff-node.js';
 
 const HELM = path.join(repoRoot, 'build', 'bin', 'helm');
 

@@ -10,7 +10,8 @@ import type { Service } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
-import { SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
+import { SkiffNode } from '../helpers/skiff-node.js';
+import { useSkiffNode } from '../helpers/use-skiff-node.js';
 
 const NODE_IP = '192.0.2.10';
 

@@ -9,7 +9,8 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
-import { SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
+import { SkiffNode } from '../helpers/skiff-node.js';
+import { useSkiffNode } from '../helpers/use-skiff-node.js';
 
 const pod = (name: string, spec: string) => `
 apiVersion: v1

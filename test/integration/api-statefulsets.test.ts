@@ -12,7 +12,8 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
-import { KUBECTL_135, SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
+import { KUBECTL_135, SkiffNode } from '../helpers/skiff-node.js';
+import { useSkiffNode } from '../helpers/use-skiff-node.js';
 
 const podSpec = (message: string) => `
       terminationGracePeriodSeconds: 1

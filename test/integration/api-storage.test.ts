@@ -14,7 +14,8 @@ import type { PersistentVolume, PersistentVolumeClaim, Pod } from 'kubernetes-ty
 import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
-import { SkiffNode, useSkiffNode } from '../helpers/skiff-node.js';
+import { SkiffNode } from '../helpers/skiff-node.js';
+import { useSkiffNode } from '../helpers/use-skiff-node.js';
 
 const claim = (name: string, extra = '') => `
 apiVersion: v1
