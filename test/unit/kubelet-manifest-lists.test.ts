@@ -205,7 +205,7 @@ describe('skipped kinds', () => {
     ['v1', 'Pod'], ['v1', 'Service'], ['v1', 'ConfigMap'], ['v1', 'Secret'], ['v1', 'ServiceAccount'], ['v1', 'Namespace'],
     ['apps/v1', 'Deployment'], ['apps/v1', 'ReplicaSet'], ['apps/v1', 'StatefulSet'], ['apps/v1', 'DaemonSet'],
     ['batch/v1', 'Job'], ['batch/v1', 'CronJob'], ['policy/v1', 'PodDisruptionBudget'], ['v1', 'ReplicationController'],
-    ['discovery.k8s.io/v1', 'EndpointSlice'],
+    ['discovery.k8s.io/v1', 'EndpointSlice'], ['v1', 'PersistentVolumeClaim'], ['v1', 'PersistentVolume'], ['storage.k8s.io/v1', 'StorageClass'],
   ])('%s %s is served, not skipped', (apiVersion, kind) => {
     expect(skipReason({ apiVersion, kind }, served)).toBeUndefined();
   });
