@@ -9,6 +9,8 @@
 export interface ObjectSource {
   file: string;
   document: number;
+  /** For an item of a List: its index in the document's `items`. */
+  item?: number;
   line: number;
 }
 

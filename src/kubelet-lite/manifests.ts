@@ -17,8 +17,15 @@ import { formatFieldPath, typeName, validateManifestObject, type FieldError, typ
 
 /** A manifest larger than this is refused (the kubelet reads whole files; we bound them). */
 export const MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
-/** At most this many documents are read from one file; the rest are reported once. */
-export const MAX_DOCUMENTS_PER_FILE = 1000;
+/**
+ * What one file may cost to load, in YAML nodes (every scalar, collection,
+ * pair and document counts one, an alias as many as it copies): a few MiB of
+ * generated objects (10,000 Services are about 500,000) load whole, while a
+ * file of nothing but tiny documents or aliases stops here, said once.
+ */
+export const MAX_NODES_PER_FILE = 2_000_000;
+/** At most this many problems are kept for one file; the rest are counted in one more. */
+export const MAX_PROBLEMS_PER_FILE = 100;
 /** yaml's guard against billion-laughs: aliases may expand to at most this many nodes. */
 export const MAX_ALIAS_COUNT = 100;
 /**
@@ -99,11 +106,17 @@ function jsonTags(tags: Tags): Tags {
 
 /**
  * Parses one manifest's text. `file` names it in sources and problems.
- * Every document with apiVersion, kind and metadata.name is kept; v1 Pods,
+ * A List document (`kind: List`, `ConfigMapList`…) stands for its items.
+ * The file is bounded by its bytes, its YAML nodes (MAX_NODES_PER_FILE,
+ * aliases counted as what they copy) and its problems kept, never by a
+ * count of documents; a cut is a problem at the line where it happened.
+ * Every object with apiVersion, kind and metadata.name is kept; v1 Pods,
  * ConfigMaps and Secrets are also validated, and an invalid one is a
  * problem pointing at the offending field's line.
  */
-export function parseManifest(file: string, data: string | Uint8Array): ParsedManifest {
+export function parseManifest(file: string, data: string | Uint8Array, limits: ParseLimits = {}): ParsedManifest {
+  const maxNodes = limits.maxNodes ?? MAX_NODES_PER_FILE;
+  const maxProblems = limits.maxProblems ?? MAX_PROBLEMS_PER_FILE;
   const result: ParsedManifest = { file, objects: [], problems: [] };
   const problem = (line: number, reason: string, object?: string) =>
     result.problems.push(object === undefined ? { file, line, reason } : { file, line, object, reason });
@@ -135,23 +148,96 @@ export function parseManifest(file: string, data: string | Uint8Array): ParsedMa
     return result;
   }
 
+  text = acceptEscapedApostrophes(text);
   const lines = new LineCounter();
   const parser = new Parser(lines.addNewLine);
   const composer = new Composer({ version: '1.1', customTags: jsonTags, uniqueKeys: true, strict: false });
+  const budget: LoadBudget = { nodesLeft: maxNodes, aliasSlackLeft: ALIAS_EXPANSION_SLACK, maxProblems, problemsDropped: 0 };
   let index = 0;
+  let cutAt: number | undefined;
   try {
     for (const doc of composer.compose(parser.parse(text))) {
-      if (index >= MAX_DOCUMENTS_PER_FILE) {
-        problem(lines.linePos(docStart(doc)).line, `more than ${MAX_DOCUMENTS_PER_FILE} documents in one file; the rest are ignored`);
+      if (!loadDocument(doc, index++, lines, result, budget)) {
+        cutAt = lines.linePos(docStart(doc)).line;
         break;
       }
-      loadDocument(doc, index++, lines, result);
     }
   } catch (err) {
     // The parser is not expected to throw; if it does, the file is one problem, never a crash.
     problem(1, `cannot parse: ${errorMessage(err)}`);
+    keepProblems(result, budget);
+  }
+  // Past the problem cap, these two still say what was not loaded and what is not shown.
+  if (budget.problemsDropped > 0) {
+    const last = result.problems.at(-1)?.line ?? 1;
+    problem(last, `and ${budget.problemsDropped} more problems in this file, not shown`);
+  }
+  if (cutAt !== undefined) {
+    problem(cutAt, `the file is more than ${maxNodes} YAML nodes; the documents from line ${cutAt} on are not loaded (${result.objects.length} objects before it are)`);
   }
   return result;
+}
+
+/** What is left of a file's bounds as its documents load. */
+interface LoadBudget {
+  nodesLeft: number;
+  /** How far aliases may still copy beyond twice what is written, for the whole file. */
+  aliasSlackLeft: number;
+  maxProblems: number;
+  problemsDropped: number;
+}
+
+/** The bounds of one file's parse, smaller in tests. */
+export interface ParseLimits {
+  maxNodes?: number;
+  maxProblems?: number;
+}
+
+function keepProblems(out: ParsedManifest, budget: LoadBudget): void {
+  const over = out.problems.length - budget.maxProblems;
+  if (over > 0) {
+    budget.problemsDropped += over;
+    out.problems.length = budget.maxProblems;
+  }
+}
+
+/**
+ * kubectl's YAML reader takes `\'` in a double-quoted scalar as `'`; YAML
+ * 1.2 has no such escape and the yaml library refuses it. Each one inside a
+ * double-quoted scalar becomes `\x27`, the same character in an escape both
+ * accept (on the same line, so every line number stays true).
+ */
+export function acceptEscapedApostrophes(text: string): string {
+  if (!text.includes("\\'")) return text;
+  const at: number[] = [];
+  // The CST names each double-quoted scalar with its offset; walked with a stack, so no nesting overflows it.
+  const stack: unknown[] = [...new Parser().parse(text)];
+  while (stack.length > 0) {
+    const t = stack.pop();
+    if (t === null || typeof t !== 'object') continue;
+    if (Array.isArray(t)) {
+      for (const x of t) stack.push(x);
+      continue;
+    }
+    const tok = t as { type?: unknown; offset?: unknown; source?: unknown };
+    if (tok.type === 'double-quoted-scalar' && typeof tok.source === 'string' && typeof tok.offset === 'number') {
+      const src = tok.source;
+      for (let i = src.indexOf('\\'); i >= 0; i = src.indexOf('\\', i + 2)) {
+        if (src[i + 1] === "'") at.push(tok.offset + i);
+      }
+      continue;
+    }
+    for (const v of Object.values(tok)) if (v !== null && typeof v === 'object') stack.push(v);
+  }
+  if (at.length === 0) return text;
+  at.sort((x, y) => x - y);
+  let out = '';
+  let from = 0;
+  for (const i of at) {
+    out += text.slice(from, i) + '\\x27';
+    from = i + 2;
+  }
+  return out + text.slice(from);
 }
 
 function docStart(doc: Document.Parsed): number {
@@ -160,52 +246,114 @@ function docStart(doc: Document.Parsed): number {
   return doc.range[0];
 }
 
-function loadDocument(doc: Document.Parsed, index: number, lines: LineCounter, out: ParsedManifest): void {
+/** False when the document would take the file past MAX_NODES_PER_FILE: it and the rest are not loaded. */
+function loadDocument(doc: Document.Parsed, index: number, lines: LineCounter, out: ParsedManifest, budget: LoadBudget): boolean {
   const file = out.file;
   const startLine = lines.linePos(docStart(doc)).line;
+  const problem = (p: ManifestProblem) => {
+    out.problems.push(p);
+    keepProblems(out, budget);
+  };
+  if (budget.nodesLeft <= 0) return false;
+  budget.nodesLeft--; // the document itself: a file of empty documents is bounded too
   if (doc.errors.length > 0) {
     const err = doc.errors[0]!;
     const line = lines.linePos(err.pos[0]).line;
     const where = line === startLine ? '' : ` (in the document starting at line ${startLine})`;
-    out.problems.push({ file, line, reason: `invalid YAML: ${firstLine(err.message)}${where}` });
-    return;
+    problem({ file, line, reason: `invalid YAML: ${firstLine(err.message)}${where}` });
+    return true;
   }
-  if (doc.contents === null) return; // an empty document: skipped silently, as kubectl does
+  if (doc.contents === null) return true; // an empty document: skipped silently, as kubectl does
 
   let value: unknown;
   try {
-    const written = nodeCount(doc, false, Infinity);
-    const budget = 2 * written + ALIAS_EXPANSION_SLACK;
-    if (nodeCount(doc, true, budget) > budget) {
-      out.problems.push({ file, line: startLine, reason: `cannot load document: its aliases expand it to more than ${budget} nodes (${written} as written)` });
-      return;
+    const written = nodeCount(doc, false, budget.nodesLeft + 1);
+    if (written > budget.nodesLeft) return false;
+    const allowed = 2 * written + budget.aliasSlackLeft;
+    const loaded = nodeCount(doc, true, allowed);
+    if (loaded > allowed) {
+      problem({ file, line: startLine, reason: `cannot load document: its aliases expand it to more than ${allowed} nodes (${written} as written)` });
+      return true;
     }
+    if (loaded > budget.nodesLeft) return false;
+    budget.nodesLeft -= loaded;
+    budget.aliasSlackLeft -= Math.max(0, loaded - 2 * written);
     value = doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT });
   } catch (err) {
-    out.problems.push({ file, line: startLine, reason: `cannot load document: ${errorMessage(err)}` });
-    return;
+    problem({ file, line: startLine, reason: `cannot load document: ${errorMessage(err)}` });
+    return true;
   }
-  if (value === null || value === undefined) return;
+  if (value === null || value === undefined) return true;
 
-  const lineOf = (p: FieldPath) => nodeLine(doc, p, lines) ?? startLine;
   if (typeof value !== 'object' || Array.isArray(value)) {
-    out.problems.push({ file, line: startLine, reason: `a manifest must be an object, not ${typeName(value)}` });
-    return;
+    problem({ file, line: startLine, reason: `a manifest must be an object, not ${typeName(value)}` });
+    return true;
   }
   const obj = value as Record<string, unknown>;
+  const lineOf = (p: FieldPath) => nodeLine(doc, p, lines) ?? startLine;
+  if (isList(obj)) {
+    loadList(obj, index, lineOf, out, problem);
+    return true;
+  }
+  loadObject(obj, { file, document: index, line: startLine }, lineOf, out, problem);
+  return true;
+}
+
+/**
+ * A List as `kubectl get -o yaml` writes it (`kind: List`, or `ConfigMapList`
+ * and the like): kubectl applies its items, each as if it were a document.
+ */
+function isList(obj: Record<string, unknown>): boolean {
+  return typeof obj.kind === 'string' && obj.kind.endsWith('List') && Array.isArray(obj.items);
+}
+
+function loadList(
+  list: Record<string, unknown>,
+  index: number,
+  lineOf: (p: FieldPath) => number,
+  out: ParsedManifest,
+  problem: (p: ManifestProblem) => void,
+): void {
+  const file = out.file;
+  const items = list.items as unknown[];
+  items.forEach((item, i) => {
+    const at = (p: FieldPath) => lineOf(['items', i, ...p]);
+    const where = `items[${i}]`;
+    if (item === null || typeof item !== 'object' || Array.isArray(item)) {
+      problem({ file, line: at([]), reason: `${where}: a List item must be an object, not ${typeName(item)}` });
+      return;
+    }
+    const obj = item as Record<string, unknown>;
+    if (isList(obj)) {
+      problem({ file, line: at([]), reason: `${where}: a ${String(obj.kind)} inside a ${String(list.kind)} is not unpacked; put its items in the outer list` });
+      return;
+    }
+    // The item's own line, and its index in the List: two items of one document never share a source.
+    loadObject(obj, { file, document: index, item: i, line: at([]) }, at, out, (p) => problem({ ...p, reason: `${where}: ${p.reason}` }));
+  });
+}
+
+function loadObject(
+  obj: Record<string, unknown>,
+  source: ObjectSource,
+  lineOf: (p: FieldPath) => number,
+  out: ParsedManifest,
+  problem: (p: ManifestProblem) => void,
+): void {
+  const file = out.file;
   const header = objectHeader(obj);
   if ('error' in header) {
-    out.problems.push({ file, line: lineOf(header.error.path), reason: formatError(header.error) });
+    problem({ file, line: lineOf(header.error.path), reason: formatError(header.error) });
     return;
   }
   const { apiVersion, kind, namespace, name } = header;
   const id = `${kind}/${namespace}/${name}`;
   const errors = validateManifestObject(obj);
   if (errors.length > 0) {
-    out.problems.push({ file, line: lineOf(errors[0]!.path), object: id, reason: errors.map(formatError).join('; ') });
+    problem({ file, line: lineOf(errors[0]!.path), object: id, reason: errors.map(formatError).join('; ') });
     return;
   }
-  out.objects.push({ apiVersion, kind, namespace, name, object: obj, source: { file, document: index, line: startLine } });
+  out.objects.push({ apiVersion, kind, namespace, name, object: obj, source });
 }
 
 /** apiVersion, kind and metadata.name/namespace of any object, or the first thing wrong with them. */

@@ -11,7 +11,12 @@ import { errorMessage } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { ManifestProblem, ObjectChange, ObjectLookup, StoredObject } from './model.js';
 import type { ParsedObject } from './manifests.js';
+import { API_SOURCE_FILE } from '../stored-object.js';
+import { skippedMessage, skipReason, type ManifestKind } from './skipped-kinds.js';
 import { normalizeSecret } from './validate.js';
+
+/** New problems logged on one change of the files, at most; the rest are counted in one line. */
+const MAX_LOGGED_PER_CHANGE = 20;
 
 export type ChangeListener = (changes: ObjectChange[]) => void;
 
@@ -59,6 +64,12 @@ export function objectUid(nodeName: string, kind: string, namespace: string, nam
 export interface ObjectStoreOptions {
   nodeName: string;
   log?: Logger;
+  /**
+   * The kinds the node serves or runs: an object of any other kind is kept
+   * but named in the problems as skipped, with the reason. None: nothing is
+   * called skipped (a proxy alone reads only what it needs).
+   */
+  actsOn?: () => ReadonlyArray<ManifestKind>;
 }
 
 export class ObjectStore implements ObjectLookup {
@@ -68,11 +79,16 @@ export class ObjectStore implements ObjectLookup {
   private readonly files = new Map<string, { objects: StoredObject[]; problems: ManifestProblem[]; unread?: ManifestProblem }>();
   private view = new Map<string, StoredObject>();
   private duplicateProblems: ManifestProblem[] = [];
+  private skippedProblems: ManifestProblem[] = [];
+  private readonly actsOn: (() => ReadonlyArray<ManifestKind>) | undefined;
+  /** The problems already in the log, so each is logged once while it lasts. */
+  private logged = new Set<string>();
   private readonly listeners = new Set<ChangeListener>();
 
   constructor(opts: ObjectStoreOptions) {
     this.nodeName = opts.nodeName;
     this.log = opts.log ?? silentLogger;
+    this.actsOn = opts.actsOn;
   }
 
   /** Sets what `file` defines now; returns (and tells listeners) what changed in the view. */
@@ -155,6 +171,7 @@ export class ObjectStore implements ObjectLookup {
       for (const p of f.problems) all.push({ ...p });
     }
     for (const p of this.duplicateProblems) all.push({ ...p });
+    for (const p of this.skippedProblems) all.push({ ...p });
     return all.sort((a, b) => compareNames(a.file, b.file) || a.line - b.line);
   }
 
@@ -195,8 +212,51 @@ export class ObjectStore implements ObjectLookup {
     }
     this.view = next;
     this.duplicateProblems = duplicates;
+    this.skippedProblems = this.skipped(next);
+    this.logNewProblems();
     if (changes.length > 0 || JSON.stringify(this.problems()) !== problemsBefore) this.emit(changes);
     return changes;
+  }
+
+  /** A problem for each object of the view that the node does not act on, with why. */
+  private skipped(view: Map<string, StoredObject>): ManifestProblem[] {
+    if (!this.actsOn) return [];
+    const acts = this.actsOn();
+    const reasons = new Map<string, string | undefined>();
+    const out: ManifestProblem[] = [];
+    for (const [key, o] of view) {
+      if (o.source.file === API_SOURCE_FILE) continue; // the API's own objects, handed to the agent
+      const k = `${o.apiVersion}\0${o.kind}`;
+      if (!reasons.has(k)) reasons.set(k, skipReason(o, acts));
+      const why = reasons.get(k);
+      if (why !== undefined) out.push({ file: o.source.file, line: o.source.line, object: key, reason: skippedMessage(o.kind, why) });
+    }
+    return out;
+  }
+
+  /** Logs each problem of the files once, when it appears (a skipped object as info, the rest as warnings). */
+  private logNewProblems(): void {
+    const now = new Set<string>();
+    let told = 0;
+    let untold = 0;
+    const each = (p: ManifestProblem, skipped: boolean) => {
+      const key = `${p.file}\0${p.line}\0${p.object ?? ''}\0${p.reason}`;
+      now.add(key);
+      if (this.logged.has(key)) return;
+      if (told >= MAX_LOGGED_PER_CHANGE) {
+        untold++;
+        return;
+      }
+      told++;
+      const fields = { file: p.file, line: p.line, ...(p.object ? { object: p.object } : {}) };
+      if (skipped) this.log.info(p.reason, fields);
+      else this.log.warn('manifest problem', { ...fields, reason: p.reason });
+    };
+    for (const f of this.files.values()) for (const p of f.problems) each(p, false);
+    for (const p of this.duplicateProblems) each(p, false);
+    for (const p of this.skippedProblems) each(p, true);
+    if (untold > 0) this.log.warn('more manifest problems than are logged at once; all of them are on the status port at /manifests', { more: untold });
+    this.logged = now;
   }
 
   private emit(changes: ObjectChange[]): void {

@@ -777,8 +777,10 @@ function validateVolume(v: Obj, path: FieldPath, e: Errors): void {
     validateMode(s.defaultMode, [...path, 'projected', 'defaultMode'], e);
     eachObj(s.sources, (src) => {
       const p = [...path, 'projected', 'sources', (s.sources as unknown[]).indexOf(src)];
-      const kinds = ['configMap', 'secret', 'downwardAPI', 'serviceAccountToken', 'clusterTrustBundle'].filter((k) => has(src[k]));
+      const kinds = ['configMap', 'secret', 'downwardAPI', 'serviceAccountToken', 'clusterTrustBundle', 'podCertificate'].filter((k) => has(src[k]));
       if (kinds.length !== 1) e.add(p, kinds.length === 0 ? 'Required value: must specify a projection type' : 'Forbidden: may not specify more than 1 projection type');
+      // A valid source of the API (1.34's pod certificates) that this node has no signer for: said as such, not as a missing type.
+      if (has(src.podCertificate)) e.add([...p, 'podCertificate'], 'Forbidden: podCertificate projected volumes are not supported by this node (it signs no pod certificates)');
       for (const k of ['configMap', 'secret']) {
         ifObj(src[k], (ref) => {
           if (empty(ref.name)) e.required([...p, k, 'name']);

@@ -68,7 +68,13 @@ export class ControlPlane {
     // A deleted workload takes what it owns (its ReplicaSets, their Pods) with it; an owner only in a
     // manifest file is not taken as gone before the files are shown (attach).
     const collector = opts.collector ?? new GarbageCollector({ store, log: opts.log, waitForOwners: true });
-    const objects = new ObjectStore({ nodeName: opts.nodeName, log: opts.log });
+    const api = store;
+    const objects = new ObjectStore({
+      nodeName: opts.nodeName,
+      log: opts.log,
+      // What the node's API serves its controllers and agent act on; anything else in a manifest is named as skipped.
+      actsOn: () => api.kindList().map((k) => ({ apiVersion: k.group ? `${k.group}/${k.version}` : k.version, kind: k.kind })),
+    });
     const client = localClient(store);
     const bridge = new ApiBridge({ store, client, objects, nodeName: opts.nodeName, log: opts.log });
     const storage = new StorageController({ client, nodeName: opts.nodeName, rootDir: opts.rootDir, log: opts.log });
