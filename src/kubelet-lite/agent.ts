@@ -239,7 +239,7 @@ export class Agent {
     for (const [key, { obj, v }] of wanted) {
       if (v.ok) continue;
       invalidNow.add(key);
-      const pod = invalidPod(obj, v.reasons, this.now(), v.reason);
+      const pod = v.blocked ? blockedPod(obj, v.blocked, v.reasons, v.reason ?? 'Blocked', this.now()) : invalidPod(obj, v.reasons, this.now(), v.reason);
       const had = this.invalid.get(key);
       this.invalid.set(key, pod);
       if (JSON.stringify(had?.status?.message) !== JSON.stringify(pod.status?.message)) this.notify(had ? 'MODIFIED' : 'ADDED', pod);
@@ -630,6 +630,28 @@ function waitingStatus(maxPods: number, now: number): PodStatus {
         lastTransitionTime: iso(now),
       },
     ],
+  };
+}
+
+/**
+ * How a valid pod that soft admission refused is shown, as the kubelet
+ * leaves it: Pending with the admission's reason and message, every
+ * container waiting with reason Blocked, nothing started.
+ */
+function blockedPod(obj: StoredObject, pod: Pod, reasons: string[], reason: string, now: number): Pod {
+  const waiting = (c: { name: string; image?: string }) => ({ name: c.name, image: c.image ?? '', imageID: '', ready: false, restartCount: 0, started: false, state: { waiting: { reason: 'Blocked' } } });
+  const init = pod.spec?.initContainers ?? [];
+  return {
+    ...pod,
+    metadata: { ...pod.metadata, name: obj.name, namespace: obj.namespace, uid: obj.uid },
+    status: {
+      phase: 'Pending',
+      reason,
+      message: reasons.join('; '),
+      startTime: iso(now),
+      ...(init.length ? { initContainerStatuses: init.map(waiting) } : {}),
+      containerStatuses: (pod.spec?.containers ?? []).map(waiting),
+    },
   };
 }
 

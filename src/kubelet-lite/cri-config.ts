@@ -128,6 +128,22 @@ export function namespacesForPod(pod: Pod, userns?: PodContext['userns']): Names
   return out;
 }
 
+/**
+ * The container's AppArmor profile, else the pod's, else the deprecated
+ * per-container annotation's; undefined when none asks (the runtime's default).
+ */
+export function appArmorProfile(pod: Pod, container: string, cSc: SecurityContext | undefined): SecurityProfile | undefined {
+  const p = cSc?.appArmorProfile ?? pod.spec?.securityContext?.appArmorProfile;
+  if (p) {
+    if (p.type === 'Localhost') return { profileType: 'Localhost', localhostRef: p.localhostProfile ?? '' };
+    return { profileType: p.type === 'RuntimeDefault' ? 'RuntimeDefault' : 'Unconfined' };
+  }
+  const a = pod.metadata?.annotations?.[`container.apparmor.security.beta.kubernetes.io/${container}`];
+  if (a === undefined) return undefined;
+  if (a.startsWith('localhost/')) return { profileType: 'Localhost', localhostRef: a.slice('localhost/'.length) };
+  return { profileType: a === 'runtime/default' ? 'RuntimeDefault' : 'Unconfined' };
+}
+
 /** The container's seccomp profile, else the pod's, else Unconfined (the kubelet's default without SeccompDefault). */
 export function seccompProfile(podSc: PodSecurityContext | undefined, cSc: SecurityContext | undefined, profileRoot: string): SecurityProfile {
   const p: SeccompProfile | undefined = cSc?.seccompProfile ?? podSc?.seccompProfile;
@@ -325,6 +341,12 @@ export class KubeletConfigBuilder implements ConfigBuilder {
     // Only an explicit allowPrivilegeEscalation: false sets no_new_privs, as the kubelet does.
     out.noNewPrivs = sc?.allowPrivilegeEscalation === false;
     out.seccomp = seccompProfile(podSc, sc, this.profileRoot(ctx));
+    const apparmor = appArmorProfile(ctx.pod, c.name, sc);
+    if (apparmor) {
+      out.apparmor = apparmor;
+      // The deprecated string form too, for runtimes that read only it.
+      out.apparmorProfile = apparmor.profileType === 'Localhost' ? `localhost/${apparmor.localhostRef}` : apparmor.profileType === 'RuntimeDefault' ? 'runtime/default' : 'unconfined';
+    }
     return out;
   }
 

@@ -4,11 +4,14 @@
  * the image's back-off runs. Pulls of one image are shared by every pod
  * that asks for it at once.
  */
+import { createHash } from 'node:crypto';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import type { PodSandboxConfig } from '../gen/runtime/v1/PodSandboxConfig.js';
 import { errorMessage } from '../errors.js';
 import { Backoff, IMAGE_BACKOFF } from './backoff.js';
 import type { CriEndpoint } from './cri-client.js';
+import type { ObjectLookup } from './model.js';
+import { credentialsFor, type PullCredential } from './pull-secrets.js';
 
 export interface ImageUser {
   uid?: number;
@@ -44,7 +47,8 @@ export class ImageManager {
     return { ref: st.image.id, user };
   }
 
-  async ensure(pod: Pod, container: Container, sandbox: PodSandboxConfig, event: ImageEvents): Promise<ImageResult> {
+  /** `objects`: where the pod's image pull secrets (and its ServiceAccount) are read from. */
+  async ensure(pod: Pod, container: Container, sandbox: PodSandboxConfig, event: ImageEvents, objects?: ObjectLookup): Promise<ImageResult> {
     const image = container.image ?? '';
     if (!image.trim()) return { ok: false, reason: 'InvalidImageName', message: 'the image name is empty' };
     const policy = container.imagePullPolicy ?? 'IfNotPresent';
@@ -72,10 +76,12 @@ export class ImageManager {
       event('Normal', 'BackOff', message);
       return { ok: false, reason: 'ImagePullBackOff', message };
     }
+    const { credentials, problems } = objects ? credentialsFor(pod, image, objects) : { credentials: [], problems: [] };
+    for (const p of problems) event('Warning', p.reason, p.message);
     event('Normal', 'Pulling', `Pulling image "${image}"`);
     const started = this.now();
     try {
-      await this.pull(image, sandbox);
+      await this.pullWith(image, sandbox, credentials);
       const after = await this.present(image);
       if (!after) throw new Error('the runtime does not list the image after pulling it');
       this.lastFailure.delete(key);
@@ -93,14 +99,36 @@ export class ImageManager {
 
   private readonly lastFailure = new Map<string, number>();
 
-  private pull(image: string, sandbox: PodSandboxConfig): Promise<string> {
-    let p = this.inflight.get(image);
+  /**
+   * As the kubelet pulls: anonymously when no credential matches the image,
+   * else with each matching one in turn until one works (the errors of all
+   * of them when none does).
+   */
+  private async pullWith(image: string, sandbox: PodSandboxConfig, credentials: PullCredential[]): Promise<string> {
+    if (credentials.length === 0) return this.pull(image, sandbox, undefined);
+    const errors: unknown[] = [];
+    for (const c of credentials) {
+      try {
+        return await this.pull(image, sandbox, c);
+      } catch (err) {
+        errors.push(err);
+      }
+    }
+    if (errors.length === 1) throw errors[0];
+    throw new Error(`[${errors.map((e) => grpcDetails(e)).join(', ')}]`);
+  }
+
+  /** Pulls of one image with the same credential (or none) are shared; another pod's credential is its own pull. */
+  private pull(image: string, sandbox: PodSandboxConfig, cred: PullCredential | undefined): Promise<string> {
+    const key = cred ? `${image}\0${createHash('sha256').update(`${cred.username}\0${cred.password}`).digest('hex')}` : image;
+    let p = this.inflight.get(key);
     if (!p) {
+      const auth = cred ? { auth: { username: cred.username, password: cred.password } } : {};
       p = this.cri.images
-        .pullImage({ image: { image }, sandboxConfig: sandbox }, PULL_TIMEOUT_MS)
+        .pullImage({ image: { image }, sandboxConfig: sandbox, ...auth }, PULL_TIMEOUT_MS)
         .then((r) => r.imageRef)
-        .finally(() => this.inflight.delete(image));
-      this.inflight.set(image, p);
+        .finally(() => this.inflight.delete(key));
+      this.inflight.set(key, p);
     }
     return p;
   }

@@ -64,7 +64,10 @@ export interface ObjectLookup {
  * is the pod status reason shown for it: InvalidManifest unless admission
  * refused a valid pod (SysctlForbidden), whose message carries no file.
  */
-export type PodValidation = { ok: true; pod: Pod } | { ok: false; reasons: string[]; reason?: string };
+export type PodValidation =
+  | { ok: true; pod: Pod }
+  /** `blocked`: a valid pod the node cannot run as asked (soft admission): shown Pending with its containers Blocked, not Failed. */
+  | { ok: false; reasons: string[]; reason?: string; blocked?: Pod };
 
 // ---------------------------------------------------------------- CRI configs
 

@@ -415,7 +415,7 @@ export class PodWorker {
       }
     }
     const sandboxConfig = this.sandboxConfig ?? this.deps.builder.sandboxConfig(ctx, 0);
-    const image = await this.deps.images.ensure(ctx.pod, s.container, sandboxConfig, (type, reason, message) => this.event(type, reason, message, name));
+    const image = await this.deps.images.ensure(ctx.pod, s.container, sandboxConfig, (type, reason, message) => this.event(type, reason, message, name), ctx.objects);
     // A pull can take minutes: the pod may have been deleted meanwhile.
     if (this.desired !== ctx) return 'skipped';
     if (!image.ok) {

@@ -24,6 +24,7 @@ import { SummaryBuilder } from './stats-summary.js';
 import { StatusServer } from './status-server.js';
 import { ObjectStore } from './store.js';
 import { admitPod, SysctlAllowlist } from './sysctls.js';
+import { admitAppArmor, appArmorHostError } from './apparmor.js';
 import { validatePod } from './validate.js';
 import { StateFile } from './state-file.js';
 import { UsernsAllocator } from './userns.js';
@@ -188,6 +189,8 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     unhealthy: (uid, name) => unhealthy.get(`${uid}/${name}`),
     clearUnhealthy: (uid, name) => void unhealthy.delete(`${uid}/${name}`),
   };
+  // Whether the host can confine a pod with AppArmor: asked once, it does not change without a reboot.
+  const appArmorMissing = await appArmorHostError();
   // The host id ranges of hostUsers:false pods: the same ones after a restart.
   const userns = await UsernsAllocator.load({ file: path.join(opts.rootDir, 'userns-ranges.json'), log });
   agent = new Agent(
@@ -203,7 +206,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     {
       cri,
       manifests,
-      validatePod: (obj) => admitPod(validatePod(obj), sysctls),
+      validatePod: (obj) => admitAppArmor(admitPod(validatePod(obj), sysctls), appArmorMissing),
       builder: new KubeletConfigBuilder(),
       volumes: new HostVolumeManager({ rootDir: opts.rootDir, log }),
       prober,

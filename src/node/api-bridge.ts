@@ -27,8 +27,11 @@ import type { ParsedObject } from '../kubelet-lite/manifests.js';
 import type { ObjectStore } from '../kubelet-lite/store.js';
 import { API_SOURCE_FILE } from '../stored-object.js';
 
-/** The resources the agent (or the proxy) acts on: claims and volumes for the pods' persistentVolumeClaim volumes. */
-const FED = ['pods', 'configmaps', 'secrets', 'services', 'persistentvolumeclaims', 'persistentvolumes'];
+/**
+ * The resources the agent (or the proxy) acts on: claims and volumes for the pods' persistentVolumeClaim volumes,
+ * ServiceAccounts for the image pull secrets of pods that name none.
+ */
+const FED = ['pods', 'configmaps', 'secrets', 'services', 'persistentvolumeclaims', 'persistentvolumes', 'serviceaccounts'];
 
 /** What the bridge needs of the agent. */
 export interface AgentView {

@@ -296,6 +296,18 @@ describe('container config', () => {
     expect(() => terminationLogHostPath(podDir, 'main', NaN)).toThrow(/no termination log/);
   });
 
+  it('passes the AppArmor profile to the runtime: the container\'s, else the pod\'s, else the deprecated annotation\'s', () => {
+    const sc = (pod: Pod) => builder.containerConfig(ctx(pod), pod.spec!.containers[0]!, opts({ volumes: vols() })).linux?.securityContext;
+    const pod = webPod();
+    expect(sc(pod)?.apparmor).toBeUndefined();
+    pod.metadata!.annotations = { 'container.apparmor.security.beta.kubernetes.io/main': 'localhost/k8s-deny' };
+    expect(sc(pod)).toMatchObject({ apparmor: { profileType: 'Localhost', localhostRef: 'k8s-deny' }, apparmorProfile: 'localhost/k8s-deny' });
+    pod.spec!.securityContext = { appArmorProfile: { type: 'RuntimeDefault' } };
+    expect(sc(pod)).toMatchObject({ apparmor: { profileType: 'RuntimeDefault' }, apparmorProfile: 'runtime/default' });
+    pod.spec!.containers[0]!.securityContext = { appArmorProfile: { type: 'Unconfined' } };
+    expect(sc(pod)).toMatchObject({ apparmor: { profileType: 'Unconfined' }, apparmorProfile: 'unconfined' });
+  });
+
   it('takes a log path the runtime reports only under the pod log directory', () => {
     // Relative (as given in the config) or absolute (as a runtime reports it), inside the logs: served.
     expect(containerLogIn(podDir, 'main/0.log')).toBe(path.join(podDir, 'logs/main/0.log'));
