@@ -21,10 +21,14 @@ export interface LevelLoopOptions {
   delayMs?: number;
 }
 
+/** Syncs woken by changes are at least this far apart. */
+const MIN_GAP_MS = 1000;
+
 export class LevelLoop {
   private stops: Array<() => void> = [];
   private timer: NodeJS.Timeout | undefined;
   private dueAt = 0;
+  private lastEnd = 0;
   private running: Promise<void> | undefined;
   private again = false;
   private stopped = false;
@@ -61,7 +65,10 @@ export class LevelLoop {
       this.again = true;
       return;
     }
-    const due = Date.now() + delayMs;
+    // A change wakes the loop soon, but never sooner than MIN_GAP_MS after the last sync ended: a sync whose
+    // own writes wake it again (or a stream of unrelated changes) is held to a few a second.
+    const due = Math.max(Date.now() + delayMs, this.lastEnd + MIN_GAP_MS);
+    delayMs = Math.max(0, due - Date.now());
     // The periodic resync's timer must not hold back a change's sooner one.
     if (this.timer && this.dueAt <= due) return;
     if (this.timer) clearTimeout(this.timer);
@@ -79,6 +86,7 @@ export class LevelLoop {
       .catch((err) => this.o.log.warn(`${this.o.name} failed; trying again`, { error: errorMessage(err) }))
       .finally(() => {
         this.running = undefined;
+        this.lastEnd = Date.now();
         if (this.stopped) return;
         if (this.again) {
           this.again = false;

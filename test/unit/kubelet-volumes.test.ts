@@ -293,7 +293,8 @@ describe('volume manager', () => {
     [{ name: 'v', secret: { secretName: 'sec', items: [{ key: 'nokey', path: 'x' }] } }, 'secret references non-existent secret key: nokey'],
     [{ name: 'v', configMap: { name: 'cfg', items: [{ key: 'other', path: '../../escape' }] } }, "contains '..'"],
     [{ name: 'v', configMap: { name: 'cfg', items: [{ key: 'other', path: '/abs' }] } }, 'is absolute'],
-    [{ name: 'v', persistentVolumeClaim: { claimName: 'c' } }, 'volume type persistentVolumeClaim is not supported'],
+    [{ name: 'v', persistentVolumeClaim: { claimName: 'c' } }, 'MountVolume.SetUp failed for volume "v" : persistentvolumeclaim "c" not found'],
+    [{ name: 'v', cinder: { volumeID: 'x' } }, 'volume type cinder is not supported'],
     [{ name: 'v', hostPath: { path: '/nonexistent/kl-test', type: 'Directory' } }, 'hostPath type check failed'],
   ])('fails %j as a FailedMount', async (v, msg) => {
     const vm = new HostVolumeManager({ rootDir: tmp });
