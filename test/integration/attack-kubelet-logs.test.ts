@@ -335,7 +335,7 @@ describe.skipIf(!isRoot)('kubelet-lite: a container writing 100 MB to stdout', (
     expect(final).toBeLessThanOrEqual(3 * 2 * maxSize);
     expect(files).toBeLessThanOrEqual(4);
     const rotated = (await fs.readdir(dir)).filter((e) => /^0\.log\.\d{8}-\d{6}\.\d{3}$/.test(e));
-    expect(rotated.length).toBeGreaterThan(0);
+    expect(rotated.length, `the log directory: ${JSON.stringify(await fs.readdir(dir))}`).toBeGreaterThan(0);
     expect(rotated.length).toBeLessThanOrEqual(2);
 
     const tail = await skiffLogs(node, ['loud', '--tail', '2']);
