@@ -223,10 +223,10 @@ async function streamIn(dirFd: number, name: string, opts: StreamLogOptions): Pr
     const out = decoder.feed(bytes);
     if (out.length) await opts.write(out);
   };
-  /** Reads from `pos` to the end of what the file has now; returns the new position. */
-  const drain = async (fh: fsp.FileHandle, pos: number) => {
-    while (!opts.signal.aborted) {
-      const { bytesRead } = await fh.read(buf, 0, buf.length, pos);
+  /** Reads from `pos` to the end of what the file has now (or to `end`); returns the new position. */
+  const drain = async (fh: fsp.FileHandle, pos: number, end = Infinity) => {
+    while (!opts.signal.aborted && pos < end) {
+      const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, end - pos), pos);
       if (bytesRead === 0) break;
       pos += bytesRead;
       await emit(buf.subarray(0, bytesRead));
@@ -268,7 +268,8 @@ async function streamIn(dirFd: number, name: string, opts: StreamLogOptions): Pr
         await r.fh.close();
       }
     }
-    pos = await drain(cur.fh, pos);
+    // Without follow, what the file held when the tail was counted: a line written since would make `--tail=2` three.
+    pos = await drain(cur.fh, pos, opts.follow ? Infinity : cur.st.size);
     if (!opts.follow) return;
 
     let watcher: fs.FSWatcher | undefined;
