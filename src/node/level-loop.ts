@@ -22,7 +22,7 @@ export interface LevelLoopOptions {
 }
 
 /** Syncs woken by changes are at least this far apart. */
-const MIN_GAP_MS = 1000;
+const MIN_GAP_MS = 100;
 
 export class LevelLoop {
   private stops: Array<() => void> = [];

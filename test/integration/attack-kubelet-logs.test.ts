@@ -302,14 +302,15 @@ describe.skipIf(!isRoot)('kubelet-lite: a container writing 100 MB to stdout', (
 
   it('keeps its log directory bounded, and skiff logs --tail and a follow from before still show the latest lines', async () => {
     // 100 MB of 100-byte lines, then a marker; a follow is started while the container waits for the go.
-    // The first 1.5 MB wait 12 s (past a monitor pass, even at the default 10 s) so one rotation is certain however fast the rest comes:
-    // written at once, the rest may pass conmon's cap between two passes and leave a short log, not rotated.
+    // The first 11,000 lines (1.55 MB in the CRI format, 141 bytes a line: over the 1 MiB max size, under conmon's 2 MiB cap)
+    // wait 12 s, past a monitor pass, so one rotation is certain however fast the rest comes: written at once, the rest may
+    // pass conmon's cap between two passes and leave a short log, not rotated.
     await node.write('loud.yaml', podYaml('loud', node.image, `  restartPolicy: Never
   terminationGracePeriodSeconds: 1
   containers:
   - name: main
     image: IMAGE
-    command: [sh, -c, "echo ready; sleep 4; yes $L | head -c 1515000; sleep 12; yes $L | head -c 98485000; echo; echo FINAL-LINE-1; echo FINAL-LINE-2; sleep 3600"]
+    command: [sh, -c, "echo ready; sleep 4; yes $L | head -c 1111000; sleep 12; yes $L | head -c 98889000; echo; echo FINAL-LINE-1; echo FINAL-LINE-2; sleep 3600"]
     env: [{name: L, value: "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"}]
 `));
     const p = await node.waitPod('loud', (x) => !!containerStatus(x, 'main')?.state?.running, 'running');
