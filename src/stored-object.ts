@@ -12,6 +12,12 @@ export interface ObjectSource {
   /** For an item of a List: its index in the document's `items`. */
   item?: number;
   line: number;
+  /**
+   * For the node API's copy of an object a manifest file defines (with what
+   * the node's controllers set on it, as a claim's binding): that file. It
+   * stands in for the file's copy, which is then no duplicate.
+   */
+  amends?: string;
 }
 
 /** One object from the manifest directory, of any kind, as parsed (no defaults applied). */

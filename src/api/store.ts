@@ -246,9 +246,9 @@ export class Store {
   update(kind: Kind, namespace: string, name: string, input: Obj, opts: WriteOptions = {}): ApiObject {
     const old = this.entry(kind, namespace, name);
     if (!old) throw notFound(kind.plural, name, kind.group);
-    // The node's own parts write the status of the objects a file defines; their spec stays the file's.
-    if (!opts.status) refuseFileOwned(kind, name, old);
     let o = this.shape(kind, namespace, input);
+    // The node's own parts write the status of the objects a file defines, and the fields the kind lets them set; the rest stays the file's.
+    if (!opts.status && old.file && !onlyNodeSet(kind, old.object, o)) refuseFileOwned(kind, name, old);
     const given = o.metadata.managedFields;
     if (opts.status) {
       // The status strategy: everything but status (and the precondition) is the stored object's.
@@ -419,8 +419,9 @@ export class Store {
     o.metadata.creationTimestamp = old?.object.metadata.creationTimestamp ?? timestamp(this.now());
     if (kind.spec) o.metadata.generation = 1;
     o.metadata.resourceVersion = old?.object.metadata.resourceVersion;
-    // The status the node wrote stays; the file says only what it wants.
+    // The status the node wrote stays, and what its controllers set (a claim's binding); the file says only what it wants.
     if (kind.status && old?.object.status !== undefined) o.status = structuredClone(old.object.status);
+    if (old) kind.nodeSet?.(old.object, o);
     if (old && old.file === file && canonical(o) === canonical(old.object)) return true;
     this.commit(kind, old ? 'MODIFIED' : 'ADDED', o, old?.object, file);
     return true;
@@ -613,6 +614,19 @@ export class Store {
     if (this.contents(namespace).length > 0 || (now.object.metadata.finalizers ?? []).length > 0) return { removed: false, object: copy(now) };
     return { removed: true, object: this.remove(this.kinds.get('namespaces')!, copy(now)) };
   }
+}
+
+/** Whether `next` differs from the stored `was` only in the fields the kind's nodeSet lets the node's controllers set. */
+function onlyNodeSet(kind: Kind, was: ApiObject, next: ApiObject): boolean {
+  if (!kind.nodeSet) return false;
+  const expected = structuredClone(was);
+  kind.nodeSet(next, expected);
+  const what = (o: ApiObject) => {
+    const { status: _status, metadata, ...rest } = o;
+    const { labels, annotations, finalizers, ownerReferences } = metadata;
+    return canonical({ ...rest, metadata: { labels, annotations, finalizers, ownerReferences } });
+  };
+  return what(next) === what(expected);
 }
 
 function refuseFileOwned(kind: Kind, name: string, e: Entry): void {

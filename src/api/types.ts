@@ -78,6 +78,14 @@ export interface Kind {
   spec?: (o: ApiObject) => unknown;
   /** Defaults and normalisation on create (and on update, after PrepareForUpdate). */
   prepare?: (o: ApiObject, old?: ApiObject) => void;
+  /**
+   * On an object a manifest file defines, the fields the node's controllers
+   * set, as a cluster's controllers set them on any object (a claim's
+   * volumeName and binding annotations): copies those `from` has and `into`
+   * lacks. A write to a file's object that changes only these is taken, and
+   * the file's next reading keeps them.
+   */
+  nodeSet?: (from: ApiObject, into: ApiObject) => void;
   validate: (o: ApiObject) => Cause[];
   /**
    * Checks against the other objects the store holds (a Service's cluster IP

@@ -79,6 +79,8 @@ export class ObjectStore implements ObjectLookup {
   private readonly files = new Map<string, { objects: StoredObject[]; problems: ManifestProblem[]; unread?: ManifestProblem }>();
   private view = new Map<string, StoredObject>();
   private duplicateProblems: ManifestProblem[] = [];
+  /** The node API's copies of file objects, with what its controllers set on them (see ObjectSource.amends). */
+  private amendments = new Map<string, StoredObject>();
   private skippedProblems: ManifestProblem[] = [];
   private readonly actsOn: (() => ReadonlyArray<ManifestKind>) | undefined;
   /** The problems already in the log, so each is logged once while it lasts. */
@@ -137,7 +139,10 @@ export class ObjectStore implements ObjectLookup {
   }
 
   get(kind: string, namespace: string, name: string): StoredObject | undefined {
-    const o = this.view.get(objectKey(kind, namespace, name));
+    const key = objectKey(kind, namespace, name);
+    let o = this.view.get(key);
+    const a = this.amendments.get(key);
+    if (o && a && a.source.amends === o.source.file) o = a;
     return o && structuredClone(o);
   }
 
@@ -184,11 +189,17 @@ export class ObjectStore implements ObjectLookup {
   /** `problemsBefore`: the problems before the edit, so that a change of problems alone still tells the listeners (with no object changes). */
   private recompute(problemsBefore: string): ObjectChange[] {
     const next = new Map<string, StoredObject>();
+    const amendments = new Map<string, StoredObject>();
     const duplicates: ManifestProblem[] = [];
     for (const file of this.fileNames()) {
       for (const o of this.files.get(file)!.objects) {
         const key = objectKey(o.kind, o.namespace, o.name);
         const winner = next.get(key);
+        // The API's copy of a file's object is read in its place (get), but the view, and its changes, stay the file's.
+        if (o.source.amends !== undefined) {
+          amendments.set(key, o);
+          continue;
+        }
         if (winner) {
           duplicates.push({
             file,
@@ -211,6 +222,7 @@ export class ObjectStore implements ObjectLookup {
       else if (old.uid !== o.uid || old.apiVersion !== o.apiVersion || old.revision !== o.revision) changes.push({ type: 'modified', object: structuredClone(o) });
     }
     this.view = next;
+    this.amendments = amendments;
     this.duplicateProblems = duplicates;
     this.skippedProblems = this.skipped(next);
     this.logNewProblems();

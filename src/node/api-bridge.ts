@@ -174,7 +174,7 @@ export class ApiBridge {
     const ns = o.metadata.namespace ?? '';
     const name = o.metadata.name ?? '';
     const k = `${resourceOf(kind)}/${ns}/${name}`;
-    if (type === 'DELETED' || this.o.store.ownerOf(kind, ns, name) !== undefined) return this.fed.has(k);
+    if (type === 'DELETED' || (this.o.store.ownerOf(kind, ns, name) !== undefined && !kind.nodeSet)) return this.fed.has(k);
     if (kind.plural === 'pods' && (((o.spec ?? {}) as Obj).nodeName !== this.o.nodeName || o.metadata.deletionTimestamp)) return true;
     return this.fed.get(k) !== revisionOf(forAgent(o));
   }
@@ -195,7 +195,9 @@ export class ApiBridge {
       for (const o of this.o.store.list(kind).items) {
         const ns = o.metadata.namespace ?? '';
         const name = o.metadata.name ?? '';
-        if (this.o.store.ownerOf(kind, ns, name) !== undefined) continue; // a file's: the agent has it already
+        // A file's: the agent has it already, unless the node's controllers set fields on it (a claim's binding) that it must see.
+        const owner = this.o.store.ownerOf(kind, ns, name);
+        if (owner !== undefined && !kind.nodeSet) continue;
         if (kind.plural === 'pods') {
           const spec = (o.spec ?? {}) as Obj;
           if (spec.nodeName !== this.o.nodeName) continue;
@@ -209,7 +211,8 @@ export class ApiBridge {
         const revision = revisionOf(object);
         const k = `${resourceOf(kind)}/${ns}/${name}`;
         fed.set(k, revision);
-        objects.push({ apiVersion: o.apiVersion, kind: o.kind, namespace: ns, name, object, source: { file: API_SOURCE_FILE, document: 0, line: 0 }, uid: o.metadata.uid, revision });
+        const amends = owner?.replace(/^the manifest file /, '');
+        objects.push({ apiVersion: o.apiVersion, kind: o.kind, namespace: ns, name, object, source: { file: API_SOURCE_FILE, document: 0, line: 0, ...(amends ? { amends } : {}) }, uid: o.metadata.uid, revision });
       }
     }
     const same = fed.size === this.fed.size && [...fed].every(([k, r]) => this.fed.get(k) === r);

@@ -208,6 +208,31 @@ spec:
     await node.kubectlOk(['delete', 'pod', 'waiter', '--wait=true']);
   }, 200_000);
 
+  it('binds a claim a manifest file defines and runs the file\'s pod on it; the claim stays the file\'s', async () => {
+    const file = path.join(node.dirs.manifests, 'db.yaml');
+    await fs.writeFile(`${file}.tmp`, `${claim('filed')}\n---${pod('filed-db', 'filed', 'echo from-file > /data/f')}`);
+    await fs.rename(`${file}.tmp`, file);
+    const c = await waitFor('the file\'s claim bound', async () => {
+      const x = await getPvc('filed');
+      return x.status?.phase === 'Bound' ? x : undefined;
+    }, 90_000);
+    expect(c.spec?.storageClassName).toBe('local-path');
+    expect(c.metadata?.annotations?.['pv.kubernetes.io/bind-completed']).toBe('yes');
+    const pvName = c.spec!.volumeName!;
+    expect(await waitFor('the file pod\'s data', () => fs.readFile(path.join(volumes(), pvName, 'f'), 'utf8').catch(() => undefined), 90_000)).toBe('from-file\n');
+    // The binding is the node's; the spec is still the file's.
+    const r = await node.kubectl(['patch', 'pvc', 'filed', '--type=merge', '-p', '{"spec":{"resources":{"requests":{"storage":"128Mi"}}}}']);
+    expect(r.stderr).toMatch(/is defined by the manifest file .*db\.yaml/);
+    // The file read again (touched, unchanged) keeps the binding.
+    await fs.writeFile(`${file}.tmp`, await fs.readFile(file));
+    await fs.rename(`${file}.tmp`, file);
+    await new Promise((res) => setTimeout(res, 1_500));
+    expect((await getPvc('filed')).spec?.volumeName).toBe(pvName);
+    await fs.rm(file);
+    await gone(['pvc', 'filed']);
+    await waitFor('the volume reclaimed', async () => !(await exists(path.join(volumes(), pvName))), 60_000);
+  }, 240_000);
+
   describe('hostile input', () => {
     it('refuses a hostPath PV on /, /etc or the node\'s root dir', async () => {
       for (const p of ['/', '/etc', node.dirs.kubelet, path.join(node.dirs.kubelet, 'pods')]) {

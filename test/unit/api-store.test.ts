@@ -180,6 +180,32 @@ describe('the API store', () => {
     again.close();
   });
 
+  it("lets the node bind a file's claim (volumeName, class, binding annotations) but not change the rest, and keeps the binding when the file is read again", async () => {
+    const store = new Store({ kinds: KINDS });
+    const c = localClient(store);
+    const kind = store.kind('persistentvolumeclaims')!;
+    const filed = { apiVersion: 'v1', kind: 'PersistentVolumeClaim', metadata: { name: 'db', uid: 'u-2' }, spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } } };
+    expect(store.mirror(kind, structuredClone(filed), 'the manifest file /m/db.yaml')).toBe(true);
+    const got = await c.get('persistentvolumeclaims', 'default', 'db');
+    const bound = { ...got, metadata: { ...got.metadata, annotations: { 'pv.kubernetes.io/bind-completed': 'yes' } }, spec: { ...(got.spec as object), volumeName: 'pv-1', storageClassName: 'local-path' } };
+    const after = await c.update('persistentvolumeclaims', 'default', 'db', bound);
+    expect(after.spec).toMatchObject({ volumeName: 'pv-1', storageClassName: 'local-path' });
+    // Anything else is still the file's: a size, a label, or a second binding.
+    const why = /^409 Conflict: persistentvolumeclaims "db" is defined by the manifest file \/m\/db\.yaml/;
+    expect(await reason(c.patch('persistentvolumeclaims', 'default', 'db', 'merge', { spec: { resources: { requests: { storage: '2Gi' } } } }))).toMatch(why);
+    expect(await reason(c.patch('persistentvolumeclaims', 'default', 'db', 'merge', { metadata: { labels: { a: 'b' } } }))).toMatch(why);
+    expect(await reason(c.patch('persistentvolumeclaims', 'default', 'db', 'merge', { spec: { volumeName: 'pv-2' } }))).toMatch(why);
+    // The file read again, unchanged: the binding stays, and nothing is written.
+    const rv = store.resourceVersion;
+    expect(store.mirror(kind, structuredClone(filed), 'the manifest file /m/db.yaml')).toBe(true);
+    expect(store.resourceVersion).toBe(rv);
+    expect((await c.get('persistentvolumeclaims', 'default', 'db')).spec).toMatchObject({ volumeName: 'pv-1', storageClassName: 'local-path' });
+    // A file that names its own class keeps it.
+    expect(store.mirror(kind, { ...structuredClone(filed), spec: { ...filed.spec, storageClassName: 'fast' } }, 'the manifest file /m/db.yaml')).toBe(true);
+    expect((await c.get('persistentvolumeclaims', 'default', 'db')).spec).toMatchObject({ volumeName: 'pv-1', storageClassName: 'fast' });
+    store.close();
+  });
+
   it('refuses writes beyond the bytes it may hold, and counts what a deletion frees', async () => {
     const c = localClient(new Store({ kinds: KINDS, maxBytes: 50_000 }));
     await c.create('configmaps', 'default', cm('a', { v: 'x'.repeat(30_000) }));

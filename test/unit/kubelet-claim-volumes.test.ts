@@ -55,4 +55,22 @@ describe('claim volumes', () => {
       await expect(s.vm.setUp(s.ctx)).rejects.toThrow(/MountVolume.SetUp failed for volume "data" : persistentvolume "pv-a": path .* may not/);
     }
   });
+
+  it("reads a file's claim as the node's API binds it: the API's copy stands in for the file's in get, not in the view", async () => {
+    const a = path.join(root, 'volumes', 'pv-a');
+    const store = new ObjectStore({ nodeName: 'n1' });
+    const file = (volumeName?: string) => ({ apiVersion: 'v1', ...claim('c1', volumeName ? 'api-uid' : 'file-uid', volumeName), source: { file: '/m/db.yaml', document: 0, line: 1 } });
+    store.replaceFile('/m/db.yaml', { objects: [file()], problems: [] });
+    const { ctx, vm } = setup([]);
+    ctx.objects = store;
+    await expect(vm.setUp(ctx)).rejects.toThrow(/"c1" is not bound yet/);
+    const changes: string[] = [];
+    store.subscribe((cs) => changes.push(...cs.map((c) => `${c.type} ${c.object.source.file}`)));
+    store.replaceFile('(the node API)', { objects: [{ ...file('pv-a'), source: { file: '(the node API)', document: 0, line: 0, amends: '/m/db.yaml' } }, { apiVersion: 'v1', ...pv('pv-a', a, 'c1', 'api-uid'), source: { file: '(the node API)', document: 0, line: 0 } }], problems: [] });
+    expect((await vm.setUp({ ...ctx, pod: { ...ctx.pod, spec: { ...ctx.pod.spec!, volumes: [ctx.pod.spec!.volumes![0]!] } } })).get('data')).toBe(a);
+    // The view, its changes and its problems are still the file's: no duplicate, no change for the stand-in.
+    expect(store.list('PersistentVolumeClaim').map((o) => o.source.file)).toEqual(['/m/db.yaml']);
+    expect(store.problems()).toEqual([]);
+    expect(changes).toEqual(['added (the node API)']);
+  });
 });

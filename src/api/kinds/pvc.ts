@@ -65,6 +65,20 @@ export function defaultClassName(classes: Iterable<ApiObject>): string | undefin
   return best?.metadata.name;
 }
 
+/** The annotations the binder and provisioner write on a claim. */
+const BINDING_ANNOTATION = /^(pv\.kubernetes\.io|volume\.kubernetes\.io|volume\.beta\.kubernetes\.io)\//;
+
+/** What the node's storage controller sets on a claim a manifest file defines: its class when the file names none, its volume, the binding annotations. */
+function claimNodeSet(from: ApiObject, into: ApiObject): void {
+  if (!isObj(from.spec) || !isObj(into.spec)) return;
+  for (const f of ['storageClassName', 'volumeName'] as const) {
+    if ((into.spec[f] === undefined || into.spec[f] === null) && typeof from.spec[f] === 'string') into.spec[f] = from.spec[f];
+  }
+  for (const [k, v] of Object.entries(from.metadata.annotations ?? {})) {
+    if (BINDING_ANNOTATION.test(k) && into.metadata.annotations?.[k] === undefined) into.metadata.annotations = { ...into.metadata.annotations, [k]: v };
+  }
+}
+
 export const persistentVolumeClaimKind: Kind = {
   group: '',
   version: 'v1',
@@ -74,6 +88,7 @@ export const persistentVolumeClaimKind: Kind = {
   shortNames: ['pvc'],
   namespaced: true,
   status: true,
+  nodeSet: claimNodeSet,
   prepare(o, old) {
     if (!isObj(o.spec)) return;
     setDefault(o.spec, 'volumeMode', 'Filesystem');
