@@ -24,6 +24,7 @@ import { ApiBridge } from './api-bridge.js';
 import { ControllerEvents } from './controller-events.js';
 import { ControllerManager } from './controller-manager.js';
 import { EventWriter } from './events.js';
+import { reportManifestProblems } from './manifest-problems.js';
 import { StorageController } from './storage.js';
 
 export interface ControlPlaneOptions {
@@ -41,6 +42,7 @@ export class ControlPlane {
   /** The agent's object store, filled with the API's objects before the agent's first pass. */
   readonly objects: ObjectStore;
   private unshow: () => void = () => undefined;
+  private unreport: () => void = () => undefined;
 
   private constructor(
     readonly store: Store,
@@ -54,6 +56,7 @@ export class ControlPlane {
     private readonly writer: EventWriter,
     objects: ObjectStore,
     private readonly log: Logger,
+    private readonly nodeName: string,
   ) {
     this.objects = objects;
   }
@@ -86,7 +89,7 @@ export class ControlPlane {
       await bridge.start();
       // Before any client writes a claim: the default class is there for the DefaultStorageClass admission.
       await storage.start();
-      return new ControlPlane(store, !opts.store, bridge, collector, controllers, storage, events, writer, objects, opts.log);
+      return new ControlPlane(store, !opts.store, bridge, collector, controllers, storage, events, writer, objects, opts.log, opts.nodeName);
     } catch (err) {
       await storage.stop();
       writer.stop();
@@ -100,6 +103,7 @@ export class ControlPlane {
   /** The agent is up: its manifest files are shown in the store, and its pods' status written back. */
   attach(kubelet: RunningKubelet): void {
     this.unshow = showManifestObjects(this.store, kubelet.objects, this.log);
+    this.unreport = reportManifestProblems(kubelet.objects, this.events, this.nodeName);
     this.collector.ownersShown();
     this.bridge.attach(kubelet.agent);
   }
@@ -116,6 +120,7 @@ export class ControlPlane {
 
   async stop(): Promise<void> {
     this.unshow();
+    this.unreport();
     await this.storage.stop();
     await this.controllers.stop();
     this.writer.stop();

@@ -4,6 +4,8 @@
  * Deployment, SuccessfulCreate/SuccessfulDelete on its ReplicaSet,
  * Completed on a Job, Scheduled on a Pod.
  */
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
 import { waitFor } from '../helpers/registry.js';
@@ -75,4 +77,39 @@ describe.skipIf(!isRoot)('controller events on a real node, with real kubectl', 
     // First, as the scheduler's comes before the kubelet's.
     expect(described).toMatch(new RegExp(`Events:[\\s\\S]*?\\n\\s+Normal\\s+Scheduled\\s+\\S+\\s+default-scheduler\\s+Successfully assigned default/${pod} to ${node.nodeName}\\n`));
   }, 240_000);
+
+  it('names each manifest document the node skips, or cannot load, in a Warning event on it', async () => {
+    const file = path.join(node.dirs.manifests, 'rbac.yaml');
+    await fs.writeFile(`${file}.tmp`, `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: reader}
+rules: []
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: front, namespace: default}
+spec: {defaultBackend: {service: {name: web, port: {number: 80}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: empty}
+spec: {containers: []}
+`);
+    await fs.rename(`${file}.tmp`, file);
+    const got = await waitFor('the problems as events', async () => {
+      const items = (await events('type=Warning')).filter((e) => e.message.includes('rbac.yaml'));
+      return items.length >= 3 ? items : undefined;
+    }, 30_000);
+    const by = (kind: string) => got.find((e) => e.involvedObject.kind === kind);
+    expect(by('ClusterRole')).toMatchObject({ reason: 'Skipped', involvedObject: { name: 'reader' } });
+    expect(by('ClusterRole')!.message).toMatch(/^skipped: ClusterRole — RBAC is not enforced on this node \(.*rbac\.yaml, line 1\)$/);
+    expect(by('Ingress')).toMatchObject({ reason: 'Skipped', involvedObject: { name: 'front' } });
+    expect(by('Pod')).toMatchObject({ reason: 'FailedToLoad', involvedObject: { name: 'empty' } });
+    // kubectl get events lists them where a user looks, once each.
+    const table = await node.kubectlOk(['get', 'events', '--field-selector', 'reason=Skipped']);
+    expect(table).toMatch(/Warning\s+Skipped\s+clusterrole\/reader\s+skipped: ClusterRole/);
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect((await events('reason=Skipped')).filter((e) => e.message.includes('rbac.yaml')).every((e) => e.count === 1)).toBe(true);
+    await fs.rm(file);
+  }, 60_000);
 });
