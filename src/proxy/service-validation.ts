@@ -132,6 +132,8 @@ export function applyServiceDefaults(spec: Obj): void {
       if (!isObj(p)) continue;
       setDefault(p, 'protocol', 'TCP');
       if (!has(p.targetPort) || p.targetPort === 0 || p.targetPort === '') p.targetPort = p.port;
+      // 0 is the API's unset (an int32's zero value): allocate one where the type wants it, none elsewhere.
+      if (p.nodePort === 0) delete p.nodePort;
     }
   }
   const externalIPs = Array.isArray(spec.externalIPs) && spec.externalIPs.length > 0;

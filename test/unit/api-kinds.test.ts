@@ -164,6 +164,11 @@ describe('validation', () => {
     expect((lb.spec as { healthCheckNodePort: number }).healthCheckNodePort).toBeGreaterThanOrEqual(30000);
     const hl = store.create(kind('services'), 'default', service('hl0', { clusterIP: 'None', ports: [{ port: 5432, targetPort: 0 }] }));
     expect((hl.spec as { ports: Array<{ targetPort: number }> }).ports[0]!.targetPort).toBe(5432);
+    // nodePort 0 is unset, as an int32's zero is: none on a ClusterIP Service; on a NodePort one, left for the proxy to allocate.
+    const z = store.create(kind('services'), 'default', service('np0', { ports: [{ port: 80, nodePort: 0 }] }));
+    expect((z.spec as { ports: Array<{ nodePort?: number }> }).ports[0]!.nodePort).toBeUndefined();
+    const zn = store.create(kind('services'), 'default', service('np0n', { type: 'NodePort', ports: [{ port: 80, nodePort: 0 }] }));
+    expect((zn.spec as { ports: Array<{ nodePort?: number }> }).ports[0]!.nodePort).toBeUndefined();
     expect(error(() => store.create(kind('services'), 'default', service('Bad')))).toMatch(/^422 Service "Bad" is invalid: metadata\.name: Invalid value: "Bad"/);
   });
 });
