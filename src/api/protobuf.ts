@@ -275,11 +275,11 @@ function envelope(body: Buffer, budget: Budget): { apiVersion: string; kind: str
   return { apiVersion, kind, raw };
 }
 
-/** v1 → core/v1, apps/v1 → apps/v1, coordination.k8s.io/v1 → coordination/v1: the table's package names. */
+/** v1 → core/v1, apps/v1 → apps/v1, coordination.k8s.io/v1 → coordination/v1, rbac.authorization.k8s.io/v1 → rbac/v1: the table's package names. */
 function messageType(apiVersion: string, kind: string): string | undefined {
   const [group, version] = apiVersion.includes('/') ? apiVersion.split('/', 2) : ['core', apiVersion];
   if (!/^[a-z0-9.]+$/.test(group!) || !/^v\w+$/.test(version!) || !/^[A-Z]\w*$/.test(kind)) return undefined;
-  const type = `${group!.replace(/\.k8s\.io$/, '')}/${version}.${kind}`;
+  const type = `${group!.split('.')[0]}/${version}.${kind}`;
   // Only top-level objects (with ObjectMeta first), not a message inside one.
   return MESSAGES[type]?.startsWith('metadata=1:meta/v1.ObjectMeta') ? type : undefined;
 }

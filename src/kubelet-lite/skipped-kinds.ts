@@ -12,7 +12,6 @@ export interface ManifestKind {
 }
 
 const BY_GROUP: Record<string, string> = {
-  'rbac.authorization.k8s.io': 'RBAC is not enforced on this node',
   'apiextensions.k8s.io': 'custom resource definitions are not served by this node',
   'admissionregistration.k8s.io': 'admission webhooks and policies are not run by this node',
   'apiregistration.k8s.io': 'API aggregation is not served by this node',
@@ -62,7 +61,7 @@ export function skipReason(k: ManifestKind, acts: ReadonlyArray<ManifestKind>): 
   return `a custom resource (${k.apiVersion}); no controller for it on this node`;
 }
 
-/** The problem's reason for a skipped object: `skipped: ClusterRole — RBAC is not enforced on this node`. */
+/** The problem's reason for a skipped object: `skipped: Ingress — no ingress controller on this node`. */
 export function skippedMessage(kind: string, reason: string): string {
   return `skipped: ${kind} — ${reason}`;
 }

@@ -79,11 +79,11 @@ describe.skipIf(!isRoot)('controller events on a real node, with real kubectl', 
   }, 240_000);
 
   it('names each manifest document the node skips, or cannot load, in a Warning event on it', async () => {
-    const file = path.join(node.dirs.manifests, 'rbac.yaml');
-    await fs.writeFile(`${file}.tmp`, `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
+    const file = path.join(node.dirs.manifests, 'skipped.yaml');
+    await fs.writeFile(`${file}.tmp`, `apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
 metadata: {name: reader}
-rules: []
+spec: {scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}, maxReplicas: 3}
 ---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
@@ -97,19 +97,19 @@ spec: {containers: []}
 `);
     await fs.rename(`${file}.tmp`, file);
     const got = await waitFor('the problems as events', async () => {
-      const items = (await events('type=Warning')).filter((e) => e.message.includes('rbac.yaml'));
+      const items = (await events('type=Warning')).filter((e) => e.message.includes('skipped.yaml'));
       return items.length >= 3 ? items : undefined;
     }, 30_000);
     const by = (kind: string) => got.find((e) => e.involvedObject.kind === kind);
-    expect(by('ClusterRole')).toMatchObject({ reason: 'Skipped', involvedObject: { name: 'reader' } });
-    expect(by('ClusterRole')!.message).toMatch(/^skipped: ClusterRole — RBAC is not enforced on this node \(.*rbac\.yaml, line 1\)$/);
+    expect(by('HorizontalPodAutoscaler')).toMatchObject({ reason: 'Skipped', involvedObject: { name: 'reader' } });
+    expect(by('HorizontalPodAutoscaler')!.message).toMatch(/^skipped: HorizontalPodAutoscaler — no autoscaler runs on this node \(nor a metrics server\) \(.*skipped\.yaml, line 1\)$/);
     expect(by('Ingress')).toMatchObject({ reason: 'Skipped', involvedObject: { name: 'front' } });
     expect(by('Pod')).toMatchObject({ reason: 'FailedToLoad', involvedObject: { name: 'empty' } });
     // kubectl get events lists them where a user looks, once each.
     const table = await node.kubectlOk(['get', 'events', '--field-selector', 'reason=Skipped']);
-    expect(table).toMatch(/Warning\s+Skipped\s+clusterrole\/reader\s+skipped: ClusterRole/);
+    expect(table).toMatch(/Warning\s+Skipped\s+horizontalpodautoscaler\/reader\s+skipped: HorizontalPodAutoscaler/);
     await new Promise((r) => setTimeout(r, 1_500));
-    expect((await events('reason=Skipped')).filter((e) => e.message.includes('rbac.yaml')).every((e) => e.count === 1)).toBe(true);
+    expect((await events('reason=Skipped')).filter((e) => e.message.includes('skipped.yaml')).every((e) => e.count === 1)).toBe(true);
     await fs.rm(file);
   }, 60_000);
 });

@@ -190,7 +190,7 @@ describe('skipped kinds', () => {
   const served = nodeKinds('n').map((k) => ({ apiVersion: k.group ? `${k.group}/${k.version}` : k.version, kind: k.kind }));
 
   it.each([
-    ['rbac.authorization.k8s.io/v1', 'ClusterRole', 'RBAC is not enforced on this node'],
+    ['admissionregistration.k8s.io/v1', 'ValidatingWebhookConfiguration', 'admission webhooks and policies are not run by this node'],
     ['networking.k8s.io/v1', 'Ingress', 'no ingress controller on this node'],
     ['networking.k8s.io/v1', 'NetworkPolicy', 'network policies are not enforced on this node yet'],
     ['autoscaling/v2', 'HorizontalPodAutoscaler', 'no autoscaler runs on this node (nor a metrics server)'],
@@ -206,6 +206,7 @@ describe('skipped kinds', () => {
     ['apps/v1', 'Deployment'], ['apps/v1', 'ReplicaSet'], ['apps/v1', 'StatefulSet'], ['apps/v1', 'DaemonSet'],
     ['batch/v1', 'Job'], ['batch/v1', 'CronJob'], ['policy/v1', 'PodDisruptionBudget'], ['v1', 'ReplicationController'],
     ['discovery.k8s.io/v1', 'EndpointSlice'], ['v1', 'PersistentVolumeClaim'], ['v1', 'PersistentVolume'], ['storage.k8s.io/v1', 'StorageClass'],
+    ['rbac.authorization.k8s.io/v1', 'ClusterRole'], ['rbac.authorization.k8s.io/v1', 'RoleBinding'],
   ])('%s %s is served, not skipped', (apiVersion, kind) => {
     expect(skipReason({ apiVersion, kind }, served)).toBeUndefined();
   });
@@ -222,7 +223,7 @@ describe('skipped kinds', () => {
     const text = `apiVersion: v1
 kind: List
 items:
-- {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: {name: reader}, rules: []}
+- {apiVersion: autoscaling/v2, kind: HorizontalPodAutoscaler, metadata: {name: reader}}
 - {apiVersion: networking.k8s.io/v1, kind: Ingress, metadata: {name: web}}
 - {apiVersion: v1, kind: ServiceAccount, metadata: {name: app}}
 - {apiVersion: v1, kind: ConfigMap, metadata: {name: conf}}
@@ -237,14 +238,14 @@ metadata: {name: w}
 `;
     const m = parseManifest('/m/all.yaml', text);
     store.replaceFile('/m/all.yaml', m);
-    expect(store.list().map((o) => o.kind).sort()).toEqual(['ClusterRole', 'ConfigMap', 'Ingress', 'Namespace', 'ServiceAccount', 'Widget']);
+    expect(store.list().map((o) => o.kind).sort()).toEqual(['ConfigMap', 'HorizontalPodAutoscaler', 'Ingress', 'Namespace', 'ServiceAccount', 'Widget']);
     expect(store.problems()).toEqual([
-      { file: '/m/all.yaml', line: 4, object: 'ClusterRole/default/reader', reason: 'skipped: ClusterRole — RBAC is not enforced on this node' },
+      { file: '/m/all.yaml', line: 4, object: 'HorizontalPodAutoscaler/default/reader', reason: 'skipped: HorizontalPodAutoscaler — no autoscaler runs on this node (nor a metrics server)' },
       { file: '/m/all.yaml', line: 5, object: 'Ingress/default/web', reason: 'skipped: Ingress — no ingress controller on this node' },
       { file: '/m/all.yaml', line: 13, object: 'Widget/default/w', reason: 'skipped: Widget — a custom resource (example.com/v1); no controller for it on this node' },
     ]);
     expect(lines.map((l) => `${l[0]} ${l[1]}`)).toEqual([
-      'info skipped: ClusterRole — RBAC is not enforced on this node',
+      'info skipped: HorizontalPodAutoscaler — no autoscaler runs on this node (nor a metrics server)',
       'info skipped: Ingress — no ingress controller on this node',
       'info skipped: Widget — a custom resource (example.com/v1); no controller for it on this node',
     ]);
@@ -271,7 +272,7 @@ metadata: {name: w}
     const lines: string[] = [];
     const log: Logger = { debug() {}, info: (m) => lines.push(m), warn: (m) => lines.push(m), error() {} };
     const store = new ObjectStore({ nodeName: 'n', log, actsOn: () => served });
-    const text = Array.from({ length: 500 }, (_, i) => `{apiVersion: rbac.authorization.k8s.io/v1, kind: Role, metadata: {name: r${i}}}`).join('\n---\n');
+    const text = Array.from({ length: 500 }, (_, i) => `{apiVersion: networking.k8s.io/v1, kind: Ingress, metadata: {name: r${i}}}`).join('\n---\n');
     store.replaceFile('/m/roles.yaml', parseManifest('/m/roles.yaml', text));
     expect(store.problems()).toHaveLength(500);
     expect(lines).toHaveLength(21);

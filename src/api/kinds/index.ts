@@ -15,6 +15,7 @@ import { pdbKind } from './pdb.js';
 import { persistentVolumeKind } from './pv.js';
 import { persistentVolumeClaimKind } from './pvc.js';
 import { podKind } from './pod.js';
+import { clusterRoleBindingKind, clusterRoleKind, roleBindingKind, roleKind } from './rbac.js';
 import { replicaSetKind } from './replicaset.js';
 import { replicationControllerKind } from './replicationcontroller.js';
 import { secretKind } from './secret.js';
@@ -55,5 +56,9 @@ export function nodeKinds(nodeName: string, refusal?: (pod: ApiObject) => string
     persistentVolumeClaimKind,
     persistentVolumeKind(storage.rootDir),
     storageClassKind,
+    roleKind,
+    clusterRoleKind,
+    roleBindingKind,
+    clusterRoleBindingKind,
   ];
 }
