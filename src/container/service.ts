@@ -208,8 +208,7 @@ export class ContainerService {
   }
 
   find(idOrPrefix: string): ContainerRecord | undefined {
-    const c = this.records.findView(idOrPrefix);
-    return c ? this.records.get(c.id) : undefined;
+    return this.records.find(idOrPrefix);
   }
 
   /** By full id or unique prefix: the stored record itself, to read and never change (status calls). */
@@ -218,9 +217,7 @@ export class ContainerService {
   }
 
   mustView(id: string): Readonly<ContainerRecord> {
-    const c = this.records.findView(id);
-    if (!c) throw notFound(`container "${id}" not found`);
-    return c;
+    return this.records.mustView(id);
   }
 
   /**
@@ -238,9 +235,7 @@ export class ContainerService {
   }
 
   mustGet(id: string): ContainerRecord {
-    const c = this.find(id);
-    if (!c) throw notFound(`container "${id}" not found`);
-    return c;
+    return this.records.mustGet(id);
   }
 
   list(sandboxId?: string): ContainerRecord[] {
