@@ -27,7 +27,7 @@ import { probeIdmappedOverlay, unsearchableAncestor } from './sys/idmap.js';
 import { version } from './server/runtime-version.js';
 import { containerHandlers } from './server/container.js';
 import { sandboxHandlers } from './server/sandbox.js';
-import { metricsHandlers, statsHandlers } from './server/stats.js';
+import { metricsHandlers, statsHandlers, statsReaders } from './server/stats.js';
 import { ContainerEvents } from './server/events.js';
 import { streamingHandlers } from './server/streaming.js';
 import { StreamingServer } from './streaming/server.js';
@@ -276,14 +276,16 @@ export async function startDaemon(opts: DaemonOptions, log: Logger): Promise<Dae
     startExecTty: (id, cmd) => containers.execTty(id, cmd),
   });
   await streaming.start();
+  // One for both: the layer walks and namespace reads of stats and metrics calls are bounded together.
+  const stats = statsReaders();
   const server = createGrpcServer(
     {
       Version: version,
       Status: status(readiness),
       ...sandboxHandlers(sandboxes, containers),
       ...containerHandlers(containers, sandboxes),
-      ...statsHandlers(sandboxes, containers),
-      ...metricsHandlers(sandboxes, containers),
+      ...statsHandlers(sandboxes, containers, stats),
+      ...metricsHandlers(sandboxes, containers, stats),
       ...streamingHandlers(streaming, sandboxes, containers),
       RuntimeConfig: async () => ({ linux: { cgroupDriver: 'CGROUPFS' } }),
       UpdateRuntimeConfig: async (req: { runtimeConfig?: { networkConfig?: { podCidr?: string } | null } | null }) => {

@@ -7,7 +7,7 @@
  * The records kept are frozen. `view`/`values` hand them out as they are, for
  * reading (building an answer); `get` hands out a copy to change and `save`.
  */
-import { invalidArgument } from './errors.js';
+import { invalidArgument, notFound } from './errors.js';
 
 export interface RecordTable<T> {
   /** Every stored record, in the order they were first stored. */
@@ -60,6 +60,26 @@ export class RecordIndex<T extends { id: string }> {
     }
     if (hits > 1) throw invalidArgument(`${this.kind} id prefix "${idOrPrefix}" is ambiguous: it matches ${hits} ${this.kind === 'pod sandbox' ? 'pod sandboxes' : `${this.kind}s`}`);
     return hit;
+  }
+
+  /** By full id or unique prefix, a copy to change and save. */
+  find(idOrPrefix: string): T | undefined {
+    const r = this.findView(idOrPrefix);
+    return r ? this.get(r.id) : undefined;
+  }
+
+  /** As find, or NotFound (`pod sandbox "x" not found`). */
+  mustGet(idOrPrefix: string): T {
+    const r = this.find(idOrPrefix);
+    if (!r) throw notFound(`${this.kind} "${idOrPrefix}" not found`);
+    return r;
+  }
+
+  /** As findView, or NotFound. */
+  mustView(idOrPrefix: string): Readonly<T> {
+    const r = this.findView(idOrPrefix);
+    if (!r) throw notFound(`${this.kind} "${idOrPrefix}" not found`);
+    return r;
   }
 
   /** The stored records themselves, in creation order: read them, never change them. */

@@ -320,7 +320,9 @@ export function runExecSync(o: ExecSyncOptions): Promise<ExecSyncResult> {
         const files = await fsp.readdir(exitDir).catch(() => [] as string[]);
         const code = files.length ? Number((await fsp.readFile(path.join(exitDir, files[0]!), 'utf8').catch(() => '')).trim()) : NaN;
         if (!Number.isFinite(code)) {
-          const why = startError ?? (stderr.trim() || 'conmon reported no exit status');
+          // conmon points its own stderr at /dev/null once it runs, and says why it failed to syslog only.
+          const how = child.signalCode ? `was killed by ${child.signalCode}` : `exited ${child.exitCode ?? '?'}`;
+          const why = startError ?? (stderr.trim() || `conmon ${how} without an exit status (its own errors go to syslog)`);
           return settle(() => reject(new SkiffError('Internal', `exec in ${o.containerId} failed: ${why}`)));
         }
         // Many calls with large output at once wait for each other rather than all hold it together.

@@ -15,7 +15,7 @@ import path from 'node:path';
 import type { Db } from '../db.js';
 import { SkiffError, errorMessage, failedPrecondition, invalidArgument, isErrno, noSpaceAt, notFound } from '../errors.js';
 import type { ContainerConfig__Output } from '../gen/runtime/v1/ContainerConfig.js';
-import type { ImageService } from '../image/service.js';
+import type { ImageRecord, ImageService } from '../image/service.js';
 import type { Snapshotter } from '../image/snapshot.js';
 import type { Logger } from '../log.js';
 import { RecordIndex } from '../record-index.js';
@@ -25,14 +25,14 @@ import { nowNs } from '../sandbox/service.js';
 import { removeRuntimeRemains } from '../sys/cgroup.js';
 import { mountOverlay, mountsBelow, unmount } from '../sys/mount.js';
 import { idmappedBind, idmappedTree, passableByPodRoot, withUsernsFd } from '../sys/idmap.js';
-import { checkContainerUserns, hostIdOf } from '../sandbox/userns.js';
+import { checkContainerUserns, hostIdOf, type PodUserns } from '../sandbox/userns.js';
 import { ociIdMappings } from '../sandbox/service.js';
 import { closeFd, openpty, setCloexec } from '../sys/libc.js';
 import type { Runner } from '../sys/run.js';
 import { clearReopenTarget, prepareContainerLog } from './log-file.js';
 import { startConmon, type OciRuntime } from '../oci/runtime.js';
 import { PhaseTrace } from '../trace.js';
-import { buildSpec, type OciDevice, type OciSpec } from './spec.js';
+import { buildSpec, type OciDevice, type OciSpec, type ResolvedUser } from './spec.js';
 import { loadSeccomp, seccompChoice } from './seccomp.js';
 import type { HandlerFeatures } from '../oci/features.js';
 import { resolveUser } from './user.js';
@@ -70,6 +70,17 @@ export interface ContainerRecord {
   bundle: string;
   rootfs: string;
   spec: OciSpec;
+}
+
+/** A pod's own user namespace, as a container in it is made: the pinned namespace and its mappings. */
+interface ContainerUserns {
+  pin: string;
+  maps: PodUserns;
+}
+
+/** What a pod's ids are on the host: through its user namespace's mappings, or the same without one. */
+function hostIdsIn(userns: ContainerUserns | undefined): (uid: number, gid: number) => { uid: number; gid: number } {
+  return (uid, gid) => (userns ? { uid: hostIdOf(userns.maps.uids, uid), gid: hostIdOf(userns.maps.gids, gid) } : { uid, gid });
 }
 
 export interface ContainerDeps {
@@ -197,8 +208,7 @@ export class ContainerService {
   }
 
   find(idOrPrefix: string): ContainerRecord | undefined {
-    const c = this.records.findView(idOrPrefix);
-    return c ? this.records.get(c.id) : undefined;
+    return this.records.find(idOrPrefix);
   }
 
   /** By full id or unique prefix: the stored record itself, to read and never change (status calls). */
@@ -207,9 +217,7 @@ export class ContainerService {
   }
 
   mustView(id: string): Readonly<ContainerRecord> {
-    const c = this.records.findView(id);
-    if (!c) throw notFound(`container "${id}" not found`);
-    return c;
+    return this.records.mustView(id);
   }
 
   /**
@@ -227,9 +235,7 @@ export class ContainerService {
   }
 
   mustGet(id: string): ContainerRecord {
-    const c = this.find(id);
-    if (!c) throw notFound(`container "${id}" not found`);
-    return c;
+    return this.records.mustGet(id);
   }
 
   list(sandboxId?: string): ContainerRecord[] {
@@ -290,6 +296,124 @@ export class ContainerService {
     return this.appArmor;
   }
 
+  /**
+   * The container's directories and its root filesystem: the image's layers under a new writable
+   * layer through overlayfs (idmapped for a pod with its own user namespace), and the volumes it
+   * mounts idmapped likewise. Each step registers its undo on `undo`.
+   */
+  private async prepareRootfs(
+    id: string,
+    config: ContainerConfig__Output,
+    image: ImageRecord,
+    userns: ContainerUserns | undefined,
+    undo: Rollback,
+  ): Promise<{ dir: string; bundle: string; rootfs: string; mountsFor: ContainerConfig__Output['mounts']; top: string | undefined }> {
+    const shift = hostIdsIn(userns);
+    const dir = path.join(this.d.rootDir, 'containers', id);
+    const bundle = path.join(this.d.stateDir, 'containers', id);
+    const mountDir = userns ? path.join(this.usernsDir, id) : dir;
+    const rootfs = path.join(mountDir, 'rootfs');
+    // Not recursive (init made the parent): a recursive mkdir reports a full disk as ENOENT.
+    await fsp.mkdir(dir, { mode: 0o700 });
+    undo.add('dir', () => removeContainerDir(this.d.runner, dir));
+    undo.add('bundle', () => fsp.rm(bundle, { recursive: true, force: true }));
+    // Side by side, and all settled before a failure is thrown, so the rollback removes what each made.
+    const made = await Promise.allSettled([
+      // The upper dir's mode is the mode of the container's `/`.
+      fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 }),
+      fsp.mkdir(path.join(dir, 'work'), { mode: 0o700 }),
+      fsp.mkdir(path.join(dir, 'rootfs'), { mode: 0o700 }),
+      fsp.mkdir(bundle, { recursive: true, mode: 0o700 }),
+    ]);
+    for (const r of made) if (r.status === 'rejected') throw r.reason;
+    if (userns) {
+      // The pod's root is not the host's: runc, inside its user namespace, must pass through
+      // (and no other host user: the rootfs and the idmapped volume clones are below).
+      await fsp.mkdir(mountDir, { mode: 0o700 });
+      undo.add('userns dir', () => removeContainerDir(this.d.runner, mountDir));
+      await passableByPodRoot(mountDir, shift(0, 0).gid);
+      for (const p of ['rootfs', 'idmapped']) await fsp.mkdir(path.join(mountDir, p), { mode: 0o711 });
+    }
+    const top = image.chainIds[image.chainIds.length - 1];
+    const lowers = top ? this.d.snapshots.lowerDirs(top) : [];
+    if (!lowers.length) {
+      await fsp.mkdir(path.join(dir, 'empty'));
+      lowers.push(path.join(dir, 'empty'));
+    }
+    let mountsFor = config.mounts;
+    if (userns) {
+      const root = shift(0, 0);
+      // Only the new, empty writable layer is chowned: the container's `/` belongs to its root.
+      await fsp.chown(path.join(dir, 'upper'), root.uid, root.gid);
+      mountsFor = await withUsernsFd(userns.pin, async (u) => {
+        // The lower layers are idmapped copies, handed to overlayfs as descriptors that
+        // close once it holds them: nothing more is mounted than the overlay itself.
+        const fds: number[] = [];
+        try {
+          for (const l of lowers) fds.push(idmappedTree(l, u));
+          await mountOverlay(this.d.runner, fds.map((fd) => `/proc/self/fd/${fd}`), path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
+        } finally {
+          for (const fd of fds) closeFd(fd);
+        }
+        undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
+        return this.idmapVolumes(config, path.join(mountDir, 'idmapped'), u, undo);
+      });
+    } else {
+      await mountOverlay(this.d.runner, lowers, path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
+      undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
+    }
+    return { dir, bundle, rootfs, mountsFor, top };
+  }
+
+  /**
+   * Who the container's process runs as and what it is given, checked against the pod: the user from
+   * the image's own files, inside the pod's user namespace if it has one; its devices; whether the
+   * AppArmor it asks for exists here; the container whose pid namespace it joins.
+   */
+  private async resolveProcess(
+    sandbox: Readonly<SandboxRecord>,
+    config: ContainerConfig__Output,
+    rootfs: string,
+    image: ImageRecord,
+    userns: ContainerUserns | undefined,
+  ): Promise<{ user: ResolvedUser; devices: OciDevice[]; targetPid: number | undefined }> {
+    const sc = config.linux?.securityContext;
+    if (sc?.runAsGroup && !sc.runAsUser && !sc.runAsUsername) {
+      throw invalidArgument('run_as_group needs run_as_user or run_as_username');
+    }
+    const user = await resolveUser(rootfs, {
+      runAsUser: sc?.runAsUser ? Number(sc.runAsUser.value) : undefined,
+      runAsUsername: sc?.runAsUsername || undefined,
+      runAsGroup: sc?.runAsGroup ? Number(sc.runAsGroup.value) : undefined,
+      supplementalGroups: (sc?.supplementalGroups ?? []).map(Number),
+      imageUser: image.config.config?.User,
+    });
+    if (userns) {
+      // An id the pod's namespace does not map would fail deep in runc (setuid EINVAL): say which.
+      const range = (maps: typeof userns.maps.uids) => maps.map((m) => `${m.containerId}-${m.containerId + m.length - 1}`).join(', ');
+      if (hostIdOf(userns.maps.uids, user.uid) < 0) throw invalidArgument(`user ${user.uid} is outside the pod's user namespace (uids ${range(userns.maps.uids)})`);
+      for (const g of [user.gid, ...user.additionalGids]) {
+        if (hostIdOf(userns.maps.gids, g) < 0) throw invalidArgument(`group ${g} is outside the pod's user namespace (gids ${range(userns.maps.gids)})`);
+      }
+    }
+    const devices = await resolveDevices(config);
+    const apparmor = sc?.apparmor ? String(sc.apparmor.profileType) : '';
+    const wantsLocalAppArmor = apparmor === 'Localhost' || apparmor === '2' || (sc?.apparmorProfile ?? '').startsWith('localhost/');
+    if (wantsLocalAppArmor && !(await this.appArmorEnabled())) {
+      throw invalidArgument('an AppArmor profile was requested, but AppArmor is not enabled on this host');
+    }
+    const nsOpts = sc?.namespaceOptions;
+    let targetPid: number | undefined;
+    if (String(nsOpts?.pid) === 'TARGET') {
+      const target = this.find(nsOpts?.targetId ?? '');
+      if (!target || target.sandboxId !== sandbox.id || target.state !== 'CONTAINER_RUNNING' || !target.pid) {
+        throw invalidArgument(`pid namespace target "${nsOpts?.targetId ?? ''}" is not a running container of pod ${sandbox.id}`);
+      }
+      targetPid = target.pid;
+    }
+    return { user, devices, targetPid };
+  }
+
   private async createInPod(sandboxId: string, config: ContainerConfig__Output): Promise<string> {
     const sandbox = this.d.sandboxes().get(sandboxId);
     if (!sandbox) throw notFound(`pod sandbox "${sandboxId}" not found (it was removed)`);
@@ -313,95 +437,11 @@ export class ContainerService {
       checkContainerUserns(config.linux?.securityContext?.namespaceOptions?.usernsOptions, sandbox.usernsMaps);
       const userns = sandbox.userns && sandbox.usernsMaps ? { pin: sandbox.userns, maps: sandbox.usernsMaps } : undefined;
       // The pod's root: what host root owns shows as this through the idmapped layers.
-      const shift = (uid: number, gid: number) => (userns ? { uid: hostIdOf(userns.maps.uids, uid), gid: hostIdOf(userns.maps.gids, gid) } : { uid, gid });
-      const dir = path.join(this.d.rootDir, 'containers', id);
-      const bundle = path.join(this.d.stateDir, 'containers', id);
-      const mountDir = userns ? path.join(this.usernsDir, id) : dir;
-      const rootfs = path.join(mountDir, 'rootfs');
-      // Not recursive (init made the parent): a recursive mkdir reports a full disk as ENOENT.
-      await fsp.mkdir(dir, { mode: 0o700 });
-      undo.add('dir', () => removeContainerDir(this.d.runner, dir));
-      undo.add('bundle', () => fsp.rm(bundle, { recursive: true, force: true }));
-      // Side by side, and all settled before a failure is thrown, so the rollback removes what each made.
-      const made = await Promise.allSettled([
-        // The upper dir's mode is the mode of the container's `/`.
-        fsp.mkdir(path.join(dir, 'upper'), { mode: 0o755 }),
-        fsp.mkdir(path.join(dir, 'work'), { mode: 0o700 }),
-        fsp.mkdir(path.join(dir, 'rootfs'), { mode: 0o700 }),
-        fsp.mkdir(bundle, { recursive: true, mode: 0o700 }),
-      ]);
-      for (const r of made) if (r.status === 'rejected') throw r.reason;
-      if (userns) {
-        // The pod's root is not the host's: runc, inside its user namespace, must pass through
-        // (and no other host user: the rootfs and the idmapped volume clones are below).
-        await fsp.mkdir(mountDir, { mode: 0o700 });
-        undo.add('userns dir', () => removeContainerDir(this.d.runner, mountDir));
-        await passableByPodRoot(mountDir, shift(0, 0).gid);
-        for (const p of ['rootfs', 'idmapped']) await fsp.mkdir(path.join(mountDir, p), { mode: 0o711 });
-      }
-      const top = image.chainIds[image.chainIds.length - 1];
-      const lowers = top ? this.d.snapshots.lowerDirs(top) : [];
-      if (!lowers.length) {
-        await fsp.mkdir(path.join(dir, 'empty'));
-        lowers.push(path.join(dir, 'empty'));
-      }
-      let mountsFor = config.mounts;
-      if (userns) {
-        const root = shift(0, 0);
-        // Only the new, empty writable layer is chowned: the container's `/` belongs to its root.
-        await fsp.chown(path.join(dir, 'upper'), root.uid, root.gid);
-        mountsFor = await withUsernsFd(userns.pin, async (u) => {
-          // The lower layers are idmapped copies, handed to overlayfs as descriptors that
-          // close once it holds them: nothing more is mounted than the overlay itself.
-          const fds: number[] = [];
-          try {
-            for (const l of lowers) fds.push(idmappedTree(l, u));
-            await mountOverlay(this.d.runner, fds.map((fd) => `/proc/self/fd/${fd}`), path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
-          } finally {
-            for (const fd of fds) closeFd(fd);
-          }
-          undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
-          return this.idmapVolumes(config, path.join(mountDir, 'idmapped'), u, undo);
-        });
-      } else {
-        await mountOverlay(this.d.runner, lowers, path.join(dir, 'upper'), path.join(dir, 'work'), rootfs);
-        undo.add('rootfs mount', () => unmount(this.d.runner, rootfs));
-      }
+      const shift = hostIdsIn(userns);
+      const { bundle, rootfs, mountsFor, top } = await this.prepareRootfs(id, config, image, userns, undo);
       trace.mark('dirs+rootfs');
       const sc = config.linux?.securityContext;
-      if (sc?.runAsGroup && !sc.runAsUser && !sc.runAsUsername) {
-        throw invalidArgument('run_as_group needs run_as_user or run_as_username');
-      }
-      const user = await resolveUser(rootfs, {
-        runAsUser: sc?.runAsUser ? Number(sc.runAsUser.value) : undefined,
-        runAsUsername: sc?.runAsUsername || undefined,
-        runAsGroup: sc?.runAsGroup ? Number(sc.runAsGroup.value) : undefined,
-        supplementalGroups: (sc?.supplementalGroups ?? []).map(Number),
-        imageUser: image.config.config?.User,
-      });
-      if (userns) {
-        // An id the pod's namespace does not map would fail deep in runc (setuid EINVAL): say which.
-        const range = (maps: typeof userns.maps.uids) => maps.map((m) => `${m.containerId}-${m.containerId + m.length - 1}`).join(', ');
-        if (hostIdOf(userns.maps.uids, user.uid) < 0) throw invalidArgument(`user ${user.uid} is outside the pod's user namespace (uids ${range(userns.maps.uids)})`);
-        for (const g of [user.gid, ...user.additionalGids]) {
-          if (hostIdOf(userns.maps.gids, g) < 0) throw invalidArgument(`group ${g} is outside the pod's user namespace (gids ${range(userns.maps.gids)})`);
-        }
-      }
-      const devices = await resolveDevices(config);
-      const apparmor = sc?.apparmor ? String(sc.apparmor.profileType) : '';
-      const wantsLocalAppArmor = apparmor === 'Localhost' || apparmor === '2' || (sc?.apparmorProfile ?? '').startsWith('localhost/');
-      if (wantsLocalAppArmor && !(await this.appArmorEnabled())) {
-        throw invalidArgument('an AppArmor profile was requested, but AppArmor is not enabled on this host');
-      }
-      const nsOpts = sc?.namespaceOptions;
-      let targetPid: number | undefined;
-      if (String(nsOpts?.pid) === 'TARGET') {
-        const target = this.find(nsOpts?.targetId ?? '');
-        if (!target || target.sandboxId !== sandbox.id || target.state !== 'CONTAINER_RUNNING' || !target.pid) {
-          throw invalidArgument(`pid namespace target "${nsOpts?.targetId ?? ''}" is not a running container of pod ${sandbox.id}`);
-        }
-        targetPid = target.pid;
-      }
+      const { user, devices, targetPid } = await this.resolveProcess(sandbox, config, rootfs, image, userns);
       const spec = buildSpec({
         id,
         image: image.config,

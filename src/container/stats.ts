@@ -90,38 +90,42 @@ export async function cgroupUsage(cgroupsPath: string): Promise<CgroupUsage> {
 const MAX_WALK_DEPTH = 256;
 /** Layers walked at once: ListContainerStats asks for all of them together. */
 const MAX_WALKS = 4;
-let walking = 0;
-const waiting: Array<() => void> = [];
 const WALK_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV;
-const inflight = new Map<string, Promise<{ bytes: number; inodes: number }>>();
 
 /**
- * Bytes and inodes under `dir`, a container's writable layer. Its processes
+ * Bytes and inodes under a container's writable layer. Its processes
  * change it while it is walked: every directory is opened beneath the one
  * before with no symlink followed (a directory swapped for a link to the
  * host's / is not entered), entries are read a batch at a time (a directory
  * of a million names is never held whole), and callers asking for the same
- * layer while a walk runs share it.
+ * layer while a walk runs share it. One per daemon: it bounds the walks of
+ * every stats and metrics call together.
  */
-export function diskUsage(dir: string): Promise<{ bytes: number; inodes: number }> {
-  let running = inflight.get(dir);
-  if (!running) {
-    running = (async () => {
-      // Bounds the descriptors all walks hold together (MAX_WALKS × 2 × MAX_WALK_DEPTH).
-      // A finished walk hands its slot straight to the next one waiting.
-      if (walking >= MAX_WALKS) await new Promise<void>((r) => waiting.push(r));
-      else walking++;
-      try {
-        return await walkUsage(dir);
-      } finally {
-        const next = waiting.shift();
-        if (next) next();
-        else walking--;
-      }
-    })().finally(() => inflight.delete(dir));
-    inflight.set(dir, running);
+export class LayerUsage {
+  private walking = 0;
+  private readonly waiting: Array<() => void> = [];
+  private readonly inflight = new Map<string, Promise<{ bytes: number; inodes: number }>>();
+
+  of(dir: string): Promise<{ bytes: number; inodes: number }> {
+    let running = this.inflight.get(dir);
+    if (!running) {
+      running = (async () => {
+        // Bounds the descriptors all walks hold together (MAX_WALKS × 2 × MAX_WALK_DEPTH).
+        // A finished walk hands its slot straight to the next one waiting.
+        if (this.walking >= MAX_WALKS) await new Promise<void>((r) => this.waiting.push(r));
+        else this.walking++;
+        try {
+          return await walkUsage(dir);
+        } finally {
+          const next = this.waiting.shift();
+          if (next) next();
+          else this.walking--;
+        }
+      })().finally(() => this.inflight.delete(dir));
+      this.inflight.set(dir, running);
+    }
+    return running;
   }
-  return running;
 }
 
 async function walkUsage(dir: string): Promise<{ bytes: number; inodes: number }> {

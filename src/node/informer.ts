@@ -11,11 +11,13 @@
 import type { ApiClient } from '../api/client.js';
 import type { ApiObject } from '../api/types.js';
 import { errorMessage } from '../errors.js';
+import { namespacedKey } from '../labels.js';
 import type { Logger } from '../log.js';
 
 const RELIST_MS = 500;
 
-export const keyOf = (o: ApiObject): string => `${o.metadata.namespace ?? ''}/${o.metadata.name ?? ''}`;
+/** An object's key in the cache: `namespace/name`, the namespace empty for cluster-scoped kinds. */
+export const keyOf = (o: ApiObject): string => namespacedKey(o.metadata.namespace ?? '', o.metadata.name ?? '');
 
 /** One change: `before` absent for an add, `after` absent for a delete; both absent after a (re)list (anything may have changed). */
 export interface CacheChange {

@@ -8,7 +8,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Db } from '../db.js';
-import { SkiffError, errorMessage, invalidArgument, isErrno, notFound, wrap } from '../errors.js';
+import { SkiffError, errorMessage, invalidArgument, isErrno, wrap } from '../errors.js';
 import type { PodSandboxConfig__Output } from '../gen/runtime/v1/PodSandboxConfig.js';
 import type { Logger } from '../log.js';
 import { RecordIndex } from '../record-index.js';
@@ -199,8 +199,7 @@ export class SandboxService {
 
   /** By full id or unique prefix (a copy). */
   find(idOrPrefix: string): SandboxRecord | undefined {
-    const s = this.records.findView(idOrPrefix);
-    return s ? this.records.get(s.id) : undefined;
+    return this.records.find(idOrPrefix);
   }
 
   /** By full id or unique prefix: the stored record itself, to read and never change (status calls). */
@@ -209,15 +208,11 @@ export class SandboxService {
   }
 
   mustGet(id: string): SandboxRecord {
-    const s = this.find(id);
-    if (!s) throw notFound(`pod sandbox "${id}" not found`);
-    return s;
+    return this.records.mustGet(id);
   }
 
   mustView(id: string): Readonly<SandboxRecord> {
-    const s = this.records.findView(id);
-    if (!s) throw notFound(`pod sandbox "${id}" not found`);
-    return s;
+    return this.records.mustView(id);
   }
 
   /** Copies of every pod's record, in creation order. */

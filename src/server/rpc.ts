@@ -219,6 +219,11 @@ export class RpcServer {
     return this.calls.size;
   }
 
+  /** HTTP/2 streams open over every connection (what maxStreams bounds). */
+  get streams(): number {
+    return this.openStreams;
+  }
+
   /**
    * New calls are refused (UNAVAILABLE); resolves once the running ones are answered and their answers
    * taken, or after `graceMs` with them cut off. An answer its client does not take (it stopped reading)

@@ -4,7 +4,7 @@ import pLimit from 'p-limit';
 import type { ContainerStats } from '../gen/runtime/v1/ContainerStats.js';
 import type { PodSandboxStats } from '../gen/runtime/v1/PodSandboxStats.js';
 import type { ContainerRecord, ContainerService } from '../container/service.js';
-import { cgroupUsage, CpuRates, diskUsage, netDev, parseNetDev, type NetDevCounters } from '../container/stats.js';
+import { cgroupUsage, CpuRates, LayerUsage, netDev, parseNetDev, type NetDevCounters } from '../container/stats.js';
 import { nowWireNs } from '../container/time.js';
 import { hasInfra, type SandboxRecord, type SandboxService } from '../sandbox/service.js';
 import { invalidArgument } from '../errors.js';
@@ -29,14 +29,24 @@ async function cpuRate(rates: CpuRates, key: string, cgroupsPath: string, cpuNs:
 
 type Layers = Pick<ContainerService, 'writableLayer'>;
 
-async function containerStats(c: ContainerRecord, rates: CpuRates, layers: Layers, processes?: { count: number }): Promise<ContainerStats> {
+/** What the stats and metrics calls of one daemon share: the walks of writable layers and the reads of pinned namespaces. */
+export interface StatsReaders {
+  layers: LayerUsage;
+  pins: PinnedNetDev;
+}
+
+export function statsReaders(): StatsReaders {
+  return { layers: new LayerUsage(), pins: new PinnedNetDev() };
+}
+
+async function containerStats(c: ContainerRecord, rates: CpuRates, layers: Layers, readers: StatsReaders, processes?: { count: number }): Promise<ContainerStats> {
   const ts = nowWireNs();
   const running = c.state === 'CONTAINER_RUNNING';
   const cg = running ? await cgroupUsage(c.spec.linux.cgroupsPath) : {};
   if (processes) processes.count += cg.pids ?? 0;
   const nanoCores = running ? await cpuRate(rates, c.id, c.spec.linux.cgroupsPath, cg.cpuNs) : undefined;
   const upper = layers.writableLayer(c.id);
-  const disk = await diskUsage(upper);
+  const disk = await readers.layers.of(upper);
   return {
     attributes: { id: c.id, metadata: c.config.metadata, labels: c.config.labels, annotations: c.config.annotations },
     cpu: { timestamp: ts, usageCoreNanoSeconds: u64(cg.cpuNs ?? 0), usageNanoCores: u64(nanoCores ?? (running ? undefined : 0)) },
@@ -59,7 +69,7 @@ async function containerStats(c: ContainerRecord, rates: CpuRates, layers: Layer
  * one, a running container; with neither, a helper entered into the pinned
  * namespace reads them.
  */
-async function podNetDev(s: SandboxRecord, running: ContainerRecord[]): Promise<NetDevCounters> {
+async function podNetDev(s: SandboxRecord, running: ContainerRecord[], pins: PinnedNetDev): Promise<NetDevCounters> {
   if (!s.netns) return [];
   const pin = await fsp.stat(s.netns).catch(() => undefined);
   if (!pin) return [];
@@ -73,7 +83,7 @@ async function podNetDev(s: SandboxRecord, running: ContainerRecord[]): Promise<
     const ifaces = await netDev(pid);
     if (ifaces.length) return ifaces;
   }
-  return hasInfra(s) ? [] : pinnedNetDev(s.netns);
+  return hasInfra(s) ? [] : pins.read(s.netns);
 }
 
 /**
@@ -84,34 +94,36 @@ async function podNetDev(s: SandboxRecord, running: ContainerRecord[]): Promise<
  * RPCs waiting over a second). Calls for the same pin share one read, and at
  * most two helpers run at a time.
  */
-const pinReads = new Map<string, Promise<NetDevCounters>>();
-const pinHelpers = pLimit(2);
+class PinnedNetDev {
+  private readonly reads = new Map<string, Promise<NetDevCounters>>();
+  private readonly helpers = pLimit(2);
 
-function pinnedNetDev(netns: string): Promise<NetDevCounters> {
-  let read = pinReads.get(netns);
-  if (!read) {
-    read = pinHelpers(
-      () =>
-        run('nsenter', [`--net=${netns}`, 'cat', '/proc/net/dev'], { timeoutMs: 5_000, maxOutput: 1 << 20 }).then(
-          (r) => (r.code === 0 ? parseNetDev(r.stdout) : []),
-          () => [],
-        ),
-    ).finally(() => pinReads.delete(netns));
-    pinReads.set(netns, read);
+  read(netns: string): Promise<NetDevCounters> {
+    let read = this.reads.get(netns);
+    if (!read) {
+      read = this.helpers(
+        () =>
+          run('nsenter', [`--net=${netns}`, 'cat', '/proc/net/dev'], { timeoutMs: 5_000, maxOutput: 1 << 20 }).then(
+            (r) => (r.code === 0 ? parseNetDev(r.stdout) : []),
+            () => [],
+          ),
+      ).finally(() => this.reads.delete(netns));
+      this.reads.set(netns, read);
+    }
+    return read;
   }
-  return read;
 }
 
-async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: CpuRates, layers: Layers): Promise<PodSandboxStats> {
+async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: CpuRates, layers: Layers, readers: StatsReaders): Promise<PodSandboxStats> {
   const ts = nowWireNs();
   // The pod's processes: its containers' and, if it has one, the infra process's.
   const processes = { count: 0 };
-  const cs = await Promise.all(containers.map((c) => containerStats(c, rates, layers, processes)));
+  const cs = await Promise.all(containers.map((c) => containerStats(c, rates, layers, readers, processes)));
   const infraCgroup = `${s.cgroupParent.replace(/\/+$/, '')}/skiff-${s.id}`;
   const infra = s.infraPid ? await cgroupUsage(infraCgroup) : {};
   const infraRate = s.infraPid ? await cpuRate(rates, s.id, infraCgroup, infra.cpuNs) : undefined;
   const sum = (f: (x: ContainerStats) => number | undefined, base = 0) => cs.reduce((a, x) => a + (f(x) ?? 0), base);
-  const ifaces = await podNetDev(s, containers);
+  const ifaces = await podNetDev(s, containers, readers.pins);
   const toIface = (i: (typeof ifaces)[0]) => ({ name: i.name, rxBytes: u64(i.rxBytes), rxErrors: u64(i.rxErrors), txBytes: u64(i.txBytes), txErrors: u64(i.txErrors) });
   return {
     attributes: { id: s.id, metadata: s.config.metadata, labels: s.config.labels, annotations: s.config.annotations },
@@ -129,14 +141,14 @@ async function podStats(s: SandboxRecord, containers: ContainerRecord[], rates: 
   };
 }
 
-export function statsHandlers(sandboxes: SandboxService, containers: ContainerService) {
+export function statsHandlers(sandboxes: SandboxService, containers: ContainerService, readers: StatsReaders) {
   // The previous CPU sample of each container and pod, for usageNanoCores.
   const rates = new CpuRates();
   const forgetGone = () => rates.retain(new Set([...containers.listView().map((c) => c.id), ...sandboxes.listView().map((s) => s.id)]));
   return {
     ContainerStats: async (req: { containerId: string }) => {
       if (!req.containerId) throw invalidArgument('ContainerStats: container_id is required');
-      return { stats: await containerStats(containers.mustView(req.containerId), rates, containers) };
+      return { stats: await containerStats(containers.mustView(req.containerId), rates, containers, readers) };
     },
     ListContainerStats: async (req: { filter: { id: string; podSandboxId: string; labelSelector: Record<string, string> } | null }) => {
       const f = req.filter;
@@ -146,11 +158,11 @@ export function statsHandlers(sandboxes: SandboxService, containers: ContainerSe
       if (f?.podSandboxId) items = items.filter((c) => c.sandboxId.startsWith(f.podSandboxId));
       if (f && Object.keys(f.labelSelector).length) items = items.filter((c) => matchLabels(c.config.labels, f.labelSelector));
       forgetGone();
-      return { stats: await Promise.all(items.map((c) => containerStats(c, rates, containers))) };
+      return { stats: await Promise.all(items.map((c) => containerStats(c, rates, containers, readers))) };
     },
     PodSandboxStats: async (req: { podSandboxId: string }) => {
       const s = sandboxes.mustView(req.podSandboxId);
-      return { stats: await podStats(s, containers.listView(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates, containers) };
+      return { stats: await podStats(s, containers.listView(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates, containers, readers) };
     },
     ListPodSandboxStats: async (req: { filter: { id: string; labelSelector: Record<string, string> } | null }) => {
       const f = req.filter;
@@ -158,7 +170,7 @@ export function statsHandlers(sandboxes: SandboxService, containers: ContainerSe
       if (f?.id) items = items.filter((s) => s.id.startsWith(f.id));
       if (f && Object.keys(f.labelSelector).length) items = items.filter((s) => matchLabels(s.config.labels, f.labelSelector));
       forgetGone();
-      return { stats: await Promise.all(items.map((s) => podStats(s, containers.listView(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates, containers))) };
+      return { stats: await Promise.all(items.map((s) => podStats(s, containers.listView(s.id).filter((c) => c.state === 'CONTAINER_RUNNING'), rates, containers, readers))) };
     },
   };
 }
@@ -172,7 +184,7 @@ const METRICS = [
 ];
 const LABELS = ['container', 'pod', 'namespace'];
 
-export function metricsHandlers(sandboxes: SandboxService, containers: ContainerService) {
+export function metricsHandlers(sandboxes: SandboxService, containers: ContainerService, readers: StatsReaders) {
   const rates = new CpuRates();
   return {
     ListMetricDescriptors: async () => ({ descriptors: METRICS.map((m) => ({ name: m.name, help: m.help, labelKeys: LABELS })) }),
@@ -182,7 +194,7 @@ export function metricsHandlers(sandboxes: SandboxService, containers: Container
         const md = s.config.metadata!;
         const ctrs = [];
         for (const c of containers.listView(s.id).filter((x) => x.state === 'CONTAINER_RUNNING')) {
-          const st = await containerStats(c, rates, containers);
+          const st = await containerStats(c, rates, containers, readers);
           const ts = nowWireNs();
           const labels = [c.config.metadata?.name ?? '', md.name, md.namespace];
           const values: Record<string, number> = {

@@ -34,6 +34,20 @@ export function processesMentioning(text: string): string[] {
     .filter((l) => l.includes(text) && !l.includes('ps -eo'));
 }
 
+/**
+ * What is still mounted under `dir` or running with it in its command line, once the processes a stop
+ * just signalled have had up to `graceMs` to go: polled, so a slow exit is not a leak and a leak is
+ * whatever is still there at the deadline.
+ */
+export async function leftBehind(dir: string, graceMs = 3000): Promise<{ mounts: string[]; processes: string[] }> {
+  const deadline = Date.now() + graceMs;
+  for (;;) {
+    const leaks = { mounts: mountsUnder(dir), processes: processesMentioning(dir) };
+    if ((!leaks.mounts.length && !leaks.processes.length) || Date.now() >= deadline) return leaks;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 /** The sandbox config of a test pod named `n`, its logs under the daemon's test dir; the uid is unique per call. */
 export function podConfig(dirs: DaemonDirs, n: string) {
   return {
@@ -65,8 +79,7 @@ export async function startPodFixture(registryHost: string, repo = 'test/busybox
       for (const p of pods.items ?? []) await skiff.runtime.RemovePodSandbox({ podSandboxId: p.id! }).catch(() => undefined);
       await skiff.stop();
       await ns.destroy();
-      await new Promise((r) => setTimeout(r, 200));
-      const leaks = { mounts: mountsUnder(dirs.base), processes: processesMentioning(dirs.base) };
+      const leaks = await leftBehind(dirs.base);
       await fs.rm(dirs.base, { recursive: true, force: true });
       return leaks;
     },

@@ -61,6 +61,16 @@ export function fdCount(pid: number): number {
   return fs.readdirSync(`/proc/${pid}/fd`).length;
 }
 
+/** `pid`'s descriptor count once it is down to `target`, or what it is at the deadline (closing takes the daemon a moment). */
+export async function fdCountSettled(pid: number, target: number, timeoutMs = 10_000): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const n = fdCount(pid);
+    if (n <= target || Date.now() >= deadline) return n;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** Sets `pid`'s soft (and hard) limit on open files with util-linux prlimit. */
 export function setNofile(pid: number, soft: number, hard: number): void {
   const r = spawnSync('prlimit', [`--pid=${pid}`, `--nofile=${soft}:${hard}`], { encoding: 'utf8' });

@@ -18,7 +18,7 @@ import { isRoot } from '../helpers/env.js';
 import { TestNetns } from '../helpers/netns.js';
 import { Pusher } from '../helpers/oci.js';
 import { spawnSync } from 'node:child_process';
-import { mountsUnder, podConfig, processesMentioning } from '../helpers/pods.js';
+import { leftBehind, podConfig } from '../helpers/pods.js';
 
 /** Removes every pod, stops the daemon, and checks that nothing of it is left under `dirs`. */
 async function teardown(skiff: SkiffProcess | undefined, ns: TestNetns | undefined, dirs: DaemonDirs | undefined, beforeCheck?: () => void): Promise<void> {
@@ -30,9 +30,7 @@ async function teardown(skiff: SkiffProcess | undefined, ns: TestNetns | undefin
   await ns?.destroy();
   beforeCheck?.();
   if (!dirs) return;
-  await new Promise((r) => setTimeout(r, 200));
-  const mounts = mountsUnder(dirs.base);
-  const procs = processesMentioning(dirs.base);
+  const { mounts, processes: procs } = await leftBehind(dirs.base);
   await fs.rm(dirs.base, { recursive: true, force: true });
   expect(mounts, 'mounts left behind').toEqual([]);
   expect(procs, 'processes left behind').toEqual([]);

@@ -14,7 +14,7 @@ import { makeDirs, removeDirs, SkiffProcess, type DaemonDirs } from '../helpers/
 import { isRoot } from '../helpers/env.js';
 import { frame, PREFACE } from '../helpers/h2-frames.js';
 import { startPodFixture, type PodFixture } from '../helpers/pods.js';
-import { cleanupUnguarded, fdCount, rssBytes } from '../helpers/streaming-probe.js';
+import { cleanupUnguarded, fdCount, fdCountSettled, rssBytes } from '../helpers/streaming-probe.js';
 import { protoPath, serviceMethods } from '../../src/server/proto.js';
 
 const MiB = 1 << 20;
@@ -218,8 +218,7 @@ describe.skipIf(!isRoot)('the gRPC server under clients that hold requests open'
       await pour(c, 50, () => junk, 1500);
       c.sock.destroy();
     }
-    await new Promise((r) => setTimeout(r, 2500));
-    const fds = fdCount(pid);
+    const fds = await fdCountSettled(pid, fds0);
     console.info(`descriptors before ${fds0}, after ten abandoned connections ${fds}`);
     expect(fds).toBeLessThanOrEqual(fds0);
     expect(await versionMs()).toBeLessThan(1000);
@@ -261,8 +260,7 @@ describe.skipIf(!isRoot)('the gRPC server under clients that hold requests open'
         }
       }),
     );
-    await new Promise((r) => setTimeout(r, 2500));
-    const fds = fdCount(pid);
+    const fds = await fdCountSettled(pid, fds0);
     console.info(`rapid reset for 2 s on 10 reconnecting connections (${closedByDaemon} closed): descriptors ${fds0} -> ${fds}`);
     // Before: each connection nghttp2 sent GOAWAY on stayed open, unread, after its client left.
     expect(fds).toBeLessThanOrEqual(fds0);

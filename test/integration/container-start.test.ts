@@ -20,7 +20,7 @@ import { codeOf, grpc, makeDirs, SkiffProcess, type DaemonDirs } from '../helper
 import { busyboxImage } from '../helpers/busybox.js';
 import { TestNetns } from '../helpers/netns.js';
 import { Pusher } from '../helpers/oci.js';
-import { mountsUnder, processesMentioning } from '../helpers/pods.js';
+import { leftBehind, processesMentioning } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
 
 const KILL_MARK = 'SKIFF_TEST_KILL_INIT_BEFORE_START=1';
@@ -80,8 +80,7 @@ describe.skipIf(!isRoot)('pod start: in-process namespaces, and the start signal
     } finally {
       await ns?.destroy();
       if (dirs) {
-        await new Promise((r) => setTimeout(r, 200));
-        leaks = { mounts: mountsUnder(dirs.base), processes: processesMentioning(dirs.base) };
+        leaks = await leftBehind(dirs.base);
         await fs.rm(dirs.base, { recursive: true, force: true });
       }
     }

@@ -16,7 +16,7 @@ import { loadSkiff } from '../../src/server/proto.js';
 import { isRoot } from '../helpers/env.js';
 import { TestNetns } from '../helpers/netns.js';
 import { buildImage, dockerSaveArchive, ociArchive, Pusher } from '../helpers/oci.js';
-import { mountsUnder, processesMentioning } from '../helpers/pods.js';
+import { leftBehind } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
 
 const run = promisify(execFile);
@@ -84,9 +84,7 @@ describe.skipIf(!isRoot)('image archives: skiff images import/ls/rm/pull and --i
       await skiff.stop();
     }
     await ns?.destroy();
-    await new Promise((r) => setTimeout(r, 200));
-    const mounts = dirs ? mountsUnder(dirs.base) : [];
-    const procs = dirs ? processesMentioning(dirs.base) : [];
+    const { mounts, processes: procs } = dirs ? await leftBehind(dirs.base) : { mounts: [], processes: [] };
     if (dirs) await fs.rm(dirs.base, { recursive: true, force: true });
     expect(mounts, 'mounts left behind').toEqual([]);
     expect(procs, 'processes left behind').toEqual([]);

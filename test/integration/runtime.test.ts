@@ -7,6 +7,7 @@ import { busyboxImage } from '../helpers/busybox.js';
 import { isRoot } from '../helpers/env.js';
 import { TestNetns } from '../helpers/netns.js';
 import { Pusher } from '../helpers/oci.js';
+import { leftBehind, mountsUnder, processesMentioning } from '../helpers/pods.js';
 import { waitFor } from '../helpers/registry.js';
 
 let seq = 0;
@@ -20,19 +21,6 @@ function podConfig(dirs: DaemonDirs, extra: Record<string, unknown> = {}) {
     linux: {},
     ...extra,
   };
-}
-
-function mountsUnder(dir: string): string[] {
-  return spawnSync('cat', ['/proc/self/mountinfo'], { encoding: 'utf8' })
-    .stdout.split('\n')
-    .map((l) => l.split(' ')[4] ?? '')
-    .filter((m) => m.startsWith(dir));
-}
-
-function processesMentioning(text: string): string[] {
-  return spawnSync('ps', ['-eo', 'pid,args'], { encoding: 'utf8' })
-    .stdout.split('\n')
-    .filter((l) => l.includes(text) && !l.includes('ps -eo'));
 }
 
 describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon and CNI', () => {
@@ -62,9 +50,7 @@ describe.skipIf(!isRoot)('RuntimeService: pods and containers with runc, conmon 
     }
     await ns?.destroy();
     // Leak check: nothing of this run may remain mounted or running (conmon, runc, the infra process).
-    await new Promise((r) => setTimeout(r, 200));
-    const mounts = dirs ? mountsUnder(dirs.base) : [];
-    const procs = dirs ? processesMentioning(dirs.base) : [];
+    const { mounts, processes: procs } = dirs ? await leftBehind(dirs.base) : { mounts: [], processes: [] };
     if (dirs) await fs.rm(dirs.base, { recursive: true, force: true });
     expect(mounts, 'mounts left behind').toEqual([]);
     expect(procs, 'processes left behind').toEqual([]);

@@ -1,7 +1,7 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { CniNetwork, checkBridgeName, defaultBridgeName, insideCidr, parseNetworkConfig } from '../../src/sandbox/cni.js';
 import { masqCleanup, masqComment, networkMasqChain } from '../../src/sandbox/masq.js';
 import { silentLogger, type Logger } from '../../src/log.js';
@@ -180,9 +180,9 @@ describe('CNI DEL', () => {
       iptables = [];
       fail = 'iptables-restore';
       await cni.add('p2', '/run/netns/p2', { name: 'a', namespace: 'b', uid: 'c' }, []);
-      await new Promise((r) => setTimeout(r, 50));
+      // The rewrite runs after the pod's add has answered: wait for its failure to be logged.
+      await vi.waitFor(() => expect(errors.join()).toMatch(/could not rewrite the pod network's masquerade rules/), { timeout: 5000, interval: 10 });
       expect(iptables.map((c) => c.cmd)).toEqual(['iptables', 'iptables-restore']);
-      expect(errors.join()).toMatch(/could not rewrite the pod network's masquerade rules/);
     } finally {
       Date.now = realNow;
     }

@@ -154,7 +154,8 @@ describe('ByteBudget', () => {
 
 describe('diskUsage of a writable layer', () => {
   it('counts what is there, enters no symlink, and walks a directory tree deeper than one path can name', async () => {
-    const { diskUsage } = await import('../../src/container/stats.js');
+    const { LayerUsage } = await import('../../src/container/stats.js');
+    const usage = new LayerUsage();
     const { execFileSync } = await import('node:child_process');
     const fsp = await import('node:fs/promises');
     const os = await import('node:os');
@@ -166,11 +167,11 @@ describe('diskUsage of a writable layer', () => {
       await fsp.symlink('/usr', path.join(dir, 'usr'));
       // 200 levels of 30-character names: 6 KB of path, more than PATH_MAX; made with relative cds.
       execFileSync('python3', ['-c', `import os, sys\nos.chdir(sys.argv[1])\nfor i in range(200):\n    os.mkdir('${'n'.repeat(30)}')\n    os.chdir('${'n'.repeat(30)}')\nopen('last', 'w').write('x')`, dir]);
-      const u = await diskUsage(dir);
+      const u = await usage.of(dir);
       expect(u.inodes).toBe(3 + 200 + 1);
       expect(u.bytes).toBeGreaterThanOrEqual(10_000);
       // Asked together, the same layer is walked once and both get the answer.
-      const [a, b] = await Promise.all([diskUsage(dir), diskUsage(dir)]);
+      const [a, b] = await Promise.all([usage.of(dir), usage.of(dir)]);
       expect(a).toEqual(u);
       expect(b).toEqual(u);
     } finally {

@@ -108,6 +108,25 @@ describe('RecordIndex', () => {
     expect((err as SkiffError).message).toContain('matches 2 pod sandboxes');
   });
 
+  it('hands out copies by prefix, and NotFound with the record\'s kind when there is none', () => {
+    const idx = new RecordIndex(table(db), 'container');
+    idx.save(rec('abc1'));
+    const copy = idx.mustGet('abc');
+    copy.state = 'CHANGED';
+    expect(idx.view('abc1')!.state).toBe('READY');
+    expect(idx.mustView('abc1')).toBe(idx.view('abc1'));
+    for (const f of [() => idx.mustGet('zz'), () => idx.mustView('zz')]) {
+      let err: unknown;
+      try {
+        f();
+      } catch (e) {
+        err = e;
+      }
+      expect((err as SkiffError).kind).toBe('NotFound');
+      expect((err as SkiffError).message).toBe('container "zz" not found');
+    }
+  });
+
   it('leaves memory unchanged when the table refuses a write', () => {
     const real = table(db);
     const idx = new RecordIndex<Rec>({ ...real, put: (r, json) => (r.id === 'bb22' ? db.prepare('INSERT INTO nosuchtable VALUES (?)').run(json) : real.put(r, json)) }, 'pod sandbox');

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import fs from 'node:fs/promises';
 import zlib from 'node:zlib';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RpcServer, encodeMessage, parseTimeout, type Route, type ServerStream, type UnaryCall } from '../../src/server/rpc.js';
 import { Status } from '../../src/server/status.js';
 
@@ -224,14 +224,11 @@ describe('RpcServer', () => {
       req.write(part);
       open.push(req);
     }
-    await new Promise((r) => setTimeout(r, 200));
-    expect(statuses).toContain(String(Status.RESOURCE_EXHAUSTED));
+    await vi.waitFor(() => expect(statuses).toContain(String(Status.RESOURCE_EXHAUSTED)), { timeout: 5000, interval: 20 });
     for (const r of open) r.close(http2.constants.NGHTTP2_CANCEL);
     s.destroy();
-    await new Promise((r) => setTimeout(r, 100));
-    // Everything held was given back: a call near the single-message limit passes again.
-    const a = await call('/t.S/Echo', framed('y'.repeat(1000)));
-    expect(a.status).toBe('0');
+    // Everything held was given back (once the server has seen the resets): a call near the single-message limit passes again.
+    await vi.waitFor(async () => expect((await call('/t.S/Echo', framed('y'.repeat(1000)))).status).toBe('0'), { timeout: 5000, interval: 20 });
   });
 
   it('ends a call at its grpc-timeout with DEADLINE_EXCEEDED, and its handler sees it cancelled', async () => {
@@ -241,8 +238,7 @@ describe('RpcServer', () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(140);
     expect(Date.now() - t0).toBeLessThan(2000);
     expect(seen.cancelled).toEqual(['d1']);
-    await new Promise((r) => setTimeout(r, 50));
-    expect(seen.answered).toEqual(['d1']);
+    await vi.waitFor(() => expect(seen.answered).toEqual(['d1']), { timeout: 5000, interval: 10 });
   });
 
   it('takes a grpc-timeout longer than a Node timer can wait (~24.8 days) as no deadline, not as one passing at once', async () => {
@@ -270,12 +266,12 @@ describe('RpcServer', () => {
     const req = s.request({ ':method': 'POST', ':path': '/t.S/Hang', 'content-type': 'application/grpc' });
     req.on('error', () => {});
     req.end(framed('c1'));
-    await new Promise((r) => setTimeout(r, 100));
+    // The handler holds the call before the client cancels it.
+    await vi.waitFor(() => expect(server.active).toBe(1), { timeout: 5000, interval: 10 });
     req.close(http2.constants.NGHTTP2_CANCEL);
-    await new Promise((r) => setTimeout(r, 100));
+    await vi.waitFor(() => expect(seen.answered).toEqual(['c1']), { timeout: 5000, interval: 10 });
     s.destroy();
     expect(seen.cancelled).toEqual(['c1']);
-    expect(seen.answered).toEqual(['c1']);
     expect(server.active).toBe(0);
   });
 
@@ -303,9 +299,8 @@ describe('RpcServer', () => {
     req.on('data', (d: Buffer) => (got += d.length));
     req.resume();
     await new Promise<void>((r) => req.on('close', () => r()));
-    await new Promise((r) => setTimeout(r, 50));
     expect(got).toBe(5 + (1 << 20));
-    expect(seen.answered).toEqual(['huge']);
+    await vi.waitFor(() => expect(seen.answered).toEqual(['huge']), { timeout: 5000, interval: 10 });
     await close();
   });
 
@@ -333,13 +328,12 @@ describe('RpcServer', () => {
       return new Promise<number>((r) => req.on('close', () => r(Date.now() - t0)));
     };
     const [byDeadline, byTake] = await Promise.all([closedAt('deadline', { 'grpc-timeout': '150m' }), closedAt('take', {})]);
-    await new Promise((r) => setTimeout(r, 50));
     // Before: both waited for ever, and whatever waited on their being answered with them.
     expect(byDeadline).toBeGreaterThanOrEqual(140);
     expect(byDeadline).toBeLessThan(380);
     expect(byTake).toBeGreaterThanOrEqual(390);
     expect(byTake).toBeLessThan(2000);
-    expect(seen.answered.sort()).toEqual(['huge:deadline', 'huge:take']);
+    await vi.waitFor(() => expect([...seen.answered].sort()).toEqual(['huge:deadline', 'huge:take']), { timeout: 5000, interval: 10 });
     await close();
   });
 
@@ -482,7 +476,7 @@ describe('RpcServer stream limits', () => {
     hang(a, 3);
     const b = connect();
     hang(b, 1);
-    await new Promise((r) => setTimeout(r, 200));
+    await vi.waitFor(() => expect(local.streams).toBe(4), { timeout: 5000, interval: 10 });
     // Four streams are open over two connections: a third connection asking for one more is ended.
     const c = connect();
     const goaway = new Promise<number>((r) => c.once('goaway', (code: number) => r(code)));
@@ -491,8 +485,8 @@ describe('RpcServer stream limits', () => {
     expect(a.destroyed || a.closed).toBe(false);
     expect(b.destroyed || b.closed).toBe(false);
     for (const s of [a, b, c]) s.destroy();
-    await new Promise((r) => setTimeout(r, 100));
     // Their streams are given back: a new call is answered.
+    await vi.waitFor(() => expect(local.streams).toBe(0), { timeout: 5000, interval: 10 });
     const answered = await call('/t.S/Echo', framed('again'), {}, connect());
     expect(answered.messages).toEqual(['echo:again']);
     await local.shutdown(100);

@@ -1,7 +1,7 @@
 import net from 'node:net';
 import { Writable } from 'node:stream';
 import zlib from 'node:zlib';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { controlFrame, dataFrame, decodeHeaderBlock, encodeHeaderBlock, FLAG_FIN, FrameType, RstStatus, SpdySession, type SpdyStream } from '../../src/streaming/spdy.js';
 import { SPDY3_DICTIONARY } from '../../src/streaming/spdy-dictionary.js';
 import { zlibPass } from '../helpers/spdy-client.js';
@@ -246,8 +246,7 @@ describe('SpdySession', () => {
     expect(serverSock!.bytesRead - readBefore).toBeLessThan(256 * 1024);
     // Once the peer reads, the session answers again and reads on.
     sock.resume();
-    await new Promise((r) => setTimeout(r, 300));
-    expect(serverSock!.bytesRead).toBeGreaterThan(readBefore);
+    await vi.waitFor(() => expect(serverSock!.bytesRead).toBeGreaterThan(readBefore), { timeout: 5000, interval: 20 });
     sock.destroy();
   });
 
