@@ -126,10 +126,12 @@ export async function node(args: string[]): Promise<number> {
         rootDir: kubeletOpts.rootDir,
         maxPods: kubeletOpts.maxPods ?? 110,
         statusPort: Number(kubeletOpts.statusAddress.slice(kubeletOpts.statusAddress.lastIndexOf(':') + 1)),
+        eviction: { conditions: () => kubelet.eviction.conditions(), thresholds: kubelet.eviction.thresholds },
         log,
       })
     : undefined;
   reporter?.start();
+  if (reporter) kubelet.eviction.onPressure(() => reporter.poke());
   const policy = api ? await startNodePolicy({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, log, events: plane.events }) : undefined;
   const eventWriter = api ? new EventWriter({ client: localClient(api.store), log }) : undefined;
   await eventWriter?.start(kubelet.events, (e) => isKubeletEventOf(e, kubeletOpts.nodeName));

@@ -75,6 +75,12 @@ export interface AgentParts {
   now?: () => number;
   /** Host id ranges for `hostUsers: false` pods; without it such pods never run. */
   userns?: UsernsAllocator;
+  /**
+   * Admission beside --max-pods (the eviction manager's: no BestEffort pod
+   * under memory pressure): a refused new pod is Failed with the reason and
+   * "Pod was rejected: <message>", as the kubelet rejects it.
+   */
+  admit?: (pod: Pod) => { reason: string; message: string } | undefined;
   /** Metrics hooks. */
   onPodRunning?: (pod: Pod, latencyMs: number) => void;
   onRestart?: (pod: Pod, container: string) => void;
@@ -299,6 +305,16 @@ export class Agent {
       }
       const pod = v.pod;
       pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name, creationTimestamp: iso(this.now()) };
+      const refused = room && !this.adoptable.has(obj.uid) ? this.parts.admit?.(pod) : undefined;
+      if (refused) {
+        const rejected: PodEntry = { key, uid: obj.uid, view: { ...pod, status: { phase: 'Failed', reason: refused.reason, message: `Pod was rejected: ${refused.message}`, startTime: iso(this.now()) } } };
+        this.pods.set(key, rejected);
+        this.parts.events.record(pod, 'Warning', refused.reason, refused.message);
+        this.parts.log.info('pod rejected at admission', { pod: key, reason: refused.reason, message: refused.message });
+        if (cur?.worker) this.retire(cur);
+        this.notify(cur ? 'MODIFIED' : 'ADDED', rejected.view);
+        continue;
+      }
       const entry: PodEntry = { key, uid: obj.uid, view: { ...pod, status: room ? { phase: 'Pending' } : waitingStatus(maxPods, this.now()) } };
       this.pods.set(key, entry);
       if (room) {
@@ -541,6 +557,31 @@ export class Agent {
   /** The API deleted the pod with this grace (deletionGracePeriodSeconds): its worker stops it within that. */
   deletionGrace(uid: string, seconds: number): void {
     this.workers.get(uid)?.deletionGrace(seconds);
+  }
+
+  /** The pods the eviction manager may rank: started, not finished, not being deleted (copies). */
+  activePods(): Pod[] {
+    const out: Pod[] = [];
+    for (const e of this.pods.values()) {
+      if (!e.worker || e.waiting || isTerminal(e.view) || e.view.metadata?.deletionTimestamp || e.worker.isEvicted || e.worker.isTerminated) continue;
+      out.push(structuredClone(e.view));
+    }
+    return out;
+  }
+
+  /**
+   * Evicts a pod (the eviction manager's verdict): its containers are
+   * killed with `graceSeconds`, it is shown Failed with reason Evicted and
+   * `message`. Resolves once its worker has done so, or after the grace and
+   * 30 s more.
+   */
+  async evictPod(uid: string, message: string, graceSeconds: number): Promise<void> {
+    const w = this.workers.get(uid);
+    if (!w || w.isTerminated) return;
+    w.evict(message, graceSeconds);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([w.settled(), new Promise<void>((r) => (timer = setTimeout(r, (graceSeconds + 30) * 1000)))]);
+    clearTimeout(timer);
   }
 
   /** The pod a worker runs (no copy: for the agent's own parts). */
