@@ -82,6 +82,8 @@ export interface RunningKubelet {
   events: EventRecorder;
   /** The pressure conditions, and the signals they come from (the Node's status reads them). */
   eviction: EvictionManager;
+  /** The stats the status API's /stats/summary serves (the node's metrics.k8s.io reads them too). */
+  summary: SummaryBuilder;
   /** Lets a proxy in the same process show its Services on the status API. */
   setServices(view: () => Service[]): void;
   /** Stops the agent's loops and the status API; pods keep running. */
@@ -270,11 +272,12 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     monitorMs: opts.containerLogs?.monitorMs,
     log,
   }).start();
+  const summary = new SummaryBuilder({ nodeName: opts.nodeName, cri, pods: () => agent!.listPods() });
   const status = await StatusServer.listen({
     address: opts.statusAddress,
     view,
     metrics,
-    summary: new SummaryBuilder({ nodeName: opts.nodeName, cri, pods: () => agent!.listPods() }),
+    summary,
     log,
   });
   log.info('kubelet-lite serving', { status: opts.statusAddress, manifests: opts.manifests, node: opts.nodeName });
@@ -285,6 +288,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     metrics,
     events,
     eviction,
+    summary,
     setServices(fn) {
       servicesView = fn;
     },
