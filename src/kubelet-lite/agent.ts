@@ -32,6 +32,7 @@ import { iso } from './pod-status.js';
 import { RuntimeObserver, type ObservedPod } from './runtime-state.js';
 import type { UsernsAllocator } from './userns.js';
 import { namespacedKey as podKey } from '../labels.js';
+import { API_SOURCE_FILE } from '../stored-object.js';
 
 /** Where manifests come from: the directory store and its watcher, behind one face. */
 export interface ManifestSource {
@@ -98,6 +99,8 @@ interface PodEntry {
   waiting?: boolean;
   /** When it began to wait (a sequence number): the pod that waited longest starts first. */
   waitingSince?: number;
+  /** From a manifest file, not the API: the kubelet's static pod, which eviction spares. */
+  fromFile?: boolean;
 }
 
 const isTerminal = (p: Pod) => p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed';
@@ -305,7 +308,8 @@ export class Agent {
       }
       const pod = v.pod;
       pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name, creationTimestamp: iso(this.now()) };
-      const refused = room && !this.adoptable.has(obj.uid) ? this.parts.admit?.(pod) : undefined;
+      const fromFile = obj.source.file !== API_SOURCE_FILE;
+      const refused = room && !fromFile && !this.adoptable.has(obj.uid) ? this.parts.admit?.(pod) : undefined;
       if (refused) {
         const rejected: PodEntry = { key, uid: obj.uid, view: { ...pod, status: { phase: 'Failed', reason: refused.reason, message: `Pod was rejected: ${refused.message}`, startTime: iso(this.now()) } } };
         this.pods.set(key, rejected);
@@ -315,7 +319,7 @@ export class Agent {
         this.notify(cur ? 'MODIFIED' : 'ADDED', rejected.view);
         continue;
       }
-      const entry: PodEntry = { key, uid: obj.uid, view: { ...pod, status: room ? { phase: 'Pending' } : waitingStatus(maxPods, this.now()) } };
+      const entry: PodEntry = { key, uid: obj.uid, view: { ...pod, status: room ? { phase: 'Pending' } : waitingStatus(maxPods, this.now()) }, fromFile: obj.source.file !== API_SOURCE_FILE };
       this.pods.set(key, entry);
       if (room) {
         active++;
@@ -559,11 +563,15 @@ export class Agent {
     this.workers.get(uid)?.deletionGrace(seconds);
   }
 
-  /** The pods the eviction manager may rank: started, not finished, not being deleted (copies). */
+  /**
+   * The pods the eviction manager may rank: started, not finished, not
+   * being deleted, and not from a manifest file (the kubelet's static
+   * pods are critical: never evicted). Copies.
+   */
   activePods(): Pod[] {
     const out: Pod[] = [];
     for (const e of this.pods.values()) {
-      if (!e.worker || e.waiting || isTerminal(e.view) || e.view.metadata?.deletionTimestamp || e.worker.isEvicted || e.worker.isTerminated) continue;
+      if (e.fromFile || !e.worker || e.waiting || isTerminal(e.view) || e.view.metadata?.deletionTimestamp || e.worker.isEvicted || e.worker.isTerminated) continue;
       out.push(structuredClone(e.view));
     }
     return out;

@@ -23,6 +23,7 @@ import { silentLogger } from '../../src/log.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { FakeCri } from '../helpers/fake-cri.js';
 import { FakeProber, FakeVolumes, podYaml, TestManifests } from '../helpers/kubelet-parts.js';
+import { API_SOURCE_FILE } from '../../src/stored-object.js';
 
 const NODE = 'node-a';
 const IMAGE = 'example.test/app:1';
@@ -252,12 +253,15 @@ describe('Agent: an edited pod', () => {
 
 describe('Agent: eviction', () => {
   it('evicts a pod for good: containers stopped, Failed with reason Evicted and the message, never restarted; refuses a pod at admission', async () => {
-    manifests.write('web.yaml', podYaml('web'));
+    // As the API bridge hands them in: the API's pods (pods from files are static pods, never evicted nor refused).
+    manifests.write(API_SOURCE_FILE, podYaml('web'));
+    manifests.write('static.yaml', podYaml('static'));
     const { agent } = await startAgent({ admit: (pod) => (pod.metadata?.name === 'besteffort' ? { reason: 'Evicted', message: 'The node had condition: [MemoryPressure]. ' } : undefined) });
     await clock.advance(1_000);
     expect(phaseOf(agent, 'web')).toBe('Running');
     const uid = uidOf(agent, 'web');
     expect(agent.activePods().map((p) => p.metadata?.name)).toEqual(['web']);
+    expect(phaseOf(agent, 'static')).toBe('Running');
     const message = 'The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki. ';
     const done = agent.evictPod(uid, message, 1);
     await clock.advance(5_000);
@@ -277,7 +281,7 @@ describe('Agent: eviction', () => {
     expect(rt.callsOf('startContainer').length).toBe(started);
     expect(phaseOf(agent, 'web')).toBe('Failed');
 
-    manifests.write('be.yaml', podYaml('besteffort'));
+    manifests.write(API_SOURCE_FILE, podYaml('web') + '---\n' + podYaml('besteffort'));
     await clock.advance(1_000);
     expect(agent.getPod('default', 'besteffort')?.status).toMatchObject({ phase: 'Failed', reason: 'Evicted', message: 'Pod was rejected: The node had condition: [MemoryPressure]. ' });
     expect(rt.sandboxesOf(uidOf(agent, 'besteffort'))).toEqual([]);
