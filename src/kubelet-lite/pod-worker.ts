@@ -115,6 +115,7 @@ export class PodWorker {
   private lastPod: Pod | undefined;
   /** Set once the eviction manager evicted the pod: its containers stop for good, its phase is Failed. */
   private evicted: { message: string; graceSeconds: number } | undefined;
+  private emptiedDirs = false;
 
   constructor(
     readonly uid: string,
@@ -347,6 +348,11 @@ export class PodWorker {
     for (const c of live.filter((x) => x.kind === 'sidecar').reverse()) await this.kill(ctx, { id: c.id, name: c.name, reason: `Stopping container ${c.name}`, remove: false }, ev.graceSeconds);
     for (const sb of observed.sandboxes) if (sb.ready) await this.stopSandbox(sb.id);
     if (live.length || observed.sandboxes.some((sb) => sb.ready)) observed = await observer.observe(this.uid);
+    if (!this.emptiedDirs) {
+      // Nothing runs in the pod any more: its emptyDirs' space (and a tmpfs's memory) is given back.
+      await this.deps.volumes.emptyEmptyDirs?.(ctx).catch((err) => this.deps.log.warn('could not empty an evicted pod\'s emptyDirs', { pod: this.name(), err: errorMessage(err) }));
+      this.emptiedDirs = true;
+    }
     await this.readTerminationMessages(ctx, observed);
     this.podMessage = { reason: 'Evicted', message: ev.message };
     this.report(ctx, observed, false, ev.message);

@@ -7,6 +7,7 @@
  * emptyDir past sizeLimit is evicted and its ReplicaSet replaces it.
  */
 import fs from 'node:fs/promises';
+import path from 'node:path';
 import type { Node, Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { formatBytes } from '../../src/kubelet-lite/eviction.js';
@@ -156,6 +157,9 @@ spec:
     expect(first!.status!.message).toBe('Usage of EmptyDir volume "cache" exceeds the limit "10Mi". ');
     expect(first!.status!.conditions?.find((c) => c.type === 'DisruptionTarget')).toMatchObject({ status: 'True', reason: 'TerminationByKubelet' });
     expect(first!.status!.containerStatuses?.[0]?.state?.terminated).toBeDefined();
+    // Its emptyDir's 20 MiB are given back while the evicted pod is still shown.
+    const cache = path.join(node.dirs.kubelet, 'pods', first!.metadata!.uid!, 'volumes', 'kubernetes.io~empty-dir', 'cache');
+    await waitFor('the evicted pod\'s emptyDir emptied', async () => (await fs.readdir(cache)).length === 0, 30_000);
     const events = await node.kubectlOk(['get', 'events', '--field-selector', `involvedObject.name=${first!.metadata!.name},reason=Evicted`, '-o', 'jsonpath={.items[*].message}']);
     expect(events).toContain('Usage of EmptyDir volume "cache" exceeds the limit "10Mi".');
     await waitFor('a replacement filler pod', async () => {
