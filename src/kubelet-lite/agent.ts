@@ -297,8 +297,16 @@ export class Agent {
       // the node would run more than maxPods. The others come once every file is read.
       if (!cur && !this.manifestsLoaded && !this.adoptable.has(obj.uid)) continue;
       if (cur && cur.uid === obj.uid) {
-        // Waiting for room: it starts now if there is some.
+        // Waiting for room: it starts now if there is some (and the node's pressure admits it).
         if (!room) continue;
+        const refusedNow = cur.fromFile ? undefined : this.parts.admit?.(cur.view);
+        if (refusedNow) {
+          cur.waiting = false;
+          cur.view = { ...cur.view, status: { phase: 'Failed', reason: refusedNow.reason, message: `Pod was rejected: ${refusedNow.message}`, startTime: iso(this.now()) } };
+          this.parts.events.record(cur.view, 'Warning', refusedNow.reason, refusedNow.message);
+          this.notify('MODIFIED', cur.view);
+          continue;
+        }
         active++;
         cur.waiting = false;
         cur.view = { ...cur.view, status: { phase: 'Pending' } };
