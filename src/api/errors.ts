@@ -18,6 +18,7 @@ export type Reason =
   | 'RequestEntityTooLarge'
   | 'TooManyRequests'
   | 'Timeout'
+  | 'ServiceUnavailable'
   | 'InternalError';
 
 const codes: Record<Reason, number> = {
@@ -36,6 +37,7 @@ const codes: Record<Reason, number> = {
   Invalid: 422,
   TooManyRequests: 429,
   InternalError: 500,
+  ServiceUnavailable: 503,
   Timeout: 504,
 };
 

@@ -22,7 +22,7 @@ export interface NodeApiOptions {
   /** The node's name: pods created without a node are placed on it. */
   nodeName: string;
   log: Logger;
-  server?: Partial<Pick<ApiServerOptions, 'maxUnreadWatchBytes' | 'maxUnreadWatchBytesTotal' | 'bookmarkIntervalMs' | 'maxWatchSeconds' | 'maxListBytes'>>;
+  server?: Partial<Pick<ApiServerOptions, 'maxUnreadWatchBytes' | 'maxUnreadWatchBytesTotal' | 'bookmarkIntervalMs' | 'maxWatchSeconds' | 'maxListBytes' | 'metrics'>>;
   maxWatches?: number;
   /** The agent's side of pods/log, exec, attach and port-forward (undefined until the agent is up). */
   podStreams?: () => PodStreams | undefined;

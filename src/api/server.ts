@@ -31,6 +31,7 @@ import { TABLE_CONTENT_TYPE, toTable, wantsTable, type IncludeObject } from './t
 import { groupVersionOf, resourceOf, type ApiObject, type Kind, type Obj } from './types.js';
 import type { Change } from './watch.js';
 import { REVIEW_GROUP, REVIEW_VERSIONS, reviewKinds, selfSubjectReview } from './whoami.js';
+import { METRICS_GROUP, metricsKinds, metricsRequest, type MetricsSource } from './metrics.js';
 
 export const MAX_BODY_BYTES = 3 * 1024 * 1024;
 
@@ -61,6 +62,8 @@ export interface ApiServerOptions {
   subresources?: Record<string, Subresource>;
   /** Called as the server closes (the subresources end the upgraded connections they relay). */
   onClose?: () => void;
+  /** metrics.k8s.io's numbers (the node's stats); without it the group is not served. */
+  metrics?: MetricsSource;
 }
 
 export interface SubresourceTarget {
@@ -245,6 +248,10 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     }
     if (segs[0] === 'api' && segs[1] === 'v1') return resource(req, res, url, routeOf('', 'v1', segs.slice(2)));
     if (segs[0] === 'apis' && segs[1] === REVIEW_GROUP && (segs.length === 2 || REVIEW_VERSIONS.includes(segs[2]!))) return review(req, res, segs);
+    if (segs[0] === 'apis' && segs[1] === METRICS_GROUP && opts.metrics) {
+      const r = await metricsRequest(req, segs, url, opts.metrics);
+      return send(res, r.code, r.body);
+    }
     if (segs[0] === 'apis' && segs.length >= 2) {
       const group = segs[1]!;
       const versions = [...new Set(kindsIn(group).map((k) => k.version))];
@@ -276,7 +283,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
 
   /** The stored kinds and the reviews, which discovery lists though nothing stores them. */
   function discoverable(): Kind[] {
-    return [...store.kindList(), ...reviewKinds];
+    return [...store.kindList(), ...reviewKinds, ...(opts.metrics ? metricsKinds : [])];
   }
 
   async function review(req: IncomingMessage, res: ServerResponse, segs: string[]): Promise<void> {

@@ -3,6 +3,7 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { MAX_PODS_AT_ONCE } from '../controllers/validate.js';
 import { tryParseQuantity } from '../kubelet-lite/quantity.js';
+import { parseEvictionConfig } from '../kubelet-lite/eviction.js';
 import { startKubelet, type KubeletOptions } from '../kubelet-lite/run.js';
 import { ControlPlane } from '../node/control-plane.js';
 import { SysctlAllowlist } from '../kubelet-lite/sysctls.js';
@@ -35,6 +36,22 @@ export const KUBELET_HELP = `Flags for "skiff kubelet" (the node agent alone, ag
   --container-log-max-files N
                            log files kept per container, the current one
                            included (default 5, at least 2)
+  --eviction-hard LIST     hard eviction thresholds, signal<quantity or percentage,
+                           comma-separated (default memory.available<100Mi,
+                           nodefs.available<10%,imagefs.available<15%,
+                           nodefs.inodesFree<5%; a given list replaces it whole)
+  --eviction-soft LIST     soft eviction thresholds, in the same form (default none)
+  --eviction-soft-grace-period LIST
+                           how long each soft threshold must hold before pods are
+                           evicted, signal=duration (such as memory.available=1m30s)
+  --eviction-minimum-reclaim LIST
+                           how far past its threshold a signal must recover before
+                           the pressure ends, signal=quantity or percentage
+  --eviction-pressure-transition-period DURATION
+                           how long a pressure condition stays after its threshold
+                           was last met (default 5m0s)
+  --eviction-max-pod-grace-period SECONDS
+                           the most grace a soft eviction gives a pod (default 0: its own)
   --log-level LEVEL        debug, info, warn or error (default info)
 `;
 
@@ -54,6 +71,12 @@ export const KUBELET_FLAGS = {
   'allowed-unsafe-sysctls': { type: 'string', multiple: true, default: [] as string[] },
   'container-log-max-size': { type: 'string', default: '10Mi' },
   'container-log-max-files': { type: 'string', default: '5' },
+  'eviction-hard': { type: 'string' },
+  'eviction-soft': { type: 'string' },
+  'eviction-soft-grace-period': { type: 'string' },
+  'eviction-minimum-reclaim': { type: 'string' },
+  'eviction-pressure-transition-period': { type: 'string' },
+  'eviction-max-pod-grace-period': { type: 'string' },
   'log-level': { type: 'string', default: 'info' },
 } satisfies FlagSpec;
 
@@ -81,6 +104,19 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
     throw new Error(`--container-log-max-files must be a whole number from 2 to 1000, not "${str('container-log-max-files')}"`);
   // Not a flag of the kubelet's: tests shorten the monitor period through the environment.
   const monitorMs = Number(process.env.SKIFF_CONTAINER_LOG_MONITOR_MS) || undefined;
+  // Not a flag of the kubelet's either: tests shorten the eviction manager's 10 s monitoring period.
+  const evictionMonitorMs = Number(process.env.SKIFF_EVICTION_MONITOR_MS) || undefined;
+  const eviction = parseEvictionConfig(
+    {
+      hard: values['eviction-hard'] as string | undefined,
+      soft: values['eviction-soft'] as string | undefined,
+      softGracePeriod: values['eviction-soft-grace-period'] as string | undefined,
+      minimumReclaim: values['eviction-minimum-reclaim'] as string | undefined,
+      pressureTransitionPeriod: values['eviction-pressure-transition-period'] as string | undefined,
+      maxPodGracePeriod: values['eviction-max-pod-grace-period'] as string | undefined,
+    },
+    evictionMonitorMs && evictionMonitorMs >= 100 ? evictionMonitorMs : undefined,
+  );
   return {
     manifests: str('manifests'),
     runtimeEndpoint: str('runtime-endpoint'),
@@ -93,6 +129,7 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
     imageGc: { highThresholdPercent: high, lowThresholdPercent: low },
     maxPods,
     allowedUnsafeSysctls,
+    eviction,
     containerLogs: { maxSize: logMaxSize, maxFiles: logMaxFiles, ...(monitorMs ? { monitorMs } : {}) },
     log,
   };

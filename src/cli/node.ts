@@ -14,6 +14,7 @@ import { startKubelet } from '../kubelet-lite/run.js';
 import { ControlPlane } from '../node/control-plane.js';
 import { EventWriter, isKubeletEventOf } from '../node/events.js';
 import { NodeReporter } from '../node/node-status.js';
+import { metricsSource, type MetricsInputs } from '../node/resource-metrics.js';
 import { startNodeServices } from '../node/api-sources.js';
 import { startNodePolicy } from '../node/node-policy.js';
 import { createLogger } from '../log.js';
@@ -88,7 +89,10 @@ export async function node(args: string[]): Promise<number> {
   const apiAddress = values['api-address'] as string;
   // The API is up before the agent: until it is, pods/log, exec and port-forward answer that it is not running yet.
   let podStreams: AgentPodStreams | undefined;
-  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log, podStreams: () => podStreams, waitForOwners: true });
+  // metrics.k8s.io answers from the agent's stats once it runs (`kubectl top`).
+  let metricsInputs: MetricsInputs | undefined;
+  const metrics = metricsSource(() => metricsInputs);
+  const api = apiAddress === '' ? undefined : await startNodeApi({ dir: kubeletOpts.rootDir, address: apiAddress, nodeName: kubeletOpts.nodeName, log, podStreams: () => podStreams, waitForOwners: true, server: { metrics } });
   let daemon;
   try {
     daemon = await startDaemon(daemonOpts, log);
@@ -116,6 +120,7 @@ export async function node(args: string[]): Promise<number> {
     throw err;
   }
   podStreams = new AgentPodStreams(kubelet.agent, log);
+  metricsInputs = { summary: () => kubelet.summary.build(), pods: () => kubelet.agent.listPods() };
   plane.attach(kubelet);
   const reporter = api
     ? new NodeReporter({
@@ -126,10 +131,12 @@ export async function node(args: string[]): Promise<number> {
         rootDir: kubeletOpts.rootDir,
         maxPods: kubeletOpts.maxPods ?? 110,
         statusPort: Number(kubeletOpts.statusAddress.slice(kubeletOpts.statusAddress.lastIndexOf(':') + 1)),
+        eviction: { conditions: () => kubelet.eviction.conditions(), thresholds: kubelet.eviction.thresholds },
         log,
       })
     : undefined;
   reporter?.start();
+  if (reporter) kubelet.eviction.onPressure(() => reporter.poke());
   const policy = api ? await startNodePolicy({ client: localClient(api.store), nodeName: kubeletOpts.nodeName, log, events: plane.events }) : undefined;
   const eventWriter = api ? new EventWriter({ client: localClient(api.store), log }) : undefined;
   await eventWriter?.start(kubelet.events, (e) => isKubeletEventOf(e, kubeletOpts.nodeName));

@@ -32,6 +32,7 @@ import { iso } from './pod-status.js';
 import { RuntimeObserver, type ObservedPod } from './runtime-state.js';
 import type { UsernsAllocator } from './userns.js';
 import { namespacedKey as podKey } from '../labels.js';
+import { API_SOURCE_FILE } from '../stored-object.js';
 
 /** Where manifests come from: the directory store and its watcher, behind one face. */
 export interface ManifestSource {
@@ -75,6 +76,12 @@ export interface AgentParts {
   now?: () => number;
   /** Host id ranges for `hostUsers: false` pods; without it such pods never run. */
   userns?: UsernsAllocator;
+  /**
+   * Admission beside --max-pods (the eviction manager's: no BestEffort pod
+   * under memory pressure): a refused new pod is Failed with the reason and
+   * "Pod was rejected: <message>", as the kubelet rejects it.
+   */
+  admit?: (pod: Pod) => { reason: string; message: string } | undefined;
   /** Metrics hooks. */
   onPodRunning?: (pod: Pod, latencyMs: number) => void;
   onRestart?: (pod: Pod, container: string) => void;
@@ -92,6 +99,8 @@ interface PodEntry {
   waiting?: boolean;
   /** When it began to wait (a sequence number): the pod that waited longest starts first. */
   waitingSince?: number;
+  /** From a manifest file, not the API: the kubelet's static pod, which eviction spares. */
+  fromFile?: boolean;
 }
 
 const isTerminal = (p: Pod) => p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed';
@@ -288,8 +297,16 @@ export class Agent {
       // the node would run more than maxPods. The others come once every file is read.
       if (!cur && !this.manifestsLoaded && !this.adoptable.has(obj.uid)) continue;
       if (cur && cur.uid === obj.uid) {
-        // Waiting for room: it starts now if there is some.
+        // Waiting for room: it starts now if there is some (and the node's pressure admits it).
         if (!room) continue;
+        const refusedNow = cur.fromFile ? undefined : this.parts.admit?.(cur.view);
+        if (refusedNow) {
+          cur.waiting = false;
+          cur.view = { ...cur.view, status: { phase: 'Failed', reason: refusedNow.reason, message: `Pod was rejected: ${refusedNow.message}`, startTime: iso(this.now()) } };
+          this.parts.events.record(cur.view, 'Warning', refusedNow.reason, refusedNow.message);
+          this.notify('MODIFIED', cur.view);
+          continue;
+        }
         active++;
         cur.waiting = false;
         cur.view = { ...cur.view, status: { phase: 'Pending' } };
@@ -299,7 +316,18 @@ export class Agent {
       }
       const pod = v.pod;
       pod.metadata = { ...pod.metadata, uid: obj.uid, namespace: obj.namespace, name: obj.name, creationTimestamp: iso(this.now()) };
-      const entry: PodEntry = { key, uid: obj.uid, view: { ...pod, status: room ? { phase: 'Pending' } : waitingStatus(maxPods, this.now()) } };
+      const fromFile = obj.source.file !== API_SOURCE_FILE;
+      const refused = room && !fromFile && !this.adoptable.has(obj.uid) ? this.parts.admit?.(pod) : undefined;
+      if (refused) {
+        const rejected: PodEntry = { key, uid: obj.uid, view: { ...pod, status: { phase: 'Failed', reason: refused.reason, message: `Pod was rejected: ${refused.message}`, startTime: iso(this.now()) } } };
+        this.pods.set(key, rejected);
+        this.parts.events.record(pod, 'Warning', refused.reason, refused.message);
+        this.parts.log.info('pod rejected at admission', { pod: key, reason: refused.reason, message: refused.message });
+        if (cur?.worker) this.retire(cur);
+        this.notify(cur ? 'MODIFIED' : 'ADDED', rejected.view);
+        continue;
+      }
+      const entry: PodEntry = { key, uid: obj.uid, view: { ...pod, status: room ? { phase: 'Pending' } : waitingStatus(maxPods, this.now()) }, fromFile: obj.source.file !== API_SOURCE_FILE };
       this.pods.set(key, entry);
       if (room) {
         active++;
@@ -541,6 +569,35 @@ export class Agent {
   /** The API deleted the pod with this grace (deletionGracePeriodSeconds): its worker stops it within that. */
   deletionGrace(uid: string, seconds: number): void {
     this.workers.get(uid)?.deletionGrace(seconds);
+  }
+
+  /**
+   * The pods the eviction manager may rank: started, not finished, not
+   * being deleted, and not from a manifest file (the kubelet's static
+   * pods are critical: never evicted). Copies.
+   */
+  activePods(): Pod[] {
+    const out: Pod[] = [];
+    for (const e of this.pods.values()) {
+      if (e.fromFile || !e.worker || e.waiting || isTerminal(e.view) || e.view.metadata?.deletionTimestamp || e.worker.isEvicted || e.worker.isTerminated) continue;
+      out.push(structuredClone(e.view));
+    }
+    return out;
+  }
+
+  /**
+   * Evicts a pod (the eviction manager's verdict): its containers are
+   * killed with `graceSeconds`, it is shown Failed with reason Evicted and
+   * `message`. Resolves once its worker has done so, or after the grace and
+   * 30 s more.
+   */
+  async evictPod(uid: string, message: string, graceSeconds: number): Promise<void> {
+    const w = this.workers.get(uid);
+    if (!w || w.isTerminated) return;
+    w.evict(message, graceSeconds);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([w.settled(), new Promise<void>((r) => (timer = setTimeout(r, (graceSeconds + 30) * 1000)))]);
+    clearTimeout(timer);
   }
 
   /** The pod a worker runs (no copy: for the agent's own parts). */

@@ -97,6 +97,24 @@ export class ImageGc {
       high: this.opts.highThresholdPercent,
       bytesToFree: Math.round(toFree),
     });
+    const { removed, freed } = await this.remove(images, inUse, pinned, toFree);
+    if (freed < toFree) {
+      this.opts.log.warn('image GC freed less than needed', { freedBytes: freed, bytesToFree: Math.round(toFree) });
+    }
+    return { usagePercent, removed, freedBytes: freed };
+  }
+
+  /**
+   * Removes every unused image old enough (the kubelet's DeleteUnusedImages,
+   * which the eviction manager calls under disk pressure); returns the bytes freed.
+   */
+  async freeUnused(): Promise<number> {
+    const { images, inUse, pinned } = await this.observe();
+    return (await this.remove(images, inUse, pinned, Infinity)).freed;
+  }
+
+  /** Least recently used first, until `toFree` bytes are gone. */
+  private async remove(images: Map<string, number>, inUse: Set<string>, pinned: Set<string>, toFree: number): Promise<{ removed: string[]; freed: number }> {
     const now = this.now();
     const candidates = [...images.keys()]
       .filter((id) => !inUse.has(id) && !pinned.has(id))
@@ -116,10 +134,7 @@ export class ImageGc {
         this.opts.log.warn('image GC could not remove an image', { image: id, err: grpcDetails(err) });
       }
     }
-    if (freed < toFree) {
-      this.opts.log.warn('image GC freed less than needed', { freedBytes: freed, bytesToFree: Math.round(toFree) });
-    }
-    return { usagePercent, removed, freedBytes: freed };
+    return { removed, freed };
   }
 
   /** Runs a pass every `periodMs` (the kubelet's is 5 min), and observes usage every `observeMs`. */

@@ -143,6 +143,12 @@ export interface VolumeManager {
   writeEtcHosts(ctx: PodContext): Promise<string>;
   /** Unmounts and removes everything under the pod's directory. Idempotent. */
   tearDown(uid: string): Promise<void>;
+  /**
+   * Empties the pod's emptyDirs (a memory-backed one unmounted), as the
+   * kubelet tears down the volumes of a pod that has ended: an evicted
+   * pod gives back the disk and memory they held while it stays shown.
+   */
+  emptyEmptyDirs?(ctx: PodContext): Promise<void>;
 }
 
 // ---------------------------------------------------------------- probes and hooks

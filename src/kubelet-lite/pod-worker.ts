@@ -19,7 +19,7 @@ import { readTerminationLog, removeTerminationLog } from './termination-log.js';
 import { isNotFound, type CriEndpoint } from './cri-client.js';
 import { grpcDetails, type ImageManager } from './images.js';
 import { ContainerConfigError, type ConfigBuilder, type PodContext, type ProbeTarget, type VolumeManager } from './model.js';
-import { buildPodStatus, type Waiting } from './pod-status.js';
+import { buildPodStatus, iso, type Waiting } from './pod-status.js';
 import type { ObservedContainer, ObservedPod, RuntimeObserver } from './runtime-state.js';
 
 export type EventType = 'Normal' | 'Warning';
@@ -113,6 +113,9 @@ export class PodWorker {
   private idle: Array<() => void> = [];
   /** The pod the worker last ran, kept for events and status after deletion. */
   private lastPod: Pod | undefined;
+  /** Set once the eviction manager evicted the pod: its containers stop for good, its phase is Failed. */
+  private evicted: { message: string; graceSeconds: number } | undefined;
+  private emptiedDirs = false;
 
   constructor(
     readonly uid: string,
@@ -149,6 +152,22 @@ export class PodWorker {
    */
   deletionGrace(seconds: number): void {
     this.graceOverride = Math.min(this.graceOverride ?? Infinity, Math.max(seconds, MIN_GRACE_SECONDS));
+  }
+
+  /**
+   * The eviction manager evicts the pod: its containers are killed with
+   * this grace and never started again, the sandbox stopped, and the pod
+   * shown Failed with reason Evicted and the message, as the kubelet's.
+   */
+  evict(message: string, graceSeconds: number): void {
+    if (this.evicted || this.terminated) return;
+    this.evicted = { message, graceSeconds };
+    this.event('Warning', 'Evicted', message);
+    this.schedule(0);
+  }
+
+  get isEvicted(): boolean {
+    return this.evicted !== undefined;
   }
 
   /** Stops scheduling syncs (the agent is shutting down; its pods keep running). */
@@ -228,6 +247,7 @@ export class PodWorker {
   private async sync(ctx: PodContext): Promise<number> {
     const { cri, observer, now } = this.deps;
     const pod = ctx.pod;
+    if (this.evicted) return this.syncEvicted(ctx, this.evicted);
     let observed = await observer.observe(this.uid);
     await this.readTerminationMessages(ctx, observed);
     const actions = computePodActions(pod, observed, this.probeView());
@@ -318,7 +338,28 @@ export class PodWorker {
     return Number.isFinite(wakeAt) ? Math.max(50, wakeAt - now()) : RESYNC_MS;
   }
 
-  private report(ctx: PodContext, observed: ObservedPod, terminating = false): void {
+  /** An evicted pod's sync: whatever still runs is stopped, and the status says why. */
+  private async syncEvicted(ctx: PodContext, ev: { message: string; graceSeconds: number }): Promise<number> {
+    const { observer } = this.deps;
+    let observed = await observer.observe(this.uid);
+    const live = observed.containers.filter((c) => c.state === 'running' || c.state === 'created');
+    const apps = live.filter((c) => c.kind !== 'sidecar');
+    await Promise.all(apps.map((c) => this.kill(ctx, { id: c.id, name: c.name, reason: `Stopping container ${c.name}`, remove: false }, ev.graceSeconds)));
+    for (const c of live.filter((x) => x.kind === 'sidecar').reverse()) await this.kill(ctx, { id: c.id, name: c.name, reason: `Stopping container ${c.name}`, remove: false }, ev.graceSeconds);
+    for (const sb of observed.sandboxes) if (sb.ready) await this.stopSandbox(sb.id);
+    if (live.length || observed.sandboxes.some((sb) => sb.ready)) observed = await observer.observe(this.uid);
+    if (!this.emptiedDirs) {
+      // Nothing runs in the pod any more: its emptyDirs' space (and a tmpfs's memory) is given back.
+      await this.deps.volumes.emptyEmptyDirs?.(ctx).catch((err) => this.deps.log.warn('could not empty an evicted pod\'s emptyDirs', { pod: this.name(), err: errorMessage(err) }));
+      this.emptiedDirs = true;
+    }
+    await this.readTerminationMessages(ctx, observed);
+    this.podMessage = { reason: 'Evicted', message: ev.message };
+    this.report(ctx, observed, false, ev.message);
+    return RESYNC_MS;
+  }
+
+  private report(ctx: PodContext, observed: ObservedPod, terminating = false, evictedMessage?: string): void {
     const pod = ctx.pod;
     const firstSandbox = observed.sandboxes[observed.sandboxes.length - 1];
     const status = buildPodStatus({
@@ -337,6 +378,14 @@ export class PodWorker {
       terminating,
       now: this.deps.now(),
     });
+    if (evictedMessage !== undefined) {
+      // As the kubelet's evictPod: Failed whatever the containers say, with the kubelet's DisruptionTarget condition.
+      status.phase = 'Failed';
+      const prev = this.status?.conditions?.find((c) => c.type === 'DisruptionTarget');
+      const target = { type: 'DisruptionTarget', status: 'True', reason: 'TerminationByKubelet', message: evictedMessage, lastTransitionTime: prev?.lastTransitionTime ?? iso(this.deps.now()) };
+      status.conditions = [...(status.conditions ?? []).filter((c) => c.type !== 'DisruptionTarget').map((c) => (c.type === 'Ready' || c.type === 'ContainersReady' ? { ...c, status: 'False', reason: 'PodCompleted', message: undefined } : c)), target];
+      for (const c of status.conditions) if (c.message === undefined) delete c.message;
+    }
     this.status = status;
     if (!this.reportedRunning && status.phase === 'Running' && status.containerStatuses?.every((c) => c.state?.running)) {
       this.reportedRunning = true;

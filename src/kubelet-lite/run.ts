@@ -12,10 +12,12 @@ import { connectCri, type CriEndpoint } from './cri-client.js';
 import { terminationLogHostPath, KubeletConfigBuilder } from './cri-config.js';
 import { EventRecorder } from './events.js';
 import { ImageGc } from './image-gc.js';
+import { EvictionManager, parseEvictionConfig, type EvictionConfig, type EvictionSource } from './eviction.js';
+import { NodeSignals } from './node-signals.js';
 import { ContainerLogManager, DEFAULT_CONTAINER_LOG_MAX_FILES, DEFAULT_CONTAINER_LOG_MAX_SIZE } from './log-rotation.js';
 import { runHook } from './hooks.js';
 import { AgentMetrics } from './metrics.js';
-import type { AgentView, ObjectChange, ProbeResult } from './model.js';
+import { MANAGED_BY_LABEL, NODE_LABEL, POD_UID_LABEL, type AgentView, type ObjectChange, type ProbeResult } from './model.js';
 import type { ProberPort } from './pod-worker.js';
 import { ProberManager } from './prober.js';
 import { createProbeRunner } from './probes.js';
@@ -60,6 +62,10 @@ export interface KubeletOptions {
   maxPods?: number;
   /** Container log rotation (the kubelet's containerLogMaxSize, containerLogMaxFiles and its 10 s monitor period). */
   containerLogs?: { maxSize: number; maxFiles: number; monitorMs?: number };
+  /** The eviction manager's thresholds (default: the kubelet's --eviction-hard default, nothing soft). */
+  eviction?: EvictionConfig;
+  /** Where the eviction manager measures (tests inject one; default the real cgroups and filesystems). */
+  evictionSource?: EvictionSource;
   /** Safety-net rescan of the manifest directory (the watcher is the main path). */
   rescanMs?: number;
   log: Logger;
@@ -74,6 +80,10 @@ export interface RunningKubelet {
   metrics: AgentMetrics;
   /** The events the agent records about its pods (the node's API shows them). */
   events: EventRecorder;
+  /** The pressure conditions, and the signals they come from (the Node's status reads them). */
+  eviction: EvictionManager;
+  /** The stats the status API's /stats/summary serves (the node's metrics.k8s.io reads them too). */
+  summary: SummaryBuilder;
   /** Lets a proxy in the same process show its Services on the status API. */
   setServices(view: () => Service[]): void;
   /** Stops the agent's loops and the status API; pods keep running. */
@@ -149,6 +159,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   const metrics = new AgentMetrics();
   const unhealthy = new Map<string, string>();
   let agent: Agent | undefined;
+  let eviction: EvictionManager | undefined;
   const manager = new ProberManager({
     runner: createProbeRunner({ cri }),
     onResult: (e) => {
@@ -216,6 +227,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       terminationLogPath: terminationLogHostPath,
       userns,
       log,
+      admit: (pod) => eviction?.admit(pod),
       onPodRunning: (_pod, ms) => metrics.observePodStart(ms / 1000),
       onRestart: (pod, c) => metrics.incRestart(pod.metadata?.namespace ?? '', pod.metadata?.name ?? '', c),
     },
@@ -241,6 +253,18 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   await agent.start();
   const gc = new ImageGc(cri, { ...(opts.imageGc ?? { highThresholdPercent: 85, lowThresholdPercent: 80 }), log });
   const stopGc = gc.start();
+  eviction = new EvictionManager({
+    config: opts.eviction ?? parseEvictionConfig({}),
+    source: opts.evictionSource ?? new NodeSignals({ cri, rootDir: opts.rootDir }),
+    activePods: () => agent!.activePods(),
+    evict: async (pod, message, grace) => {
+      log.warn('evicting a pod', { pod: `${pod.metadata?.namespace}/${pod.metadata?.name}`, message, graceSeconds: grace });
+      await agent!.evictPod(pod.metadata?.uid ?? '', message, grace);
+    },
+    reclaimer: { images: () => gc.freeUnused(), containers: () => removeDeadContainers(cri, opts.nodeName) },
+    log,
+  });
+  const stopEviction = eviction.start();
   const stopLogRotation = new ContainerLogManager(cri, {
     rootDir: opts.rootDir,
     maxSize: opts.containerLogs?.maxSize ?? DEFAULT_CONTAINER_LOG_MAX_SIZE,
@@ -248,11 +272,12 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     monitorMs: opts.containerLogs?.monitorMs,
     log,
   }).start();
+  const summary = new SummaryBuilder({ nodeName: opts.nodeName, cri, pods: () => agent!.listPods() });
   const status = await StatusServer.listen({
     address: opts.statusAddress,
     view,
     metrics,
-    summary: new SummaryBuilder({ nodeName: opts.nodeName, cri, pods: () => agent!.listPods() }),
+    summary,
     log,
   });
   log.info('kubelet-lite serving', { status: opts.statusAddress, manifests: opts.manifests, node: opts.nodeName });
@@ -262,6 +287,8 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
     objects: store,
     metrics,
     events,
+    eviction,
+    summary,
     setServices(fn) {
       servicesView = fn;
     },
@@ -269,6 +296,8 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       clearInterval(gauges);
       await probeState.settled();
       stopGc();
+      stopEviction();
+      await eviction!.settled();
       stopLogRotation();
       agent!.stop();
       manager.stopAll();
@@ -292,6 +321,28 @@ async function ownRootDir(dir: string, log: Logger): Promise<void> {
   if ((st.mode & 0o077) !== 0) {
     await fs.chmod(dir, 0o700);
     log.warn('--root-dir was open to other users; its mode is now 0700', { rootDir: dir, was: `0${(st.mode & 0o7777).toString(8)}` });
+  }
+}
+
+/**
+ * The kubelet's dead-container GC under disk pressure: every exited
+ * container of this node's pods but the newest of each name (kept for its
+ * status's lastState) is removed.
+ */
+async function removeDeadContainers(cri: CriEndpoint, nodeName: string): Promise<void> {
+  const r = await cri.runtime.listContainers({ filter: { labelSelector: { [MANAGED_BY_LABEL]: 'true', [NODE_LABEL]: nodeName } } }, 30_000);
+  const newest = new Map<string, { id: string; createdAt: number }>();
+  const dead = r.containers.filter((c) => c.state === 'CONTAINER_EXITED');
+  for (const c of dead) {
+    const k = `${c.labels[POD_UID_LABEL] ?? ''}/${c.metadata?.name ?? ''}`;
+    const at = Number(c.createdAt ?? 0);
+    const cur = newest.get(k);
+    if (!cur || at > cur.createdAt) newest.set(k, { id: c.id, createdAt: at });
+  }
+  const keep = new Set([...newest.values()].map((c) => c.id));
+  for (const c of dead) {
+    if (keep.has(c.id)) continue;
+    await cri.runtime.removeContainer({ containerId: c.id }).catch(() => undefined);
   }
 }
 

@@ -443,6 +443,28 @@ export class HostVolumeManager implements VolumeManager {
     return file;
   }
 
+  async emptyEmptyDirs(ctx: PodContext): Promise<void> {
+    for (const v of ctx.pod.spec?.volumes ?? []) {
+      if (!v.emptyDir) continue;
+      const dir = this.volumeDir(ctx, PLUGIN_DIRS.emptyDir, v.name);
+      const st = await fs.lstat(dir).catch(() => undefined);
+      if (!st?.isDirectory()) continue;
+      const real = await fs.realpath(dir);
+      for (const mp of (await mountsUnder(real)).sort((a, b) => b.length - a.length)) {
+        try {
+          umount2(mp);
+        } catch (err) {
+          if (isErrno(err, 'EBUSY')) umount2(mp, MNT_DETACH);
+          else if (!isErrno(err, 'EINVAL') && !isErrno(err, 'ENOENT')) throw err;
+        }
+      }
+      // Deleting through a mount would delete what it shows: left as it is instead.
+      if ((await mountsUnder(real)).length) throw new Error(`pod ${ctx.uid}: emptyDir ${v.name} still mounted after unmount`);
+      // fs.rm unlinks symlinks, never follows them.
+      for (const name of await fs.readdir(dir)) await fs.rm(path.join(dir, name), { recursive: true, force: true });
+    }
+  }
+
   async tearDown(uid: string): Promise<void> {
     const dir = this.podDir(uid);
     const st = await fs.lstat(dir).catch((err) => {

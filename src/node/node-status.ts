@@ -12,6 +12,7 @@ import { ApiError } from '../api/errors.js';
 import type { ApiObject, Obj } from '../api/types.js';
 import { errorMessage } from '../errors.js';
 import type { CriEndpoint } from '../kubelet-lite/cri-client.js';
+import { PRESSURE_TAINTS, thresholdQuantity, type Condition, type Threshold } from '../kubelet-lite/eviction.js';
 import type { Logger } from '../log.js';
 import { KUBE_VERSION } from '../version.js';
 
@@ -30,12 +31,21 @@ export interface NodeReporterOptions {
   everyMs?: number;
   /** The status is written at least this often even unchanged (the kubelet's nodeStatusReportFrequency, 5 min). */
   reportEveryMs?: number;
+  /** The eviction manager: its pressure conditions, and its hard thresholds (kept out of allocatable). */
+  eviction?: { conditions(): Set<Condition>; thresholds: Threshold[] };
 }
 
-/** The memory the kubelet's default hard eviction threshold keeps back (memory.available<100Mi). */
+/** The memory the kubelet's default hard eviction threshold keeps back (memory.available<100Mi), without an eviction manager. */
 const EVICTION_MEMORY = 100 * 1024 * 1024;
 /** nodefs.available<10%. */
 const EVICTION_NODEFS = 0.1;
+
+/** Each pressure condition as the kubelet words it, when true and when false. */
+const PRESSURE_WORDS: Record<Condition, { true: [string, string]; false: [string, string] }> = {
+  MemoryPressure: { true: ['KubeletHasInsufficientMemory', 'kubelet has insufficient memory available'], false: ['KubeletHasSufficientMemory', 'kubelet has sufficient memory available'] },
+  DiskPressure: { true: ['KubeletHasDiskPressure', 'kubelet has disk pressure'], false: ['KubeletHasNoDiskPressure', 'kubelet has no disk pressure'] },
+  PIDPressure: { true: ['KubeletHasInsufficientPID', 'kubelet has insufficient PID available'], false: ['KubeletHasSufficientPID', 'kubelet has sufficient PID available'] },
+};
 const MAX_IMAGES = 50;
 
 const rfc3339 = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace('.000Z', 'Z');
@@ -82,7 +92,42 @@ export class NodeReporter {
   async tick(): Promise<void> {
     const node = await this.ensureNode();
     await this.report(node);
+    await this.taint();
     await this.renewLease();
+  }
+
+  /** Looks now (the pressure changed), not at the next period. */
+  poke(): void {
+    if (this.stopped) return;
+    void (this.ticking ?? Promise.resolve()).then(() => (this.stopped ? undefined : this.tick())).catch((err) => this.o.log.warn('could not report the node to the API', { error: errorMessage(err) }));
+  }
+
+  /**
+   * The node lifecycle controller's TaintNodesByCondition, done by the node
+   * itself (there is no other controller to): each pressure condition's
+   * NoSchedule taint while it holds, so the scheduler places no pod here
+   * that does not tolerate it.
+   */
+  private async taint(): Promise<void> {
+    if (!this.o.eviction) return;
+    const pressure = this.o.eviction.conditions();
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const node = await this.o.client.get('nodes', '', this.o.nodeName);
+      const spec = (node.spec ?? {}) as Obj;
+      const taints = Array.isArray(spec.taints) ? (spec.taints as Obj[]) : [];
+      const ours = new Set(Object.values(PRESSURE_TAINTS));
+      const kept = taints.filter((t) => !(ours.has(String(t.key)) && t.effect === 'NoSchedule'));
+      const wanted = [...kept, ...(Object.keys(PRESSURE_TAINTS) as Condition[]).filter((c) => pressure.has(c)).map((c) => taints.find((t) => t.key === PRESSURE_TAINTS[c] && t.effect === 'NoSchedule') ?? { key: PRESSURE_TAINTS[c], effect: 'NoSchedule' })];
+      if (JSON.stringify(wanted) === JSON.stringify(taints)) return;
+      const next: Obj = { ...spec, taints: wanted };
+      if (!wanted.length) delete next.taints;
+      try {
+        await this.o.client.update('nodes', '', this.o.nodeName, { ...node, spec: next });
+        return;
+      } catch (err) {
+        if (!(err instanceof ApiError && err.reason === 'Conflict')) throw err;
+      }
+    }
   }
 
   private async get(resource: string, namespace: string, name: string): Promise<ApiObject | undefined> {
@@ -143,7 +188,16 @@ export class NodeReporter {
     const storage = statfs ? statfs.blocks * statfs.bsize : 0;
     const memory = os.totalmem();
     const capacity = { cpu: String(os.cpus().length), 'ephemeral-storage': ki(storage), 'hugepages-1Gi': '0', 'hugepages-2Mi': '0', memory: ki(memory), pods: String(this.o.maxPods) };
-    const allocatable = { ...capacity, 'ephemeral-storage': String(Math.floor(storage * (1 - EVICTION_NODEFS))), memory: ki(Math.max(0, memory - EVICTION_MEMORY)) };
+    // Allocatable keeps back the hard eviction thresholds of memory and nodefs, as the kubelet's.
+    const hard = (signal: string) => this.o.eviction?.thresholds.find((t) => t.hard && t.signal === signal);
+    const memReserve = this.o.eviction ? (hard('memory.available') ? thresholdQuantity(hard('memory.available')!.value, memory) : 0) : EVICTION_MEMORY;
+    const fsReserve = this.o.eviction ? (hard('nodefs.available') ? thresholdQuantity(hard('nodefs.available')!.value, storage) : 0) : storage * EVICTION_NODEFS;
+    const allocatable = { ...capacity, 'ephemeral-storage': String(Math.max(0, Math.floor(storage - fsReserve))), memory: ki(Math.max(0, memory - memReserve)) };
+    const pressure = this.o.eviction?.conditions() ?? new Set<Condition>();
+    const pressureCondition = (c: Condition) => {
+      const [reason, message] = PRESSURE_WORDS[c][pressure.has(c) ? 'true' : 'false'];
+      return condition(c, { status: pressure.has(c) ? 'True' : 'False', reason, message });
+    };
 
     // Ready as the kubelet reports it: the runtime answers and says it and its network are ready.
     let ready = { status: 'True', reason: 'KubeletReady', message: 'kubelet is posting ready status' };
@@ -165,9 +219,9 @@ export class NodeReporter {
       capacity,
       allocatable,
       conditions: [
-        condition('MemoryPressure', { status: 'False', reason: 'KubeletHasSufficientMemory', message: 'kubelet has sufficient memory available' }),
-        condition('DiskPressure', { status: 'False', reason: 'KubeletHasNoDiskPressure', message: 'kubelet has no disk pressure' }),
-        condition('PIDPressure', { status: 'False', reason: 'KubeletHasSufficientPID', message: 'kubelet has sufficient PID available' }),
+        pressureCondition('MemoryPressure'),
+        pressureCondition('DiskPressure'),
+        pressureCondition('PIDPressure'),
         condition('Ready', ready),
       ],
       addresses: statusAddress,

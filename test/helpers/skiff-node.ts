@@ -34,6 +34,9 @@ export class SkiffNode {
   log = '';
   readonly nodeName = 'api-node';
 
+  /** `extraArgs` go after the fixture's own flags; `env` into the node's environment. */
+  constructor(readonly extraArgs: string[] = [], readonly env: Record<string, string> = {}) {}
+
   get dirs() {
     const b = this.base;
     return {
@@ -73,8 +76,9 @@ export class SkiffNode {
       '--socket', d.socket, '--root', d.root, '--state', d.state, '--root-dir', d.kubelet,
       '--cni-conf-dir', path.join(this.base, 'net.d'), '--registry-config', path.join(this.base, 'certs.d'),
       '--status-address', '127.0.0.1:10255', '--node-name', this.nodeName, '--log-level', 'info',
+      ...this.extraArgs,
     ]);
-    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...this.env } });
     this.child = child;
     child.stdout!.on('data', (b: Buffer) => (this.log += b.toString()));
     child.stderr!.on('data', (b: Buffer) => (this.log += b.toString()));

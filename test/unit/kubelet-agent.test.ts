@@ -23,6 +23,7 @@ import { silentLogger } from '../../src/log.js';
 import { FakeClock } from '../helpers/fake-clock.js';
 import { FakeCri } from '../helpers/fake-cri.js';
 import { FakeProber, FakeVolumes, podYaml, TestManifests } from '../helpers/kubelet-parts.js';
+import { API_SOURCE_FILE } from '../../src/stored-object.js';
 
 const NODE = 'node-a';
 const IMAGE = 'example.test/app:1';
@@ -54,7 +55,7 @@ interface Started {
   volumes: FakeVolumes;
 }
 
-async function startAgent(opts: { maxPods?: number; allowedUnsafeSysctls?: string[] } = {}): Promise<Started> {
+async function startAgent(opts: { maxPods?: number; allowedUnsafeSysctls?: string[]; admit?: (pod: Pod) => { reason: string; message: string } | undefined } = {}): Promise<Started> {
   const prober = new FakeProber();
   const volumes = new FakeVolumes();
   const sysctls = new SysctlAllowlist(opts.allowedUnsafeSysctls);
@@ -75,6 +76,7 @@ async function startAgent(opts: { maxPods?: number; allowedUnsafeSysctls?: strin
       terminationLogPath: terminationLogHostPath,
       log: silentLogger,
       now: clock.now,
+      ...(opts.admit ? { admit: opts.admit } : {}),
     },
   );
   agents.push(agent);
@@ -246,5 +248,42 @@ describe('Agent: an edited pod', () => {
     expect(methods.filter((m) => m === 'runPodSandbox')).toHaveLength(2);
     const env = runningApp(after).config.envs?.find((e) => e.key === 'MODE');
     expect(Buffer.from(env!.value as Uint8Array).toString()).toBe('edited');
+  });
+});
+
+describe('Agent: eviction', () => {
+  it('evicts a pod for good: containers stopped, Failed with reason Evicted and the message, never restarted; refuses a pod at admission', async () => {
+    // As the API bridge hands them in: the API's pods (pods from files are static pods, never evicted nor refused).
+    manifests.write(API_SOURCE_FILE, podYaml('web'));
+    manifests.write('static.yaml', podYaml('static'));
+    const { agent } = await startAgent({ admit: (pod) => (pod.metadata?.name === 'besteffort' ? { reason: 'Evicted', message: 'The node had condition: [MemoryPressure]. ' } : undefined) });
+    await clock.advance(1_000);
+    expect(phaseOf(agent, 'web')).toBe('Running');
+    const uid = uidOf(agent, 'web');
+    expect(agent.activePods().map((p) => p.metadata?.name)).toEqual(['web']);
+    expect(phaseOf(agent, 'static')).toBe('Running');
+    const message = 'The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki. ';
+    const done = agent.evictPod(uid, message, 1);
+    await clock.advance(5_000);
+    await done;
+    const pod = agent.getPod('default', 'web')!;
+    expect(pod.status).toMatchObject({ phase: 'Failed', reason: 'Evicted', message });
+    expect(pod.status?.conditions?.find((c) => c.type === 'DisruptionTarget')).toMatchObject({ status: 'True', reason: 'TerminationByKubelet', message });
+    expect(pod.status?.conditions?.find((c) => c.type === 'Ready')?.status).toBe('False');
+    expect(rt.containersNamed(uid, 'app').every((c) => c.state === 'CONTAINER_EXITED')).toBe(true);
+    expect(rt.sandboxesOf(uid).map((sb) => sb.state)).toEqual(['SANDBOX_NOTREADY']);
+    expect(rt.containersNamed(uid, 'app').length).toBe(1);
+    expect(agent.listEvents().some((e) => e.reason === 'Evicted' && e.message === message && e.type === 'Warning')).toBe(true);
+    expect(agent.activePods()).toEqual([]);
+    // restartPolicy Always does not bring it back.
+    const started = rt.callsOf('startContainer').length;
+    await clock.advance(120_000);
+    expect(rt.callsOf('startContainer').length).toBe(started);
+    expect(phaseOf(agent, 'web')).toBe('Failed');
+
+    manifests.write(API_SOURCE_FILE, podYaml('web') + '---\n' + podYaml('besteffort'));
+    await clock.advance(1_000);
+    expect(agent.getPod('default', 'besteffort')?.status).toMatchObject({ phase: 'Failed', reason: 'Evicted', message: 'Pod was rejected: The node had condition: [MemoryPressure]. ' });
+    expect(rt.sandboxesOf(uidOf(agent, 'besteffort'))).toEqual([]);
   });
 });
