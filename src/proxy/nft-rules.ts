@@ -311,7 +311,11 @@ function assembleFull(input: NftAssembleInput): NftRuleset {
 
 function assemblePartial(input: NftAssembleInput, previous: Map<string, NftPortRules>): NftRuleset {
   const current = new Map(input.ports.map((p) => [p.key, p]));
-  const keys = [...new Set([...previous.keys(), ...current.keys()])].sort();
+  // Only the ports whose rendering is not the one applied (same object: nothing of it changed), in key order.
+  const keys: string[] = [];
+  for (const p of input.ports) if (previous.get(p.key) !== p) keys.push(p.key);
+  for (const k of previous.keys()) if (!current.has(k)) keys.push(k);
+  keys.sort();
   const dels: Record<MapName, NftElement[]> = { serviceIps: [], nodePorts: [], noEndpointServices: [], noEndpointNodePorts: [], firewallIps: [] };
   const adds: Record<MapName, NftElement[]> = { serviceIps: [], nodePorts: [], noEndpointServices: [], noEndpointNodePorts: [], firewallIps: [] };
   const sets: string[] = [];
