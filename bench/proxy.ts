@@ -155,19 +155,25 @@ async function benchNftables(sizes: number[]): Promise<void> {
           dels.push(del.ms);
           rules = [add.rulesWritten, del.rulesWritten];
         }
-        // The floor of any partial transaction on this table: nft -f of one map element, added and then
-        // deleted (nft reads the table's chains from the kernel before it sends anything).
-        const one = (verb: string) => {
+        // The floors of partial transactions on this table: nft -f of one map element, added then deleted,
+        // and of one rule in a chain of its own (the kernel validates the whole table when a rule or
+        // a verdict element is added; nft first reads the table's chains and sets).
+        const one = (text: string) => {
           const t0 = performance.now();
-          const r = spawnSync('nsenter', [`--net=${ns.path}`, 'nft', '-f', '-'], { input: `${verb} element ip kube-proxy service-ips { 10.255.255.254 . tcp . 1${verb === 'add' ? ' : drop' : ''} }\n` });
-          if (r.status !== 0) throw new Error(`nft ${verb} element failed: ${r.stderr}`);
+          const r = spawnSync('nsenter', [`--net=${ns.path}`, 'nft', '-f', '-'], { input: text });
+          if (r.status !== 0) throw new Error(`nft -f ${JSON.stringify(text)} failed: ${r.stderr}`);
           return performance.now() - t0;
         };
         const floors: number[] = [];
-        for (let r = 0; r < 5; r++) floors.push(one('add'), one('delete'));
+        const ruleFloors: number[] = [];
+        for (let r = 0; r < 5; r++) {
+          floors.push(one('add element ip kube-proxy service-ips { 10.255.255.254 . tcp . 1 : drop }\n'), one('delete element ip kube-proxy service-ips { 10.255.255.254 . tcp . 1 }\n'));
+          ruleFloors.push(one('add chain ip kube-proxy bench/floor\nadd rule ip kube-proxy bench/floor ip saddr 10.255.255.254 drop\n'));
+          one('flush chain ip kube-proxy bench/floor\ndelete chain ip kube-proxy bench/floor\n');
+        }
         const again = await proxier.syncNow(true);
         const rss = process.memoryUsage().rss / 2 ** 20;
-        process.stdout.write(`  at ${n}: floor of a partial transaction (nft -f of one map element): median ${fmt(med(floors))}, min ${fmt(Math.min(...floors))}\n`);
+        process.stdout.write(`  at ${n}: floor: nft -f of one map element: median ${fmt(med(floors))}, min ${fmt(Math.min(...floors))}; of one rule: median ${fmt(med(ruleFloors))}, min ${fmt(Math.min(...ruleFloors))}\n`);
         process.stdout.write(`  at ${n}: one Service added: median ${fmt(med(adds))}, min ${fmt(Math.min(...adds))} (${rules[0]} rules and elements)\n`);
         process.stdout.write(`  at ${n}: one endpoint removed: median ${fmt(med(dels))}, min ${fmt(Math.min(...dels))} (${rules[1]} rules and elements)\n`);
         process.stdout.write(`  at ${n}: full resync over the existing table ${fmt(again.ms)}\n`);
