@@ -1,15 +1,16 @@
 /**
- * `npm run bench -- proxy`: the proxier's syncs at 1,000, 5,000 and 10,000
- * Services (3 endpoints each), each into a fresh network namespace, next to
- * the floor: `iptables-restore --noflush` of the same text into an empty
- * namespace. Then, with 10,000 present, one added Service and one removed
- * endpoint (partial syncs).
+ * `npm run bench -- proxy [iptables|nftables] [sizes...]`: the proxier's
+ * syncs at 1,000, 5,000 and 10,000 Services (3 endpoints each), in each mode
+ * (both by default), each into a fresh network namespace, next to the floor:
+ * the same text applied at once into an empty namespace
+ * (`iptables-restore --noflush`, or `nft -f`). Then, with the largest number
+ * present, one added Service and one removed endpoint (partial syncs).
  */
 import { spawnSync } from 'node:child_process';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { silentLogger } from '../src/log.js';
 import { processRunner, type CommandRunner } from '../src/proxy/iptables.js';
-import { Proxier } from '../src/proxy/proxier.js';
+import { Proxier, PROXY_MODES, type ProxyMode } from '../src/proxy/proxier.js';
 import { assemble } from '../src/proxy/rules.js';
 import { MemoryPodSource, MemoryServiceSource } from '../src/proxy/sources.js';
 import { TestNetns } from '../test/helpers/netns.js';
@@ -32,19 +33,20 @@ function recordingRunner(inner: CommandRunner): { run: CommandRunner; last: () =
   let text = '';
   return {
     run: (argv, input) => {
-      if (argv.includes('iptables-restore')) text = input ?? '';
+      if (argv.includes('iptables-restore') || (argv[0] === 'nft' && argv[1] === '-f')) text = input ?? '';
       return inner(argv, input);
     },
     last: () => text,
   };
 }
 
-function restoreFloor(text: string): number {
+function restoreFloor(text: string, mode: ProxyMode = 'iptables'): number {
   const ns = new TestNetns().create();
   live.add(ns);
   try {
     const t0 = performance.now();
-    const r = spawnSync('nsenter', [`--net=${ns.path}`, 'iptables-restore', '-w', '5', '--noflush'], { input: text });
+    const argv = mode === 'iptables' ? ['iptables-restore', '-w', '5', '--noflush'] : ['nft', '-f', '-'];
+    const r = spawnSync('nsenter', [`--net=${ns.path}`, ...argv], { input: text, maxBuffer: 64 * 2 ** 20 });
     const ms = performance.now() - t0;
     if (r.status !== 0) throw new Error(`floor restore failed: ${r.stderr}`);
     return ms;
@@ -53,6 +55,48 @@ function restoreFloor(text: string): number {
     live.delete(ns);
   }
 }
+
+/**
+ * The latency of a new connection to a Service's cluster IP from the node's
+ * namespace: the Service sorted last (the end of iptables' KUBE-SERVICES),
+ * its endpoints' addresses on a link there with a listener, 200
+ * connections one after another, each a new conntrack entry through the
+ * nat rules. Median in microseconds.
+ */
+function firstPacketMicros(ns: TestNetns, proxier: Proxier): number {
+  const svc = proxier.services().at(-1)!;
+  const i = Number(svc.name.replace('svc-', ''));
+  const ips = [0, 1, 2].map((j) => {
+    const k = i * 3 + j;
+    return `10.${64 + (k >> 16)}.${(k >> 8) & 255}.${k & 255}`;
+  });
+  const ip = (...a: string[]) => spawnSync('ip', ['-n', ns.name, ...a]);
+  // A veth pair stands for the node's uplink (this kernel has no dummy links).
+  ip('link', 'add', 'bench0', 'type', 'veth', 'peer', 'name', 'bench1');
+  ip('link', 'set', 'bench0', 'up');
+  ip('link', 'set', 'bench1', 'up');
+  for (const a of ips) ip('addr', 'add', `${a}/32`, 'dev', 'bench0');
+  ip('route', 'add', '10.96.0.0/12', 'dev', 'bench0');
+  const script = `
+const net = require('net');
+const srv = net.createServer((s) => s.destroy()).listen(8080, '0.0.0.0', async () => {
+  const t = [];
+  for (let i = 0; i < 220; i++) {
+    t.push(await new Promise((res) => {
+      const t0 = process.hrtime.bigint();
+      const c = net.connect({ host: process.env.HOST, port: 80 }, () => { res(Number(process.hrtime.bigint() - t0) / 1000); c.destroy(); });
+      c.on('error', () => res(-1));
+    }));
+  }
+  const ok = t.slice(20).filter((x) => x >= 0).sort((a, b) => a - b);
+  process.stdout.write(String(ok.length ? ok[Math.floor(ok.length / 2)] : -1));
+  srv.close();
+});`;
+  const r = spawnSync('nsenter', [`--net=${ns.path}`, process.execPath, '-e', script], { encoding: 'utf8', env: { ...process.env, HOST: svc.clusterIP! }, timeout: 60_000 });
+  return Number(r.stdout);
+}
+
+const fmtUs = (us: number) => (us < 0 ? 'failed' : `${us.toFixed(0)} µs`);
 
 const fmt = (ms: number) => `${ms.toFixed(0).padStart(6)} ms`;
 
@@ -67,9 +111,14 @@ function deleteOnSignal(): void {
   }
 }
 
-export async function benchProxy(sizes = [1000, 5000, 10000]): Promise<void> {
+export async function benchProxy(sizes = [1000, 5000, 10000], modes: readonly ProxyMode[] = PROXY_MODES): Promise<void> {
   deleteOnSignal();
-  process.stdout.write('proxy: full sync (render + iptables-restore) vs the floor (iptables-restore of the same text, empty netns)\n');
+  if (modes.includes('iptables')) await benchIptables(sizes);
+  if (modes.includes('nftables')) await benchNftables(sizes);
+}
+
+async function benchIptables(sizes: number[]): Promise<void> {
+  process.stdout.write('proxy, iptables mode: full sync (render + iptables-restore) vs the floor (iptables-restore of the same text, empty netns)\n');
   for (const n of sizes) {
     const ns = new TestNetns().create();
     live.add(ns);
@@ -83,7 +132,7 @@ export async function benchProxy(sizes = [1000, 5000, 10000]): Promise<void> {
       const lines = single.split('\n').length;
       const floor = restoreFloor(single);
       process.stdout.write(
-        `  ${String(n).padStart(6)} services: full sync ${fmt(full.ms)} (${full.restores} restores)  floor ${fmt(floor)}  ratio ${(full.ms / floor).toFixed(2)}  (${lines} lines)\n`,
+        `  ${String(n).padStart(6)} services: full sync ${fmt(full.ms)} (${full.restores} restores)  floor ${fmt(floor)}  ratio ${(full.ms / floor).toFixed(2)}  (${lines} lines)  new connection to the last Service ${fmtUs(firstPacketMicros(ns, proxier))}\n`,
       );
       if (n === sizes[sizes.length - 1]) {
         // Partial syncs, five of each: add a Service (3 endpoints), then remove one endpoint of an old one.
@@ -103,7 +152,6 @@ export async function benchProxy(sizes = [1000, 5000, 10000]): Promise<void> {
         }
         const again = await proxier.syncNow(true);
         const rss = process.memoryUsage().rss / 2 ** 20;
-        const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
         process.stdout.write(`  at ${n}: one Service added: median ${fmt(med(adds))}, min ${fmt(Math.min(...adds))} (${rules[0]} rules)\n`);
         process.stdout.write(`  at ${n}: one endpoint removed: median ${fmt(med(dels))}, min ${fmt(Math.min(...dels))} (${rules[1]} rules)\n`);
         process.stdout.write(`  at ${n}: full resync over existing rules ${fmt(again.ms)}\n`);
@@ -117,9 +165,80 @@ export async function benchProxy(sizes = [1000, 5000, 10000]): Promise<void> {
   }
 }
 
+const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+async function benchNftables(sizes: number[]): Promise<void> {
+  process.stdout.write('proxy, nftables mode: full sync (render + nft -f) vs the floor (nft -f of the same text, empty netns)\n');
+  for (const n of sizes) {
+    const ns = new TestNetns().create();
+    live.add(ns);
+    try {
+      const { services, pods } = fixtures(n);
+      const rec = recordingRunner(processRunner(['nsenter', `--net=${ns.path}`]));
+      const proxier = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.64.0.0/10', run: rec.run, log: silentLogger });
+      const full = await proxier.syncNow();
+      const text = rec.last();
+      const floor = restoreFloor(text, 'nftables');
+      process.stdout.write(
+        `  ${String(n).padStart(6)} services: full sync ${fmt(full.ms)} (1 transaction)  floor ${fmt(floor)}  ratio ${(full.ms / floor).toFixed(2)}  (${text.split('\n').length} lines)  new connection to the last Service ${fmtUs(firstPacketMicros(ns, proxier))}\n`,
+      );
+      if (n === sizes[sizes.length - 1]) {
+        const adds: number[] = [];
+        const dels: number[] = [];
+        let rules = [0, 0];
+        for (let r = 0; r < 5; r++) {
+          services.set(serviceObject('bench', `added-${r}`, { selector: { app: `added-${r}` }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
+          for (let j = 0; j < 3; j++) pods.set(pod(`added-${r}-${j}`, { ns: 'bench', labels: { app: `added-${r}` }, ip: `10.127.${r}.${j + 1}` }));
+          const add = await proxier.syncNow();
+          pods.delete({ metadata: { namespace: 'bench', name: `p-${7 + r}-1` } } as Pod);
+          const del = await proxier.syncNow();
+          if (add.full || del.full) throw new Error('a partial sync was full');
+          adds.push(add.ms);
+          dels.push(del.ms);
+          rules = [add.rulesWritten, del.rulesWritten];
+        }
+        // The floors of partial transactions on this table: nft -f of one map element, added then deleted,
+        // and of one rule in a chain of its own (the kernel validates the whole table when a rule or
+        // a verdict element is added; nft first reads the table's chains and sets).
+        const one = (text: string) => {
+          const t0 = performance.now();
+          const r = spawnSync('nsenter', [`--net=${ns.path}`, 'nft', '-f', '-'], { input: text });
+          if (r.status !== 0) throw new Error(`nft -f ${JSON.stringify(text)} failed: ${r.stderr}`);
+          return performance.now() - t0;
+        };
+        const floors: number[] = [];
+        const ruleFloors: number[] = [];
+        for (let r = 0; r < 5; r++) {
+          floors.push(one('add element ip kube-proxy service-ips { 10.255.255.254 . tcp . 1 : drop }\n'), one('delete element ip kube-proxy service-ips { 10.255.255.254 . tcp . 1 }\n'));
+          ruleFloors.push(one('add chain ip kube-proxy bench/floor\nadd rule ip kube-proxy bench/floor ip saddr 10.255.255.254 drop\n'));
+          one('flush chain ip kube-proxy bench/floor\ndelete chain ip kube-proxy bench/floor\n');
+        }
+        const again = await proxier.syncNow(true);
+        const rss = process.memoryUsage().rss / 2 ** 20;
+        process.stdout.write(`  at ${n}: floor: nft -f of one map element: median ${fmt(med(floors))}, min ${fmt(Math.min(...floors))}; of one rule: median ${fmt(med(ruleFloors))}, min ${fmt(Math.min(...ruleFloors))}\n`);
+        process.stdout.write(`  at ${n}: one Service added: median ${fmt(med(adds))}, min ${fmt(Math.min(...adds))} (${rules[0]} rules and elements)\n`);
+        process.stdout.write(`  at ${n}: one endpoint removed: median ${fmt(med(dels))}, min ${fmt(Math.min(...dels))} (${rules[1]} rules and elements)\n`);
+        process.stdout.write(`  at ${n}: full resync over the existing table ${fmt(again.ms)}\n`);
+        process.stdout.write(`  RSS with ${n} services: ${rss.toFixed(0)} MiB\n`);
+      }
+      await proxier.stop();
+    } finally {
+      await ns.destroy();
+      live.delete(ns);
+    }
+  }
+}
+
+/** `proxy [iptables|nftables] [sizes...]` from the command line. */
+export function proxyBenchArgs(args: string[]): { sizes?: number[]; modes?: ProxyMode[] } {
+  const modes = args.filter((a): a is ProxyMode => (PROXY_MODES as readonly string[]).includes(a));
+  const sizes = args.map(Number).filter((n) => Number.isInteger(n) && n > 0 && n <= 50_000);
+  return { sizes: sizes.length ? sizes : undefined, modes: modes.length ? modes : undefined };
+}
+
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const sizes = process.argv.slice(2).map(Number).filter((n) => n > 0);
-  benchProxy(sizes.length ? sizes : undefined).catch((err) => {
+  const { sizes, modes } = proxyBenchArgs(process.argv.slice(2));
+  benchProxy(sizes, modes).catch((err) => {
     process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
     process.exit(1);
   });

@@ -26,7 +26,7 @@ import { busyboxImage } from '../test/helpers/busybox.js';
 import { TestNetns } from '../test/helpers/netns.js';
 import { benchKubelet, reportKubelet, type KubeletResults } from './kubelet.js';
 import { benchNode, reportNode } from './node.js';
-import { benchProxy } from './proxy.js';
+import { benchProxy, proxyBenchArgs } from './proxy.js';
 import { benchDns } from './dns.js';
 import { benchApi, reportApi } from './api.js';
 import { measureFloor, type FloorSamples } from './floor.js';
@@ -439,7 +439,10 @@ async function benchKubeletAll(registry: Awaited<ReturnType<typeof startRegistry
 async function main(): Promise<void> {
   if (process.argv[2] === 'dns') return benchDns(); // no root needed: 127.0.0.x only
   if (process.getuid?.() !== 0) throw new Error('the benchmark runs skiff cri, which needs root');
-  if (process.argv[2] === 'proxy') return benchProxy();
+  if (process.argv[2] === 'proxy') {
+    const { sizes, modes } = proxyBenchArgs(process.argv.slice(3));
+    return benchProxy(sizes, modes);
+  }
   if (process.argv[2] === 'api') return void process.stdout.write(reportApi(await benchApi())); // the node imports its images from archives: no registry
   const registry = await startRegistry();
   try {

@@ -23,8 +23,9 @@ Usage:
                         the service proxy with service DNS, running a directory of manifests
   skiff cri [flags]     serve the CRI runtime and image services on a Unix socket
   skiff kubelet [flags] run pods from Kubernetes manifests in a directory (the node agent alone)
-  skiff proxy [flags]   program Services from the manifest directory as iptables rules, and serve
-                        service DNS (kube-proxy's job); skiff proxy --cleanup removes the rules
+  skiff proxy [flags]   program Services from the manifest directory as iptables (or, with
+                        --proxy-mode nftables, nftables) rules, and serve service DNS
+                        (kube-proxy's job); skiff proxy --cleanup removes the rules
   skiff images import FILE... | ls | rm REF... | pull REF
                         the running daemon's images: load OCI or docker save archives, list,
                         remove, pull with progress (skiff images --help)

@@ -176,6 +176,7 @@ export async function node(args: string[]): Promise<number> {
     manifests: kubeletOpts.manifests,
     status: `http://${kubeletOpts.statusAddress}`,
     dns: proxyOpts.dnsAddress || 'off',
+    proxyMode: proxyOpts.mode,
     api: api ? `https://${api.address}` : 'off',
     kubeconfig: api?.kubeconfig,
   });

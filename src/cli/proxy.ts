@@ -1,4 +1,4 @@
-/** `skiff proxy`: Services from a manifest directory → iptables rules, and service DNS. */
+/** `skiff proxy`: Services from a manifest directory → iptables or nftables rules, and service DNS. */
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
@@ -11,13 +11,15 @@ import { createLogger, isLogLevel, type Logger } from '../log.js';
 import { DnsServer, parseResolvConf, type PodRecords } from '../proxy/dns.js';
 import { processRunner } from '../proxy/iptables.js';
 import { ServiceHealthServer } from '../proxy/health-check.js';
-import { cleanupRules, Proxier, registerProxyMetrics, type ProxierOptions } from '../proxy/proxier.js';
+import { cleanupAll, Proxier, PROXY_MODES, registerProxyMetrics, type ProxierOptions, type ProxyMode } from '../proxy/proxier.js';
 import { intToIp, parseCidr } from '../proxy/service.js';
 import { HttpPodSource, storeServiceSource, type PodSource, type ServiceSource } from '../proxy/sources.js';
 import { parseDuration, type FlagSpec, type Values } from './flags.js';
 import { untilSignal } from './signals.js';
 
-export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables rules in kube-proxy's layout, and service DNS):
+export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables or nftables rules in kube-proxy's layouts, and service DNS):
+  --proxy-mode MODE        iptables (the default) or nftables (table "ip kube-proxy", one
+                           nft transaction per sync); starting in one mode removes the other's rules
   --manifests DIR          Service manifests, watched (default /etc/skiff/manifests)
   --kubelet URL            kubelet-lite's status API; its pod watch gives the endpoints
                            (default http://127.0.0.1:10255)
@@ -36,7 +38,7 @@ export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables rules i
   --resolv-conf FILE       whose nameservers DNS forwards other names to; never to itself
                            (default /etc/resolv.conf)
   --metrics-address ADDR   host:port serving /metrics (default 127.0.0.1:10249; "" for none)
-  --cleanup                remove every rule and chain the proxy made, then exit
+  --cleanup                remove every rule, chain and table the proxy made (both modes), then exit
   --log-level LEVEL        debug, info, warn or error (default info)
 `;
 
@@ -108,6 +110,7 @@ function serveMetrics(address: string, registry: Registry, log: Logger): http.Se
 
 /** The flags of `skiff proxy` (`skiff node` takes them too, less --kubelet and --metrics-address). */
 export const PROXY_FLAGS = {
+  'proxy-mode': { type: 'string', default: 'iptables' },
   manifests: { type: 'string', default: '/etc/skiff/manifests' },
   kubelet: { type: 'string', default: 'http://127.0.0.1:10255' },
   'service-cidr': { type: 'string', default: '10.96.0.0/12' },
@@ -124,6 +127,7 @@ export const PROXY_FLAGS = {
 } satisfies FlagSpec;
 
 export interface ProxyOptions {
+  mode: ProxyMode;
   serviceCidr: string;
   podCidr: string;
   minSyncMs: number;
@@ -152,7 +156,10 @@ export function proxyOptionsFrom(values: Values): ProxyOptions {
   if (!Number.isInteger(dnsPort) || dnsPort < 0 || dnsPort > 65535) throw new Error(`--dns-port must be a port number, not "${str('dns-port')}"`);
   const podRecords = str('dns-pods');
   if (podRecords !== 'verified' && podRecords !== 'insecure') throw new Error(`--dns-pods must be verified or insecure, not "${podRecords}"`);
+  const mode = str('proxy-mode');
+  if (!(PROXY_MODES as readonly string[]).includes(mode)) throw new Error(`--proxy-mode must be ${PROXY_MODES.join(' or ')}, not "${mode}" (ipvs is not built: see docs/proxy.md)`);
   return {
+    mode: mode as ProxyMode,
     serviceCidr: serviceCidr.text,
     podCidr: podCidr.text,
     minSyncMs,
@@ -176,6 +183,7 @@ export async function startProxy(opts: ProxyOptions, services: ServiceSource, po
   // Health-check node ports on every address of the node, as kube-proxy with no --nodeport-addresses.
   const healthChecks = new ServiceHealthServer({ address: '0.0.0.0', log });
   const proxier = new Proxier({
+    mode: opts.mode,
     services,
     pods,
     slices,
@@ -231,8 +239,8 @@ export async function proxy(args: string[]): Promise<number> {
   const log = createLogger(level);
   const run = processRunner();
   if (values.cleanup) {
-    await cleanupRules(run);
-    log.info('removed the proxy\'s rules and chains');
+    await cleanupAll(run);
+    log.info('removed the proxy\'s rules, chains and tables (iptables and nftables)');
     return 0;
   }
   const opts = proxyOptionsFrom(values);
@@ -251,7 +259,7 @@ export async function proxy(args: string[]): Promise<number> {
   const running = await startProxy(opts, services.source, pods, registry, log, run);
   const metricsAddress = values['metrics-address'] as string;
   const metricsServer = metricsAddress ? serveMetrics(metricsAddress, registry, log) : undefined;
-  log.info('skiff proxy started', { manifests: values.manifests, kubelet: kubeletUrl.href, serviceCidr: opts.serviceCidr, podCidr: opts.podCidr });
+  log.info('skiff proxy started', { manifests: values.manifests, kubelet: kubeletUrl.href, serviceCidr: opts.serviceCidr, podCidr: opts.podCidr, mode: opts.mode });
 
   return untilSignal(log, "skiff proxy stopping; its rules stay (skiff proxy --cleanup removes them)", async () => {
     pods.close();

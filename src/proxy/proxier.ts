@@ -12,6 +12,8 @@ import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { computeEndpoints, endpointsFromSlices, PodIndex, selectorMatches, type Endpoint, type SliceLike } from './endpoints.js';
 import { Iptables, jumpInsertLine, type CommandRunner } from './iptables.js';
+import { Nft } from './nft.js';
+import { affinityChanged, assembleNft, renderNftPort, type NftPortRules } from './nft-rules.js';
 import { assemble, assembleFullSplit, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
 import { Allocator, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
 import type { EndpointSliceSource, PodSource, ServiceSource } from './sources.js';
@@ -48,7 +50,12 @@ export function registerProxyMetrics(registry: Registry): ProxyMetrics {
   };
 }
 
+export type ProxyMode = 'iptables' | 'nftables';
+export const PROXY_MODES: readonly ProxyMode[] = ['iptables', 'nftables'];
+
 export interface ProxierOptions {
+  /** iptables (the default) or nftables (kube-proxy's nftables layout, one `nft -f` per sync). */
+  mode?: ProxyMode;
   services: ServiceSource;
   /** The pods DNS answers from; and the endpoints' source unless `slices` is given. */
   pods: PodSource;
@@ -92,7 +99,10 @@ interface Applied {
   /** The Service object this came from (parsed Services are cached by content, so identity means unchanged). */
   service: ServiceInfo;
   fingerprint: string;
-  rules: PortRules;
+  /** iptables mode's rendering. */
+  rules?: PortRules;
+  /** nftables mode's rendering. */
+  nft?: NftPortRules;
   port: ServiceInfo['ports'][number];
   endpoints: Endpoint[];
 }
@@ -100,6 +110,8 @@ interface Applied {
 export class Proxier implements ServiceView {
   private readonly allocator: Allocator;
   private readonly ipt: Iptables;
+  private readonly nft: Nft;
+  readonly mode: ProxyMode;
   private readonly minSyncMs: number;
   private readonly syncPeriodMs: number;
   private readonly portsPerRestore: number;
@@ -140,6 +152,8 @@ export class Proxier implements ServiceView {
     if (slices) this.slicesOf = (namespace, name) => slices.slicesOf(namespace, name);
     if (!parseCidr(opts.podCidr)) throw new Error(`pod CIDR "${opts.podCidr}" is not an IPv4 CIDR`);
     this.ipt = new Iptables(opts.run);
+    this.nft = new Nft(opts.run);
+    this.mode = opts.mode ?? 'iptables';
     this.minSyncMs = opts.minSyncMs ?? 1000;
     this.syncPeriodMs = opts.syncPeriodMs ?? 30_000;
     this.portsPerRestore = opts.portsPerRestore ?? 500;
@@ -198,7 +212,12 @@ export class Proxier implements ServiceView {
 
   /** What the last successful sync programmed, per service port key (for debugging and tests). */
   programmed(): Map<string, PortRules> {
-    return new Map([...this.applied].map(([k, a]) => [k, a.rules]));
+    return new Map([...this.applied].filter(([, a]) => a.rules).map(([k, a]) => [k, a.rules!]));
+  }
+
+  /** nftables mode's counterpart of programmed(). */
+  programmedNft(): Map<string, NftPortRules> {
+    return new Map([...this.applied].filter(([, a]) => a.nft).map(([k, a]) => [k, a.nft!]));
   }
 
   problems(): ServiceProblem[] {
@@ -295,6 +314,8 @@ export class Proxier implements ServiceView {
     const next = new Map<string, Applied>();
     const changed = new Set<string>();
     const ports: PortRules[] = [];
+    const nftPorts: NftPortRules[] = [];
+    const nftMode = this.mode === 'nftables';
     let index: PodIndex | undefined;
     let recomputed = 0;
     for (const svc of services) {
@@ -304,7 +325,8 @@ export class Proxier implements ServiceView {
         for (const sp of svc.ports) {
           const a = this.applied.get(sp.key)!;
           next.set(sp.key, a);
-          ports.push(a.rules);
+          if (nftMode) nftPorts.push(a.nft!);
+          else ports.push(a.rules!);
         }
         continue;
       }
@@ -319,17 +341,21 @@ export class Proxier implements ServiceView {
         const eps = endpoints.get(sp.key) ?? [];
         const fingerprint = JSON.stringify([sp, eps.map((e) => [e.ip, e.port, e.local, e.terminating === true])]);
         const old = this.applied.get(sp.key);
-        let rules: PortRules;
-        if (old && old.fingerprint === fingerprint) {
-          rules = old.rules;
+        const same = old !== undefined && old.fingerprint === fingerprint;
+        if (!same) changed.add(sp.key);
+        if (nftMode) {
+          const nft = same && old.nft ? old.nft : renderNftPort(sp, eps, { podCidr: this.opts.podCidr });
+          next.set(sp.key, { service: svc, fingerprint, nft, port: sp, endpoints: eps });
+          nftPorts.push(nft);
         } else {
-          rules = renderPort(sp, eps, { podCidr: this.opts.podCidr });
-          changed.add(sp.key);
+          const rules = same && old.rules ? old.rules : renderPort(sp, eps, { podCidr: this.opts.podCidr });
+          next.set(sp.key, { service: svc, fingerprint, rules, port: sp, endpoints: eps });
+          ports.push(rules);
         }
-        next.set(sp.key, { service: svc, fingerprint, rules, port: sp, endpoints: eps });
-        ports.push(rules);
       }
     }
+
+    if (nftMode) return this.syncNftables(full, t0, services.length, next, nftPorts, changed);
 
     // Chains left by an earlier run are known only from the kernel; the jumps from the built-in chains are
     // checked on full syncs (someone may have flushed them) and added in the same restore.
@@ -353,8 +379,8 @@ export class Proxier implements ServiceView {
       const gone = new Set<string>();
       for (const key of [...changed, ...removedKeys]) {
         const old = this.applied.get(key);
-        if (!old) continue;
-        const now = new Set(next.get(key)?.rules.chains ?? []);
+        if (!old?.rules) continue;
+        const now = new Set(next.get(key)?.rules?.chains ?? []);
         for (const c of old.rules.chains) if (!now.has(c)) gone.add(c);
       }
       stale = [...gone].sort();
@@ -363,7 +389,8 @@ export class Proxier implements ServiceView {
       filter: missing.filter((j) => j.table === 'filter').map(jumpInsertLine),
       nat: missing.filter((j) => j.table === 'nat').map(jumpInsertLine),
     };
-    const previousRules = full || this.firstSync ? undefined : new Map([...this.applied].map(([k, a]) => [k, a.rules]));
+    if (this.firstSync) await this.nft.deleteTable(); // the other mode's rules go when this one starts
+    const previousRules = full || this.firstSync ? undefined : new Map([...this.applied].map(([k, a]) => [k, a.rules!]));
     const restores = previousRules
       ? [assemble({ ports, previous: previousRules, changed, stale, extra })]
       : assembleFullSplit({ ports, stale, extra }, this.portsPerRestore, this.splitAbove);
@@ -387,7 +414,7 @@ export class Proxier implements ServiceView {
       this.chainsInKernel = active;
     } else {
       for (const c of stale) this.chainsInKernel.delete(c);
-      for (const key of changed) for (const c of next.get(key)?.rules.chains ?? []) this.chainsInKernel.add(c);
+      for (const key of changed) for (const c of next.get(key)?.rules?.chains ?? []) this.chainsInKernel.add(c);
     }
     this.firstSync = false;
     this.needFull = false;
@@ -399,6 +426,55 @@ export class Proxier implements ServiceView {
     this.opts.log.debug('proxy rules synced', { full, services: services.length, changed: changed.size, stale: stale.length, rules: ruleset.rulesWritten, ms: Math.round(performance.now() - t0) });
     await this.clearStaleUdp(previous, next);
     return { full, rulesWritten: ruleset.rulesWritten, bytes: ruleset.bytes, restores: restores.length };
+  }
+
+  /**
+   * nftables mode: one `nft -f` transaction. The first sync (and any after a
+   * failure) makes the table afresh, deleting the iptables mode's rules
+   * first; a later full sync rewrites the table in place (affinity entries
+   * survive); a partial one edits only the changed ports' elements and chains.
+   */
+  private async syncNftables(full: boolean, t0: number, serviceCount: number, next: Map<string, Applied>, ports: NftPortRules[], changed: Set<string>): Promise<Omit<SyncResult, 'ms'>> {
+    const previous = new Map([...this.applied].filter(([, a]) => a.nft).map(([k, a]) => [k, a.nft!]));
+    const fresh = this.firstSync || affinityChanged(previous, ports);
+    const isFull = full || fresh;
+    const removed = [...this.applied.keys()].filter((k) => !next.has(k));
+    if (!isFull && changed.size === 0 && removed.length === 0) return { full, rulesWritten: 0, bytes: 0 };
+    if (this.firstSync) await cleanupRules(this.opts.run); // the other mode's rules go when this one starts
+    let ruleset;
+    if (isFull) {
+      // Chains and sets of the last sync that this one no longer has.
+      const wantChains = new Set<string>();
+      const wantSets = new Set<string>();
+      for (const pr of ports) {
+        for (const c of pr.chains) wantChains.add(c.name);
+        for (const s of pr.sets) wantSets.add(s.name);
+      }
+      const staleChains = new Set<string>();
+      const staleSets = new Set<string>();
+      if (!fresh) {
+        for (const pr of previous.values()) {
+          for (const c of pr.chains) if (!wantChains.has(c.name)) staleChains.add(c.name);
+          for (const s of pr.sets) if (!wantSets.has(s.name)) staleSets.add(s.name);
+        }
+      }
+      ruleset = assembleNft({ ports, fresh, staleChains: [...staleChains].sort(), staleSets: [...staleSets].sort() });
+    } else {
+      ruleset = assembleNft({ ports, previous });
+    }
+    if (ruleset.text) await this.nft.apply(ruleset.text);
+    const before = this.applied;
+    this.applied = next;
+    this.firstSync = false;
+    this.needFull = false;
+    if (isFull) {
+      this.lastFullEnd = this.now();
+      this.lastFullMs = performance.now() - t0;
+    }
+    this.opts.metrics?.observeSync((performance.now() - t0) / 1000, isFull, ruleset.rulesWritten);
+    this.opts.log.debug('proxy rules synced', { mode: 'nftables', full: isFull, services: serviceCount, changed: changed.size, removed: removed.length, rules: ruleset.rulesWritten, ms: Math.round(performance.now() - t0) });
+    await this.clearStaleUdp(before, next);
+    return { full: isFull, rulesWritten: ruleset.rulesWritten, bytes: ruleset.text.length, restores: ruleset.text ? 1 : 0 };
   }
 
   /** Each health-checked Service's count of this node's ready endpoints, as kube-proxy reports them. */
@@ -489,6 +565,7 @@ export class Proxier implements ServiceView {
   async cleanup(): Promise<void> {
     await this.serial.catch(() => {});
     await cleanupRules(this.opts.run);
+    await new Nft(this.opts.run).deleteTable();
     this.applied.clear();
     this.chainsInKernel.clear();
     this.firstSync = true;
@@ -496,7 +573,13 @@ export class Proxier implements ServiceView {
   }
 }
 
-/** `skiff proxy --cleanup`: the jumps out of the built-in chains first, then our chains. */
+/** `skiff proxy --cleanup`: both modes' rules. */
+export async function cleanupAll(run: CommandRunner): Promise<void> {
+  await cleanupRules(run);
+  await new Nft(run).deleteTable();
+}
+
+/** The iptables mode's rules: the jumps out of the built-in chains first, then our chains. */
 export async function cleanupRules(run: CommandRunner): Promise<void> {
   const ipt = new Iptables(run);
   await ipt.removeJumps();

@@ -123,7 +123,8 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
   const match = `-m ${p} -p ${p}`;
   const { cluster: clusterEps, local: localEps, any: hasEndpoints } = categorizeEndpoints(endpoints);
   const lbIPs = sp.loadBalancerIPs ?? [];
-  const externallyAccessible = sp.nodePort !== undefined || lbIPs.length > 0;
+  const extIPs = sp.externalIPs ?? [];
+  const externallyAccessible = sp.nodePort !== undefined || lbIPs.length > 0 || extIPs.length > 0;
   const externalLocal = externallyAccessible && sp.externalLocal;
   const usesCluster = hasEndpoints && (!sp.internalLocal || externallyAccessible);
   const usesLocal = localEps.length > 0 && (sp.internalLocal || externalLocal);
@@ -167,6 +168,12 @@ export function renderPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: Ren
     out.natServices.push(`-A KUBE-SERVICES -m comment --comment ${q(`${name} cluster IP`)} ${match} ${dst} -j ${internalChain}`);
   } else {
     out.filter.push(`-A KUBE-SERVICES -m comment --comment ${internalComment} ${match} ${dst} -j ${internalTarget}`);
+  }
+  // External IPs lead to the external chain; with no endpoints for external traffic they are refused (REJECT) or dropped.
+  for (const ip of extIPs) {
+    const extDst = `-d ${ip} --dport ${sp.port}`;
+    if (hasEndpoints) out.natServices.push(`-A KUBE-SERVICES -m comment --comment ${q(`${name} external IP`)} ${match} ${extDst} -j ${ext}`);
+    if (!hasExternal) out.filter.push(`-A KUBE-EXTERNAL-SERVICES -m comment --comment ${externalComment} ${match} ${extDst} -j ${externalTarget}`);
   }
   // A load balancer's addresses (here: the node's, as ServiceLB gives them) lead to the external chain, through its firewall when it has source ranges.
   for (const ip of lbIPs) {

@@ -28,6 +28,8 @@ export interface ServicePortInfo {
   affinitySeconds?: number;
   /** A LoadBalancer's addresses (its status's ingress IPs): the port is answered there too (KUBE-EXT). */
   loadBalancerIPs?: string[];
+  /** spec.externalIPs: the port is answered there too, as external traffic (KUBE-EXT / external- chain). */
+  externalIPs?: string[];
   /** A LoadBalancer's loadBalancerSourceRanges, normalised: only these sources reach it through its addresses (KUBE-FW). */
   sourceRanges?: string[];
   externalLocal: boolean;
@@ -160,6 +162,7 @@ function parseService(obj: StoredObject): Parsed | string {
   // ServiceLB's addresses, as kube-proxy reads a load balancer's: its status's ingress IPs (ipMode Proxy ones are the balancer's own).
   const lbIPs = type === 'LoadBalancer' ? [...new Set((svc.status?.loadBalancer?.ingress ?? []).filter((i) => i.ip && ipToInt(i.ip) !== undefined && i.ipMode !== 'Proxy').map((i) => i.ip!))] : [];
   const sourceRanges = type === 'LoadBalancer' ? [...new Set((spec.loadBalancerSourceRanges ?? []).map((r) => parseCidr(r.trim())!.text))] : [];
+  const externalIPs = type === 'ExternalName' || headless ? [] : [...new Set((spec.externalIPs ?? []).filter((ip) => ipToInt(ip) !== undefined))];
   const ports: ServicePortInfo[] = [];
   for (const p of type === 'ExternalName' ? [] : (spec.ports ?? [])) {
     const r = parsePort(key, p);
@@ -168,9 +171,10 @@ function parseService(obj: StoredObject): Parsed | string {
     // A node port a spec names but this type does not take was refused above; one left from another type is not kept.
     if (!nodePorts) r.nodePort = undefined;
     if (spec.sessionAffinity === 'ClientIP') r.affinitySeconds = spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? DEFAULT_AFFINITY_SECONDS;
-    r.externalLocal = (type === 'NodePort' || type === 'LoadBalancer') && spec.externalTrafficPolicy === 'Local';
+    r.externalLocal = (type === 'NodePort' || type === 'LoadBalancer' || externalIPs.length > 0) && spec.externalTrafficPolicy === 'Local';
     r.internalLocal = spec.internalTrafficPolicy === 'Local';
     if (lbIPs.length) r.loadBalancerIPs = lbIPs;
+    if (externalIPs.length) r.externalIPs = externalIPs;
     if (sourceRanges.length) r.sourceRanges = sourceRanges;
     ports.push(r);
   }

@@ -2,7 +2,9 @@
  * `skiff proxy` as a process, standalone: Services from a manifest directory,
  * pods from a stand-in for kubelet-lite's watch API, rules in a network
  * namespace of the test's own, service DNS answering there, then
- * `skiff proxy --cleanup` leaving iptables-save as it found it.
+ * `skiff proxy --cleanup` leaving iptables-save and the nftables ruleset as
+ * it found them. In both proxy modes, and a start in the other mode removes
+ * the first one's rules.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -26,7 +28,7 @@ r.setServers([process.env.SERVER]);
 r[process.env.METHOD || 'resolve4'](process.env.NAME).then((a) => process.stdout.write(JSON.stringify(a)), (e) => process.stdout.write(JSON.stringify(e.code)));
 `;
 
-describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
+describe.skipIf(!isRoot).each(['iptables', 'nftables'] as const)('skiff proxy (standalone process) in %s mode', (mode) => {
   const ns = new TestNetns();
   const client = new TestNetns();
   let dir = '';
@@ -46,7 +48,40 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
       .split('\n')
       .filter((l) => !l.startsWith('#'))
       .map((l) => l.replace(/\[\d+:\d+\]$/, ''))
-      .join('\n');
+      .join('\n') + inNs(['nft', 'list', 'ruleset']).stdout.split('\ntable ').filter((t) => t.includes('kube-proxy')).join('\n');
+  /** The rules of this file's mode, as text. */
+  const rules = () => (mode === 'iptables' ? inNs(['iptables-save', '-t', 'nat']).stdout + inNs(['iptables-save', '-t', 'filter']).stdout : inNs(['nft', 'list', 'ruleset']).stdout);
+  const startProxy = (m: string, kubeletPort: number) => {
+    const child = spawn(
+      'nsenter',
+      [
+        `--net=${ns.path}`,
+        process.execPath,
+        bin,
+        'proxy',
+        '--proxy-mode',
+        m,
+        '--manifests',
+        path.join(dir, 'manifests'),
+        '--kubelet',
+        `http://127.0.0.1:${kubeletPort}`,
+        '--pod-cidr',
+        '10.244.0.0/24',
+        '--min-sync-period',
+        '100ms',
+        '--dns-port',
+        String(dnsPort),
+        '--resolv-conf',
+        path.join(dir, 'resolv.conf'),
+        '--metrics-address',
+        '',
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    child.stderr!.on('data', (c) => (logs += c));
+    return child;
+  };
+  let kubeletPort = 0;
 
   beforeAll(async () => {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-proxy-cli-'));
@@ -68,7 +103,7 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
       for (const p of pods) res.write(JSON.stringify({ type: 'ADDED', object: p }) + '\n');
       watchers.push(res);
     });
-    const kubeletPort = await freePort();
+    kubeletPort = await freePort();
     await new Promise<void>((r) => kubelet.listen(kubeletPort, '127.0.0.1', r));
     await ns.bridgePort(kubeletPort, dir);
     await fs.mkdir(path.join(dir, 'manifests'));
@@ -81,31 +116,7 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
     // which it must skip (never the host's /etc/resolv.conf: nothing leaves this machine).
     dnsPort = 53;
     await fs.writeFile(path.join(dir, 'resolv.conf'), 'nameserver 10.244.0.1\n');
-    proxy = spawn(
-      'nsenter',
-      [
-        `--net=${ns.path}`,
-        process.execPath,
-        bin,
-        'proxy',
-        '--manifests',
-        path.join(dir, 'manifests'),
-        '--kubelet',
-        `http://127.0.0.1:${kubeletPort}`,
-        '--pod-cidr',
-        '10.244.0.0/24',
-        '--min-sync-period',
-        '100ms',
-        '--dns-port',
-        String(dnsPort),
-        '--resolv-conf',
-        path.join(dir, 'resolv.conf'),
-        '--metrics-address',
-        '',
-      ],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
-    );
-    proxy.stderr!.on('data', (c) => (logs += c));
+    proxy = startProxy(mode, kubeletPort);
   });
 
   afterAll(async () => {
@@ -124,11 +135,16 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
   });
 
   it('programs a Service from the manifest directory with the pods from the watch, and a pod resolves its name', async () => {
-    await waitFor('the Service\'s rules', async () => inNs(['iptables-save', '-t', 'nat']).stdout.includes('--to-destination 10.244.0.11:8080'), 20_000).catch((err) => {
+    const dnat = mode === 'iptables' ? '--to-destination 10.244.0.11:8080' : 'dnat to 10.244.0.11:8080';
+    await waitFor('the Service\'s rules', async () => rules().includes(dnat), 20_000).catch((err) => {
       throw new Error(`${err}\n${logs}`);
     });
-    const nat = inNs(['iptables-save', '-t', 'nat']).stdout;
-    expect(nat).toContain('-A KUBE-SERVICES -d 10.96.0.20/32 -p tcp -m comment --comment "demo/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-');
+    if (mode === 'iptables') {
+      expect(rules()).toContain('-A KUBE-SERVICES -d 10.96.0.20/32 -p tcp -m comment --comment "demo/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-');
+    } else {
+      expect(rules()).toMatch(/10\.96\.0\.20 \. tcp \. 80 : goto service-[A-Z2-7]{8}-demo\/web\/tcp\/http/);
+      expect(inNs(['iptables-save', '-t', 'nat']).stdout).not.toContain('KUBE-');
+    }
     // From a pod, at the pod network's gateway (the default --dns-address); headless too.
     const resolve = (name: string, method = 'resolve4') =>
       JSON.parse(
@@ -158,16 +174,26 @@ describe.skipIf(!isRoot)('skiff proxy (standalone process)', () => {
   it('follows the watch and the directory: an unready pod and a removed manifest take the rules away', async () => {
     const unready = pod('web-1', { ns: 'demo', ip: '10.244.0.11', ready: false });
     for (const w of watchers) w.write(JSON.stringify({ type: 'MODIFIED', object: unready }) + '\n');
-    await waitFor('the endpoint gone', async () => inNs(['iptables-save', '-t', 'filter']).stdout.includes('"demo/web:http has no endpoints"'), 20_000);
+    const refused = mode === 'iptables' ? '"demo/web:http has no endpoints"' : '10.96.0.20 . tcp . 80 comment "demo/web:http" : goto reject-chain';
+    await waitFor('the endpoint gone', async () => rules().includes(refused), 20_000);
     await fs.rm(path.join(dir, 'manifests', 'web.yaml'));
     await waitFor('the Service gone', async () => !save().includes('demo/web'), 20_000);
   });
 
-  it('--cleanup leaves iptables-save as it was before the proxy ran', async () => {
+  it('a start in the other mode removes this mode\'s rules; --cleanup leaves the rules as they were before the proxy ran', async () => {
     proxy!.kill('SIGTERM');
     const code = await new Promise<number | null>((r) => proxy!.once('exit', (c) => r(c)));
     expect(code).toBe(0);
     expect(save()).not.toBe(before); // the rules stay when the proxy stops
+    const hasIptables = () => inNs(['iptables-save', '-t', 'nat']).stdout.includes(':KUBE-SERVICES');
+    const hasNft = () => inNs(['nft', 'list', 'tables']).stdout.includes('table ip kube-proxy');
+    expect(mode === 'iptables' ? hasIptables() : hasNft()).toBe(true);
+    proxy = startProxy(mode === 'iptables' ? 'nftables' : 'iptables', kubeletPort);
+    await waitFor('the other mode in place of this one', async () => (mode === 'iptables' ? hasNft() && !hasIptables() : hasIptables() && !hasNft()), 20_000).catch((err) => {
+      throw new Error(`${err}\n${logs}`);
+    });
+    proxy.kill('SIGTERM');
+    expect(await new Promise<number | null>((r) => proxy!.once('exit', (c) => r(c)))).toBe(0);
     const r = spawnSync('nsenter', [`--net=${ns.path}`, process.execPath, bin, 'proxy', '--cleanup'], { encoding: 'utf8' });
     expect(r.status).toBe(0);
     expect(save()).toBe(before);

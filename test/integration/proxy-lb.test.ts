@@ -1,5 +1,5 @@
 /**
- * LoadBalancer Services with real iptables and real packets, inside network
+ * LoadBalancer Services (and externalIPs) in both proxy modes with real packets, inside network
  * namespaces this file creates: a "node" namespace with a pod bridge
  * (10.244.0.1) and one serving pod, and an "outside" namespace on a second
  * link of the node (the node is 192.168.77.1 there, the address ServiceLB
@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log.js';
 import { ServiceHealthServer } from '../../src/proxy/health-check.js';
 import { processRunner } from '../../src/proxy/iptables.js';
-import { Proxier } from '../../src/proxy/proxier.js';
+import { Proxier, PROXY_MODES } from '../../src/proxy/proxier.js';
 import { MemoryPodSource, MemoryServiceSource } from '../../src/proxy/sources.js';
 import { TestNetns } from '../helpers/netns.js';
 import { pod, serviceObject } from '../helpers/proxy-fixtures.js';
@@ -49,7 +49,7 @@ const ALLOWED = '192.168.77.2';
 const OTHER = '192.168.77.3';
 const POD_IP = '10.244.0.11';
 
-describe.skipIf(!isRoot)('LoadBalancer Services with real iptables', () => {
+describe.skipIf(!isRoot).each(PROXY_MODES)('LoadBalancer Services in %s mode', (mode) => {
   const node = new TestNetns();
   const p1 = new TestNetns();
   const outside = new TestNetns();
@@ -115,7 +115,7 @@ describe.skipIf(!isRoot)('LoadBalancer Services with real iptables', () => {
       await new Promise((r) => setTimeout(r, 100));
     }
     pods.set(pod('p1', { ns: 'demo', ip: POD_IP, labels: { app: 'web' } }));
-    proxier = new Proxier({ services, pods, podCidr: '10.244.0.0/24', run: processRunner(['nsenter', `--net=${node.path}`]), log: silentLogger, healthChecks: health });
+    proxier = new Proxier({ mode, services, pods, podCidr: '10.244.0.0/24', run: processRunner(['nsenter', `--net=${node.path}`]), log: silentLogger, healthChecks: health });
   });
 
   afterAll(async () => {
@@ -138,6 +138,13 @@ describe.skipIf(!isRoot)('LoadBalancer Services with real iptables', () => {
     expect(await connect(outside, NODE_IP, 80, ALLOWED)).toMatch(/^p1 /);
     // The cluster IP is not behind the firewall: pods and the node reach it.
     expect(await connect(node, '10.96.0.20', 80)).toMatch(/^p1 /);
+    if (mode === 'nftables') {
+      const table = sh(['nsenter', `--net=${node.path}`, 'nft', 'list', 'table', 'ip', 'kube-proxy']);
+      expect(table).toMatch(/192\.168\.77\.1 \. tcp \. 80 comment "demo\/web" : goto firewall-\S+-demo\/web\/tcp\//);
+      expect(table).toMatch(/ip saddr != 192\.168\.77\.2 drop/);
+      expect(table).not.toMatch(/map service-nodeports \{[^}]*elements/);
+      return;
+    }
     const nat = sh(['nsenter', `--net=${node.path}`, 'iptables-save', '-t', 'nat']);
     expect(nat).not.toMatch(/-A KUBE-NODEPORTS .*demo\/web/);
     expect(nat).toMatch(/-A KUBE-SERVICES -d 192.168.77.1\/32 -p tcp -m comment --comment "demo\/web loadbalancer IP" -m tcp --dport 80 -j KUBE-FW-/);
@@ -157,6 +164,20 @@ describe.skipIf(!isRoot)('LoadBalancer Services with real iptables', () => {
     await proxier.syncNow();
     expect(await connect(outside, NODE_IP, 30090, OTHER)).toMatch(/^p1 /);
     expect(await connect(outside, NODE_IP, 80, OTHER)).toMatch(/^ERR ECONNREFUSED/);
+  });
+
+  it('externalIPs (issue 28): answered for outside clients on an address routed to the node, masqueraded; Local keeps the client address; none without endpoints', async () => {
+    services.set(serviceObject('demo', 'ext', { clusterIP: '10.96.0.22', selector: { app: 'web' }, externalIPs: [NODE_IP], ports: [{ port: 81, targetPort: 8080 }] }));
+    await proxier.syncNow();
+    expect(await connect(outside, NODE_IP, 81, OTHER)).toBe(`p1 10.244.0.1`);
+    services.set(serviceObject('demo', 'ext', { clusterIP: '10.96.0.22', selector: { app: 'web' }, externalIPs: [NODE_IP], externalTrafficPolicy: 'Local', ports: [{ port: 81, targetPort: 8080 }] }));
+    await proxier.syncNow();
+    expect(await connect(outside, NODE_IP, 81, OTHER)).toBe(`p1 ${OTHER}`);
+    services.set(serviceObject('demo', 'ext', { clusterIP: '10.96.0.22', selector: { app: 'none' }, externalIPs: [NODE_IP], ports: [{ port: 81, targetPort: 8080 }] }));
+    await proxier.syncNow();
+    expect(await connect(outside, NODE_IP, 81, OTHER)).toMatch(/^ERR ECONNREFUSED/);
+    services.delete('demo', 'ext');
+    await proxier.syncNow();
   });
 
   it('externalTrafficPolicy Local: the health-check node port says 200 with local endpoints and 503 without, as kube-proxy', async () => {

@@ -1,5 +1,5 @@
 /**
- * The service proxy with real iptables, inside network namespaces this file
+ * The service proxy in both modes (real iptables, real nftables), inside network namespaces this file
  * creates: a "node" namespace with a bridge (the pod network's gateway is
  * 10.244.0.1) and three "pod" namespaces on it, two serving TCP and UDP and
  * one acting as the client. The proxier runs in this process and programs
@@ -10,7 +10,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log.js';
 import { processRunner } from '../../src/proxy/iptables.js';
-import { Proxier } from '../../src/proxy/proxier.js';
+import { Proxier, PROXY_MODES } from '../../src/proxy/proxier.js';
 import { MemoryPodSource, MemoryServiceSource } from '../../src/proxy/sources.js';
 import { TestNetns } from '../helpers/netns.js';
 import { pod, serviceObject } from '../helpers/proxy-fixtures.js';
@@ -64,7 +64,7 @@ function sh(argv: string[]): string {
 
 const POD_IPS = { p1: '10.244.0.11', p2: '10.244.0.12', client: '10.244.0.13' } as const;
 
-describe.skipIf(!isRoot)('service proxy with real iptables', () => {
+describe.skipIf(!isRoot).each(PROXY_MODES)('service proxy in %s mode', (mode) => {
   const node = new TestNetns();
   const pods: Record<keyof typeof POD_IPS, TestNetns> = { p1: new TestNetns(), p2: new TestNetns(), client: new TestNetns() };
   const servers: ChildProcess[] = [];
@@ -73,6 +73,7 @@ describe.skipIf(!isRoot)('service proxy with real iptables', () => {
   let proxier: Proxier;
   let before = '';
 
+  /** Both modes' rules: iptables-save of filter and nat, then the nftables ruleset (without iptables-nft's own tables). */
   const save = () =>
     ['filter', 'nat']
       .map((t) => sh(['nsenter', `--net=${node.path}`, 'iptables-save', '-t', t]))
@@ -80,7 +81,9 @@ describe.skipIf(!isRoot)('service proxy with real iptables', () => {
       .split('\n')
       .filter((l) => !l.startsWith('#'))
       .map((l) => l.replace(/\[\d+:\d+\]$/, ''))
-      .join('\n');
+      .join('\n') + nftTables();
+  const nftTables = () => sh(['nsenter', `--net=${node.path}`, 'nft', 'list', 'tables']).split('\n').filter((l) => l && !/ (filter|nat)$/.test(l)).join('\n');
+  const nftList = () => sh(['nsenter', `--net=${node.path}`, 'nft', 'list', 'table', 'ip', 'kube-proxy']);
 
   /** Runs `count` connections (or datagrams) from a pod namespace; returns what each got back. */
   async function client(from: TestNetns, proto: 'tcp' | 'udp', host: string, port: number, count: number, sport?: number): Promise<string[]> {
@@ -144,6 +147,7 @@ describe.skipIf(!isRoot)('service proxy with real iptables', () => {
     proxier = new Proxier({
       services,
       pods: podSource,
+      mode,
       podCidr: '10.244.0.0/24',
       // Full syncs split into several restores, as at scale.
       portsPerRestore: 2,
@@ -237,18 +241,22 @@ describe.skipIf(!isRoot)('service proxy with real iptables', () => {
     expect(await client(pods.client, 'udp', '10.96.0.14', 53, 2, 40053)).toEqual(['p2 10.244.0.13', 'p2 10.244.0.13']);
   });
 
-  it('a deleted Service loses its chains; cleanup leaves iptables-save exactly as before', async () => {
-    const chains = () => sh(['nsenter', `--net=${node.path}`, 'iptables-save', '-t', 'nat']).match(/^:KUBE-(SVC|SEP|EXT)-\S+/gm) ?? [];
+  it('a deleted Service loses its chains; cleanup leaves the rules exactly as before', async () => {
+    const chains = () =>
+      mode === 'iptables' ? (sh(['nsenter', `--net=${node.path}`, 'iptables-save', '-t', 'nat']).match(/^:KUBE-(SVC|SEP|EXT)-\S+/gm) ?? []) : (nftList().match(/^\tchain \S+\//gm) ?? []);
+    if (mode === 'nftables') expect(sh(['nsenter', `--net=${node.path}`, 'iptables-save', '-t', 'nat'])).not.toContain('KUBE-');
     const withAll = chains().length;
     services.delete('demo', 'web');
     await proxier.syncNow();
     expect(chains().length).toBeLessThan(withAll);
     // The partial syncs so far left exactly the rules a full sync writes (in another order:
     // partial syncs insert at the top of KUBE-SERVICES), and a full sync adds no second copy of the jumps.
-    const sorted = (t: string) => t.split('\n').sort().join('\n');
-    const once = save();
+    // (nft lists a map's elements in hash order: each element is a line here.)
+    // An affinity entry's remaining time is not a rule: the entry itself must survive the full sync.
+    const sorted = (t: string) => t.replace(/ expires \S+/g, '').split(/[\n,{}]/).map((l) => l.trim()).filter(Boolean).sort().join('\n');
+    const once = save() + (mode === 'nftables' ? nftList() : '');
     await proxier.syncNow(true);
-    expect(sorted(save())).toBe(sorted(once));
+    expect(sorted(save() + (mode === 'nftables' ? nftList() : ''))).toBe(sorted(once));
     await proxier.stop();
     await proxier.cleanup();
     expect(save()).toBe(before);

@@ -82,7 +82,7 @@ describe('flag tables in docs/ match --help', () => {
     const kubelet = await docFlags('docs/node.md', '## `skiff node` and `skiff kubelet`');
     expect(kubelet.table.sort()).toEqual((await helpFlags(['kubelet', '--help'], 'Flags for "skiff kubelet" (the node agent alone, against skiff, containerd or CRI-O):')).sort());
     const proxy = await docFlags('docs/proxy.md', '# The service proxy and service DNS: `skiff proxy`');
-    expect(proxy.table.sort()).toEqual((await helpFlags(['proxy', '--help'], 'Flags for "skiff proxy" (Services to iptables rules in kube-proxy\'s layout, and service DNS):')).sort());
+    expect(proxy.table.sort()).toEqual((await helpFlags(['proxy', '--help'], 'Flags for "skiff proxy" (Services to iptables or nftables rules in kube-proxy\'s layouts, and service DNS):')).sort());
   });
 
   it('refuses a pod CIDR the bridge could not use before starting anything', async () => {

@@ -104,6 +104,15 @@ describe('rendered rules (golden)', () => {
     expect(render(port({ loadBalancerIPs: ['192.0.2.10'] }), [])).toMatch(/-A KUBE-EXTERNAL-SERVICES -m comment --comment "ns1\/web:http has no endpoints" -m tcp -p tcp -d 192.0.2.10 --dport 80 -j REJECT/);
   });
 
+  it('externalIPs lead to the EXT chain, and REJECT (or DROP under a Local policy) without endpoints for them', () => {
+    const text = render(port({ externalIPs: ['192.0.2.20'] }), eps('10.88.0.2'));
+    expect(text).toContain('-A KUBE-SERVICES -m comment --comment "ns1/web:http external IP" -m tcp -p tcp -d 192.0.2.20 --dport 80 -j KUBE-EXT-');
+    expect(text).toMatch(/-A KUBE-EXT-\S+ -m comment --comment "masquerade traffic for ns1\/web:http external destinations" -j KUBE-MARK-MASQ/);
+    expect(render(port({ externalIPs: ['192.0.2.20'] }), [])).toContain('-A KUBE-EXTERNAL-SERVICES -m comment --comment "ns1/web:http has no endpoints" -m tcp -p tcp -d 192.0.2.20 --dport 80 -j REJECT');
+    const remote = [{ ip: '10.88.0.9', port: 8080, pod: 'ns1/far', local: false }];
+    expect(render(port({ externalIPs: ['192.0.2.20'], externalLocal: true }), remote)).toContain('-A KUBE-EXTERNAL-SERVICES -m comment --comment "ns1/web:http has no local endpoints" -m tcp -p tcp -d 192.0.2.20 --dport 80 -j DROP');
+  });
+
   it('externalTrafficPolicy and internalTrafficPolicy Local use the SVL chain', () => {
     const text = render(port({ nodePort: 30081, externalLocal: true, internalLocal: true }), eps('10.88.0.2'));
     golden('local-policies', text);
