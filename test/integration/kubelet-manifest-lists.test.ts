@@ -124,7 +124,6 @@ metadata: {name: app}
     expect(skipped.map((x) => [x.line, x.object, x.reason])).toEqual([
       [1, 'ClusterRole/default/reader', 'skipped: ClusterRole — RBAC is not enforced on this node'],
       [6, 'Ingress/default/web', 'skipped: Ingress — no ingress controller on this node'],
-      [11, 'NetworkPolicy/default/deny', 'skipped: NetworkPolicy — network policies are not enforced on this node yet'],
       [16, 'HorizontalPodAutoscaler/default/web', 'skipped: HorizontalPodAutoscaler — no autoscaler runs on this node (nor a metrics server)'],
       [21, 'CustomResourceDefinition/default/widgets.example.com', 'skipped: CustomResourceDefinition — custom resource definitions are not served by this node'],
     ]);
