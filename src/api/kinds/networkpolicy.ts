@@ -21,6 +21,12 @@ const typeInvalid = (field: string, what: string): Cause => ({ reason: 'FieldVal
 
 function selectorCauses(sel: unknown, field: string): Cause[] {
   if (!isObj(sel)) return [typeInvalid(field, 'a label selector')];
+  if (Array.isArray(sel.matchExpressions)) {
+    for (const [i, e] of sel.matchExpressions.entries()) {
+      const op = isObj(e) ? e.operator : undefined;
+      if (!['In', 'NotIn', 'Exists', 'DoesNotExist'].includes(op as string)) return [invalid(`${field}.matchExpressions[${i}].operator`, op, 'not a valid selector operator')];
+    }
+  }
   try {
     parseLabelSelector(selectorString(sel));
     return [];
