@@ -20,6 +20,7 @@ const ROOTS = [
   'batch/v1.Job', 'batch/v1.CronJob', 'coordination/v1.Lease', 'events/v1.Event', 'discovery/v1.EndpointSlice',
   'policy/v1.PodDisruptionBudget', 'policy/v1.Eviction', 'autoscaling/v1.Scale', 'authentication/v1.SelfSubjectReview',
   'meta/v1.DeleteOptions', 'core/v1.PersistentVolumeClaim', 'core/v1.PersistentVolume', 'storage/v1.StorageClass',
+  'networking/v1.NetworkPolicy',
 ];
 
 /** Messages the decoder reads by hand (their JSON form is not their fields). */

@@ -4,7 +4,8 @@
  * allow by pod label, by namespace label, by CIDR with an exception, by
  * named port, through a Service's cluster IP (judged at the backend pod),
  * default-deny egress with service DNS allowed only by a policy, and a
- * policy's removal seen by the next connection. The node itself still
+ * policy's removal seen by the next connection, a new pod fenced before
+ * its first container runs. The node itself still
  * reaches a fenced pod (its readiness probe keeps it Ready).
  */
 import type { Pod, Service } from 'kubernetes-types/core/v1.js';
@@ -165,6 +166,23 @@ describe.skipIf(!isRoot)('NetworkPolicy on a real skiff node, with real packets 
     for (const n of ['client-egress', 'client-dns']) await node.kubectlOk(['delete', 'netpol', n]);
     await expectReach('client', ips.server!, 8080, true);
   }, 180_000);
+
+  it('fences a new pod before its first container runs: its very first connection is judged', async () => {
+    await apply(policy('early-out', '{podSelector: {matchLabels: {app: early}}, policyTypes: [Egress]}'));
+    // Written while the policy is already in force; the container tries at once, before the API shows its IP.
+    await apply(pod('early', 'default', '{app: early}', `if timeout 2 wget -q -O- http://${ips.server}:8080/ >/dev/null; then echo LEAKED; else echo FENCED; fi; sleep 100000`));
+    const log = await waitFor('the early pod to log its first attempt', async () => {
+      const r = await node.kubectl(['logs', 'early']);
+      return /LEAKED|FENCED/.test(r.stdout) ? r.stdout : undefined;
+    }, 90_000);
+    // (busybox's shell may add "Terminated" for the wget that timeout stopped)
+    expect(log).toContain('FENCED');
+    expect(log).not.toContain('LEAKED');
+    // And the same pod reaches the server once the policy is gone: the first try failed for the policy alone.
+    await node.kubectlOk(['delete', 'netpol', 'early-out']);
+    await expectReach('early', ips.server!, 8080, true);
+    await node.kubectlOk(['delete', 'pod', 'early', '--wait=false']);
+  }, 150_000);
 
   it('refuses policies the API server refuses, with its messages', async () => {
     const r = await node.kubectl(['apply', '-f', '-'], {

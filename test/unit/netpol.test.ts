@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/api/errors.js';
 import { nodeKinds } from '../../src/api/kinds/index.js';
 import { Store } from '../../src/api/store.js';
+import { decodeProtobuf } from '../../src/api/protobuf.js';
 import { toTable } from '../../src/api/table.js';
 import type { Obj } from '../../src/api/types.js';
 import { NftApplier } from '../../src/netpol/apply.js';
@@ -257,6 +258,24 @@ describe('the NetworkPolicy kind', () => {
     expect(error(() => create('h', { podSelector: {}, ingress: [{ ports: [{ port: 'Not_A_Name' }] }] }))).toContain('spec.ingress[0].ports[0].port: Invalid value: "Not_A_Name"');
     expect(error(() => create('i', { podSelector: {}, ingress: [{ ports: [{ port: 70000 }] }] }))).toContain('spec.ingress[0].ports[0].port: Invalid value: 70000: must be between 1 and 65535, inclusive');
     expect(error(() => create('j', { podSelector: { matchExpressions: [{ key: 'a', operator: 'Near' }] } }))).toContain('spec.podSelector.matchExpressions[0].operator: Invalid value: "Near": not a valid selector operator');
+  });
+
+  it('decodes a protobuf body (networking/v1 field numbers)', () => {
+    const lenDelim = (no: number, b: Buffer) => Buffer.concat([Buffer.from([(no << 3) | 2, b.length]), b]);
+    const str = (no: number, t: string) => lenDelim(no, Buffer.from(t));
+    const varint = (no: number, n: number) => Buffer.from([(no << 3) | 0, n]);
+    // NetworkPolicy{metadata{name:"pb"}, spec{ingress[{ports[{protocol:"UDP", port:{intVal:53}, endPort:60}], from[{ipBlock{cidr:"10.0.0.0/8", except:["10.1.0.0/16"]}}]}], policyTypes:["Ingress"]}}
+    const port = Buffer.concat([str(1, 'UDP'), lenDelim(2, varint(2, 53)), varint(3, 60)]);
+    const peer = lenDelim(3, Buffer.concat([str(1, '10.0.0.0/8'), str(2, '10.1.0.0/16')]));
+    const spec = Buffer.concat([lenDelim(2, Buffer.concat([lenDelim(1, port), lenDelim(2, peer)])), str(4, 'Ingress')]);
+    const body = Buffer.concat([lenDelim(1, str(1, 'pb')), lenDelim(2, spec)]);
+    const unknown = Buffer.concat([lenDelim(1, Buffer.concat([str(1, 'networking.k8s.io/v1'), str(2, 'NetworkPolicy')])), lenDelim(2, body)]);
+    expect(decodeProtobuf(Buffer.concat([Buffer.from([0x6b, 0x38, 0x73, 0x00]), unknown]))).toEqual({
+      apiVersion: 'networking.k8s.io/v1',
+      kind: 'NetworkPolicy',
+      metadata: { name: 'pb' },
+      spec: { ingress: [{ ports: [{ protocol: 'UDP', port: 53, endPort: 60 }], from: [{ ipBlock: { cidr: '10.0.0.0/8', except: ['10.1.0.0/16'] } }] }], policyTypes: ['Ingress'] },
+    });
   });
 
   it("shows kubectl get netpol's columns", () => {

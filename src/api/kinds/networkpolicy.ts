@@ -160,7 +160,6 @@ export const networkPolicyKind: Kind = {
       ingress: { list: { from: { list: { podSelector: 'map', namespaceSelector: 'map', ipBlock: { cidr: true, except: true } } }, ports: { list: { protocol: true, port: true, endPort: true } } } },
       egress: { list: { to: { list: { podSelector: 'map', namespaceSelector: 'map', ipBlock: { cidr: true, except: true } } }, ports: { list: { protocol: true, port: true, endPort: true } } } },
     },
-    status: 'map',
   },
   columns: [
     nameColumn,
