@@ -2,12 +2,14 @@
  * NetworkPolicy on a real `skiff node`, with real kubectl and real packets
  * between its pods (busybox wget and nslookup inside them): default deny,
  * allow by pod label, by namespace label, by CIDR with an exception, by
- * named port, through a Service's cluster IP (judged at the backend pod),
+ * named port, a label change, through a Service's cluster IP and from
+ * another host through its node port (judged at the backend pod),
  * default-deny egress with service DNS allowed only by a policy, and a
  * policy's removal seen by the next connection, a new pod fenced before
  * its first container runs. The node itself still
  * reaches a fenced pod (its readiness probe keeps it Ready).
  */
+import { spawnSync } from 'node:child_process';
 import type { Pod, Service } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { isRoot } from '../helpers/env.js';
@@ -55,6 +57,7 @@ apiVersion: v1
 kind: Service
 metadata: {name: server}
 spec:
+  type: NodePort
   selector: {app: server}
   ports: [{name: web, port: 80, targetPort: http}]
 `;
@@ -116,6 +119,11 @@ describe.skipIf(!isRoot)('NetworkPolicy on a real skiff node, with real packets 
     expect(await reach('stranger', ips.server!, 8080)).toBe(false);
     // A pod selector alone is the policy's namespace: the same labels elsewhere do not count.
     expect(await reach('team-a/friend', ips.server!, 8080)).toBe(false);
+    // A label change moves a pod in and out of a peer's set.
+    await node.kubectlOk(['label', 'pod', 'stranger', 'role=client', '--overwrite']);
+    await expectReach('stranger', ips.server!, 8080, true);
+    await node.kubectlOk(['label', 'pod', 'stranger', 'role=stranger', '--overwrite']);
+    await expectReach('stranger', ips.server!, 8080, false);
   }, 120_000);
 
   it('judges a connection to the Service cluster IP at the backend pod', async () => {
@@ -182,6 +190,37 @@ describe.skipIf(!isRoot)('NetworkPolicy on a real skiff node, with real packets 
     await node.kubectlOk(['delete', 'netpol', 'early-out']);
     await expectReach('early', ips.server!, 8080, true);
     await node.kubectlOk(['delete', 'pod', 'early', '--wait=false']);
+  }, 150_000);
+
+  it('judges a connection from another host to the node port at the backend pod, by its source address', async () => {
+    const svc = await node.getJson<Service>(['svc', 'server']);
+    const nodePort = svc.spec!.ports![0]!.nodePort!;
+    // Another host on the node's network: the far end of eth0's veth, moved into a namespace of its own.
+    const outside = `skiff-np-out-${process.pid}`;
+    const ip = (...args: string[]) => {
+      const r = spawnSync('ip', args, { encoding: 'utf8' });
+      if (r.status !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr}`);
+    };
+    const get = () => spawnSync('ip', ['netns', 'exec', outside, 'timeout', '3', 'busybox', 'wget', '-q', '-O-', `http://192.0.2.10:${nodePort}/`], { encoding: 'utf8' }).stdout.includes('server-pod');
+    ip('netns', 'add', outside);
+    try {
+      ip('-n', node.ns.name, 'link', 'set', 'eth0-peer', 'netns', outside);
+      ip('-n', outside, 'addr', 'add', '192.0.2.20/24', 'dev', 'eth0-peer');
+      ip('-n', outside, 'link', 'set', 'eth0-peer', 'up');
+      await waitFor('the node port from the other host', async () => get(), 30_000);
+      await apply(policy('deny-server', '{podSelector: {matchLabels: {app: server}}}'));
+      await apply(policy('from-net', '{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{ipBlock: {cidr: 192.0.2.0/24, except: [192.0.2.20/32]}}]}]}'));
+      await waitFor('the other host to be blocked', async () => !get(), 30_000);
+      await apply(policy('from-net', '{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{ipBlock: {cidr: 192.0.2.0/24}}]}]}'));
+      await waitFor('the other host to be allowed', async () => get(), 30_000);
+      // Pods are not in 192.0.2.0/24: still fenced.
+      expect(await reach('client', ips.server!, 8080)).toBe(false);
+    } finally {
+      spawnSync('ip', ['-n', outside, 'link', 'set', 'eth0-peer', 'netns', node.ns.name]);
+      spawnSync('ip', ['-n', node.ns.name, 'link', 'set', 'eth0-peer', 'up']);
+      spawnSync('ip', ['netns', 'del', outside]);
+      for (const n of ['deny-server', 'from-net']) await node.kubectl(['delete', 'netpol', n, '--ignore-not-found']);
+    }
   }, 150_000);
 
   it('refuses policies the API server refuses, with its messages', async () => {
