@@ -6,30 +6,40 @@
  */
 import { SkiffError } from '../errors.js';
 import type { Runner } from '../sys/run.js';
+import type { Model } from './model.js';
 import { renderCleanup } from './render.js';
 
 const NFT_TIMEOUT_MS = 30_000;
 
+/** What to write: `text` (empty: nothing to do), the model it puts in force, and the whole table should `text` be a delta that fails. */
+export interface Write {
+  text: string;
+  model: Model | undefined;
+  full?: () => string;
+}
+
 export class NftApplier {
   private running: Promise<void> | undefined;
-  private next: { text: () => string; done: Promise<void>; resolve: () => void; reject: (e: unknown) => void } | undefined;
+  private next: { render: (applied: Model | undefined) => Write; done: Promise<void>; resolve: () => void; reject: (e: unknown) => void } | undefined;
+  /** The model in the kernel, after the last write that worked; undefined after a failure (write whole next time). */
+  private applied: Model | undefined;
 
   constructor(private readonly runner: Runner, private readonly nft = 'nft') {}
 
   /**
-   * Applies the text `render` gives when the write starts (so a burst of
-   * changes is one write of the last state); resolves once rules at least
-   * that new are in the kernel.
+   * Applies what `render` gives when the write starts (so a burst of
+   * changes is one write of the last state), given the model in force;
+   * resolves once rules at least that new are in the kernel.
    */
-  apply(render: () => string): Promise<void> {
+  apply(render: (applied: Model | undefined) => Write): Promise<void> {
     if (this.next) {
-      this.next.text = render;
+      this.next.render = render;
       return this.next.done;
     }
     let resolve!: () => void;
     let reject!: (e: unknown) => void;
     const done = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
-    this.next = { text: render, done, resolve, reject };
+    this.next = { render, done, resolve, reject };
     void this.drain();
     return done;
   }
@@ -39,10 +49,23 @@ export class NftApplier {
     while (this.next) {
       const job = this.next;
       this.next = undefined;
-      this.running = this.write(job.text()).then(job.resolve, job.reject);
+      this.running = this.writeJob(job.render).then(job.resolve, job.reject);
       await this.running;
       this.running = undefined;
     }
+  }
+
+  private async writeJob(render: (applied: Model | undefined) => Write): Promise<void> {
+    const w = render(this.applied);
+    try {
+      if (w.text !== '') await this.write(w.text);
+    } catch (err) {
+      this.applied = undefined;
+      if (!w.full) throw err;
+      // The kernel's table is not what was last written (someone changed it): write it whole.
+      await this.write(w.full());
+    }
+    this.applied = w.model;
   }
 
   private async write(text: string): Promise<void> {
@@ -55,6 +78,6 @@ export class NftApplier {
 
   /** Removes the table. */
   async cleanup(): Promise<void> {
-    await this.write(renderCleanup());
+    await this.apply(() => ({ text: renderCleanup(), model: undefined }));
   }
 }

@@ -88,15 +88,18 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
   const live = pods.filter((p) => net.isIP(p.ip) !== 0);
   const problems: Model['problems'] = [];
 
-  /** The set holding `members`, named once per distinct selection (`key`). */
-  const setOf = (key: string, members: PolicyPod[]): string => {
+  const membersByKey = new Map<string, PolicyPod[]>();
+  /** The set of a selection (`key`) and its pods, chosen (`choose`) once per distinct selection. */
+  const selection = (key: string, choose: () => PolicyPod[]): { set: string; members: PolicyPod[] } => {
     let name = setByKey.get(key);
     if (!name) {
       name = `s${setByKey.size}`;
+      const members = choose();
       setByKey.set(key, name);
+      membersByKey.set(key, members);
       sets.set(name, [...new Set(members.map((p) => p.ip))].sort());
     }
-    return name;
+    return { set: name, members: membersByKey.get(key)! };
   };
 
   const isolated: Record<Direction, Set<string>> = { ingress: new Set(), egress: new Set() };
@@ -108,8 +111,7 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
     const spec = policy.spec;
     if (!spec || typeof spec !== 'object') continue;
     const podSel = asSelector(spec.podSelector);
-    const chosen = live.filter((p) => p.namespace === ns && selectorMatches(podSel, p.labels));
-    const selected = setOf(`pods ${ns} ${JSON.stringify(podSel)}`, chosen);
+    const { set: selected, members: chosen } = selection(`pods ${ns} ${JSON.stringify(podSel)}`, () => live.filter((p) => p.namespace === ns && selectorMatches(podSel, p.labels)));
 
     /** The peers of a rule as model peers, with the pods each stands for (for named ports). */
     const peersOf = (list: NetworkPolicyPeer[] | undefined): Array<{ peer: Peer; pods: PolicyPod[] }> => {
@@ -131,9 +133,9 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
         const ps = asSelector(peer.podSelector);
         const nsSel = peer.namespaceSelector ? asSelector(peer.namespaceSelector) : undefined;
         const inNs = (p: PolicyPod) => (nsSel ? selectorMatches(nsSel, nsLabels.get(p.namespace) ?? { 'kubernetes.io/metadata.name': p.namespace }) : p.namespace === ns);
-        const members = live.filter((p) => inNs(p) && selectorMatches(ps, p.labels));
         const key = nsSel ? `peers ns:${JSON.stringify(nsSel)} pods:${JSON.stringify(ps)}` : `pods ${ns} ${JSON.stringify(ps)}`;
-        out.push({ peer: { kind: 'set', set: setOf(key, members) }, pods: members });
+        const { set, members } = selection(key, () => live.filter((p) => inNs(p) && selectorMatches(ps, p.labels)));
+        out.push({ peer: { kind: 'set', set }, pods: members });
       }
       return out;
     };

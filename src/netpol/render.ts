@@ -103,3 +103,36 @@ export function renderRules(model: Model): string {
 export function renderCleanup(): string {
   return `table inet ${TABLE} {}\ndelete table inet ${TABLE}\n`;
 }
+
+/** What a model's table looks like without its set elements: equal skeletons differ in elements only. */
+function skeleton(model: Model): string {
+  const withV6 = [...model.sets.values()].some((m) => m.some((ip) => net.isIP(ip) === 6));
+  return JSON.stringify({ sets: [...model.sets.keys()], rules: model.rules, withV6 });
+}
+
+/**
+ * The change from `prev` (in force) to `next` as element additions and
+ * deletions only, one transaction; undefined when more than elements
+ * changed (render the whole table then). A label change or a new pod is
+ * usually just this: a few lines instead of every rule.
+ */
+export function renderDelta(prev: Model, next: Model): string | undefined {
+  if (skeleton(prev) !== skeleton(next)) return undefined;
+  const lines: string[] = [];
+  const change = (name: string, before: string[], after: string[]) => {
+    const had = new Set(before);
+    const has = new Set(after);
+    for (const v6 of [false, true]) {
+      const fam = (ip: string) => (net.isIP(ip) === 6) === v6;
+      const gone = before.filter((ip) => fam(ip) && !has.has(ip));
+      const added = after.filter((ip) => fam(ip) && !had.has(ip));
+      const set = `${name}${v6 ? '_v6' : ''}`;
+      if (gone.length > 0) lines.push(`delete element inet ${TABLE} ${set} { ${gone.join(', ')} }`);
+      if (added.length > 0) lines.push(`add element inet ${TABLE} ${set} { ${added.join(', ')} }`);
+    }
+  };
+  for (const [name, after] of next.sets) change(name, prev.sets.get(name) ?? [], after);
+  change('ingress_isolated', prev.isolated.ingress, next.isolated.ingress);
+  change('egress_isolated', prev.isolated.egress, next.isolated.egress);
+  return lines.length > 0 ? `${lines.join('\n')}\n` : '';
+}

@@ -19,8 +19,9 @@ import type { ApiObject } from '../api/types.js';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { NftApplier } from '../netpol/apply.js';
-import { buildModel, type PolicyNamespace, type PolicyPod } from '../netpol/model.js';
-import { renderRules } from '../netpol/render.js';
+import { buildModel, type Model, type PolicyNamespace, type PolicyPod } from '../netpol/model.js';
+import type { Write } from '../netpol/apply.js';
+import { renderCleanup, renderDelta, renderRules } from '../netpol/render.js';
 import { run, type Runner } from '../sys/run.js';
 import type { ControllerEvents } from './controller-events.js';
 import { Informer } from './informer.js';
@@ -139,26 +140,28 @@ export class NetworkPolicyController {
     if (this.stopped) return;
     if (this.policies.list().length === 0) {
       if (!this.written) return;
-      await this.applier.apply(() => this.render()).catch((err) => this.failed(err));
+      await this.applier.apply((applied) => this.render(applied)).catch((err) => this.failed(err));
       return;
     }
-    await this.applier.apply(() => this.render()).catch((err) => {
+    await this.applier.apply((applied) => this.render(applied)).catch((err) => {
       this.failed(err);
       throw err;
     });
   }
 
-  /** The table for the state now; with no policies left, its removal. */
-  private render(): string {
+  /** The write for the state now: the elements that changed since `applied`, or the whole table; with no policies left, its removal. */
+  private render(applied: Model | undefined): Write {
     const { policies, pods, namespaces } = this.inputs();
     if (policies.length === 0) {
       this.written = false;
-      return 'table inet skiff-netpol {}\ndelete table inet skiff-netpol\n';
+      return { text: renderCleanup(), model: undefined };
     }
     const model = buildModel(policies, pods, namespaces);
     for (const p of model.problems) this.o.log.warn('network policy partly not enforced', p);
     this.written = true;
-    return renderRules(model);
+    const full = () => renderRules(model);
+    const delta = applied ? renderDelta(applied, model) : undefined;
+    return delta !== undefined ? { text: delta, model, full } : { text: full(), model };
   }
 
   private failed(err: unknown): void {

@@ -16,7 +16,7 @@ import type { Obj } from '../../src/api/types.js';
 import { NftApplier } from '../../src/netpol/apply.js';
 import { cidrHas, normalizeCidr, strictSubset } from '../../src/netpol/cidr.js';
 import { allows, buildModel, policyTypes, type PolicyNamespace, type PolicyPod, type Protocol } from '../../src/netpol/model.js';
-import { renderRules } from '../../src/netpol/render.js';
+import { renderDelta, renderRules } from '../../src/netpol/render.js';
 import type { RunOptions, RunResult } from '../../src/sys/run.js';
 
 const PODS: PolicyPod[] = [
@@ -203,6 +203,23 @@ table inet skiff-netpol {
   });
 });
 
+describe('a delta', () => {
+  it('is element changes alone when only pods moved in or out of sets, else undefined (write whole)', () => {
+    const policies = [np('web', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ podSelector: { matchLabels: { role: 'client' } } }], ports: [{ port: 80 }] }] })];
+    const before = buildModel(policies, PODS, NAMESPACES);
+    const moved = PODS.map((p) => (p.name === 'web2' ? { ...p, labels: { role: 'client' } } : p));
+    const delta = renderDelta(before, buildModel(policies, moved, NAMESPACES))!;
+    expect(delta.trim().split('\n').sort()).toEqual([
+      'add element inet skiff-netpol s1 { 10.88.0.3 }',
+      'delete element inet skiff-netpol ingress_isolated { 10.88.0.3 }',
+      'delete element inet skiff-netpol s0 { 10.88.0.3 }',
+    ]);
+    expect(renderDelta(before, before)).toBe('');
+    // Another rule: not a delta.
+    expect(renderDelta(before, buildModel([...policies, np('x', { podSelector: {} })], PODS, NAMESPACES))).toBeUndefined();
+  });
+});
+
 describe('the applier', () => {
   it('writes with one nft -f, coalescing a burst into the newest state, and reports a failure', async () => {
     const calls: string[] = [];
@@ -218,14 +235,34 @@ describe('the applier', () => {
       return { code: bad ? 1 : 0, signal: null, stdout: '', stderr: bad ? 'Error: syntax error' : '', timedOut: false };
     };
     const a = new NftApplier(runner);
-    const p1 = a.apply(() => 'one');
-    const p2 = a.apply(() => 'two');
-    const p3 = a.apply(() => 'three');
+    const w = (text: string) => () => ({ text, model: undefined });
+    const p1 = a.apply(w('one'));
+    const p2 = a.apply(w('two'));
+    const p3 = a.apply(w('three'));
     await new Promise((r) => setImmediate(r));
     release();
     await Promise.all([p1, p2, p3]);
     expect(calls).toEqual(['nft -f -\none', 'nft -f -\nthree']);
-    await expect(a.apply(() => 'bad')).rejects.toThrow('nft -f failed (exit 1): Error: syntax error');
+    await expect(a.apply(w('bad'))).rejects.toThrow('nft -f failed (exit 1): Error: syntax error');
+    // A delta that fails is followed by the whole table, in the same apply.
+    calls.length = 0;
+    await a.apply(() => ({ text: 'bad delta', model: undefined, full: () => 'whole' }));
+    expect(calls).toEqual(['nft -f -\nbad delta', 'nft -f -\nwhole']);
+  });
+
+  it('hands the next render the model the last write put in force, and none after a failure', async () => {
+    let fail = false;
+    const runner = async (): Promise<RunResult> => ({ code: fail ? 1 : 0, signal: null, stdout: '', stderr: '', timedOut: false });
+    const a = new NftApplier(runner);
+    const m = buildModel([], PODS, NAMESPACES);
+    const seen: unknown[] = [];
+    await a.apply((applied) => (seen.push(applied), { text: 'x', model: m }));
+    await a.apply((applied) => (seen.push(applied), { text: 'y', model: m }));
+    fail = true;
+    await a.apply((applied) => (seen.push(applied), { text: 'z', model: m })).catch(() => undefined);
+    fail = false;
+    await a.apply((applied) => (seen.push(applied), { text: 'w', model: m }));
+    expect(seen).toEqual([undefined, m, m, undefined]);
   });
 });
 

@@ -2,7 +2,7 @@
  * The node's NetworkPolicy controller over a real API store (localClient),
  * with nft as a recording fake: nothing is written while no policy exists;
  * a policy, a pod's address, a label or a namespace's label changing writes
- * the table again; the agent's hook has a pod's address in the rules before
+ * the table again (only the set elements that changed, when nothing else did); the agent's hook has a pod's address in the rules before
  * the API shows it; a failed write is a Warning event on the policy; the
  * last policy gone removes the table.
  */
@@ -74,7 +74,9 @@ describe('NetworkPolicyController', () => {
     const pod = await client.get('pods', 'default', 'web');
     await client.update('pods', 'default', 'web', { ...pod, metadata: { ...pod.metadata, labels: { app: 'other' } } });
     await settle(controller);
-    expect(last(writes)).toContain('set ingress_isolated {\n    type ipv4_addr\n  }');
+    // Only an element changed: a delta, not the whole table.
+    expect(last(writes)).toContain('delete element inet skiff-netpol ingress_isolated { 10.88.0.2 }');
+    expect(last(writes)).not.toContain('chain');
 
     await client.delete(POLICIES, 'default', 'deny');
     await settle(controller);
@@ -97,7 +99,7 @@ describe('NetworkPolicyController', () => {
     const ns = await client.get('namespaces', '', 'team-a');
     await client.update('namespaces', '', 'team-a', { ...ns, metadata: { ...ns.metadata, labels: { ...ns.metadata.labels, team: 'a' } } });
     await settle(controller);
-    expect(last(writes)).toContain('elements = { 10.88.0.9 }');
+    expect(last(writes)).toMatch(/^add element inet skiff-netpol s\d+ \{ 10\.88\.0\.9 \}$/m);
   });
 
   it("has the agent's pod in the rules before the API shows its address", async () => {
@@ -107,7 +109,7 @@ describe('NetworkPolicyController', () => {
     await settle(controller);
     expect(last(writes)).not.toContain('10.88.0.7');
     await controller.podReady(pod as never, '10.88.0.7');
-    expect(last(writes)).toContain('elements = { 10.88.0.7 }');
+    expect(last(writes)).toContain('add element inet skiff-netpol ingress_isolated { 10.88.0.7 }');
   });
 
   it('a failed write is a Warning event on each policy, and the hook fails with it', async () => {
