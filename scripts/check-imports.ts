@@ -23,12 +23,14 @@ const ALLOWED: Record<string, readonly string[]> = {
   'kubelet-lite': ['sys', 'gen', 'server/proto.ts'],
   controllers: [],
   proxy: ['sys'],
+  // NetworkPolicy as nft rules: a pure renderer and the one nft -f that applies it.
+  netpol: ['sys'],
   // The API's kinds reuse the agent's field validation until it moves beneath them (issue 23), the workload
   // controllers' checks for Deployments, Jobs and the rest, and the proxy's reading of a Service's spec: one
   // validator per kind, so the API refuses exactly what the node could not run.
-  api: ['sys', 'kubelet-lite/validate.ts', 'kubelet-lite/host-paths.ts', 'kubelet-lite/quantity.ts', 'controllers/validate.ts', 'proxy/service.ts', 'proxy/service-validation.ts'],
+  api: ['sys', 'kubelet-lite/validate.ts', 'kubelet-lite/host-paths.ts', 'kubelet-lite/quantity.ts', 'controllers/validate.ts', 'proxy/service.ts', 'proxy/service-validation.ts', 'netpol/cidr.ts'],
   // Joins the parts of a whole node (the API and the agent) as a cluster joins them.
-  node: ['api', 'kubelet-lite', 'controllers', 'proxy', 'sys'],
+  node: ['api', 'kubelet-lite', 'controllers', 'proxy', 'netpol', 'sys'],
   '.': [],
   gen: ['gen'],
 };

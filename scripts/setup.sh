@@ -9,7 +9,7 @@ packages=(
   runc crun conmon catatonit          # OCI runtimes and the container monitor
   containernetworking-plugins iproute2 iptables socat util-linux  # pod networking and namespaces
   conntrack                           # the service proxy drops stale UDP conntrack entries
-  nftables                            # nft: the proxy's nftables mode
+  nftables                            # nft: the proxy's nftables mode and NetworkPolicy rules
   dnsutils dnsmasq-base               # dig in the service DNS tests; dnsmasq, the DNS benchmark's floor
   zstd                                # zstd-compressed layers
   docker-registry busybox-static      # the tests' local registry and image contents

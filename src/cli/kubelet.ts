@@ -149,7 +149,7 @@ export async function kubelet(args: string[]): Promise<number> {
   const plane = await ControlPlane.open({ nodeName: opts.nodeName, rootDir: opts.rootDir, log });
   let running;
   try {
-    running = await startKubelet({ ...opts, objects: plane.objects, workloads: () => plane.controllers.workloads() });
+    running = await startKubelet({ ...opts, objects: plane.objects, workloads: () => plane.controllers.workloads(), podNetworkReady: plane.networkPolicies.podReady });
   } catch (err) {
     await plane.stop();
     throw err;

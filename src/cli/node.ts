@@ -112,7 +112,7 @@ export async function node(args: string[]): Promise<number> {
     throw err;
   }
   try {
-    kubelet = await startKubelet({ ...kubeletOpts, objects: plane.objects, workloads: () => plane.controllers.workloads() });
+    kubelet = await startKubelet({ ...kubeletOpts, objects: plane.objects, workloads: () => plane.controllers.workloads(), podNetworkReady: plane.networkPolicies.podReady });
   } catch (err) {
     await plane.stop();
     await daemon.close();

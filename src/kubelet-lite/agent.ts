@@ -4,6 +4,7 @@
  * decides which pod workers must sync. The agent owns the workers and the
  * pods' statuses and serves them read-only to the status API.
  */
+import type { PodNetworkReady } from './pod-network.js';
 import type { Event, Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import os from 'node:os';
 import path from 'node:path';
@@ -85,6 +86,8 @@ export interface AgentParts {
   /** Metrics hooks. */
   onPodRunning?: (pod: Pod, latencyMs: number) => void;
   onRestart?: (pod: Pod, container: string) => void;
+  /** Before a pod's containers start (see pod-network.ts). */
+  podNetworkReady?: PodNetworkReady;
 }
 
 export type WatchType = 'ADDED' | 'MODIFIED' | 'DELETED';
@@ -436,6 +439,7 @@ export class Agent {
         if (restart) p.onRestart?.(pod, c);
       },
       onPodRunning: p.onPodRunning,
+      ...(p.podNetworkReady ? { podNetworkReady: p.podNetworkReady } : {}),
     }, ctx);
     this.workers.set(uid, w);
     return w;

@@ -4,6 +4,7 @@
  * observes the runtime, asks computePodActions what to do, and does it:
  * kill, make the sandbox, pull, create and start, then reports the status.
  */
+import type { PodNetworkReady } from './pod-network.js';
 import fs from 'node:fs/promises';
 import { closeSync } from 'node:fs';
 import path from 'node:path';
@@ -78,6 +79,8 @@ export interface WorkerDeps {
   onStarted?: (pod: Pod, container: string, restart: boolean) => void;
   /** Called once when every container of the pod first runs. */
   onPodRunning?: (pod: Pod, latencyMs: number) => void;
+  /** Before the sandbox's containers start (see pod-network.ts). */
+  podNetworkReady?: PodNetworkReady;
 }
 
 /** A sync that failed is retried after this long (the kubelet retries on its next resync). */
@@ -94,6 +97,8 @@ export class PodWorker {
   private deleting = new AbortController();
   private sandboxConfig: PodSandboxConfig | undefined;
   private sandboxId = '';
+  /** The sandbox whose address the node's network fence has (podNetworkReady). */
+  private fencedSandbox = '';
   private etcHosts: string | undefined;
   private volumePaths: Map<string, string> | undefined;
   private readonly waiting = new Map<string, Waiting>();
@@ -304,6 +309,19 @@ export class PodWorker {
         } catch (err) {
           this.podMessage = { reason: 'FailedMount', message: errorMessage(err) };
           this.event('Warning', 'FailedMount', `MountVolume.SetUp failed: ${errorMessage(err)}`);
+          this.report(ctx, observed);
+          return RETRY_MS * 2;
+        }
+      }
+      // The pod's network rules hold its address before any container of it runs (NetworkPolicy).
+      if (this.deps.podNetworkReady && this.fencedSandbox !== sandbox.id && actions.start.length > 0 && !pod.spec?.hostNetwork) {
+        try {
+          await this.deps.podNetworkReady(pod, sandbox.ip);
+          this.fencedSandbox = sandbox.id;
+          if (this.podMessage?.reason === 'NetworkNotReady') this.podMessage = undefined;
+        } catch (err) {
+          this.podMessage = { reason: 'NetworkNotReady', message: `network policy rules for the pod could not be written: ${errorMessage(err)}` };
+          this.event('Warning', 'NetworkNotReady', this.podMessage.message);
           this.report(ctx, observed);
           return RETRY_MS * 2;
         }

@@ -3,6 +3,7 @@
  * agent over a CRI endpoint, the prober, and the read-only status API.
  * `skiff node` starts the same thing inside the runtime's process.
  */
+import type { PodNetworkReady } from './pod-network.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Pod, Service } from 'kubernetes-types/core/v1.js';
@@ -68,6 +69,8 @@ export interface KubeletOptions {
   evictionSource?: EvictionSource;
   /** Safety-net rescan of the manifest directory (the watcher is the main path). */
   rescanMs?: number;
+  /** Called before a pod's containers start, with its address (see pod-network.ts). */
+  podNetworkReady?: PodNetworkReady;
   log: Logger;
 }
 
@@ -230,6 +233,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       admit: (pod) => eviction?.admit(pod),
       onPodRunning: (_pod, ms) => metrics.observePodStart(ms / 1000),
       onRestart: (pod, c) => metrics.incRestart(pod.metadata?.namespace ?? '', pod.metadata?.name ?? '', c),
+      ...(opts.podNetworkReady ? { podNetworkReady: opts.podNetworkReady } : {}),
     },
   );
   let servicesView: (() => Service[]) | undefined;

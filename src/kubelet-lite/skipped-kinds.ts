@@ -27,7 +27,6 @@ const BY_GROUP: Record<string, string> = {
 };
 
 const BY_KIND: Record<string, string> = {
-  'networking.k8s.io/NetworkPolicy': 'network policies are not enforced on this node yet',
   'networking.k8s.io/Ingress': 'no ingress controller on this node',
   'networking.k8s.io/IngressClass': 'no ingress controller on this node',
   'networking.k8s.io/IPAddress': 'service IPs are allocated by this node itself',

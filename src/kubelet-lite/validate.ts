@@ -391,7 +391,7 @@ function configKeyError(k: string): string | undefined {
   if (k === '.' || k === '..' || k.startsWith('..')) return "must not be '.' or '..' or start with '..'";
   return undefined;
 }
-function portNameError(n: string): string | undefined {
+export function portNameError(n: string): string | undefined {
   if (n.length > 15) return 'must be no more than 15 characters';
   if (!IANA_SVC_NAME.test(n)) return "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)";
   if (n.includes('--')) return 'must not contain consecutive hyphens';

@@ -21,6 +21,7 @@ import type { RunningKubelet } from '../kubelet-lite/run.js';
 import { ObjectStore } from '../kubelet-lite/store.js';
 import type { Logger } from '../log.js';
 import { ApiBridge } from './api-bridge.js';
+import { NetworkPolicyController } from './network-policy.js';
 import { ControllerEvents } from './controller-events.js';
 import { ControllerManager } from './controller-manager.js';
 import { EventWriter } from './events.js';
@@ -57,6 +58,8 @@ export class ControlPlane {
     objects: ObjectStore,
     private readonly log: Logger,
     private readonly nodeName: string,
+    /** NetworkPolicy enforcement; pass its `podReady` to the agent (podNetworkReady). */
+    readonly networkPolicies: NetworkPolicyController,
   ) {
     this.objects = objects;
   }
@@ -83,14 +86,18 @@ export class ControlPlane {
     const storage = new StorageController({ client, nodeName: opts.nodeName, rootDir: opts.rootDir, log: opts.log });
     const events = new ControllerEvents({ instance: `controller-manager-${opts.nodeName}` });
     const writer = new EventWriter({ client, log: opts.log });
+    const networkPolicies = new NetworkPolicyController({ client, log: opts.log, events });
     try {
       await writer.start(events, (e) => events.isMine(e));
       const controllers = await ControllerManager.create({ client, nodeName: opts.nodeName, log: opts.log, stateFile: path.join(opts.rootDir, 'controllers.json'), events });
       await bridge.start();
       // Before any client writes a claim: the default class is there for the DefaultStorageClass admission.
       await storage.start();
-      return new ControlPlane(store, !opts.store, bridge, collector, controllers, storage, events, writer, objects, opts.log, opts.nodeName);
+      // Before the agent starts any pod: its first containers wait for rules that know their pod's address.
+      await networkPolicies.start();
+      return new ControlPlane(store, !opts.store, bridge, collector, controllers, storage, events, writer, objects, opts.log, opts.nodeName, networkPolicies);
     } catch (err) {
+      networkPolicies.stop();
       await storage.stop();
       writer.stop();
       bridge.stop();
@@ -121,6 +128,7 @@ export class ControlPlane {
   async stop(): Promise<void> {
     this.unshow();
     this.unreport();
+    this.networkPolicies.stop();
     await this.storage.stop();
     await this.controllers.stop();
     this.writer.stop();

@@ -192,7 +192,6 @@ describe('skipped kinds', () => {
   it.each([
     ['admissionregistration.k8s.io/v1', 'ValidatingWebhookConfiguration', 'admission webhooks and policies are not run by this node'],
     ['networking.k8s.io/v1', 'Ingress', 'no ingress controller on this node'],
-    ['networking.k8s.io/v1', 'NetworkPolicy', 'network policies are not enforced on this node yet'],
     ['autoscaling/v2', 'HorizontalPodAutoscaler', 'no autoscaler runs on this node (nor a metrics server)'],
     ['apiextensions.k8s.io/v1', 'CustomResourceDefinition', 'custom resource definitions are not served by this node'],
     ['cert-manager.io/v1', 'Certificate', 'a custom resource (cert-manager.io/v1); no controller for it on this node'],

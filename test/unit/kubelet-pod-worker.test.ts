@@ -17,7 +17,7 @@ import { KubeletConfigBuilder, terminationLogHostPath } from '../../src/kubelet-
 import { runHook } from '../../src/kubelet-lite/hooks.js';
 import { ImageManager } from '../../src/kubelet-lite/images.js';
 import { POD_UID_LABEL, type PodContext } from '../../src/kubelet-lite/model.js';
-import { PodWorker } from '../../src/kubelet-lite/pod-worker.js';
+import { PodWorker, type WorkerDeps } from '../../src/kubelet-lite/pod-worker.js';
 import { qosClass } from '../../src/kubelet-lite/resources.js';
 import { RuntimeObserver } from '../../src/kubelet-lite/runtime-state.js';
 import { validatePod } from '../../src/kubelet-lite/validate.js';
@@ -61,7 +61,7 @@ afterEach(async () => {
 });
 
 /** A worker for the pod in `yaml`, started as the agent starts one, with the runtime's events waking it as the agent's do. */
-async function worker(yaml: string, setup: (rt: FakeCri) => void = (rt) => void rt.addImage(IMAGE)): Promise<Harness> {
+async function worker(yaml: string, setup: (rt: FakeCri) => void = (rt) => void rt.addImage(IMAGE), extra: Partial<WorkerDeps> = {}): Promise<Harness> {
   const root = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-pod-worker-'));
   const clock = new FakeClock();
   const rt = new FakeCri({ now: clock.now });
@@ -108,6 +108,7 @@ async function worker(yaml: string, setup: (rt: FakeCri) => void = (rt) => void 
       terminationLogPath: terminationLogHostPath,
       now: clock.now,
       onStatus: (_uid, _pod, status) => void statuses.push(structuredClone(status)),
+      ...extra,
     },
     ctx,
   );
@@ -356,6 +357,51 @@ spec:
     await h.clock.advance(4_000);
     expect(h.rt.callsOf('runPodSandbox').map((c) => c.at - h.rt.calls[0]!.at)).toEqual([0, 4_000]);
     expect(h.statuses.at(-1)?.phase).toBe('Running');
+  });
+});
+
+describe('PodWorker: the pod network fence (podNetworkReady)', () => {
+  it('is called with the sandbox IP before any container is created; a failure holds every container back and is tried again', async () => {
+    const calls: Array<{ ip: string; containersBefore: number }> = [];
+    let fail = true;
+    let rt!: FakeCri;
+    const h = await worker(
+      `
+apiVersion: v1
+kind: Pod
+metadata: {name: fenced, namespace: default}
+spec:
+  initContainers:
+  - {name: init, image: ${IMAGE}}
+  containers:
+  - {name: app, image: ${IMAGE}}
+`,
+      (r) => {
+        rt = r;
+        r.addImage(IMAGE);
+      },
+      {
+        podNetworkReady: async (_pod, ip) => {
+          calls.push({ ip, containersBefore: rt.containerOps().length });
+          if (fail) throw new Error('nft -f failed (exit 1): no table');
+        },
+      },
+    );
+    expect(calls.length).toBe(1);
+    expect(calls[0]!.ip).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
+    expect(calls[0]!.containersBefore).toBe(0);
+    expect(h.rt.containerOps()).toEqual([]);
+    expect(h.events.map((e) => [e.type, e.reason])).toContainEqual(['Warning', 'NetworkNotReady']);
+    expect(h.statuses.at(-1)).toMatchObject({ phase: 'Pending', reason: 'NetworkNotReady' });
+    fail = false;
+    await h.clock.advance(4_000);
+    expect(calls.length).toBe(2);
+    expect(h.rt.containerOps().slice(0, 2)).toEqual(['createContainer init', 'startContainer init']);
+    // Once fenced, the same sandbox is not fenced again for its next containers.
+    h.rt.exit(running(h, 'init').id, 0);
+    await h.clock.advance(0);
+    expect(h.rt.containerOps().slice(2)).toEqual(['createContainer app', 'startContainer app']);
+    expect(calls.length).toBe(2);
   });
 });
 

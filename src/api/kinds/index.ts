@@ -10,6 +10,7 @@ import { eventKind } from './event.js';
 import { jobKind } from './job.js';
 import { leaseKind } from './lease.js';
 import { namespaceKind } from './namespace.js';
+import { networkPolicyKind } from './networkpolicy.js';
 import { nodeKind } from './node.js';
 import { pdbKind } from './pdb.js';
 import { persistentVolumeKind } from './pv.js';
@@ -60,5 +61,6 @@ export function nodeKinds(nodeName: string, refusal?: (pod: ApiObject) => string
     clusterRoleKind,
     roleBindingKind,
     clusterRoleBindingKind,
+    networkPolicyKind,
   ];
 }
