@@ -84,10 +84,10 @@ items:
   });
 
   it('names every object it does not act on in /manifests and once in the log', async () => {
-    await node.write('cluster.yaml', `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
+    await node.write('cluster.yaml', `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
 metadata: {name: reader}
-rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]
+webhooks: []
 ---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
@@ -122,7 +122,7 @@ metadata: {name: app}
       return mine.length >= 4 ? mine : undefined;
     });
     expect(skipped.map((x) => [x.line, x.object, x.reason])).toEqual([
-      [1, 'ClusterRole/default/reader', 'skipped: ClusterRole — RBAC is not enforced on this node'],
+      [1, 'ValidatingWebhookConfiguration/default/reader', 'skipped: ValidatingWebhookConfiguration — admission webhooks and policies are not run by this node'],
       [6, 'Ingress/default/web', 'skipped: Ingress — no ingress controller on this node'],
       [16, 'HorizontalPodAutoscaler/default/web', 'skipped: HorizontalPodAutoscaler — no autoscaler runs on this node (nor a metrics server)'],
       [21, 'CustomResourceDefinition/default/widgets.example.com', 'skipped: CustomResourceDefinition — custom resource definitions are not served by this node'],
@@ -133,7 +133,7 @@ metadata: {name: app}
     // A rescan or another file's change does not log them again.
     await node.write('other.yaml', podItem('other', 'greeting', ''));
     await node.waitPod('other', ready, 'Ready', 90_000);
-    const logged = node.agent.log.split('\n').filter((l) => l.includes('skipped: ClusterRole — RBAC is not enforced on this node'));
+    const logged = node.agent.log.split('\n').filter((l) => l.includes('skipped: ValidatingWebhookConfiguration — admission webhooks'));
     expect(logged).toHaveLength(1);
     expect(logged[0]).toContain('cluster.yaml');
   });
