@@ -13,7 +13,7 @@ import { AgentPodStreams } from '../kubelet-lite/pod-streams.js';
 import { startKubelet } from '../kubelet-lite/run.js';
 import { ControlPlane } from '../node/control-plane.js';
 import { EventWriter, isKubeletEventOf } from '../node/events.js';
-import { NodeReporter } from '../node/node-status.js';
+import { NodeReporter, parseNodeLabels, parseTaints } from '../node/node-status.js';
 import { metricsSource, type MetricsInputs } from '../node/resource-metrics.js';
 import { startNodeServices } from '../node/api-sources.js';
 import { startNodePolicy } from '../node/node-policy.js';
@@ -34,6 +34,11 @@ export const NODE_HELP = `Flags for "skiff node" (the runtime, the agent, the pr
   --api-address HOST:PORT  the node's Kubernetes API over HTTPS for kubectl and helm (default
                            127.0.0.1:6443; "" for none): what is written there runs here, with the
                            admin kubeconfig written to <--root-dir>/admin.kubeconfig at first start
+  --node-labels LIST       labels for the Node, key=value comma-separated (repeatable), put on
+                           it at registration and at each start that finds them missing
+  --register-with-taints LIST
+                           taints for the Node, key=value:Effect or key:Effect comma-separated
+                           (repeatable), as the kubelet's flag; pods must tolerate them
 Try the demo (images built by ./scripts/setup.sh, no registry needed): ./scripts/demo.sh, or
   skiff node --images-dir build/images   then   kubectl apply -f examples/demo
 `;
@@ -41,7 +46,14 @@ Try the demo (images built by ./scripts/setup.sh, no registry needed): ./scripts
 const { 'runtime-endpoint': _runtimeEndpoint, ...kubeletFlags } = KUBELET_FLAGS;
 const { kubelet: _kubeletUrl, 'metrics-address': _metricsAddress, ...proxyFlags } = PROXY_FLAGS;
 
-export const NODE_FLAGS = { ...CRI_FLAGS, ...kubeletFlags, ...proxyFlags, 'api-address': { type: 'string', default: '127.0.0.1:6443' } } satisfies FlagSpec;
+export const NODE_FLAGS = {
+  ...CRI_FLAGS,
+  ...kubeletFlags,
+  ...proxyFlags,
+  'api-address': { type: 'string', default: '127.0.0.1:6443' },
+  'node-labels': { type: 'string', multiple: true, default: [] as string[] },
+  'register-with-taints': { type: 'string', multiple: true, default: [] as string[] },
+} satisfies FlagSpec;
 
 /** The proxy's Services in the API's shape, for `skiff get services`: allocated cluster IPs, node ports, and when each was first seen. */
 export function servicesFromProxy(proxier: { services(): ServiceInfo[] }, now: () => number): () => Service[] {
@@ -80,6 +92,8 @@ export async function node(args: string[]): Promise<number> {
   const proxyOpts = proxyOptionsFrom(values);
   const log = createLogger(daemonOpts.logLevel);
   const kubeletOpts = kubeletOptionsFrom({ ...values, 'runtime-endpoint': `unix://${daemonOpts.socket}` }, log);
+  const nodeLabels = parseNodeLabels(values['node-labels'] as string[]);
+  const nodeTaints = parseTaints(values['register-with-taints'] as string[]);
   if (kubeletOpts.clusterDNS.length === 0 && proxyOpts.dnsAddress) kubeletOpts.clusterDNS = [proxyOpts.dnsAddress];
   // The runtime's backstop between the agent's rotations (every 10 s), unless one was given.
   if (!daemonOpts.containerLogSizeMax && kubeletOpts.containerLogs) daemonOpts.containerLogSizeMax = 2 * kubeletOpts.containerLogs.maxSize;
@@ -130,6 +144,8 @@ export async function node(args: string[]): Promise<number> {
         hostIP: kubelet.agent.opts.hostIP,
         rootDir: kubeletOpts.rootDir,
         maxPods: kubeletOpts.maxPods ?? 110,
+        labels: nodeLabels,
+        taints: nodeTaints,
         statusPort: Number(kubeletOpts.statusAddress.slice(kubeletOpts.statusAddress.lastIndexOf(':') + 1)),
         eviction: { conditions: () => kubelet.eviction.conditions(), thresholds: kubelet.eviction.thresholds },
         log,

@@ -13,6 +13,7 @@ import type { ApiObject, Obj } from '../api/types.js';
 import { errorMessage } from '../errors.js';
 import type { CriEndpoint } from '../kubelet-lite/cri-client.js';
 import { PRESSURE_TAINTS, thresholdQuantity, type Condition, type Threshold } from '../kubelet-lite/eviction.js';
+import { metadataErrors } from '../kubelet-lite/validate.js';
 import type { Logger } from '../log.js';
 import { KUBE_VERSION } from '../version.js';
 
@@ -31,6 +32,9 @@ export interface NodeReporterOptions {
   everyMs?: number;
   /** The status is written at least this often even unchanged (the kubelet's nodeStatusReportFrequency, 5 min). */
   reportEveryMs?: number;
+  /** `--node-labels` and `--register-with-taints`: put on the Node at registration, and again at a start that finds them missing. */
+  labels?: Record<string, string>;
+  taints?: Obj[];
   /** The eviction manager: its pressure conditions, and its hard thresholds (kept out of allocatable). */
   eviction?: { conditions(): Set<Condition>; thresholds: Threshold[] };
 }
@@ -141,8 +145,9 @@ export class NodeReporter {
 
   private async ensureNode(): Promise<ApiObject> {
     const existing = await this.get('nodes', '', this.o.nodeName);
-    if (existing) return existing;
+    if (existing) return this.withFlags(existing);
     const labels = {
+      ...this.o.labels,
       'beta.kubernetes.io/arch': goArch(),
       'beta.kubernetes.io/os': 'linux',
       'kubernetes.io/arch': goArch(),
@@ -150,7 +155,23 @@ export class NodeReporter {
       'kubernetes.io/os': 'linux',
     };
     this.lastReport = 0;
-    return this.o.client.create('nodes', '', { apiVersion: 'v1', kind: 'Node', metadata: { name: this.o.nodeName, labels }, spec: {} });
+    const spec = this.o.taints?.length ? { taints: this.o.taints } : {};
+    return this.o.client.create('nodes', '', { apiVersion: 'v1', kind: 'Node', metadata: { name: this.o.nodeName, labels }, spec });
+  }
+
+  /** A Node registered before: the flags' labels and taints it lacks are put back (ones removed from the flags stay, as the kubelet leaves them). */
+  private flagsChecked = false;
+  private async withFlags(node: ApiObject): Promise<ApiObject> {
+    if (this.flagsChecked) return node;
+    this.flagsChecked = true;
+    const labels = node.metadata.labels ?? {};
+    const spec = (node.spec ?? {}) as Obj;
+    const taints = Array.isArray(spec.taints) ? (spec.taints as Obj[]) : [];
+    const missingLabels = Object.entries(this.o.labels ?? {}).filter(([k, v]) => labels[k] !== v);
+    const missingTaints = (this.o.taints ?? []).filter((t) => !taints.some((x) => x.key === t.key && x.effect === t.effect));
+    if (missingLabels.length === 0 && missingTaints.length === 0) return node;
+    const next = { ...node, metadata: { ...node.metadata, labels: { ...labels, ...Object.fromEntries(missingLabels) } }, spec: { ...spec, ...(missingTaints.length ? { taints: [...taints, ...missingTaints] } : {}) } };
+    return this.o.client.update('nodes', '', this.o.nodeName, next);
   }
 
   private async report(node: ApiObject): Promise<void> {
@@ -262,4 +283,34 @@ export class NodeReporter {
 function goArch(): string {
   const a = os.arch();
   return a === 'x64' ? 'amd64' : a === 'ia32' ? '386' : a;
+}
+
+/** `--node-labels k=v,k2=v2` (repeatable), each label checked as the API checks a Node's. */
+export function parseNodeLabels(values: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const item of values.flatMap((v) => v.split(',')).map((v) => v.trim()).filter(Boolean)) {
+    const eq = item.indexOf('=');
+    if (eq <= 0) throw new Error(`--node-labels takes key=value pairs, not "${item}"`);
+    out[item.slice(0, eq)] = item.slice(eq + 1);
+  }
+  const bad = metadataErrors({ name: 'node', labels: out }, false);
+  if (bad.length > 0) throw new Error(`--node-labels: ${bad.map((e) => e.message).join('; ')}`);
+  return out;
+}
+
+const TAINT_EFFECTS = ['NoSchedule', 'PreferNoSchedule', 'NoExecute'];
+
+/** `--register-with-taints key=value:Effect,key:Effect` (repeatable), as the kubelet's flag. */
+export function parseTaints(values: string[]): Obj[] {
+  const out: Obj[] = [];
+  for (const item of values.flatMap((v) => v.split(',')).map((v) => v.trim()).filter(Boolean)) {
+    const m = /^([^=:]+)(?:=([^:]*))?:([A-Za-z]+)$/.exec(item);
+    if (!m || !TAINT_EFFECTS.includes(m[3]!)) throw new Error(`--register-with-taints takes key=value:Effect or key:Effect with Effect one of ${TAINT_EFFECTS.join(', ')}, not "${item}"`);
+    const [, key, value, effect] = m;
+    const bad = metadataErrors({ name: 'node', labels: { [key!]: value ?? '' } }, false);
+    if (bad.length > 0) throw new Error(`--register-with-taints "${item}": ${bad.map((e) => e.message).join('; ')}`);
+    if (out.some((t) => t.key === key && t.effect === effect)) throw new Error(`--register-with-taints names ${key}:${effect} twice`);
+    out.push({ key, ...(value ? { value } : {}), effect });
+  }
+  return out;
 }

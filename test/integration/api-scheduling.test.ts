@@ -80,3 +80,27 @@ describe.skipIf(!isRoot)('scheduling on a real node, with real kubectl', () => {
     expect(await scheduled('gated')).toMatchObject({ status: 'True' });
   }, 120_000);
 });
+
+describe.skipIf(!isRoot)('a node registered with --node-labels and --register-with-taints', () => {
+  const node = new SkiffNode(['--node-labels', 'tier=edge,node-role.kubernetes.io/worker=', '--register-with-taints', 'dedicated=batch:NoSchedule']);
+  const get = (name: string) => node.getJson<Pod>(['pod', name]);
+  useSkiffNode(node);
+
+  it('carries them on its Node, and places only the pods that tolerate the taint', async () => {
+    const n = await waitFor('the Node', async () => {
+      const r = await node.kubectl(['get', 'node', node.nodeName, '-o', 'json']);
+      return r.status === 0 ? (JSON.parse(r.stdout) as { metadata: { labels: Record<string, string> }; spec: { taints?: object[] } }) : undefined;
+    }, 30_000);
+    expect(n.metadata.labels).toMatchObject({ tier: 'edge', 'node-role.kubernetes.io/worker': '', 'kubernetes.io/hostname': node.nodeName });
+    expect(n.spec.taints).toEqual([{ key: 'dedicated', value: 'batch', effect: 'NoSchedule' }]);
+    expect(await node.kubectlOk(['get', 'nodes'])).toMatch(new RegExp(`${node.nodeName}\\s+Ready\\s+worker\\s`));
+    await node.kubectlOk(['apply', '-f', '-'], { input: pod('plain', '').replace('${CPU}', '10m') });
+    await node.kubectlOk(['apply', '-f', '-'], { input: pod('tolerant', '  nodeSelector: {tier: edge}\n  tolerations: [{key: dedicated, operator: Equal, value: batch, effect: NoSchedule}]').replace('${CPU}', '10m') });
+    await waitFor('tolerant running', async () => ((await get('tolerant')).status?.phase === 'Running' ? true : undefined), 60_000);
+    const why = await waitFor('plain told why', async () => (await get('plain')).status?.conditions?.find((c) => c.type === 'PodScheduled' && c.status === 'False'), 30_000);
+    expect(why.reason).toBe('Unschedulable');
+    expect(why.message).toMatch(/untolerated taint \{dedicated: batch\}/);
+    expect((await get('plain')).status?.phase).toBe('Pending');
+    await node.kubectlOk(['delete', 'pod', 'plain', 'tolerant', '--wait=true']);
+  }, 150_000);
+});
