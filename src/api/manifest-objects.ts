@@ -32,7 +32,10 @@ function stableUid(o: FileObject): string {
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16)}${h.slice(17, 20)}-${h.slice(20, 32)}`;
 }
 
-export function showManifestObjects(store: Store, files: FileObjects, log: Logger): () => void {
+/** Told when a file's object cannot be shown (the API refuses it, or one written through the API has its name), with why. */
+export type NotShown = (o: FileObject, why: string) => void;
+
+export function showManifestObjects(store: Store, files: FileObjects, log: Logger, notShown?: NotShown): () => void {
   const kindOf = (o: FileObject): Kind | undefined => store.kindList().find((k) => o.kind === k.kind && o.apiVersion === (k.group ? `${k.group}/${k.version}` : k.version));
   const show = (o: FileObject) => {
     if (o.source.file === API_SOURCE_FILE) return; // the API's own, handed to the agent
@@ -41,9 +44,13 @@ export function showManifestObjects(store: Store, files: FileObjects, log: Logge
     const meta = (typeof o.object.metadata === 'object' && o.object.metadata !== null ? o.object.metadata : {}) as Record<string, unknown>;
     const object = { ...o.object, metadata: { ...meta, name: o.name, namespace: o.namespace, uid: CONTENT_UIDS.has(o.kind) ? o.uid : stableUid(o) } } as ApiObject;
     try {
-      if (!store.mirror(kind, object, `the manifest file ${o.source.file}`)) log.warn('a manifest object has the name of one written through the API, which keeps it', { kind: o.kind, namespace: o.namespace, name: o.name, file: o.source.file });
+      if (!store.mirror(kind, object, `the manifest file ${o.source.file}`)) {
+        log.warn('a manifest object has the name of one written through the API, which keeps it', { kind: o.kind, namespace: o.namespace, name: o.name, file: o.source.file });
+        notShown?.(o, 'an object written through the API has its name, and keeps it');
+      }
     } catch (err) {
       log.warn('a manifest object could not be shown through the API', { kind: o.kind, name: o.name, file: o.source.file, error: (err as Error).message });
+      notShown?.(o, (err as Error).message);
     }
   };
   for (const o of files.list()) show(o);

@@ -25,7 +25,7 @@ import { NetworkPolicyController } from './network-policy.js';
 import { ControllerEvents } from './controller-events.js';
 import { ControllerManager } from './controller-manager.js';
 import { EventWriter } from './events.js';
-import { reportManifestProblems } from './manifest-problems.js';
+import { notShownEvents, reportManifestProblems } from './manifest-problems.js';
 import { StorageController } from './storage.js';
 
 export interface ControlPlaneOptions {
@@ -109,7 +109,7 @@ export class ControlPlane {
 
   /** The agent is up: its manifest files are shown in the store, and its pods' status written back. */
   attach(kubelet: RunningKubelet): void {
-    this.unshow = showManifestObjects(this.store, kubelet.objects, this.log);
+    this.unshow = showManifestObjects(this.store, kubelet.objects, this.log, notShownEvents(this.events));
     this.unreport = reportManifestProblems(kubelet.objects, this.events, this.nodeName);
     this.collector.ownersShown();
     this.bridge.attach(kubelet.agent);

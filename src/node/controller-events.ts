@@ -66,7 +66,7 @@ export class ControllerEvents implements EventSource {
     const event: Event = {
       apiVersion: 'v1',
       kind: 'Event',
-      metadata: { name: `${name}.${this.nameStamp(atMs)}`, namespace: ns },
+      metadata: { name: `${eventNameBase(name)}.${this.nameStamp(atMs)}`, namespace: ns },
       involvedObject: { apiVersion: String(involved.apiVersion ?? ''), kind: String(involved.kind ?? ''), namespace: ns, name, uid: involved.metadata.uid, resourceVersion: involved.metadata.resourceVersion },
       reason,
       message,
@@ -94,4 +94,10 @@ export class ControllerEvents implements EventSource {
   private emit(type: 'ADDED' | 'MODIFIED', e: Event): void {
     for (const l of this.listeners) l(type, structuredClone(e));
   }
+}
+
+/** The event's own name starts with its object's; one that is no DNS subdomain (a manifest's refused object) is made into one. */
+function eventNameBase(name: string): string {
+  const base = name.toLowerCase().replace(/[^a-z0-9.-]/g, '-').replace(/^[^a-z0-9]+|[^a-z0-9]+$/g, '').slice(0, 200);
+  return base || 'object';
 }

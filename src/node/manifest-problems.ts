@@ -39,6 +39,11 @@ export function reportManifestProblems(objects: ObjectStore, events: ControllerE
   return objects.subscribe(() => look());
 }
 
+/** A file's object the API would not show (refused by its validation, or its name taken through the API), as a Warning event on it. */
+export function notShownEvents(events: ControllerEvents): (o: { kind: string; namespace: string; name: string; source: { file: string } }, why: string) => void {
+  return (o, why) => events.record({ apiVersion: '', kind: o.kind, metadata: { name: o.name, namespace: o.namespace || 'default' } }, 'Warning', 'FailedToLoad', `not shown through the API: ${why} (${o.source.file})`);
+}
+
 /** The object a problem names ("Kind/namespace/name"), as an Event's involvedObject. */
 function involved(p: ManifestProblem): ApiObject | undefined {
   const m = /^([^/]+)\/([^/]*)\/(.+)$/.exec(p.object ?? '');

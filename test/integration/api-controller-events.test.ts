@@ -94,17 +94,24 @@ apiVersion: v1
 kind: Pod
 metadata: {name: empty}
 spec: {containers: []}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: Not_A_Name}
 `);
     await fs.rename(`${file}.tmp`, file);
     const got = await waitFor('the problems as events', async () => {
       const items = (await events('type=Warning')).filter((e) => e.message.includes('skipped.yaml'));
-      return items.length >= 3 ? items : undefined;
+      return items.length >= 4 ? items : undefined;
     }, 30_000);
     const by = (kind: string) => got.find((e) => e.involvedObject.kind === kind);
     expect(by('HorizontalPodAutoscaler')).toMatchObject({ reason: 'Skipped', involvedObject: { name: 'reader' } });
     expect(by('HorizontalPodAutoscaler')!.message).toMatch(/^skipped: HorizontalPodAutoscaler — no autoscaler runs on this node \(nor a metrics server\) \(.*skipped\.yaml, line 1\)$/);
     expect(by('Ingress')).toMatchObject({ reason: 'Skipped', involvedObject: { name: 'front' } });
     expect(by('Pod')).toMatchObject({ reason: 'FailedToLoad', involvedObject: { name: 'empty' } });
+    // One the agent took but the API refuses is named too.
+    expect(by('ConfigMap')).toMatchObject({ reason: 'FailedToLoad', involvedObject: { name: 'Not_A_Name' } });
+    expect(by('ConfigMap')!.message).toMatch(/metadata\.name: Invalid value: "Not_A_Name".*skipped\.yaml/);
     // kubectl get events lists them where a user looks, once each.
     const table = await node.kubectlOk(['get', 'events', '--field-selector', 'reason=Skipped']);
     expect(table).toMatch(/Warning\s+Skipped\s+horizontalpodautoscaler\/reader\s+skipped: HorizontalPodAutoscaler/);
