@@ -6,6 +6,7 @@
  * scaling to 0 leaves the Service without endpoints, and the `kubernetes`
  * Service is there as the API server keeps it.
  */
+import { spawnSync } from 'node:child_process';
 import type { Endpoints, Service } from 'kubernetes-types/core/v1.js';
 import type { EndpointSliceList } from 'kubernetes-types/discovery/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -146,4 +147,39 @@ describe.skipIf(!isRoot)('Services and EndpointSlices through the node API, with
     expect(slice.metadata.labels['kubernetes.io/service-name']).toBe('kubernetes');
     expect(await node.kubectlOk(['get', 'service', 'kubernetes'], { bin: KUBECTL_127 })).toMatch(/kubernetes\s+ClusterIP\s+10\.96\.0\.1\s+<none>\s+443\/TCP/);
   }, 60_000);
+});
+
+describe.skipIf(!isRoot)('a skiff node with --proxy-mode nftables', () => {
+  const node = new SkiffNode(['--proxy-mode', 'nftables']);
+
+  beforeAll(async () => {
+    await node.create();
+    await node.kubectlOk(['apply', '-f', '-'], { input: APP });
+  }, 180_000);
+
+  afterAll(async () => {
+    expect(await node.destroy()).toEqual({ mounts: [], processes: [] });
+  }, 120_000);
+
+  it('programs its Services in the nftables table, and a pod reaches a replica by cluster IP and by name', async () => {
+    const svc = await waitFor('echo to have a cluster IP', async () => {
+      const s = await node.getJson<Service>(['service', 'echo']);
+      return s.spec?.clusterIP ? s : undefined;
+    }, 30_000);
+    await waitFor('client running', async () => (await node.kubectl(['exec', 'client', '--', 'true'])).status === 0, 60_000);
+    const names = (await node.getJson<{ items: Array<{ metadata: { name: string } }> }>(['pods', '-l', 'app=echo'])).items.map((p) => p.metadata.name);
+    for (const target of [svc.spec!.clusterIP!, 'echo']) {
+      const answer = await waitFor(`an answer through ${target}`, async () => {
+        const r = await node.kubectl(['exec', 'client', '--', 'timeout', '3', 'wget', '-q', '-O', '-', `http://${target}/`]);
+        return r.status === 0 ? r.stdout.trim() : undefined;
+      }, 30_000);
+      expect(names).toContain(answer);
+    }
+    // The rules are the nftables mode's: the table and its verdict map hold the Service; iptables has no KUBE-SERVICES.
+    const nft = spawnSync('ip', ['netns', 'exec', node.ns.name, 'nft', 'list', 'map', 'ip', 'kube-proxy', 'service-ips'], { encoding: 'utf8' });
+    expect(nft.status, nft.stderr).toBe(0);
+    expect(nft.stdout).toContain(`${svc.spec!.clusterIP} . tcp . 80`);
+    const ipt = spawnSync('ip', ['netns', 'exec', node.ns.name, 'iptables', '-t', 'nat', '-S', 'KUBE-SERVICES'], { encoding: 'utf8' });
+    expect(ipt.status).not.toBe(0);
+  }, 120_000);
 });
