@@ -24,7 +24,14 @@ export class NftApplier {
   /** The model in the kernel, after the last write that worked; undefined after a failure (write whole next time). */
   private applied: Model | undefined;
 
+  private readonly stopping = new AbortController();
+
   constructor(private readonly runner: Runner, private readonly nft = 'nft') {}
+
+  /** Kills a write in progress (the node is stopping); later writes fail at once. */
+  stop(): void {
+    this.stopping.abort();
+  }
 
   /**
    * Applies what `render` gives when the write starts (so a burst of
@@ -69,7 +76,7 @@ export class NftApplier {
   }
 
   private async write(text: string): Promise<void> {
-    const r = await this.runner(this.nft, ['-f', '-'], { input: text, timeoutMs: NFT_TIMEOUT_MS });
+    const r = await this.runner(this.nft, ['-f', '-'], { input: text, timeoutMs: NFT_TIMEOUT_MS, signal: this.stopping.signal });
     if (r.code !== 0 || r.timedOut) {
       const why = r.timedOut ? `timed out after ${NFT_TIMEOUT_MS} ms` : `exit ${r.code}`;
       throw new SkiffError('Internal', `nft -f failed (${why}): ${r.stderr.trim().split('\n').slice(0, 6).join(' | ').slice(0, 2000)}`);

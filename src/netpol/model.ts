@@ -67,6 +67,10 @@ export interface Model {
 
 const PROTOCOLS: Record<string, Protocol> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' };
 
+/** The rules one ingress or egress rule may expand to, and the node's rules in all (a 10,000-rule table writes in well under a second). */
+export const MAX_RULES_PER_POLICY_RULE = 10_000;
+export const MAX_RULES = 50_000;
+
 /** The policy types in force: as given, else Ingress plus Egress when there are egress rules. */
 export function policyTypes(p: NetworkPolicy): Direction[] {
   const given = p.spec?.policyTypes;
@@ -175,14 +179,22 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
       (list ?? []).forEach((rule, i) => {
         const peers = peersOf(direction === 'ingress' ? (rule as { from?: NetworkPolicyPeer[] }).from : (rule as { to?: NetworkPolicyPeer[] }).to);
         const origin = `${id} ${direction}[${i}]`;
+        const made: Rule[] = [];
         if (direction === 'ingress') {
           // A named port is the destination's: the selected pods'.
           const ports = portsOf(rule.ports, chosen);
-          for (const { peer } of peers) for (const port of ports) rules.push({ direction, origin, selected, peer, ...(port ? { port } : {}) });
+          for (const { peer } of peers) for (const port of ports) made.push({ direction, origin, selected, peer, ...(port ? { port } : {}) });
         } else {
           // In egress the destination is the peer: its pods name the port.
-          for (const { peer, pods: peerPods } of peers) for (const port of portsOf(rule.ports, peerPods)) rules.push({ direction, origin, selected, peer, ...(port ? { port } : {}) });
+          for (const { peer, pods: peerPods } of peers) for (const port of portsOf(rule.ports, peerPods)) made.push({ direction, origin, selected, peer, ...(port ? { port } : {}) });
         }
+        // Peers times ports is the rule count: a small policy can ask for millions. One that asks too much is left out, so it
+        // allows nothing (its pods stay fenced by the rest): failing closed, never holding the node's memory.
+        if (made.length > MAX_RULES_PER_POLICY_RULE) {
+          problems.push({ policy: id, message: `${direction}[${i}] would be ${made.length} nft rules (peers × ports), more than ${MAX_RULES_PER_POLICY_RULE}: not enforced, so it allows nothing` });
+        } else if (rules.length + made.length > MAX_RULES) {
+          problems.push({ policy: id, message: `${direction}[${i}] would take the node past ${MAX_RULES} nft rules in all: not enforced, so it allows nothing` });
+        } else rules.push(...made);
       });
     }
   }

@@ -67,7 +67,7 @@ function ruleLines(r: Rule, withV6: boolean): string[] {
     if (peer.text) parts.push(peer.text);
     if (r.port?.ip !== undefined) parts.push(`${f} daddr ${r.port.ip}`);
     if (r.port) parts.push(portMatch(r.port));
-    out.push(`    ${parts.join(' ')} ${verdict} comment ${JSON.stringify(r.origin)}`);
+    out.push(`    ${parts.join(' ')} ${verdict} comment ${nftComment(r.origin)}`);
   }
   return out;
 }
@@ -135,4 +135,14 @@ export function renderDelta(prev: Model, next: Model): string | undefined {
   change('ingress_isolated', prev.isolated.ingress, next.isolated.ingress);
   change('egress_isolated', prev.isolated.egress, next.isolated.egress);
   return lines.length > 0 ? `${lines.join('\n')}\n` : '';
+}
+
+/** nft takes comments of at most 128 bytes: a long namespace and policy name is cut (with an ellipsis), never the write refused. */
+export function nftComment(text: string): string {
+  const MAX = 128;
+  let t = text.replace(/["\\\n]/g, '_');
+  if (Buffer.byteLength(t) > MAX) {
+    t = Buffer.from(t).subarray(0, MAX - 3).toString().replace(/\uFFFD+$/, '') + '...';
+  }
+  return JSON.stringify(t);
 }

@@ -118,6 +118,9 @@ export class ApiBridge {
         (e) => {
           const m = e.object.metadata;
           if (kind.plural === 'pods' && m.uid && m.deletionGracePeriodSeconds !== undefined) this.agent?.deletionGrace?.(m.uid, m.deletionGracePeriodSeconds);
+          // A status someone else wrote over the agent's (a forged podIP or phase) is put back, as the kubelet's status manager
+          // does: NetworkPolicy, Services and DNS read it.
+          if (kind.plural === 'pods' && e.type === 'MODIFIED' && this.agent) this.schedulePod(m.namespace ?? 'default', m.name ?? '');
           if (this.changesFeed(kind, e.type, e.object)) this.scheduleFeed();
         },
         (reason) => {

@@ -84,6 +84,7 @@ export class NetworkPolicyController {
   stop(): void {
     this.stopped = true;
     if (this.retry) clearTimeout(this.retry);
+    this.applier.stop();
     this.policies.stop();
     this.pods.stop();
     this.namespaces.stop();
@@ -157,12 +158,23 @@ export class NetworkPolicyController {
       return { text: renderCleanup(), model: undefined };
     }
     const model = buildModel(policies, pods, namespaces);
-    for (const p of model.problems) this.o.log.warn('network policy partly not enforced', p);
+    // Told once while they last: every write would otherwise log them again.
+    const problems = JSON.stringify(model.problems);
+    if (problems !== this.lastProblems) {
+      this.lastProblems = problems;
+      for (const p of model.problems) {
+        this.o.log.warn('network policy partly not enforced', p);
+        const policy = policies.find((x) => `${x.metadata?.namespace ?? 'default'}/${x.metadata?.name ?? ''}` === p.policy);
+        if (policy) this.o.events?.record({ ...(policy as unknown as ApiObject), kind: 'NetworkPolicy' }, 'Warning', 'PolicyNotEnforced', p.message);
+      }
+    }
     this.written = true;
     const full = () => renderRules(model);
     const delta = applied ? renderDelta(applied, model) : undefined;
     return delta !== undefined ? { text: delta, model, full } : { text: full(), model };
   }
+
+  private lastProblems = '[]';
 
   private failed(err: unknown): void {
     const message = `could not write the node's network policy rules: ${errorMessage(err)}`;

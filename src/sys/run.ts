@@ -24,6 +24,8 @@ export interface RunOptions {
   check?: boolean;
   maxOutput?: number;
   cwd?: string;
+  /** Kills the program (SIGKILL) when aborted: a stopping daemon leaves no long write running behind it. */
+  signal?: AbortSignal;
 }
 
 export type Runner = (cmd: string, args: string[], opts?: RunOptions) => Promise<RunResult>;
@@ -47,11 +49,16 @@ export const run: Runner = (cmd, args, opts = {}) =>
           child.kill('SIGKILL');
         }, opts.timeoutMs)
       : undefined;
+    const abort = () => child.kill('SIGKILL');
+    if (opts.signal?.aborted) abort();
+    else opts.signal?.addEventListener('abort', abort, { once: true });
     child.on('error', (err) => {
+      opts.signal?.removeEventListener('abort', abort);
       if (timer) clearTimeout(timer);
       reject(new SkiffError('Internal', `could not run ${cmd}: ${err.message}`, { cause: err }));
     });
     child.on('close', (code, signal) => {
+      opts.signal?.removeEventListener('abort', abort);
       if (timer) clearTimeout(timer);
       const res = { code, signal, stdout, stderr, timedOut };
       if (opts.check && (code !== 0 || timedOut)) {

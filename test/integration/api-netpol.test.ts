@@ -112,6 +112,16 @@ describe.skipIf(!isRoot)('NetworkPolicy on a real skiff node, with real packets 
     expect((await node.getJson<Pod>(['pod', 'server'])).status?.conditions?.find((c) => c.type === 'Ready')?.status).toBe('True');
   }, 120_000);
 
+  it('puts back a forged pod status at once, so a fenced pod stays fenced', async () => {
+    // The node reads pod addresses from the API's status: one a client forges must not unfence the real address.
+    await node.kubectlOk(['patch', 'pod', 'server', '--subresource=status', '--type=merge', '-p', '{"status":{"podIP":"10.88.200.200","podIPs":[{"ip":"10.88.200.200"}],"phase":"Succeeded"}}']);
+    await waitFor('the real status back', async () => {
+      const p = await node.getJson<Pod>(['pod', 'server']);
+      return p.status?.podIP === ips.server && p.status?.phase === 'Running' ? true : undefined;
+    }, 10_000);
+    for (let i = 0; i < 3; i++) expect(await reach('client', ips.server!, 8080)).toBe(false);
+  }, 60_000);
+
   it('allows by pod label and named port: the client on http, not the stranger, not the unnamed port', async () => {
     await apply(policy('allow-client', '{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{podSelector: {matchLabels: {role: client}}}], ports: [{port: http}]}]}'));
     await expectReach('client', ips.server!, 8080, true);

@@ -322,3 +322,23 @@ describe('the NetworkPolicy kind', () => {
     expect(t.rows.map((r) => r.cells)).toEqual([['web', 'app=web', '5m'], ['a', '<none>', '5m']]);
   });
 });
+
+describe('hostile policies', () => {
+  it('leaves out a rule whose peers × ports would be too many nft rules, so it allows nothing, and says why', () => {
+    const peers = Array.from({ length: 200 }, (_, i) => ({ ipBlock: { cidr: `10.${i}.0.0/24` } }));
+    const ports = Array.from({ length: 100 }, (_, i) => ({ protocol: 'TCP', port: 1000 + i }));
+    const model = buildModel([np('huge', { podSelector: {}, ingress: [{ from: peers, ports }] })], PODS, NAMESPACES);
+    expect(model.rules).toEqual([]);
+    expect(model.problems).toEqual([{ policy: 'default/huge', message: 'ingress[0] would be 20000 nft rules (peers × ports), more than 10000: not enforced, so it allows nothing' }]);
+    // Its pods are isolated all the same: the policy still fences them.
+    expect(model.isolated.ingress.length).toBeGreaterThan(0);
+  });
+
+  it('cuts a rule comment to the 128 characters nft takes, whatever the namespace and policy names', () => {
+    const model = buildModel([np('p'.repeat(253), { podSelector: {}, ingress: [{ from: [{ podSelector: {} }] }] }, 'n'.repeat(63))], PODS, [...NAMESPACES, { name: 'n'.repeat(63), labels: {} }]);
+    const comments = [...renderRules(model).matchAll(/comment "([^"]*)"/g)].map((m) => m[1]!);
+    expect(comments.length).toBeGreaterThan(0);
+    for (const c of comments) expect(c.length).toBeLessThanOrEqual(128);
+    expect(comments.some((c) => c.endsWith('...'))).toBe(true);
+  });
+});
