@@ -135,21 +135,7 @@ async function benchIptables(sizes: number[]): Promise<void> {
         `  ${String(n).padStart(6)} services: full sync ${fmt(full.ms)} (${full.restores} restores)  floor ${fmt(floor)}  ratio ${(full.ms / floor).toFixed(2)}  (${lines} lines)  new connection to the last Service ${fmtUs(firstPacketMicros(ns, proxier))}\n`,
       );
       if (n === sizes[sizes.length - 1]) {
-        // Partial syncs, five of each: add a Service (3 endpoints), then remove one endpoint of an old one.
-        const adds: number[] = [];
-        const dels: number[] = [];
-        let rules = [0, 0];
-        for (let r = 0; r < 5; r++) {
-          services.set(serviceObject('bench', `added-${r}`, { selector: { app: `added-${r}` }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
-          for (let j = 0; j < 3; j++) pods.set(pod(`added-${r}-${j}`, { ns: 'bench', labels: { app: `added-${r}` }, ip: `10.127.${r}.${j + 1}` }));
-          const add = await proxier.syncNow();
-          pods.delete({ metadata: { namespace: 'bench', name: `p-${7 + r}-1` } } as Pod);
-          const del = await proxier.syncNow();
-          if (add.full || del.full) throw new Error('a partial sync was full');
-          adds.push(add.ms);
-          dels.push(del.ms);
-          rules = [add.rulesWritten, del.rulesWritten];
-        }
+        const { adds, dels, rules } = await partialSyncs(proxier, services, pods);
         const again = await proxier.syncNow(true);
         const rss = process.memoryUsage().rss / 2 ** 20;
         process.stdout.write(`  at ${n}: one Service added: median ${fmt(med(adds))}, min ${fmt(Math.min(...adds))} (${rules[0]} rules)\n`);
@@ -163,6 +149,25 @@ async function benchIptables(sizes: number[]): Promise<void> {
       live.delete(ns);
     }
   }
+}
+
+/** Five partial syncs of each kind: a Service added (3 endpoints), then one endpoint of an old one removed; their times and rule counts. */
+async function partialSyncs(proxier: Proxier, services: ReturnType<typeof fixtures>['services'], pods: ReturnType<typeof fixtures>['pods']): Promise<{ adds: number[]; dels: number[]; rules: number[] }> {
+  const adds: number[] = [];
+  const dels: number[] = [];
+  let rules = [0, 0];
+  for (let r = 0; r < 5; r++) {
+    services.set(serviceObject('bench', `added-${r}`, { selector: { app: `added-${r}` }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
+    for (let j = 0; j < 3; j++) pods.set(pod(`added-${r}-${j}`, { ns: 'bench', labels: { app: `added-${r}` }, ip: `10.127.${r}.${j + 1}` }));
+    const add = await proxier.syncNow();
+    pods.delete({ metadata: { namespace: 'bench', name: `p-${7 + r}-1` } } as Pod);
+    const del = await proxier.syncNow();
+    if (add.full || del.full) throw new Error('a partial sync was full');
+    adds.push(add.ms);
+    dels.push(del.ms);
+    rules = [add.rulesWritten, del.rulesWritten];
+  }
+  return { adds, dels, rules };
 }
 
 const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -183,20 +188,7 @@ async function benchNftables(sizes: number[]): Promise<void> {
         `  ${String(n).padStart(6)} services: full sync ${fmt(full.ms)} (1 transaction)  floor ${fmt(floor)}  ratio ${(full.ms / floor).toFixed(2)}  (${text.split('\n').length} lines)  new connection to the last Service ${fmtUs(firstPacketMicros(ns, proxier))}\n`,
       );
       if (n === sizes[sizes.length - 1]) {
-        const adds: number[] = [];
-        const dels: number[] = [];
-        let rules = [0, 0];
-        for (let r = 0; r < 5; r++) {
-          services.set(serviceObject('bench', `added-${r}`, { selector: { app: `added-${r}` }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
-          for (let j = 0; j < 3; j++) pods.set(pod(`added-${r}-${j}`, { ns: 'bench', labels: { app: `added-${r}` }, ip: `10.127.${r}.${j + 1}` }));
-          const add = await proxier.syncNow();
-          pods.delete({ metadata: { namespace: 'bench', name: `p-${7 + r}-1` } } as Pod);
-          const del = await proxier.syncNow();
-          if (add.full || del.full) throw new Error('a partial sync was full');
-          adds.push(add.ms);
-          dels.push(del.ms);
-          rules = [add.rulesWritten, del.rulesWritten];
-        }
+        const { adds, dels, rules } = await partialSyncs(proxier, services, pods);
         // The floors of partial transactions on this table: nft -f of one map element, added then deleted,
         // and of one rule in a chain of its own (the kernel validates the whole table when a rule or
         // a verdict element is added; nft first reads the table's chains and sets).
