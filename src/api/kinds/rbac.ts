@@ -24,6 +24,9 @@ function nameCauses(o: ApiObject, namespaced: boolean): Cause[] {
   return out;
 }
 
+/** What every RBAC kind says of itself: the group, v1, its names, its scope. */
+const identity = (kind: string, plural: string, namespaced: boolean) => ({ group: GROUP, version: 'v1', kind, plural, singular: kind.toLowerCase(), shortNames: [], namespaced });
+
 const strings = (v: unknown): v is string[] => Array.isArray(v) && v.every((x) => typeof x === 'string');
 const count = (v: unknown) => (Array.isArray(v) ? v.length : 0);
 
@@ -53,13 +56,7 @@ function ruleCauses(rules: unknown, namespaced: boolean): Cause[] {
 
 function makeRoleKind(kind: 'Role' | 'ClusterRole', plural: string, namespaced: boolean): Kind {
   return {
-    group: GROUP,
-    version: 'v1',
-    kind,
-    plural,
-    singular: kind.toLowerCase(),
-    shortNames: [],
-    namespaced,
+    ...identity(kind, plural, namespaced),
     validate(o) {
       const out = [...nameCauses(o, namespaced), ...ruleCauses(o.rules, namespaced)];
       if (!namespaced && o.aggregationRule !== undefined && o.aggregationRule !== null) {
@@ -111,13 +108,7 @@ function makeBindingKind(kind: 'RoleBinding' | 'ClusterRoleBinding', plural: str
   const roleKinds = namespaced ? ['Role', 'ClusterRole'] : ['ClusterRole'];
   const wide = (name: string, description: string): TableColumn => ({ name, type: 'string', priority: 1, description });
   return {
-    group: GROUP,
-    version: 'v1',
-    kind,
-    plural,
-    singular: kind.toLowerCase(),
-    shortNames: [],
-    namespaced,
+    ...identity(kind, plural, namespaced),
     prepare(o, old) {
       if (!old) return;
       // The role a binding grants is fixed: a new role is a new binding.
