@@ -186,6 +186,49 @@ describe.skipIf(!isRoot)('pods/log, exec, attach and port-forward through skiff 
         }
       });
 
+      it('exec -it from a real terminal: a TTY in the container, its size from kubectl, keystrokes echoed, the exit code back', async () => {
+        // script(1) gives kubectl a pseudo-terminal of 37 rows by 91 columns as its stdin and stdout, as a user's shell would.
+        const kube = node.ns.wrap([v.bin, '--kubeconfig', node.dirs.kubeconfig, 'exec', '-it', 'streams', '-c', 'main', '--', 'sh']);
+        const inner = `stty rows 37 cols 91; exec ${kube.map((a) => `'${a}'`).join(' ')}`;
+        const p = spawn('script', ['-qfec', inner, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
+        started.add(p);
+        let seen = '';
+        p.stdout!.on('data', (b: Buffer) => (seen += b.toString()));
+        p.stderr!.on('data', (b: Buffer) => (seen += b.toString()));
+        const exited = new Promise<number | null>((r) => p.on('close', (code) => r(code)));
+        try {
+          // busybox's prompt (it then asks the terminal where its cursor is, and redraws) means the session is up; each line is typed as a user would, ending in a carriage return.
+          await waitFor('the shell prompt', async () => (/\/www [#$] /.test(seen) ? true : undefined), 30_000).catch((err: Error) => {
+            throw new Error(`${err.message}; saw ${JSON.stringify(seen)}`);
+          });
+          p.stdin!.write('tty; stty size; echo answer-$((6*7))\r');
+          await waitFor('the answers', async () => (/answer-42/.test(seen.replace(/echo answer-\$\(\(6\*7\)\)/, '')) ? true : undefined), 20_000).catch((err: Error) => {
+            throw new Error(`${err.message}; saw ${JSON.stringify(seen)}`);
+          });
+          expect(seen, JSON.stringify(seen)).toMatch(/\/dev\/pts\/\d+\r+\n/);
+          expect(seen).toMatch(/37 91\r+\n/);
+          // What was typed comes back: the container's terminal echoes it. (Line ends are matched as \r+\n: in one run of six,
+          // kubectl 1.35 printed \r\r\n, a second \r from its own terminal's line discipline.)
+          expect(seen).toContain('echo answer-$((6*7))');
+          // The user's window changes size: kubectl's terminal is resized (it gets SIGWINCH) and sends the new size on.
+          const kubectlPid = spawnSync('pgrep', ['-P', String(p.pid)], { encoding: 'utf8' }).stdout.trim().split('\n')[0]!;
+          const resized = spawnSync('stty', ['-F', `/proc/${kubectlPid}/fd/0`, 'rows', '20', 'cols', '50'], { encoding: 'utf8' });
+          expect(resized.status, resized.stderr).toBe(0);
+          await waitFor('the new size in the container', async () => {
+            p.stdin!.write('stty size\r');
+            await new Promise((r) => setTimeout(r, 300));
+            return /\n20 50\r+\n/.test(seen) ? true : undefined;
+          }, 20_000).catch((err: Error) => {
+            throw new Error(`${err.message}; saw ${JSON.stringify(seen)}`);
+          });
+          p.stdin!.write('exit 4\r');
+          expect(await exited).toBe(4);
+        } finally {
+          started.delete(p);
+          p.kill('SIGKILL');
+        }
+      });
+
       it('exec of a command the container lacks fails, and a container the pod lacks is refused', async () => {
         const r = await k(['exec', 'streams', '-c', 'main', '--', '/no/such/command']);
         expect(r.code).not.toBe(0);
