@@ -134,6 +134,16 @@ subjects: [{kind: ServiceAccount, name: prom}]
 `);
         expect(ref.stderr).toContain('roleRef.kind: Unsupported value: "Role": supported values: "ClusterRole"');
         expect(ref.stderr).toContain('subjects[0].namespace: Required value');
+        const agg = await k(['apply', '-f', '-'], `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: bad-aggregate}
+aggregationRule:
+  clusterRoleSelectors:
+  - matchLabels: {rbac.example.com/aggregate: "true"}
+  - matchExpressions: [{key: tier, operator: Near, values: [a]}]
+`);
+        expect(agg.code).not.toBe(0);
+        expect(agg.stderr).toContain('aggregationRule.clusterRoleSelectors[1].matchExpressions[0].operator: Invalid value: "Near": not a valid selector operator');
         const change = await k(['patch', 'rolebinding', 'edit-settings', '-n', ns, '--type=merge', '-p', '{"roleRef":{"name":"pod-reader"}}']);
         expect(change.code).not.toBe(0);
         expect(change.stderr).toContain('cannot change roleRef');

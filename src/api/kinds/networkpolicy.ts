@@ -9,31 +9,15 @@
 import type { Cause } from '../errors.js';
 import { portNameError } from '../../kubelet-lite/validate.js';
 import { normalizeCidr, strictSubset } from '../../netpol/cidr.js';
-import { parseLabelSelector } from '../selectors.js';
 import type { ApiObject, Kind, Obj } from '../types.js';
 import { age, ageColumn, isObj, metaCauses, nameColumn } from './common.js';
+import { labelSelectorCauses } from './selector-causes.js';
 import { selectorString } from './workload-rows.js';
 
 const spec = (o: ApiObject): Obj => (isObj(o.spec) ? o.spec : {});
 const show = (v: unknown) => JSON.stringify(v);
 const invalid = (field: string, v: unknown, why: string): Cause => ({ reason: 'FieldValueInvalid', field, message: `Invalid value: ${show(v)}: ${why}` });
 const typeInvalid = (field: string, what: string): Cause => ({ reason: 'FieldValueTypeInvalid', field, message: `Invalid value: must be ${what}` });
-
-function selectorCauses(sel: unknown, field: string): Cause[] {
-  if (!isObj(sel)) return [typeInvalid(field, 'a label selector')];
-  if (Array.isArray(sel.matchExpressions)) {
-    for (const [i, e] of sel.matchExpressions.entries()) {
-      const op = isObj(e) ? e.operator : undefined;
-      if (!['In', 'NotIn', 'Exists', 'DoesNotExist'].includes(op as string)) return [invalid(`${field}.matchExpressions[${i}].operator`, op, 'not a valid selector operator')];
-    }
-  }
-  try {
-    parseLabelSelector(selectorString(sel));
-    return [];
-  } catch (err) {
-    return [{ reason: 'FieldValueInvalid', field, message: `Invalid value: ${(err as Error).message}` }];
-  }
-}
 
 const isPortNumber = (n: number) => Number.isInteger(n) && n >= 1 && n <= 65535;
 
@@ -78,8 +62,8 @@ function peerCauses(p: unknown, field: string): Cause[] {
   if (!isObj(p)) return [typeInvalid(field, 'an object')];
   const out: Cause[] = [];
   const given = (['podSelector', 'namespaceSelector', 'ipBlock'] as const).filter((k) => p[k] !== undefined && p[k] !== null);
-  if (given.includes('podSelector')) out.push(...selectorCauses(p.podSelector, `${field}.podSelector`));
-  if (given.includes('namespaceSelector')) out.push(...selectorCauses(p.namespaceSelector, `${field}.namespaceSelector`));
+  if (given.includes('podSelector')) out.push(...labelSelectorCauses(p.podSelector, `${field}.podSelector`));
+  if (given.includes('namespaceSelector')) out.push(...labelSelectorCauses(p.namespaceSelector, `${field}.namespaceSelector`));
   if (given.includes('ipBlock')) out.push(...ipBlockCauses(p.ipBlock, `${field}.ipBlock`));
   if (given.length === 0) out.push({ reason: 'FieldValueRequired', field, message: 'Required value: must specify a peer' });
   else if (given.length > 1 && given.includes('ipBlock')) out.push({ reason: 'FieldValueForbidden', field, message: 'Forbidden: may not specify both ipBlock and another peer' });
@@ -139,7 +123,7 @@ export const networkPolicyKind: Kind = {
     const out: Cause[] = metaCauses(o, true);
     if (o.spec !== undefined && !isObj(o.spec)) return [...out, typeInvalid('spec', 'an object')];
     const s = spec(o);
-    out.push(...selectorCauses(s.podSelector ?? {}, 'spec.podSelector'));
+    out.push(...labelSelectorCauses(s.podSelector ?? {}, 'spec.podSelector'));
     out.push(...rulesCauses(s.ingress, 'spec.ingress', 'from'), ...rulesCauses(s.egress, 'spec.egress', 'to'));
     const types = s.policyTypes;
     if (types !== undefined && types !== null) {

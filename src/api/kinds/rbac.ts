@@ -10,6 +10,7 @@ import type { Cause } from '../errors.js';
 import { invalid } from '../errors.js';
 import type { ApiObject, Kind, Obj, TableColumn } from '../types.js';
 import { age, ageColumn, isObj, metaCauses, nameColumn } from './common.js';
+import { labelSelectorCauses } from './selector-causes.js';
 
 const GROUP = 'rbac.authorization.k8s.io';
 
@@ -62,7 +63,7 @@ function makeRoleKind(kind: 'Role' | 'ClusterRole', plural: string, namespaced: 
       if (!namespaced && o.aggregationRule !== undefined && o.aggregationRule !== null) {
         const sel = isObj(o.aggregationRule) ? o.aggregationRule.clusterRoleSelectors : undefined;
         if (!Array.isArray(sel) || sel.length === 0) out.push({ reason: 'FieldValueRequired', field: 'aggregationRule.clusterRoleSelectors', message: 'Required value' });
-        else if (!sel.every(isObj)) out.push({ reason: 'FieldValueTypeInvalid', field: 'aggregationRule.clusterRoleSelectors', message: 'Invalid value: must be a list of label selectors' });
+        else sel.forEach((x, i) => out.push(...labelSelectorCauses(x, `aggregationRule.clusterRoleSelectors[${i}]`)));
       }
       return out;
     },
