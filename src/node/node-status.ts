@@ -285,7 +285,27 @@ function goArch(): string {
   return a === 'x64' ? 'amd64' : a === 'ia32' ? '386' : a;
 }
 
-/** `--node-labels k=v,k2=v2` (repeatable), each label checked as the API checks a Node's. */
+/** The kubernetes.io and k8s.io labels the kubelet lets `--node-labels` set: these names, and any under an allowed prefix. */
+const KUBELET_LABELS = new Set([
+  'beta.kubernetes.io/arch', 'beta.kubernetes.io/instance-type', 'beta.kubernetes.io/os',
+  'failure-domain.beta.kubernetes.io/region', 'failure-domain.beta.kubernetes.io/zone',
+  'kubernetes.io/arch', 'kubernetes.io/hostname', 'kubernetes.io/os',
+  'node.kubernetes.io/instance-type', 'topology.kubernetes.io/region', 'topology.kubernetes.io/zone',
+]);
+/** The kubelet's two prefixes, and node-role: on a whole node there is no NodeRestriction to keep roles from the kubelet. */
+const KUBELET_LABEL_PREFIXES = ['kubelet.kubernetes.io', 'node.kubernetes.io', 'node-role.kubernetes.io'];
+
+function isKubernetesDomain(key: string): boolean {
+  const slash = key.indexOf('/');
+  if (slash < 0) return false;
+  const prefix = key.slice(0, slash);
+  return ['kubernetes.io', 'k8s.io'].some((d) => prefix === d || prefix.endsWith(`.${d}`));
+}
+
+/**
+ * `--node-labels k=v,k2=v2` (repeatable), each label checked as the API checks
+ * a Node's, and those in the kubernetes.io and k8s.io namespaces limited as the kubelet limits them.
+ */
 export function parseNodeLabels(values: string[]): Record<string, string> {
   const out: Record<string, string> = {};
   for (const item of values.flatMap((v) => v.split(',')).map((v) => v.trim()).filter(Boolean)) {
@@ -295,6 +315,12 @@ export function parseNodeLabels(values: string[]): Record<string, string> {
   }
   const bad = metadataErrors({ name: 'node', labels: out }, false);
   if (bad.length > 0) throw new Error(`--node-labels: ${bad.map((e) => e.message).join('; ')}`);
+  const reserved = Object.keys(out).filter((k) => isKubernetesDomain(k) && !KUBELET_LABELS.has(k) && !KUBELET_LABEL_PREFIXES.some((p) => k.startsWith(`${p}/`) || k.slice(0, k.indexOf('/')).endsWith(`.${p}`)));
+  if (reserved.length > 0) {
+    throw new Error(
+      `--node-labels: unknown 'kubernetes.io' or 'k8s.io' labels: ${reserved.join(', ')}; those namespaces take only ${[...KUBELET_LABELS].join(', ')}, and labels under ${KUBELET_LABEL_PREFIXES.join(', ')}`,
+    );
+  }
   return out;
 }
 

@@ -10,6 +10,19 @@ describe('--node-labels', () => {
   it('refuses what is not a label', () => {
     expect(() => parseNodeLabels(['tier'])).toThrow('--node-labels takes key=value pairs, not "tier"');
     expect(() => parseNodeLabels(['bad key=x'])).toThrow(/^--node-labels: /);
+  });
+
+  it("limits the kubernetes.io and k8s.io namespaces as the kubelet does, node-role included", () => {
+    expect(parseNodeLabels(['topology.kubernetes.io/zone=z1,node.kubernetes.io/exclude-from-external-load-balancers=,kubelet.kubernetes.io/x=1,node-role.kubernetes.io/edge=,example.com/k8s.io=y'])).toEqual({
+      'topology.kubernetes.io/zone': 'z1',
+      'node.kubernetes.io/exclude-from-external-load-balancers': '',
+      'kubelet.kubernetes.io/x': '1',
+      'node-role.kubernetes.io/edge': '',
+      'example.com/k8s.io': 'y',
+    });
+    expect(() => parseNodeLabels(['kubernetes.io/role=master'])).toThrow("--node-labels: unknown 'kubernetes.io' or 'k8s.io' labels: kubernetes.io/role;");
+    expect(() => parseNodeLabels(['node-restriction.kubernetes.io/pool=a,x.k8s.io/y=1'])).toThrow(/labels: node-restriction\.kubernetes\.io\/pool, x\.k8s\.io\/y;/);
+    expect(() => parseNodeLabels(['a.kubernetes.io/hostname=h'])).toThrow(/labels: a\.kubernetes\.io\/hostname;/);
     expect(() => parseNodeLabels(['k=not ok'])).toThrow(/a valid label must be/);
   });
 });
