@@ -148,7 +148,8 @@ export function buildPodStatus(inp: StatusInputs): PodStatus {
 
   const sidecarsReady = (spec.initContainers ?? []).every((ic, i) => kindOf(ic, true) !== 'sidecar' || initStatuses[i]!.ready);
   const containersReady = phase === 'Running' && !inp.terminating && appStatuses.every((s) => s.ready) && sidecarsReady;
-  const readyGates = (spec.readinessGates ?? []).length === 0;
+  // The gates' conditions are written by others into the API's copy; the node's API bridge judges them (node/api-bridge.ts).
+  const gates = (spec.readinessGates ?? []).map((g) => g.conditionType);
   const previous = new Map((inp.previous?.conditions ?? []).map((c) => [c.type, c]));
   const condition = (type: string, ok: boolean, reason?: string): PodCondition => {
     const status = ok ? 'True' : 'False';
@@ -160,7 +161,7 @@ export function buildPodStatus(inp: StatusInputs): PodStatus {
   const conditions: PodCondition[] = [
     condition('PodReadyToStartContainers', !!sandbox?.ready),
     condition('Initialized', initialized, 'ContainersNotInitialized'),
-    condition('Ready', containersReady && readyGates, phase === 'Succeeded' || phase === 'Failed' ? 'PodCompleted' : 'ContainersNotReady'),
+    condition('Ready', containersReady && gates.length === 0, phase === 'Succeeded' || phase === 'Failed' ? 'PodCompleted' : containersReady ? 'ReadinessGatesNotReady' : 'ContainersNotReady'),
     condition('ContainersReady', containersReady, phase === 'Succeeded' || phase === 'Failed' ? 'PodCompleted' : 'ContainersNotReady'),
     condition('PodScheduled', true),
   ];
@@ -171,6 +172,9 @@ export function buildPodStatus(inp: StatusInputs): PodStatus {
     if (c.status === 'False' && c.type === 'Initialized') {
       const pending = (spec.initContainers ?? []).filter((_, i) => !initStatuses[i]!.ready && kindOf(spec.initContainers![i]!, true) === 'init').map((c) => c.name);
       if (pending.length) c.message = `containers with incomplete status: [${pending.join(' ')}]`;
+    }
+    if (c.status === 'False' && c.type === 'Ready' && c.reason === 'ReadinessGatesNotReady') {
+      c.message = gates.map((g) => `corresponding condition of pod readiness gate "${g}" does not exist.`).join(', ');
     }
   }
 

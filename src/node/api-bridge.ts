@@ -61,13 +61,38 @@ const KUBELET_CONDITIONS = new Set(['PodScheduled', 'Initialized', 'Ready', 'Con
  * The agent's status for a pod, keeping the conditions others wrote into the
  * API's (as the kubelet's status manager keeps them): the eviction
  * subresource's DisruptionTarget, a controller's readiness-gate condition.
+ * With `gates` (the pod's readinessGates), Ready is judged as the kubelet
+ * judges it: the containers ready and every gate's condition True.
  */
-export function withOthersConditions(agent: Obj | undefined, api: Obj | undefined): Obj | undefined {
-  const theirs = (Array.isArray(api?.conditions) ? (api!.conditions as Obj[]) : []).filter((c) => typeof c === 'object' && c !== null && !KUBELET_CONDITIONS.has(String(c.type)));
-  if (!agent || theirs.length === 0) return agent;
+export function withOthersConditions(agent: Obj | undefined, api: Obj | undefined, gates: string[] = [], now: () => string = () => new Date().toISOString()): Obj | undefined {
+  const all = Array.isArray(api?.conditions) ? (api!.conditions as Obj[]).filter((c) => typeof c === 'object' && c !== null) : [];
+  const theirs = all.filter((c) => !KUBELET_CONDITIONS.has(String(c.type)));
+  if (!agent || (theirs.length === 0 && gates.length === 0)) return agent;
   const mine = Array.isArray(agent.conditions) ? (agent.conditions as Obj[]) : [];
   const have = new Set(mine.map((c) => String(c.type)));
-  return { ...agent, conditions: [...mine, ...theirs.filter((c) => !have.has(String(c.type)))] };
+  const conditions = [...mine, ...theirs.filter((c) => !have.has(String(c.type)))];
+  return { ...agent, conditions: gates.length > 0 ? gatedReady(conditions, gates, all.find((c) => c.type === 'Ready'), now) : conditions };
+}
+
+/** The conditions with Ready False (reason ReadinessGatesNotReady, the kubelet's messages) until every gate's condition is True. */
+function gatedReady(conditions: Obj[], gates: string[], before: Obj | undefined, now: () => string): Obj[] {
+  const at = conditions.findIndex((c) => c.type === 'Ready');
+  if (at < 0 || conditions.find((c) => c.type === 'ContainersReady')?.status !== 'True') return conditions;
+  const byType = new Map(conditions.map((c) => [String(c.type), c]));
+  const unready = gates.flatMap((g) => {
+    const c = byType.get(g);
+    if (!c) return [`corresponding condition of pod readiness gate "${g}" does not exist.`];
+    return c.status === 'True' ? [] : [`the status of pod readiness gate "${g}" is not "True", but ${String(c.status)}`];
+  });
+  const status = unready.length > 0 ? 'False' : 'True';
+  const ready: Obj = {
+    type: 'Ready',
+    status,
+    lastProbeTime: null,
+    lastTransitionTime: before?.status === status ? before.lastTransitionTime : now(),
+    ...(unready.length > 0 ? { reason: 'ReadinessGatesNotReady', message: unready.join(', ') } : {}),
+  };
+  return conditions.map((c, i) => (i === at ? ready : c));
 }
 
 /** The object as the agent should read it: no status, no server bookkeeping. */
@@ -267,7 +292,8 @@ export class ApiBridge {
       return;
     }
     if (!view || !current || current.metadata.uid !== viewUid) return; // a file's pod not shown yet, or an API pod the agent has not caught up with
-    const status = withOthersConditions(view.status as Obj | undefined, current.status as Obj | undefined);
+    const gates = ((current.spec as Obj | undefined)?.readinessGates as Obj[] | undefined ?? []).map((g) => String(g?.conditionType ?? '')).filter(Boolean);
+    const status = withOthersConditions(view.status as Obj | undefined, current.status as Obj | undefined, gates);
     if (JSON.stringify(current.status ?? null) === JSON.stringify(status ?? null)) return;
     await this.o.client.update('pods', namespace, name, { ...current, status }, { status: true });
   }

@@ -124,6 +124,56 @@ describe.skipIf(!isRoot)('Services and EndpointSlices through the node API, with
     expect(names).toContain(again);
   }, 120_000);
 
+  it('holds a pod with a readiness gate out of its Service until someone sets the gate\'s condition, as the kubelet does', async () => {
+    await node.kubectlOk(['apply', '-f', '-'], {
+      input: `apiVersion: v1
+kind: Pod
+metadata: {name: gated, labels: {app: gated}}
+spec:
+  terminationGracePeriodSeconds: 1
+  readinessGates: [{conditionType: example.com/lb-ready}]
+  containers:
+  - name: web
+    image: skiff.local/demo-web:1
+    imagePullPolicy: Never
+    command: [sh, -c, 'trap "exit 0" TERM; httpd -f -p 8080 -h /www & wait']
+---
+apiVersion: v1
+kind: Service
+metadata: {name: gated}
+spec:
+  selector: {app: gated}
+  ports: [{port: 80, targetPort: 8080}]
+`,
+    });
+    type Cond = { type: string; status: string; reason?: string; message?: string };
+    const conds = async () => new Map((await node.getJson<{ status: { conditions?: Cond[] } }>(['pod', 'gated'])).status.conditions?.map((c) => [c.type, c]) ?? []);
+    const gatedEndpoint = async () => (await node.getJson<EndpointSliceList>(['endpointslices', '-l', 'kubernetes.io/service-name=gated'])).items.flatMap((x) => x.endpoints ?? [])[0];
+    const held = await waitFor('the containers ready, the pod not', async () => {
+      const c = await conds();
+      return c.get('ContainersReady')?.status === 'True' ? c : undefined;
+    }, 60_000);
+    expect(held.get('Ready')).toMatchObject({ status: 'False', reason: 'ReadinessGatesNotReady', message: 'corresponding condition of pod readiness gate "example.com/lb-ready" does not exist.' });
+    expect(await node.kubectlOk(['get', 'pod', 'gated', '-o', 'wide'])).toMatch(/gated\s+1\/1\s+Running\s.*\s0\/1\s*\n$/);
+    await waitFor('the endpoint, not ready', async () => ((await gatedEndpoint())?.conditions?.ready === false ? true : undefined), 30_000);
+
+    const setGate = (status: string) =>
+      node.kubectlOk(['patch', 'pod', 'gated', '--subresource=status', '--type=json', '-p', JSON.stringify([{ op: 'add', path: '/status/conditions/-', value: { type: 'example.com/lb-ready', status } }])]);
+    await setGate('True');
+    await waitFor('the pod Ready', async () => ((await conds()).get('Ready')?.status === 'True' ? true : undefined), 30_000);
+    await waitFor('the endpoint ready', async () => ((await gatedEndpoint())?.conditions?.ready === true ? true : undefined), 30_000);
+    expect(await node.kubectlOk(['get', 'pod', 'gated', '-o', 'wide'])).toMatch(/\s1\/1\s*\n$/);
+    // The gate's condition is kept through the agent's own status writes.
+    await new Promise((r) => setTimeout(r, 2000));
+    expect((await conds()).get('example.com/lb-ready')?.status).toBe('True');
+
+    await node.kubectlOk(['patch', 'pod', 'gated', '--subresource=status', '--type=json', '-p', JSON.stringify([{ op: 'replace', path: '/status/conditions', value: [...(await conds()).values()].map((c) => (c.type === 'example.com/lb-ready' ? { ...c, status: 'False' } : c)) }])]);
+    await waitFor('the pod not Ready again', async () => ((await conds()).get('Ready')?.status === 'False' ? true : undefined), 30_000);
+    expect((await conds()).get('Ready')?.message).toBe('the status of pod readiness gate "example.com/lb-ready" is not "True", but False');
+    await waitFor('the endpoint not ready again', async () => ((await gatedEndpoint())?.conditions?.ready === false ? true : undefined), 30_000);
+    await node.kubectlOk(['delete', 'pod/gated', 'service/gated']);
+  }, 120_000);
+
   it('has no endpoints once scaled to 0', async () => {
     await node.kubectlOk(['scale', 'deployment', 'echo', '--replicas', '0']);
     await waitFor('no endpoints left', async () => (await slices()).items.every((s) => (s.endpoints ?? []).length === 0), 60_000);

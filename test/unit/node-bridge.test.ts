@@ -78,4 +78,21 @@ describe('withOthersConditions', () => {
     });
     expect(withOthersConditions(agent, { conditions: [{ type: 'Initialized', status: 'True' }] })).toBe(agent);
   });
+
+  it('judges Ready by the readiness gates as the kubelet does once the containers are ready, keeping the transition time while it holds', () => {
+    const at = () => '2026-12-02T10:00:00Z';
+    const agent = { conditions: [{ type: 'Ready', status: 'False', reason: 'ReadinessGatesNotReady' }, { type: 'ContainersReady', status: 'True' }] };
+    const ready = (api: unknown, gates = ['example.com/a', 'example.com/b']) => (withOthersConditions(agent, api as never, gates, at)!.conditions as Array<Record<string, unknown>>).find((c) => c.type === 'Ready');
+    expect(ready({ conditions: [{ type: 'example.com/b', status: 'False' }] })).toEqual({
+      type: 'Ready', status: 'False', lastProbeTime: null, lastTransitionTime: '2026-12-02T10:00:00Z', reason: 'ReadinessGatesNotReady',
+      message: 'corresponding condition of pod readiness gate "example.com/a" does not exist., the status of pod readiness gate "example.com/b" is not "True", but False',
+    });
+    const both = [{ type: 'example.com/a', status: 'True' }, { type: 'example.com/b', status: 'True' }];
+    expect(ready({ conditions: both })).toEqual({ type: 'Ready', status: 'True', lastProbeTime: null, lastTransitionTime: '2026-12-02T10:00:00Z' });
+    // Unchanged since the API's copy: its transition time stays.
+    expect(ready({ conditions: [...both, { type: 'Ready', status: 'True', lastTransitionTime: '2026-12-01T00:00:00Z' }] })!.lastTransitionTime).toBe('2026-12-01T00:00:00Z');
+    // Containers not ready: the agent's Ready (and its reason) stands, whatever the gates say.
+    const notReady = { conditions: [{ type: 'Ready', status: 'False', reason: 'ContainersNotReady' }, { type: 'ContainersReady', status: 'False' }] };
+    expect((withOthersConditions(notReady, { conditions: both }, ['example.com/a'], at)!.conditions as unknown[])[0]).toEqual({ type: 'Ready', status: 'False', reason: 'ContainersNotReady' });
+  });
 });
