@@ -31,6 +31,7 @@ import { errorMessage } from '../errors.js';
 import { StateFile } from '../kubelet-lite/state-file.js';
 import { ThrottledWarning, type Logger } from '../log.js';
 import { API_SOURCE_FILE, type StoredObject } from '../stored-object.js';
+import { planOwnership, selectorOf, type OwnershipChange } from './adoption.js';
 import type { ControllerEvents } from './controller-events.js';
 import { Informer } from './informer.js';
 
@@ -234,6 +235,7 @@ export class ControllerManager {
     const inf = this.informers;
     this.writes = 0;
     const now = (this.o.now ?? Date.now)();
+    await this.claim();
     this.noticeDeletedJobs();
     const virtual = this.driver.state.virtualJobs;
     const workloads: StoredObject[] = [];
@@ -270,6 +272,30 @@ export class ControllerManager {
     this.save();
     // What was written changes what the next pass sees (a ReplicaSet's pods, a Job's status): it runs until nothing is.
     if (this.writes > 0) this.again = true;
+  }
+
+  /**
+   * Orphans the controllers' selectors match are adopted, and what a
+   * controller owns but no longer selects is released (src/node/adoption.ts),
+   * before anything is counted: an orphaned set of pods taken back is not made again.
+   */
+  private async claim(): Promise<void> {
+    const inf = this.informers;
+    const claimants = (...lists: ApiObject[][]) => lists.flat().map((object) => ({ object, selector: selectorOf(object) }));
+    const plans: Array<[Res, OwnershipChange[]]> = [
+      ['pods', planOwnership(claimants(inf.replicasets.list(), inf.replicationcontrollers.list(), inf.statefulsets.list(), inf.daemonsets.list()), inf.pods.list())],
+      ['replicasets', planOwnership(claimants(inf.deployments.list()), inf.replicasets.list())],
+      ['controllerrevisions', planOwnership(claimants(inf.statefulsets.list(), inf.daemonsets.list()), inf.controllerrevisions.list())],
+    ];
+    for (const [res, changes] of plans) {
+      for (const c of changes) {
+        const o = c.object;
+        const k = `${res}/${nsOf(o)}/${nameOf(o)}`;
+        if (this.fileOwned.get(k) === o.metadata.resourceVersion) continue; // a manifest file's: not ours to change
+        const got = await this.write(res, () => this.o.client.update(RESOURCES[res], nsOf(o), nameOf(o), { ...o, metadata: { ...o.metadata, ownerReferences: c.ownerReferences } }), () => this.fileOwned.set(k, o.metadata.resourceVersion ?? ''));
+        if (got) this.o.log.info(c.change === 'adopt' ? 'a controller adopted an orphan its selector matches' : 'a controller released what its selector no longer matches', { [res]: k, controller: `${c.controller.kind}/${nameOf(c.controller)}` });
+      }
+    }
   }
 
   /** An API object as the controllers read it: no status, no server bookkeeping, the template normalized. */
