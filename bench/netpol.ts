@@ -14,12 +14,15 @@
  * (arrived after an allow, lost after a block), less the time just before
  * the API update. Resolution: the send interval (about 1 ms).
  *
- * Two cases, 20 changes each by default, alternating block and allow:
+ * Three cases, 20 changes each by default, alternating block and allow:
  * - a pod's label moves it into and out of an egress-deny policy's
  *   selection: only set elements change (the controller writes a delta);
  * - a pod's label moves it into and out of the peers of an egress rule
- *   with a named port: the rules change (a named port is one rule per pod
- *   that names it), so the whole table is written again.
+ *   with a named port: the named port's set of `address . port` changes
+ *   (a delta too);
+ * - the policy with the named port is edited (its port becomes a number
+ *   no pod listens on, and back): the rules change, so the whole table is
+ *   written again, every policy's rules in one transaction.
  * Next to each, the floor measured in the same run by the same probe: an
  * `nft -f` of one element add (and delete) into the same table, through the
  * same nsenter. And a profile: API update → the controller's nft call
@@ -206,10 +209,10 @@ export async function benchNetpol(changes = 20): Promise<void> {
     await probe.since(process.hrtime.bigint(), 'allow');
 
     /** One label change and its times: to in force (probe), to the controller's nft call, and that call. */
-    const measure = async (pod: string, labels: Record<string, string>, want: 'allow' | 'block') => {
+    const measure = async (change: () => Promise<void>, want: 'allow' | 'block') => {
       const before = calls.length;
       const t = process.hrtime.bigint();
-      await relabel(client, pod, labels);
+      await change();
       const ms = await probe!.since(t, want).catch((err: Error) => {
         throw new Error(`${err.message}${failures.length > 0 ? `; the controller's nft write failed: ${failures[0]}` : ''}`);
       });
@@ -220,7 +223,7 @@ export async function benchNetpol(changes = 20): Promise<void> {
       return { ms, toCall: Number(mine[0]!.start - t) / 1e6, nft: Number(mine[0]!.end - mine[0]!.start) / 1e6, delta: mine.every((c) => c.delta), writes: mine.length };
     };
 
-    const runCase = async (name: string, pod: string, on: Record<string, string>, off: Record<string, string>, onIs: 'allow' | 'block') => {
+    const runCase = async (name: string, change: (on: boolean) => Promise<void>, onIs: 'allow' | 'block') => {
       const ms: number[] = [];
       const toCall: number[] = [];
       const nft: number[] = [];
@@ -228,7 +231,7 @@ export async function benchNetpol(changes = 20): Promise<void> {
       for (let i = 0; i < changes; i++) {
         const turnOn = i % 2 === 0;
         const want = turnOn ? onIs : onIs === 'allow' ? 'block' : 'allow';
-        const r = await measure(pod, turnOn ? on : off, want);
+        const r = await measure(() => change(turnOn), want);
         ms.push(r.ms);
         toCall.push(r.toCall);
         nft.push(r.nft);
@@ -255,13 +258,24 @@ export async function benchNetpol(changes = 20): Promise<void> {
     process.stdout.write(line('floor: nft -f of one element into the table: in force', floors));
     process.stdout.write(line('    of which the nft -f call', floorCalls));
 
-    await runCase('src into/out of an egress-deny selection', 'src', { role: 'fenced' }, { role: 'free' }, 'block');
+    const label = (pod: string, on: Record<string, string>, off: Record<string, string>) => (turnOn: boolean) => relabel(client, pod, turnOn ? on : off);
+    await runCase('src into/out of an egress-deny selection', label('src', { role: 'fenced' }, { role: 'free' }), 'block');
     // src stays fenced; dst moves in and out of the named-port rule's peers.
     const t = process.hrtime.bigint();
     await relabel(client, 'src', { role: 'fenced' });
     await probe.since(t, 'block');
     await controller.idle();
-    await runCase('dst into/out of a named-port egress rule', 'dst', { app: 'target' }, { app: 'none' }, 'allow');
+    await runCase('dst into/out of a named-port egress rule', label('dst', { app: 'target' }, { app: 'none' }), 'allow');
+    // dst stays a peer; the policy's port moves between its name and a number nothing listens on.
+    const t1 = process.hrtime.bigint();
+    await relabel(client, 'dst', { app: 'target' });
+    await probe.since(t1, 'allow');
+    await controller.idle();
+    const editPolicy = async (port: string | number) => {
+      const p = await client.get(POLICIES, 'probe', 'to-target');
+      await client.update(POLICIES, 'probe', 'to-target', { ...p, spec: { ...(p.spec as object), egress: [{ to: [{ podSelector: { matchLabels: { app: 'target' } } }], ports: [{ port, protocol: 'UDP' }] }] } });
+    };
+    await runCase('the named-port policy edited', async (on) => editPolicy(on ? PORT + 1 : 'http'), 'block');
   } finally {
     probe?.stop();
     controller?.stop();
