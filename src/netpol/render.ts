@@ -113,8 +113,16 @@ export function renderCleanup(): string {
 
 /** What a model's table looks like without its set elements: equal skeletons differ in elements only. */
 function skeleton(model: Model): string {
-  return JSON.stringify({ sets: [...model.sets.keys()], portSets: [...model.portSets.keys()], rules: model.rules, withV6: hasV6(model) });
+  let text = skeletons.get(model);
+  if (text === undefined) {
+    text = JSON.stringify({ sets: [...model.sets.keys()], portSets: [...model.portSets.keys()], rules: model.rules, withV6: hasV6(model) });
+    skeletons.set(model, text);
+  }
+  return text;
 }
+
+/** A model's skeleton, made once: the model in force is compared again with each next one. */
+const skeletons = new WeakMap<Model, string>();
 
 /**
  * The change from `prev` (in force) to `next` as element additions and
