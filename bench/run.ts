@@ -28,6 +28,7 @@ import { benchKubelet, reportKubelet, type KubeletResults } from './kubelet.js';
 import { benchNode, reportNode } from './node.js';
 import { benchProxy, proxyBenchArgs } from './proxy.js';
 import { benchDns } from './dns.js';
+import { benchNetpol } from './netpol.js';
 import { benchApi, reportApi } from './api.js';
 import { measureFloor, type FloorSamples } from './floor.js';
 import { client, report, type PodResults } from './pods.js';
@@ -443,6 +444,7 @@ async function main(): Promise<void> {
     const { sizes, modes } = proxyBenchArgs(process.argv.slice(3));
     return benchProxy(sizes, modes);
   }
+  if (process.argv[2] === 'netpol') return benchNetpol(Number(process.argv[3]) || 20);
   if (process.argv[2] === 'api') return void process.stdout.write(reportApi(await benchApi())); // the node imports its images from archives: no registry
   const registry = await startRegistry();
   try {

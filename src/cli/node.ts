@@ -118,8 +118,10 @@ export async function node(args: string[]): Promise<number> {
   // workload controllers run on the API (as kube-controller-manager does), not in the agent.
   let plane: ControlPlane;
   let kubelet;
+  // Not a flag: tests only (test/integration/api-netpol-fence.test.ts) hold every NetworkPolicy write back, standing for a slow nft.
+  const netpolWriteDelayMs = Math.min(Math.max(Number(process.env.SKIFF_TEST_NETPOL_WRITE_DELAY_MS) || 0, 0), 30_000);
   try {
-    plane = await ControlPlane.open({ nodeName: kubeletOpts.nodeName, rootDir: kubeletOpts.rootDir, log, ...(api ? { store: api.store, collector: api.collector } : {}) });
+    plane = await ControlPlane.open({ nodeName: kubeletOpts.nodeName, rootDir: kubeletOpts.rootDir, log, netpolWriteDelayMs, ...(api ? { store: api.store, collector: api.collector } : {}) });
   } catch (err) {
     await daemon.close();
     await api?.stop();

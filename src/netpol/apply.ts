@@ -26,7 +26,8 @@ export class NftApplier {
 
   private readonly stopping = new AbortController();
 
-  constructor(private readonly runner: Runner, private readonly nft = 'nft') {}
+  /** `delayMs` (tests only) holds every write back that long, as a slow nft would. */
+  constructor(private readonly runner: Runner, private readonly nft = 'nft', private readonly delayMs = 0) {}
 
   /** Kills a write in progress (the node is stopping); later writes fail at once. */
   stop(): void {
@@ -76,6 +77,7 @@ export class NftApplier {
   }
 
   private async write(text: string): Promise<void> {
+    if (this.delayMs > 0) await new Promise((r) => setTimeout(r, this.delayMs));
     const r = await this.runner(this.nft, ['-f', '-'], { input: text, timeoutMs: NFT_TIMEOUT_MS, signal: this.stopping.signal });
     if (r.code !== 0 || r.timedOut) {
       const why = r.timedOut ? `timed out after ${NFT_TIMEOUT_MS} ms` : `exit ${r.code}`;

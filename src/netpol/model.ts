@@ -36,13 +36,12 @@ export type Direction = 'ingress' | 'egress';
 /** The other end of a rule: anyone, the addresses of a set, or a CIDR less its exceptions. */
 export type Peer = { kind: 'any' } | { kind: 'set'; set: string } | { kind: 'cidr'; cidr: string; except: string[] };
 
-/** A port or range; `ip` pins it to one pod, for a named port resolved on that pod. */
-export interface PortMatch {
-  protocol: Protocol;
-  from: number;
-  to: number;
-  ip?: string;
-}
+/**
+ * A port or range; or a named port: `named` is a set of `address . port`
+ * pairs, each pod that names the port (of that protocol) with its number,
+ * so pods moving in or out change the set's elements, never the rules.
+ */
+export type PortMatch = { protocol: Protocol; from: number; to: number } | { protocol: Protocol; named: string };
 
 export interface Rule {
   direction: Direction;
@@ -58,6 +57,8 @@ export interface Rule {
 export interface Model {
   /** Set name → pod addresses, in the order they were first named. */
   sets: Map<string, string[]>;
+  /** Named-port set name → `address . port` elements, sorted. */
+  portSets: Map<string, string[]>;
   /** Pods isolated for ingress / egress (a policy of that type selects them). */
   isolated: Record<Direction, string[]>;
   rules: Rule[];
@@ -92,6 +93,8 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
   const live = pods.filter((p) => net.isIP(p.ip) !== 0);
   const problems: Model['problems'] = [];
 
+  const portSets = new Map<string, string[]>();
+  const portSetByKey = new Map<string, string>();
   const membersByKey = new Map<string, PolicyPod[]>();
   /** The set of a selection (`key`) and its pods, chosen (`choose`) once per distinct selection. */
   const selection = (key: string, choose: () => PolicyPod[]): { set: string; members: PolicyPod[] } => {
@@ -118,9 +121,9 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
     const { set: selected, members: chosen } = selection(`pods ${ns} ${JSON.stringify(podSel)}`, () => live.filter((p) => p.namespace === ns && selectorMatches(podSel, p.labels)));
 
     /** The peers of a rule as model peers, with the pods each stands for (for named ports). */
-    const peersOf = (list: NetworkPolicyPeer[] | undefined): Array<{ peer: Peer; pods: PolicyPod[] }> => {
-      if (!list || list.length === 0) return [{ peer: { kind: 'any' }, pods: live }];
-      const out: Array<{ peer: Peer; pods: PolicyPod[] }> = [];
+    const peersOf = (list: NetworkPolicyPeer[] | undefined): Array<{ peer: Peer; pods: PolicyPod[]; key: string }> => {
+      if (!list || list.length === 0) return [{ peer: { kind: 'any' }, pods: live, key: 'any' }];
+      const out: Array<{ peer: Peer; pods: PolicyPod[]; key: string }> = [];
       for (const peer of list) {
         if (peer.ipBlock) {
           const c = normalizeCidr(peer.ipBlock.cidr);
@@ -130,7 +133,7 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
           }
           const except = (peer.ipBlock.except ?? []).map((e) => normalizeCidr(e)).filter((e) => e !== undefined && e.v6 === c.v6).map((e) => e!.text);
           const inside = live.filter((p) => cidrHas(c.text, p.ip) && !except.some((e) => cidrHas(e, p.ip)));
-          out.push({ peer: { kind: 'cidr', cidr: c.text, except }, pods: inside });
+          out.push({ peer: { kind: 'cidr', cidr: c.text, except }, pods: inside, key: `cidr ${c.text} except ${except.join(',')}` });
           continue;
         }
         if (!peer.podSelector && !peer.namespaceSelector) continue; // the API refuses a peer with nothing in it
@@ -139,13 +142,17 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
         const inNs = (p: PolicyPod) => (nsSel ? selectorMatches(nsSel, nsLabels.get(p.namespace) ?? { 'kubernetes.io/metadata.name': p.namespace }) : p.namespace === ns);
         const key = nsSel ? `peers ns:${JSON.stringify(nsSel)} pods:${JSON.stringify(ps)}` : `pods ${ns} ${JSON.stringify(ps)}`;
         const { set, members } = selection(key, () => live.filter((p) => inNs(p) && selectorMatches(ps, p.labels)));
-        out.push({ peer: { kind: 'set', set }, pods: members });
+        out.push({ peer: { kind: 'set', set }, pods: members, key });
       }
       return out;
     };
 
-    /** The rule's ports; a named port becomes one match per pod (of `onPods`) that names it. */
-    const portsOf = (list: NetworkPolicyPort[] | undefined, onPods: PolicyPod[]): Array<PortMatch | undefined> => {
+    /**
+     * The rule's ports; a named port is a match on a set of the pods (`onPods`, the selection `podsKey`)
+     * that name it, one set per selection, name and protocol. It is there even while no pod names the
+     * port (it matches nothing then), so pods naming it later change elements only.
+     */
+    const portsOf = (list: NetworkPolicyPort[] | undefined, onPods: PolicyPod[], podsKey: string): Array<PortMatch | undefined> => {
       if (!list || list.length === 0) return [undefined];
       const out: PortMatch[] = [];
       for (const p of list) {
@@ -162,13 +169,21 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
             out.push({ protocol, from: asNumber, to: asNumber });
             continue;
           }
-          for (const pod of onPods) {
-            const named = pod.ports.find((cp) => cp.name === p.port && (PROTOCOLS[cp.protocol || 'TCP'] ?? 'tcp') === protocol);
-            if (named) out.push({ protocol, from: named.port, to: named.port, ip: pod.ip });
+          const key = `${protocol} ${p.port} on ${podsKey}`;
+          let name = portSetByKey.get(key);
+          if (!name) {
+            name = `n${portSetByKey.size}`;
+            portSetByKey.set(key, name);
+            const pairs: string[] = [];
+            for (const pod of onPods) {
+              const named = pod.ports.find((cp) => cp.name === p.port && (PROTOCOLS[cp.protocol || 'TCP'] ?? 'tcp') === protocol);
+              if (named) pairs.push(`${pod.ip} . ${named.port}`);
+            }
+            portSets.set(name, [...new Set(pairs)].sort());
           }
+          out.push({ protocol, named: name });
         }
       }
-      // Ports given, none of which any pod has: the rule allows nothing (no match is emitted).
       return out;
     };
 
@@ -182,11 +197,11 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
         const made: Rule[] = [];
         if (direction === 'ingress') {
           // A named port is the destination's: the selected pods'.
-          const ports = portsOf(rule.ports, chosen);
+          const ports = portsOf(rule.ports, chosen, `pods ${ns} ${JSON.stringify(podSel)}`);
           for (const { peer } of peers) for (const port of ports) made.push({ direction, origin, selected, peer, ...(port ? { port } : {}) });
         } else {
           // In egress the destination is the peer: its pods name the port.
-          for (const { peer, pods: peerPods } of peers) for (const port of portsOf(rule.ports, peerPods)) made.push({ direction, origin, selected, peer, ...(port ? { port } : {}) });
+          for (const { peer, pods: peerPods, key } of peers) for (const port of portsOf(rule.ports, peerPods, key)) made.push({ direction, origin, selected, peer, ...(port ? { port } : {}) });
         }
         // Peers times ports is the rule count: a small policy can ask for millions. One that asks too much is left out, so it
         // allows nothing (its pods stay fenced by the rest): failing closed, never holding the node's memory.
@@ -198,7 +213,7 @@ export function buildModel(policies: NetworkPolicy[], pods: PolicyPod[], namespa
       });
     }
   }
-  return { sets, isolated: { ingress: [...isolated.ingress].sort(), egress: [...isolated.egress].sort() }, rules, problems };
+  return { sets, portSets, isolated: { ingress: [...isolated.ingress].sort(), egress: [...isolated.egress].sort() }, rules, problems };
 }
 
 export interface Packet {
@@ -224,7 +239,9 @@ function ruleAllows(model: Model, r: Rule, pkt: Packet): boolean {
   const other = r.direction === 'ingress' ? pkt.src : pkt.dst;
   if (!(model.sets.get(r.selected)?.includes(self) ?? false) || !peerHas(model, r.peer, other)) return false;
   if (!r.port) return true;
-  return r.port.protocol === pkt.protocol && pkt.port >= r.port.from && pkt.port <= r.port.to && (r.port.ip === undefined || r.port.ip === pkt.dst);
+  if (r.port.protocol !== pkt.protocol) return false;
+  if ('named' in r.port) return model.portSets.get(r.port.named)?.includes(`${pkt.dst} . ${pkt.port}`) ?? false;
+  return pkt.port >= r.port.from && pkt.port <= r.port.to;
 }
 
 /** Whether a new connection passes, as the rendered rules judge it (egress of the source, then ingress of the destination). */

@@ -12,6 +12,9 @@
  * the end drops) and one to an ingress-isolated pod through `ingress` (a
  * match accepts, the end drops). Packets the node itself sends leave by
  * output, which has no chain here: the node reaches its pods (probes).
+ * A named port is a set of `address . port` pairs (one per selection, name
+ * and protocol), so the rules depend on the policies alone: a pod's labels
+ * or ports change set elements, which renderDelta writes as a few lines.
  */
 import net from 'node:net';
 import type { Model, Peer, PortMatch, Rule } from './model.js';
@@ -21,11 +24,14 @@ export const TABLE = 'skiff-netpol';
 const family = (ip: string) => (net.isIP(ip.split('/')[0]!) === 6 ? 'ip6' : 'ip');
 const list = (items: string[]) => (items.length === 1 ? items[0]! : `{ ${items.join(', ')} }`);
 
-function setDecl(name: string, members: string[], v6: boolean): string[] {
-  const own = members.filter((m) => (net.isIP(m) === 6) === v6);
+/** The address of a set element: itself, or the first part of an `address . port` pair. */
+const addressOf = (element: string) => element.split(' . ')[0]!;
+
+function setDecl(name: string, members: string[], v6: boolean, withPort = false): string[] {
+  const own = members.filter((m) => (net.isIP(addressOf(m)) === 6) === v6);
   return [
     `  set ${name}${v6 ? '_v6' : ''} {`,
-    `    type ${v6 ? 'ipv6_addr' : 'ipv4_addr'}`,
+    `    type ${v6 ? 'ipv6_addr' : 'ipv4_addr'}${withPort ? ' . inet_service' : ''}`,
     ...(own.length > 0 ? [`    elements = { ${own.join(', ')} }`] : []),
     '  }',
   ];
@@ -49,7 +55,8 @@ function peerMatch(peer: Peer, dir: 'saddr' | 'daddr'): Array<{ v6: boolean; tex
   }
 }
 
-function portMatch(p: PortMatch): string {
+function portMatch(p: PortMatch, v6: boolean): string {
+  if ('named' in p) return `meta l4proto ${p.protocol} ${v6 ? 'ip6' : 'ip'} daddr . th dport @${p.named}${v6 ? '_v6' : ''}`;
   const range = p.from === 0 && p.to === 65535 ? '' : p.from === p.to ? ` th dport ${p.from}` : ` th dport ${p.from}-${p.to}`;
   return `meta l4proto ${p.protocol}${range}`;
 }
@@ -61,24 +68,24 @@ function ruleLines(r: Rule, withV6: boolean): string[] {
   for (const peer of peerMatch(r.peer, ingress ? 'saddr' : 'daddr')) {
     if (peer.v6 && !withV6) continue;
     const f = peer.v6 ? 'ip6' : 'ip';
-    // A named port is pinned to one pod's address, of one family.
-    if (r.port?.ip !== undefined && (family(r.port.ip) === 'ip6') !== peer.v6) continue;
     const parts = [`${f} ${ingress ? 'daddr' : 'saddr'} @${r.selected}${peer.v6 ? '_v6' : ''}`];
     if (peer.text) parts.push(peer.text);
-    if (r.port?.ip !== undefined) parts.push(`${f} daddr ${r.port.ip}`);
-    if (r.port) parts.push(portMatch(r.port));
+    if (r.port) parts.push(portMatch(r.port, peer.v6));
     out.push(`    ${parts.join(' ')} ${verdict} comment ${nftComment(r.origin)}`);
   }
   return out;
 }
 
+/** IPv6 sets and rules only when some pod has an IPv6 address: without one no IPv6 rule could match. */
+const hasV6 = (model: Model) => [...model.sets.values()].some((m) => m.some((ip) => net.isIP(ip) === 6));
+
 /** The whole table as nft -f input. */
 export function renderRules(model: Model): string {
-  // IPv6 sets and rules only when some pod has an IPv6 address: without one no IPv6 rule could match.
-  const withV6 = [...model.sets.values()].some((m) => m.some((ip) => net.isIP(ip) === 6));
-  const decl = (name: string, members: string[]) => [...setDecl(name, members, false), ...(withV6 ? setDecl(name, members, true) : [])];
+  const withV6 = hasV6(model);
+  const decl = (name: string, members: string[], withPort = false) => [...setDecl(name, members, false, withPort), ...(withV6 ? setDecl(name, members, true, withPort) : [])];
   const lines: string[] = [`table inet ${TABLE} {}`, `delete table inet ${TABLE}`, `table inet ${TABLE} {`];
   for (const [name, members] of model.sets) lines.push(...decl(name, members));
+  for (const [name, members] of model.portSets) lines.push(...decl(name, members, true));
   lines.push(...decl('ingress_isolated', model.isolated.ingress), ...decl('egress_isolated', model.isolated.egress));
   const base = (hook: string, judgeIngress: boolean) => [
     `  chain ${hook} {`,
@@ -106,9 +113,16 @@ export function renderCleanup(): string {
 
 /** What a model's table looks like without its set elements: equal skeletons differ in elements only. */
 function skeleton(model: Model): string {
-  const withV6 = [...model.sets.values()].some((m) => m.some((ip) => net.isIP(ip) === 6));
-  return JSON.stringify({ sets: [...model.sets.keys()], rules: model.rules, withV6 });
+  let text = skeletons.get(model);
+  if (text === undefined) {
+    text = JSON.stringify({ sets: [...model.sets.keys()], portSets: [...model.portSets.keys()], rules: model.rules, withV6: hasV6(model) });
+    skeletons.set(model, text);
+  }
+  return text;
 }
+
+/** A model's skeleton, made once: the model in force is compared again with each next one. */
+const skeletons = new WeakMap<Model, string>();
 
 /**
  * The change from `prev` (in force) to `next` as element additions and
@@ -123,7 +137,7 @@ export function renderDelta(prev: Model, next: Model): string | undefined {
     const had = new Set(before);
     const has = new Set(after);
     for (const v6 of [false, true]) {
-      const fam = (ip: string) => (net.isIP(ip) === 6) === v6;
+      const fam = (element: string) => (net.isIP(addressOf(element)) === 6) === v6;
       const gone = before.filter((ip) => fam(ip) && !has.has(ip));
       const added = after.filter((ip) => fam(ip) && !had.has(ip));
       const set = `${name}${v6 ? '_v6' : ''}`;
@@ -132,6 +146,7 @@ export function renderDelta(prev: Model, next: Model): string | undefined {
     }
   };
   for (const [name, after] of next.sets) change(name, prev.sets.get(name) ?? [], after);
+  for (const [name, after] of next.portSets) change(name, prev.portSets.get(name) ?? [], after);
   change('ingress_isolated', prev.isolated.ingress, next.isolated.ingress);
   change('egress_isolated', prev.isolated.egress, next.isolated.egress);
   return lines.length > 0 ? `${lines.join('\n')}\n` : '';

@@ -37,6 +37,8 @@ export interface ControlPlaneOptions {
   store?: Store;
   /** The garbage collector over `store` (the node API's); with a store of its own, one of its own too. */
   collector?: GarbageCollector;
+  /** Tests only (SKIFF_TEST_NETPOL_WRITE_DELAY_MS): every NetworkPolicy write waits this long first, as a slow nft would. */
+  netpolWriteDelayMs?: number;
 }
 
 export class ControlPlane {
@@ -86,7 +88,7 @@ export class ControlPlane {
     const storage = new StorageController({ client, nodeName: opts.nodeName, rootDir: opts.rootDir, log: opts.log });
     const events = new ControllerEvents({ instance: `controller-manager-${opts.nodeName}` });
     const writer = new EventWriter({ client, log: opts.log });
-    const networkPolicies = new NetworkPolicyController({ client, log: opts.log, events });
+    const networkPolicies = new NetworkPolicyController({ client, log: opts.log, events, ...(opts.netpolWriteDelayMs ? { writeDelayMs: opts.netpolWriteDelayMs } : {}) });
     try {
       await writer.start(events, (e) => events.isMine(e));
       const controllers = await ControllerManager.create({ client, nodeName: opts.nodeName, log: opts.log, stateFile: path.join(opts.rootDir, 'controllers.json'), events });

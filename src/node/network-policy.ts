@@ -34,6 +34,8 @@ export interface NetworkPolicyOptions {
   /** The nft binary. */
   nft?: string;
   retryMs?: number;
+  /** Tests only: every write waits this long before nft runs (a slow nft, to show the agent waits for it). */
+  writeDelayMs?: number;
 }
 
 const POLICIES = 'networkpolicies.networking.k8s.io';
@@ -72,7 +74,7 @@ export class NetworkPolicyController {
     this.policies = new Informer(o.client, POLICIES, changed, o.log);
     this.pods = new Informer(o.client, 'pods', changed, o.log);
     this.namespaces = new Informer(o.client, 'namespaces', changed, o.log);
-    this.applier = new NftApplier(o.runner ?? run, o.nft ?? 'nft');
+    this.applier = new NftApplier(o.runner ?? run, o.nft ?? 'nft', o.writeDelayMs ?? 0);
   }
 
   async start(): Promise<void> {

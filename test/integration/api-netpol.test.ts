@@ -2,8 +2,9 @@
  * NetworkPolicy on a real `skiff node`, with real kubectl and real packets
  * between its pods (busybox wget and nslookup inside them): default deny,
  * allow by pod label, by namespace label, by CIDR with an exception, by
- * named port, a label change, through a Service's cluster IP and from
- * another host through its node port (judged at the backend pod),
+ * named port, a label change, through a Service's cluster IP (ingress, and
+ * egress judged on the backend after DNAT), from another host through its
+ * node port and a LoadBalancer's address (judged at the backend pod),
  * default-deny egress with service DNS allowed only by a policy, and a
  * policy's removal seen by the next connection, a new pod fenced before
  * its first container runs. The node itself still
@@ -146,6 +147,21 @@ describe.skipIf(!isRoot)('NetworkPolicy on a real skiff node, with real packets 
     expect(await reach('stranger', vip, 80)).toBe(false);
   }, 120_000);
 
+  it('judges egress to a Service cluster IP at the backend pod (after DNAT): allowed when the rule allows the backend, blocked otherwise', async () => {
+    const vip = (await node.getJson<Service>(['svc', 'server'])).spec!.clusterIP!;
+    // The client may send only to pods labelled app=nobody: the Service's backend is not one.
+    await apply(policy('client-out', '{podSelector: {matchLabels: {role: client}}, policyTypes: [Egress], egress: [{to: [{podSelector: {matchLabels: {app: nobody}}}]}]}'));
+    await expectReach('client', vip, 80, false);
+    expect(await reach('client', ips.server!, 8080)).toBe(false);
+    // To the server pods on their named port http (8080): the Service's port is 80, so only the backend's address and port can match.
+    await apply(policy('client-out', '{podSelector: {matchLabels: {role: client}}, policyTypes: [Egress], egress: [{to: [{podSelector: {matchLabels: {app: server}}}], ports: [{port: http}]}]}'));
+    await expectReach('client', vip, 80, true);
+    expect(await reach('client', ips.server!, 8080)).toBe(true);
+    expect(await reach('client', ips.server!, 9090)).toBe(false);
+    await node.kubectlOk(['delete', 'netpol', 'client-out']);
+    await expectReach('client', ips.server!, 9090, false); // still the server's ingress: only http for the client
+  }, 120_000);
+
   it('allows by namespace label, and by both selectors together', async () => {
     await apply(policy('allow-team-a', '{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{namespaceSelector: {matchLabels: {team: a}}, podSelector: {matchLabels: {role: client}}}], ports: [{port: 9090}]}]}'));
     await expectReach('team-a/friend', ips.server!, 9090, true);
@@ -202,36 +218,80 @@ describe.skipIf(!isRoot)('NetworkPolicy on a real skiff node, with real packets 
     await node.kubectlOk(['delete', 'pod', 'early', '--wait=false']);
   }, 150_000);
 
-  it('judges a connection from another host to the node port at the backend pod, by its source address', async () => {
-    const svc = await node.getJson<Service>(['svc', 'server']);
-    const nodePort = svc.spec!.ports![0]!.nodePort!;
-    // Another host on the node's network: the far end of eth0's veth, moved into a namespace of its own.
+  /**
+   * Another host on the node's network, 192.0.2.20: the far end of eth0's veth, moved into a namespace
+   * of its own for `body`; `get(port)` is an HTTP GET from it to the node's address 192.0.2.10.
+   */
+  async function fromOutside(body: (get: (port: number) => boolean) => Promise<void>): Promise<void> {
     const outside = `skiff-np-out-${process.pid}`;
     const ip = (...args: string[]) => {
       const r = spawnSync('ip', args, { encoding: 'utf8' });
       if (r.status !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr}`);
     };
-    const get = () => spawnSync('ip', ['netns', 'exec', outside, 'timeout', '3', 'busybox', 'wget', '-q', '-O-', `http://192.0.2.10:${nodePort}/`], { encoding: 'utf8' }).stdout.includes('server-pod');
+    const get = (port: number) => spawnSync('ip', ['netns', 'exec', outside, 'timeout', '3', 'busybox', 'wget', '-q', '-O-', `http://192.0.2.10:${port}/`], { encoding: 'utf8' }).stdout.includes('server-pod');
     ip('netns', 'add', outside);
     try {
       ip('-n', node.ns.name, 'link', 'set', 'eth0-peer', 'netns', outside);
       ip('-n', outside, 'addr', 'add', '192.0.2.20/24', 'dev', 'eth0-peer');
       ip('-n', outside, 'link', 'set', 'eth0-peer', 'up');
-      await waitFor('the node port from the other host', async () => get(), 30_000);
-      await apply(policy('deny-server', '{podSelector: {matchLabels: {app: server}}}'));
-      await apply(policy('from-net', '{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{ipBlock: {cidr: 192.0.2.0/24, except: [192.0.2.20/32]}}]}]}'));
-      await waitFor('the other host to be blocked', async () => !get(), 30_000);
-      await apply(policy('from-net', '{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{ipBlock: {cidr: 192.0.2.0/24}}]}]}'));
-      await waitFor('the other host to be allowed', async () => get(), 30_000);
-      // Pods are not in 192.0.2.0/24: still fenced.
-      expect(await reach('client', ips.server!, 8080)).toBe(false);
+      await body(get);
     } finally {
       spawnSync('ip', ['-n', outside, 'link', 'set', 'eth0-peer', 'netns', node.ns.name]);
       spawnSync('ip', ['-n', node.ns.name, 'link', 'set', 'eth0-peer', 'up']);
       spawnSync('ip', ['netns', 'del', outside]);
+    }
+  }
+
+  it('judges a connection from another host to the node port at the backend pod, by its source address', async () => {
+    const svc = await node.getJson<Service>(['svc', 'server']);
+    const nodePort = svc.spec!.ports![0]!.nodePort!;
+    try {
+      await fromOutside(async (getPort) => {
+        const get = () => getPort(nodePort);
+        await waitFor('the node port from the other host', async () => get(), 30_000);
+        await apply(policy('deny-server', '{podSelector: {matchLabels: {app: server}}}'));
+        await apply(policy('from-net', '{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{ipBlock: {cidr: 192.0.2.0/24, except: [192.0.2.20/32]}}]}]}'));
+        await waitFor('the other host to be blocked', async () => !get(), 30_000);
+        await apply(policy('from-net', '{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{ipBlock: {cidr: 192.0.2.0/24}}]}]}'));
+        await waitFor('the other host to be allowed', async () => get(), 30_000);
+        // Pods are not in 192.0.2.0/24: still fenced.
+        expect(await reach('client', ips.server!, 8080)).toBe(false);
+      });
+    } finally {
       for (const n of ['deny-server', 'from-net']) await node.kubectl(['delete', 'netpol', n, '--ignore-not-found']);
     }
   }, 150_000);
+
+  it("judges a connection to a LoadBalancer Service's address (ServiceLB's: the node's) at the backend pod", async () => {
+    await apply(`apiVersion: v1
+kind: Service
+metadata: {name: server-lb}
+spec:
+  type: LoadBalancer
+  selector: {app: server}
+  ports: [{name: web, port: 8083, targetPort: http}]
+`);
+    await waitFor('server-lb to get the node address', async () => (await node.getJson<Service>(['svc', 'server-lb'])).status?.loadBalancer?.ingress?.[0]?.ip === '192.0.2.10' || undefined, 60_000);
+    try {
+      await fromOutside(async (get) => {
+        await waitFor('the load balancer from the other host', async () => get(8083), 30_000);
+        await expectReach('client', '192.0.2.10', 8083, true);
+        // Ingress to the server from pods labelled role=client only: the other host and the stranger pod are out.
+        await apply(policy('deny-server', '{podSelector: {matchLabels: {app: server}}}'));
+        await apply(policy('lb-clients', '{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{podSelector: {matchLabels: {role: client}}}]}]}'));
+        await waitFor('the other host to be blocked', async () => !get(8083), 30_000);
+        await expectReach('stranger', '192.0.2.10', 8083, false);
+        expect(await reach('client', '192.0.2.10', 8083)).toBe(true);
+        // The other host by its address, judged at the backend too.
+        await apply(policy('lb-outside', '{podSelector: {matchLabels: {app: server}}, ingress: [{from: [{ipBlock: {cidr: 192.0.2.20/32}}]}]}'));
+        await waitFor('the other host to be allowed', async () => get(8083), 30_000);
+        expect(await reach('stranger', '192.0.2.10', 8083)).toBe(false);
+      });
+    } finally {
+      for (const n of ['deny-server', 'lb-clients', 'lb-outside']) await node.kubectl(['delete', 'netpol', n, '--ignore-not-found']);
+      await node.kubectl(['delete', 'svc', 'server-lb', '--ignore-not-found']);
+    }
+  }, 180_000);
 
   it('refuses policies the API server refuses, with its messages', async () => {
     const r = await node.kubectl(['apply', '-f', '-'], {

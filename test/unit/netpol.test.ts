@@ -166,6 +166,10 @@ table inet skiff-netpol {
     type ipv4_addr
     elements = { 10.88.0.2, 10.88.0.3 }
   }
+  set n0 {
+    type ipv4_addr . inet_service
+    elements = { 10.88.0.2 . 8080, 10.88.0.3 . 9000 }
+  }
   set ingress_isolated {
     type ipv4_addr
     elements = { 10.88.0.2, 10.88.0.3 }
@@ -186,11 +190,9 @@ table inet skiff-netpol {
     ip saddr @egress_isolated jump egress
   }
   chain ingress {
-    ip daddr @s1 ip saddr @s0 ip daddr 10.88.0.2 meta l4proto tcp th dport 8080 accept comment "default/web ingress[0]"
-    ip daddr @s1 ip saddr @s0 ip daddr 10.88.0.3 meta l4proto tcp th dport 9000 accept comment "default/web ingress[0]"
+    ip daddr @s1 ip saddr @s0 meta l4proto tcp ip daddr . th dport @n0 accept comment "default/web ingress[0]"
     ip daddr @s1 ip saddr @s0 meta l4proto udp th dport 7000-7010 accept comment "default/web ingress[0]"
-    ip daddr @s1 ip saddr 192.0.2.0/24 ip saddr != 192.0.2.128/25 ip daddr 10.88.0.2 meta l4proto tcp th dport 8080 accept comment "default/web ingress[0]"
-    ip daddr @s1 ip saddr 192.0.2.0/24 ip saddr != 192.0.2.128/25 ip daddr 10.88.0.3 meta l4proto tcp th dport 9000 accept comment "default/web ingress[0]"
+    ip daddr @s1 ip saddr 192.0.2.0/24 ip saddr != 192.0.2.128/25 meta l4proto tcp ip daddr . th dport @n0 accept comment "default/web ingress[0]"
     ip daddr @s1 ip saddr 192.0.2.0/24 ip saddr != 192.0.2.128/25 meta l4proto udp th dport 7000-7010 accept comment "default/web ingress[0]"
     drop comment "no policy allows this ingress"
   }
@@ -215,6 +217,15 @@ describe('a delta', () => {
       'delete element inet skiff-netpol s0 { 10.88.0.3 }',
     ]);
     expect(renderDelta(before, before)).toBe('');
+    // A pod moving into a named port's selection is an element of the port's set, not another rule.
+    const named = [np('web', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ ports: [{ port: 'http' }] }] })];
+    const noWeb = PODS.map((p) => (p.name === 'web2' ? { ...p, labels: {} } : p));
+    const namedDelta = renderDelta(buildModel(named, noWeb, NAMESPACES), buildModel(named, PODS, NAMESPACES))!;
+    expect(namedDelta.trim().split('\n').sort()).toEqual([
+      'add element inet skiff-netpol ingress_isolated { 10.88.0.3 }',
+      'add element inet skiff-netpol n0 { 10.88.0.3 . 9000 }',
+      'add element inet skiff-netpol s0 { 10.88.0.3 }',
+    ]);
     // Another rule: not a delta.
     expect(renderDelta(before, buildModel([...policies, np('x', { podSelector: {} })], PODS, NAMESPACES))).toBeUndefined();
   });
