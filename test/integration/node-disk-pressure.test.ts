@@ -2,7 +2,7 @@
  * Disk pressure on a real `skiff node` whose whole base directory (the
  * agent's --root-dir, nodefs, and the runtime's --root, imagefs) is a
  * 192 MiB ext4 filesystem on a loop device. A file the test allocates
- * brings the free space near the hard thresholds; then pods write into
+ * brings the free space to just over the hard thresholds; then pods write into
  * their emptyDirs. First the eviction manager's image GC is enough (an
  * unused 48 MiB image goes, no pod is evicted); then it is not, and
  * DiskPressure with its taint comes, the pod using the most disk above its
@@ -26,7 +26,7 @@ const THRESHOLD_MI = 32;
 const BULK = 'skiff.local/bulk:1';
 const BULK_MI = 48;
 /** What the first pod writes: under the bulk image's size, so removing that image is enough. */
-const WRITER_MI = 16;
+const WRITER_MI = 24;
 
 /** An image no pod uses, of one layer holding a 48 MiB file (compressible: its archive and blob are small, its unpacked layer is not). */
 async function writeBulkImage(dir: string): Promise<void> {
@@ -110,6 +110,27 @@ describe.skipIf(!isRoot)('disk pressure on a node whose root is a small filesyst
   const nodeEvents = async () =>
     (await node.getJson<{ items: Event[] }>(['events', '--field-selector', `involvedObject.kind=Node,involvedObject.name=${node.nodeName}`])).items;
   const ballast = () => path.join(node.base, 'ballast');
+  /** Grows or shrinks the test's own file on the small filesystem until `bytes` are free there (to the MiB). */
+  const setFree = async (bytes: number) => {
+    const fd = await fs.open(ballast(), 'a+');
+    try {
+      const size = (await fd.stat()).size;
+      const delta = (await available(path.join(node.base, 'kubelet'))) - bytes;
+      if (delta < 0) {
+        expect(size).toBeGreaterThanOrEqual(-delta);
+        await fd.truncate(size + delta);
+      } else {
+        // Written, not allocated sparse: the blocks are taken as a program filling the disk takes them.
+        const chunk = Buffer.alloc(Mi, 1);
+        for (let off = 0; off + Mi <= delta; off += Mi) await fd.write(chunk, 0, Mi, size + off);
+      }
+      await fd.sync();
+    } finally {
+      await fd.close();
+    }
+    const now = await available(path.join(node.base, 'kubelet'));
+    expect(Math.abs(now - bytes)).toBeLessThan(2 * Mi);
+  };
 
   // The agent's resident memory: its idle figure once settled, and the most seen while the disk fills and drains.
   const rss = { baseline: 0, peak: 0 };
@@ -140,19 +161,8 @@ describe.skipIf(!isRoot)('disk pressure on a node whose root is a small filesyst
   it('reclaims unused images first: the unused image goes and no pod is evicted', async () => {
     await node.kubectlOk(['apply', '-f', '-'], { input: STEADY });
     await waitFor('steady running', async () => (await pod('steady')).status?.phase === 'Running', 60_000);
-    // Free space brought to 8 MiB over the threshold, then a pod writes 16: 8 under it, 40 over once the 48 MiB image is gone.
-    const free = await available(path.join(node.base, 'kubelet'));
-    const fill = free - (THRESHOLD_MI + 8) * Mi;
-    expect(fill).toBeGreaterThan(0);
-    const fd = await fs.open(ballast(), 'w');
-    try {
-      // Allocated, not sparse: the blocks are taken as a file filling the disk takes them.
-      const chunk = Buffer.alloc(Mi, 1);
-      for (let off = 0; off + Mi <= fill; off += Mi) await fd.write(chunk, 0, Mi, off);
-      await fd.sync();
-    } finally {
-      await fd.close();
-    }
+    // Free space brought to 8 MiB over the threshold, then a pod writes 24: 16 under it, 32 over once the 48 MiB image is gone.
+    await setFree((THRESHOLD_MI + 8) * Mi);
     await node.kubectlOk(['apply', '-f', '-'], { input: writer('writer', WRITER_MI) });
 
     let sawEvicted = false;
@@ -188,13 +198,11 @@ describe.skipIf(!isRoot)('disk pressure on a node whose root is a small filesyst
   }, 240_000);
 
   it('when images are not enough: DiskPressure and its taint, the pod most over its request evicted, then back to normal', async () => {
-    // Nothing unused is left to remove: the next 16 MiB under the threshold must come from a pod. The threshold is
-    // crossed once the hog has written what is free above it, well past the writer's 16 MiB, so the ranking (the
+    // Nothing unused is left to remove: 16 MiB under the threshold must come from a pod. Free space is set to 40 MiB
+    // over it, so the threshold is crossed once the hog has written 40, well past the writer's 24: the ranking (the
     // most usage above requests first) picks the hog whenever the pass comes.
-    const free = await available(path.join(node.base, 'kubelet'));
-    expect(free - THRESHOLD_MI * Mi).toBeGreaterThan((WRITER_MI + 16) * Mi);
-    const mib = Math.ceil((free - (THRESHOLD_MI - 16) * Mi) / Mi);
-    expect(mib * Mi).toBeLessThan(free - 4 * Mi);
+    await setFree((THRESHOLD_MI + 40) * Mi);
+    const mib = 40 + 16;
     await node.kubectlOk(['apply', '-f', '-'], { input: writer('hog', mib) });
 
     let sawPressure = false;
