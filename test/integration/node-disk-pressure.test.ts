@@ -254,6 +254,12 @@ describe.skipIf(!isRoot)('disk pressure on a node whose root is a small filesyst
     expect(reasons).toContainEqual(['Normal', 'NodeHasNoDiskPressure', `Node ${node.nodeName} status is now: NodeHasNoDiskPressure`]);
     expect(reasons.filter((r) => r[1] === 'EvictionThresholdMet').every((r) => r[0] === 'Warning' && r[2] === 'Attempting to reclaim ephemeral-storage')).toBe(true);
 
+    // kubectl describe node finds them as it finds a kubelet's (its reference's uid is the node's name).
+    const described = await node.kubectlOk(['describe', 'node', node.nodeName]);
+    const eventsPart = described.slice(described.lastIndexOf('Events:'));
+    expect(eventsPart).toMatch(/Warning\s+EvictionThresholdMet\s+.*Attempting to reclaim ephemeral-storage/);
+    expect(eventsPart).toMatch(/Normal\s+NodeHasDiskPressure\s+.*Node api-node status is now: NodeHasDiskPressure/);
+
     await fs.rm(ballast(), { force: true });
     await node.kubectlOk(['delete', 'pod', 'hog', 'writer', 'steady', '--wait=false']);
   }, 300_000);
