@@ -3,7 +3,7 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { MAX_PODS_AT_ONCE } from '../controllers/validate.js';
 import { tryParseQuantity } from '../kubelet-lite/quantity.js';
-import { parseEvictionConfig } from '../kubelet-lite/eviction.js';
+import { parseDuration, parseEvictionConfig } from '../kubelet-lite/eviction.js';
 import { startKubelet, type KubeletOptions } from '../kubelet-lite/run.js';
 import { ControlPlane } from '../node/control-plane.js';
 import { SysctlAllowlist } from '../kubelet-lite/sysctls.js';
@@ -24,6 +24,10 @@ export const KUBELET_HELP = `Flags for "skiff kubelet" (the node agent alone, ag
                            image filesystem use that starts image GC (default 85)
   --image-gc-low-threshold PERCENT
                            where image GC stops (default 80)
+  --minimum-image-ttl-duration DURATION
+                           how long an unused image stays before image GC (or the
+                           eviction manager under disk pressure) may remove it
+                           (default 2m0s)
   --max-pods N             pods running at once; more wait, Pending, until one
                            ends (default 110)
   --allowed-unsafe-sysctls LIST
@@ -67,6 +71,7 @@ export const KUBELET_FLAGS = {
   'cluster-dns': { type: 'string', multiple: true, default: [] as string[] },
   'image-gc-high-threshold': { type: 'string', default: '85' },
   'image-gc-low-threshold': { type: 'string', default: '80' },
+  'minimum-image-ttl-duration': { type: 'string', default: '2m0s' },
   'max-pods': { type: 'string', default: '110' },
   'allowed-unsafe-sysctls': { type: 'string', multiple: true, default: [] as string[] },
   'container-log-max-size': { type: 'string', default: '10Mi' },
@@ -91,6 +96,7 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
   const high = percent('image-gc-high-threshold');
   const low = percent('image-gc-low-threshold');
   if (low >= high) throw new Error(`--image-gc-low-threshold (${low}) must be below --image-gc-high-threshold (${high})`);
+  const imageMinAgeMs = parseDuration(str('minimum-image-ttl-duration'), '--minimum-image-ttl-duration');
   const maxPods = Number(str('max-pods'));
   if (!Number.isInteger(maxPods) || maxPods < 1 || maxPods > MAX_PODS_AT_ONCE)
     throw new Error(`--max-pods must be a whole number from 1 to ${MAX_PODS_AT_ONCE}, not "${str('max-pods')}"`);
@@ -126,7 +132,7 @@ export function kubeletOptionsFrom(values: Values, log: Logger): KubeletOptions 
     nodeIP: values['node-ip'] as string | undefined,
     clusterDomain: str('cluster-domain'),
     clusterDNS: values['cluster-dns'] as string[],
-    imageGc: { highThresholdPercent: high, lowThresholdPercent: low },
+    imageGc: { highThresholdPercent: high, lowThresholdPercent: low, minAgeMs: imageMinAgeMs },
     maxPods,
     allowedUnsafeSysctls,
     eviction,

@@ -150,6 +150,7 @@ export async function node(args: string[]): Promise<number> {
         taints: nodeTaints,
         statusPort: Number(kubeletOpts.statusAddress.slice(kubeletOpts.statusAddress.lastIndexOf(':') + 1)),
         eviction: { conditions: () => kubelet.eviction.conditions(), thresholds: kubelet.eviction.thresholds },
+        nodeEvent: (type, reason, message) => void kubelet.events.recordNode(type, reason, message),
         log,
       })
     : undefined;

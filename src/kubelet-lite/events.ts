@@ -81,8 +81,23 @@ export class EventRecorder {
    */
   record(pod: PodRef, type: EventType, reason: string, message: string, container?: string): Event {
     const fieldPath = container === undefined ? undefined : `spec.containers{${container}}`;
-    const pk = podKey(pod.namespace, pod.name);
     const key = JSON.stringify([pod.namespace, pod.name, pod.uid, fieldPath ?? '', type, reason, message]);
+    const involved: Event['involvedObject'] = { apiVersion: 'v1', kind: 'Pod', namespace: pod.namespace, name: pod.name, uid: pod.uid, ...(fieldPath ? { fieldPath } : {}) };
+    return this.add(key, podKey(pod.namespace, pod.name), pod.namespace, involved, type, reason, message);
+  }
+
+  /**
+   * Records that `reason` happened to the node itself (the kubelet's nodeRef:
+   * kind Node, the node's name as its uid, no namespace; the event lives in
+   * "default"), aggregated and bounded as a pod's are.
+   */
+  recordNode(type: EventType, reason: string, message: string): Event {
+    const key = JSON.stringify(['Node', this.node, type, reason, message]);
+    return this.add(key, nodeKey(this.node), 'default', { kind: 'Node', name: this.node, uid: this.node }, type, reason, message);
+  }
+
+  /** A new event about `involved`, or the count of the same one bumped. */
+  private add(key: string, pk: string, namespace: string, involved: Event['involvedObject'], type: EventType, reason: string, message: string): Event {
     const at = this.now();
     const stamp = at.toISOString().replace(/\.\d{3}Z$/, 'Z');
     const existing = this.events.get(key);
@@ -96,15 +111,8 @@ export class EventRecorder {
     const event: Event = {
       apiVersion: 'v1',
       kind: 'Event',
-      metadata: { name: `${pod.name}.${this.nameStamp(at)}`, namespace: pod.namespace },
-      involvedObject: {
-        apiVersion: 'v1',
-        kind: 'Pod',
-        namespace: pod.namespace,
-        name: pod.name,
-        uid: pod.uid,
-        ...(fieldPath ? { fieldPath } : {}),
-      },
+      metadata: { name: `${involved.name}.${this.nameStamp(at)}`, namespace },
+      involvedObject: involved,
       reason,
       message,
       type,
@@ -162,7 +170,7 @@ export class EventRecorder {
     const e = this.events.get(key);
     if (!e) return;
     this.events.delete(key);
-    const pk = podKey(e.involvedObject.namespace ?? '', e.involvedObject.name ?? '');
+    const pk = e.involvedObject.kind === 'Node' ? nodeKey(e.involvedObject.name ?? '') : podKey(e.involvedObject.namespace ?? '', e.involvedObject.name ?? '');
     const keys = this.byPod.get(pk);
     keys?.delete(key);
     if (keys && keys.size === 0) this.byPod.delete(pk);
@@ -187,6 +195,9 @@ export class EventRecorder {
   }
 }
 
+
+/** The node's own events are kept apart from any pod's (a pod key always holds a slash; this never does). */
+const nodeKey = (name: string) => `Node\0${name.replaceAll('/', '')}`;
 
 function sortByLast(events: Event[]): Event[] {
   // Stable: events updated in the same second keep their update order.

@@ -56,7 +56,8 @@ export interface KubeletOptions {
   /** Empty: the host's nameservers. */
   clusterDNS: string[];
   nodeIP?: string;
-  imageGc?: { highThresholdPercent: number; lowThresholdPercent: number };
+  /** The image GC's marks, and how long an unused image stays at least (the kubelet's --minimum-image-ttl-duration, 2 min). */
+  imageGc?: { highThresholdPercent: number; lowThresholdPercent: number; minAgeMs?: number };
   /** Unsafe sysctls (names or `prefix*`) pods may set beside the safe ones, as the kubelet's flag. */
   allowedUnsafeSysctls?: string[];
   /** Pods running at once; more wait (default 110, as the kubelet's maxPods). */
@@ -255,7 +256,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
   }, 5_000);
   gauges.unref();
   await agent.start();
-  const gc = new ImageGc(cri, { ...(opts.imageGc ?? { highThresholdPercent: 85, lowThresholdPercent: 80 }), log });
+  const gc = new ImageGc(cri, { highThresholdPercent: 85, lowThresholdPercent: 80, ...opts.imageGc, log });
   const stopGc = gc.start();
   eviction = new EvictionManager({
     config: opts.eviction ?? parseEvictionConfig({}),
@@ -266,6 +267,7 @@ export async function startKubelet(opts: KubeletOptions, cri: CriEndpoint = conn
       await agent!.evictPod(pod.metadata?.uid ?? '', message, grace);
     },
     reclaimer: { images: () => gc.freeUnused(), containers: () => removeDeadContainers(cri, opts.nodeName) },
+    nodeEvent: (type, reason, message) => void events.recordNode(type, reason, message),
     log,
   });
   const stopEviction = eviction.start();

@@ -26,6 +26,14 @@ export interface KubectlResult {
   stderr: string;
 }
 
+/** Steps a test adds around the node's life, for what must be in place before its first start and gone before the leak check. */
+export interface SkiffNodeHooks {
+  /** Right after the base directory is made, before anything is written in it (such as mounting a small filesystem on it). */
+  prepareBase?(base: string): Promise<void>;
+  /** After the node and its pods are gone, before the check for leftover mounts (such as unmounting what prepareBase mounted). */
+  releaseBase?(base: string): Promise<void>;
+}
+
 export class SkiffNode {
   base = '';
   ns!: TestNetns;
@@ -35,7 +43,17 @@ export class SkiffNode {
   readonly nodeName = 'api-node';
 
   /** `extraArgs` go after the fixture's own flags; `env` into the node's environment. */
-  constructor(readonly extraArgs: string[] = [], readonly env: Record<string, string> = {}) {}
+  constructor(
+    readonly extraArgs: string[] = [],
+    readonly env: Record<string, string> = {},
+    readonly hooks: SkiffNodeHooks = {},
+  ) {}
+
+  /** The node process's pid while it runs (it is the one `ip netns exec` execs into). */
+  get pid(): number | undefined {
+    const c = this.child;
+    return c && c.exitCode === null && c.signalCode === null ? c.pid : undefined;
+  }
 
   get dirs() {
     const b = this.base;
@@ -53,6 +71,7 @@ export class SkiffNode {
   /** Makes the directories, the images and the namespace, then starts the node. */
   async create(): Promise<void> {
     this.base = await fs.mkdtemp(path.join(os.tmpdir(), 'skiff-apinode-'));
+    await this.hooks.prepareBase?.(this.base);
     const d = this.dirs;
     await fs.mkdir(d.manifests, { recursive: true });
     await fs.mkdir(path.join(this.base, 'net.d'));
@@ -129,23 +148,38 @@ export class SkiffNode {
 
   /** The pod sandboxes the node's runtime holds (CRI ListPodSandbox on its socket, a file: no namespace to cross). */
   async sandboxes(): Promise<Array<{ id: string; state: string; metadata: { name: string; namespace: string } }>> {
+    return (await this.criCall<{ items: Array<{ id: string; state: string; metadata: { name: string; namespace: string } }> }>('RuntimeService', 'ListPodSandbox', {})).items;
+  }
+
+  /** The images the node's runtime holds (CRI ListImages on its socket, as `crictl images` asks). */
+  async images(): Promise<Array<{ id: string; repoTags: string[]; size: string }>> {
+    return (await this.criCall<{ images: Array<{ id: string; repoTags: string[]; size: string }> }>('ImageService', 'ListImages', {})).images;
+  }
+
+  private async criCall<T>(service: 'RuntimeService' | 'ImageService', method: string, req: unknown): Promise<T> {
     const proto = loadCri();
-    const rt = new proto.runtime.v1.RuntimeService(`unix:${this.dirs.socket}`, grpc.credentials.createInsecure());
+    const client = new proto.runtime.v1[service](`unix:${this.dirs.socket}`, grpc.credentials.createInsecure());
     try {
-      return await new Promise((resolve, reject) =>
-        (rt as unknown as Record<string, (r: unknown, cb: (e: unknown, v: { items: never[] }) => void) => void>).ListPodSandbox!.call(rt, {}, (e, v) => (e ? reject(e) : resolve(v.items))),
+      return await new Promise<T>((resolve, reject) =>
+        (client as unknown as Record<string, (r: unknown, cb: (e: unknown, v: T) => void) => void>)[method]!.call(client, req, (e, v) => (e ? reject(e) : resolve(v))),
       );
     } finally {
-      rt.close();
+      client.close();
     }
   }
 
   /** Stops the node, removes its pods through a bare runtime on the same root, its rules and namespace; checks nothing leaked. */
   async destroy(): Promise<{ mounts: string[]; processes: string[] }> {
-    if (!this.base || !this.ns) return { mounts: [], processes: [] };
+    if (!this.base) return { mounts: [], processes: [] };
+    if (!this.ns) {
+      // create() failed before the namespace: only what prepareBase did is there to undo.
+      await this.hooks.releaseBase?.(this.base);
+      return { mounts: [], processes: [] };
+    }
     await this.stopProcess();
     const d = this.dirs;
-    return removeNode(this.base, this.ns, d);
+    const release = this.hooks.releaseBase;
+    return removeNode(this.base, this.ns, d, release ? () => release(this.base) : undefined);
   }
 }
 
@@ -155,7 +189,12 @@ export class SkiffNode {
  * root, the proxy's rules, the namespace, then the base directory. Returns
  * the mounts and processes still naming `base` (none, when all went).
  */
-export async function removeNode(base: string, ns: TestNetns, d: { socket: string; root: string; state: string }): Promise<{ mounts: string[]; processes: string[] }> {
+export async function removeNode(
+  base: string,
+  ns: TestNetns,
+  d: { socket: string; root: string; state: string },
+  beforeLeakCheck?: () => Promise<void>,
+): Promise<{ mounts: string[]; processes: string[] }> {
   const argv = ns.wrap([process.execPath, bin, 'cri', '--socket', d.socket, '--root', d.root, '--state', d.state, '--cni-conf-dir', path.join(base, 'net.d'), '--registry-config', path.join(base, 'certs.d')]);
   const cri = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' });
   await waitFor('the runtime for cleanup', async () => spawnSync('test', ['-S', d.socket]).status === 0, 30_000).catch(() => undefined);
@@ -175,6 +214,7 @@ export async function removeNode(base: string, ns: TestNetns, d: { socket: strin
   spawnSync('nsenter', [`--net=${ns.path}`, process.execPath, bin, 'proxy', '--cleanup']);
   await ns.destroy();
   await new Promise((r) => setTimeout(r, 300));
+  await beforeLeakCheck?.();
   const leaks = { mounts: mountsUnder(base), processes: processesMentioning(base) };
   await fs.rm(base, { recursive: true, force: true });
   return leaks;

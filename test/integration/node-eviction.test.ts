@@ -8,10 +8,11 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { Node, Pod } from 'kubernetes-types/core/v1.js';
+import type { Event, Node, Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { formatBytes } from '../../src/kubelet-lite/eviction.js';
 import { isRoot } from '../helpers/env.js';
+import { rssBytes } from '../helpers/loop-fs.js';
 import { waitFor } from '../helpers/registry.js';
 import { KUBECTL_127, SkiffNode } from '../helpers/skiff-node.js';
 import { useSkiffNode } from '../helpers/use-skiff-node.js';
@@ -199,11 +200,21 @@ spec:
       return Math.abs(cap - alloc - threshold * Mi) < 2 * 1024;
     }, 30_000);
 
+    // The agent's resident memory before the pressure, and the most it reaches while a pod eats the machine's memory.
+    await node.kubectlOk(['get', 'node', node.nodeName]);
+    const baseline = await rssBytes(node.pid!);
+    let peak = baseline;
+    const sampleRss = async () => {
+      const pid = node.pid;
+      if (pid) peak = Math.max(peak, await rssBytes(pid));
+    };
+
     await node.kubectlOk(['apply', '-f', '-'], { input: HOG });
     let sawPressure = false;
     let sawTaint = false;
     let hog: Pod | undefined;
     await waitFor('the hog evicted', async () => {
+      await sampleRss();
       n = await nodeObj();
       if (condition(n, 'MemoryPressure')?.status === 'True') {
         sawPressure = true;
@@ -223,6 +234,7 @@ spec:
     expect(sawPressure || condition(n, 'MemoryPressure')?.status === 'True').toBe(true);
 
     await waitFor('MemoryPressure false again, the taint gone', async () => {
+      await sampleRss();
       n = await nodeObj();
       return condition(n, 'MemoryPressure')?.status === 'False' && !(n.spec?.taints ?? []).some((t) => t.key === 'node.kubernetes.io/memory-pressure');
     }, 90_000);
@@ -237,6 +249,18 @@ spec:
     expect(steady.status!.containerStatuses![0]!.state!.running!.startedAt).toBe(steadyStart);
     const hogAgain = await pod('hog');
     expect(hogAgain.status!.containerStatuses![0]!.restartCount).toBe(0);
+
+    // The Node's events: the kubelet's Warning when the threshold was met, and the condition's transitions.
+    const events = (await node.getJson<{ items: Event[] }>(['events', '--field-selector', `involvedObject.kind=Node,involvedObject.name=${node.nodeName}`])).items.map((e) => [e.type, e.reason, e.message]);
+    expect(events).toContainEqual(['Warning', 'EvictionThresholdMet', 'Attempting to reclaim memory']);
+    expect(events).toContainEqual(['Normal', 'NodeHasInsufficientMemory', `Node ${node.nodeName} status is now: NodeHasInsufficientMemory`]);
+    expect(events).toContainEqual(['Normal', 'NodeHasSufficientMemory', `Node ${node.nodeName} status is now: NodeHasSufficientMemory`]);
+
+    // Bounded: the margin is several times what a pass of the eviction manager and an eviction take (transient work,
+    // not growth); only a leak or an unbounded buffer crosses it. The absolute bound is the 110 MiB idle target plus it.
+    console.log(`skiff node RSS: baseline ${(baseline / Mi).toFixed(1)} MiB, peak ${(peak / Mi).toFixed(1)} MiB under memory pressure`);
+    expect(peak).toBeLessThanOrEqual(baseline + 64 * Mi);
+    expect(peak).toBeLessThanOrEqual((110 + 64) * Mi);
     await node.kubectlOk(['delete', 'pod', 'hog', 'steady', '--wait=false']);
   }, 400_000);
 });

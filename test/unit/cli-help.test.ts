@@ -100,6 +100,14 @@ describe('flag tables in docs/ match --help', () => {
     expect(await capture(['kubelet', '--help'])).toMatch(/--max-pods N +pods running at once; more wait, Pending, until one\n +ends \(default 110\)/);
   });
 
+  it('refuses a --minimum-image-ttl-duration that is not a Go duration before starting anything', async () => {
+    for (const bad of ['2 minutes', '-1s', '5', '']) {
+      await expect(main(['kubelet', `--minimum-image-ttl-duration=${bad}`, '--runtime-endpoint', 'unix:///nonexistent/skiff.sock'])).rejects.toThrow(
+        `--minimum-image-ttl-duration: invalid duration "${bad}"`,
+      );
+    }
+  });
+
   it('skiff proxy --help names the resolv.conf that service DNS forwards with', async () => {
     expect(await capture(['proxy', '--help'])).toMatch(/--resolv-conf FILE +whose nameservers DNS forwards other names to; never to itself\n +\(default \/etc\/resolv\.conf\)/);
   });

@@ -33,6 +33,31 @@ describe('EventRecorder', () => {
     expect(podLevel.metadata.name).not.toBe(e.metadata.name);
   });
 
+  it('records events about the node itself as the kubelet\'s nodeRef names it, aggregated and bounded apart from the pods\'', () => {
+    const c = clock();
+    const rec = new EventRecorder({ node: 'node-a', now: c.now, maxPerPod: 3 });
+    const e = rec.recordNode('Warning', 'EvictionThresholdMet', 'Attempting to reclaim memory');
+    expect(e).toMatchObject({
+      metadata: { namespace: 'default' },
+      involvedObject: { kind: 'Node', name: 'node-a', uid: 'node-a' },
+      reason: 'EvictionThresholdMet',
+      message: 'Attempting to reclaim memory',
+      type: 'Warning',
+      count: 1,
+      source: { component: 'kubelet', host: 'node-a' },
+    });
+    expect(e.involvedObject.namespace).toBeUndefined();
+    expect(e.metadata.name).toMatch(/^node-a\.[0-9a-f]+$/);
+    c.advance(10_000);
+    expect(rec.recordNode('Warning', 'EvictionThresholdMet', 'Attempting to reclaim memory')).toMatchObject({ count: 2, lastTimestamp: '2026-11-30T06:00:10Z' });
+    // A pod's events do not push the node's out, and the node's own are bounded like a pod's.
+    for (let i = 0; i < 5; i++) rec.record(web, 'Warning', 'BackOff', `message ${i}`);
+    for (let i = 0; i < 5; i++) rec.recordNode('Normal', 'NodeHasDiskPressure', `n ${i}`);
+    const nodeEvents = rec.list().filter((x) => x.involvedObject.kind === 'Node');
+    expect(nodeEvents.map((x) => x.message)).toEqual(['n 2', 'n 3', 'n 4']);
+    expect(rec.listFor('default', 'web')).toHaveLength(3);
+  });
+
   it('aggregates a repeat into one event with a count, and keeps different messages apart', () => {
     const c = clock();
     const rec = new EventRecorder({ node: 'n', now: c.now });

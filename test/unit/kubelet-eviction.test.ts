@@ -49,6 +49,7 @@ class Harness {
   evicted: Array<{ name: string; message: string; grace: number }> = [];
   reclaimed = 0;
   reclaimFrees: Observations | undefined;
+  nodeEvents: string[] = [];
   readonly manager: EvictionManager;
 
   constructor(flags: Parameters<typeof parseEvictionConfig>[0]) {
@@ -65,6 +66,7 @@ class Harness {
         },
         containers: async () => undefined,
       },
+      nodeEvent: (type, reason, message) => void this.nodeEvents.push(`${type} ${reason}: ${message}`),
       now: () => this.t,
       log,
     });
@@ -125,9 +127,11 @@ describe('the eviction manager', () => {
     h.usage = new Map([['uid-guaranteed', usage(50 * Mi)], ['uid-hog', usage(3 * Gi)]]);
     expect((await h.manager.synchronize()).evicted).toEqual([]);
     expect(h.manager.conditions().size).toBe(0);
+    expect(h.nodeEvents).toEqual([]);
 
     h.obs = { 'memory.available': { available: 512 * Mi, capacity: 16 * Gi } };
     const r = await h.manager.synchronize();
+    expect(h.nodeEvents).toEqual(['Warning EvictionThresholdMet: Attempting to reclaim memory']);
     expect(r.evicted.map((e) => e.pod.metadata!.name)).toEqual(['hog']);
     expect(h.evicted[0]).toEqual({
       name: 'hog',
@@ -148,6 +152,8 @@ describe('the eviction manager', () => {
     await h.manager.synchronize();
     expect(h.manager.conditions().size).toBe(0);
     expect(h.evicted.map((e) => e.name)).toEqual(['hog']);
+    // Met once, recorded once: a pass under the threshold is no event.
+    expect(h.nodeEvents).toHaveLength(1);
   });
 
   it('waits out a soft threshold grace period and applies the minimum reclaim', async () => {
@@ -185,6 +191,8 @@ describe('the eviction manager', () => {
     await h.manager.synchronize();
     expect(h.reclaimed).toBe(1);
     expect(h.evicted).toEqual([]);
+    // The kubelet's Warning on the Node, even when the node-level reclaim is enough.
+    expect(h.nodeEvents).toEqual(['Warning EvictionThresholdMet: Attempting to reclaim ephemeral-storage']);
     expect([...h.manager.conditions()]).toEqual(['DiskPressure']);
     expect(h.manager.admit(pod('any', { memReq: '1Mi' }))?.message).toBe('The node had condition: [DiskPressure]. ');
 
