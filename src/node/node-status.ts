@@ -37,7 +37,7 @@ export interface NodeReporterOptions {
   taints?: Obj[];
   /** The eviction manager: its pressure conditions, and its hard thresholds (kept out of allocatable). */
   eviction?: { conditions(): Set<Condition>; thresholds: Threshold[] };
-  /** Records an Event on the Node (a pressure condition's transition: NodeHasDiskPressure and the like). */
+  /** Records an Event on the Node (a condition's transition: NodeReady, NodeHasDiskPressure and the like). */
   nodeEvent?(type: 'Normal' | 'Warning', reason: string, message: string): void;
 }
 
@@ -52,11 +52,12 @@ const PRESSURE_WORDS: Record<Condition, { true: [string, string]; false: [string
   DiskPressure: { true: ['KubeletHasDiskPressure', 'kubelet has disk pressure'], false: ['KubeletHasNoDiskPressure', 'kubelet has no disk pressure'] },
   PIDPressure: { true: ['KubeletHasInsufficientPID', 'kubelet has insufficient PID available'], false: ['KubeletHasSufficientPID', 'kubelet has sufficient PID available'] },
 };
-/** The reason of the Normal event the kubelet records on the Node when a pressure condition is set to each status. */
-const PRESSURE_EVENTS: Record<Condition, { True: string; False: string }> = {
+/** The reason of the Normal event the kubelet records on the Node when a condition is set to each status. */
+const CONDITION_EVENTS: Record<Condition | 'Ready', { True: string; False: string }> = {
   MemoryPressure: { True: 'NodeHasInsufficientMemory', False: 'NodeHasSufficientMemory' },
   DiskPressure: { True: 'NodeHasDiskPressure', False: 'NodeHasNoDiskPressure' },
   PIDPressure: { True: 'NodeHasInsufficientPID', False: 'NodeHasSufficientPID' },
+  Ready: { True: 'NodeReady', False: 'NodeNotReady' },
 };
 const MAX_IMAGES = 50;
 
@@ -201,10 +202,10 @@ export class NodeReporter {
     }
     this.lastReport = now;
     this.lastConditions = conditions;
-    // A pressure condition set anew (or first set, at registration): the kubelet's "status is now" event.
+    // A condition set anew (or first set, at registration): the kubelet's "status is now" event.
     const before = new Map((((old.conditions as Obj[] | undefined) ?? []) as Obj[]).map((c) => [String(c.type), String(c.status)]));
     for (const c of status.conditions as Obj[]) {
-      const words = PRESSURE_EVENTS[c.type as Condition] as { True: string; False: string } | undefined;
+      const words = CONDITION_EVENTS[c.type as Condition | 'Ready'] as { True: string; False: string } | undefined;
       if (!words || before.get(String(c.type)) === c.status) continue;
       const reason = c.status === 'True' ? words.True : words.False;
       this.o.nodeEvent?.('Normal', reason, `Node ${this.o.nodeName} status is now: ${reason}`);

@@ -42,6 +42,7 @@ describe('NodeReporter pressure events', () => {
       `Normal NodeHasSufficientMemory Node ${NODE} status is now: NodeHasSufficientMemory`,
       `Normal NodeHasNoDiskPressure Node ${NODE} status is now: NodeHasNoDiskPressure`,
       `Normal NodeHasSufficientPID Node ${NODE} status is now: NodeHasSufficientPID`,
+      `Normal NodeReady Node ${NODE} status is now: NodeReady`,
     ]);
     events.length = 0;
     t += 10_000;
@@ -65,6 +66,30 @@ describe('NodeReporter pressure events', () => {
       `Normal NodeHasInsufficientMemory Node ${NODE} status is now: NodeHasInsufficientMemory`,
       `Normal NodeHasNoDiskPressure Node ${NODE} status is now: NodeHasNoDiskPressure`,
     ]);
+    await reporter.stop();
+  });
+
+  it('records NodeNotReady when the runtime goes down, and NodeReady when it is back', async () => {
+    const store = new Store({ kinds: nodeKinds(NODE) });
+    const client = localClient(store);
+    const events: string[] = [];
+    let t = Date.parse('2026-12-02T10:00:00Z');
+    const cri = new FakeCri({ now: () => t });
+    let down = false;
+    const status = cri.runtime.status.bind(cri.runtime);
+    cri.runtime.status = ((...args: Parameters<typeof status>) => (down ? Promise.reject(new Error('connection refused')) : status(...args))) as typeof status;
+    const reporter = new NodeReporter({ client, cri, nodeName: NODE, hostIP: '192.0.2.10', rootDir: os.tmpdir(), maxPods: 110, statusPort: 10255, nodeEvent: (type, reason) => void events.push(`${type} ${reason}`), now: () => t, log: silentLogger });
+    await reporter.tick();
+    expect(events).toContain('Normal NodeReady');
+    events.length = 0;
+    down = true;
+    t += 10_000;
+    await reporter.tick();
+    expect(events).toEqual(['Normal NodeNotReady']);
+    down = false;
+    t += 10_000;
+    await reporter.tick();
+    expect(events).toEqual(['Normal NodeNotReady', 'Normal NodeReady']);
     await reporter.stop();
   });
 });
