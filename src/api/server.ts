@@ -32,6 +32,7 @@ import { groupVersionOf, resourceOf, type ApiObject, type Kind, type Obj } from 
 import type { Change } from './watch.js';
 import { REVIEW_GROUP, REVIEW_VERSIONS, reviewKinds, selfSubjectReview } from './whoami.js';
 import { METRICS_GROUP, metricsKinds, metricsRequest, type MetricsSource } from './metrics.js';
+import { CRD_GROUP, crdKind, crdRequest } from './crds.js';
 
 export const MAX_BODY_BYTES = 3 * 1024 * 1024;
 
@@ -248,6 +249,10 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     }
     if (segs[0] === 'api' && segs[1] === 'v1') return resource(req, res, url, routeOf('', 'v1', segs.slice(2)));
     if (segs[0] === 'apis' && segs[1] === REVIEW_GROUP && (segs.length === 2 || REVIEW_VERSIONS.includes(segs[2]!))) return review(req, res, segs);
+    if (segs[0] === 'apis' && segs[1] === CRD_GROUP) {
+      const r = crdRequest(req, segs, store.resourceVersion);
+      return send(res, r.code, r.body, r.table ? TABLE_CONTENT_TYPE : undefined);
+    }
     if (segs[0] === 'apis' && segs[1] === METRICS_GROUP && opts.metrics) {
       const r = await metricsRequest(req, segs, url, opts.metrics);
       return send(res, r.code, r.body);
@@ -281,9 +286,9 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     return s.upgrade(req, socket, head, { kind: r.kind, namespace: r.namespace, name: r.name!, query: url.searchParams });
   }
 
-  /** The stored kinds and the reviews, which discovery lists though nothing stores them. */
+  /** The stored kinds and those discovery lists though nothing stores them: the reviews, metrics, and the (empty) CRDs. */
   function discoverable(): Kind[] {
-    return [...store.kindList(), ...reviewKinds, ...(opts.metrics ? metricsKinds : [])];
+    return [...store.kindList(), ...reviewKinds, ...(opts.metrics ? metricsKinds : []), crdKind];
   }
 
   async function review(req: IncomingMessage, res: ServerResponse, segs: string[]): Promise<void> {

@@ -89,6 +89,19 @@ describe.skipIf(!isRoot)('the node API with real kubectl', () => {
         await ok(['create', 'namespace', ns]);
       });
 
+      it("a kind it does not serve gets the API's own answer: CRDs are listed (none), and one cannot be made", async () => {
+        // kubectl's validation looks among the CRDs for a kind it does not know; with none, it names the kind as a cluster would.
+        const old = await k(['apply', '-f', '-'], 'apiVersion: extensions/v1beta1\nkind: Deployment\nmetadata: {name: old}\nspec: {}\n');
+        expect(old.code).not.toBe(0);
+        expect(old.stderr).toContain('no matches for kind "Deployment" in version "extensions/v1beta1"');
+        expect(old.stderr).not.toContain('failed to check CRD');
+        expect((await k(['get', 'crd'])).stderr).toContain('No resources found');
+        expect(await ok(['api-resources', '--api-group', 'apiextensions.k8s.io', '--no-headers'])).toMatch(/^customresourcedefinitions\s+crd,crds\s+apiextensions\.k8s\.io\/v1\s+false\s+CustomResourceDefinition$/m);
+        const crd = await k(['apply', '-f', '-'], 'apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec: {group: example.com, names: {kind: Widget, plural: widgets}, scope: Namespaced, versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]}\n');
+        expect(crd.code).not.toBe(0);
+        expect(crd.stderr).toContain('this node serves no custom resources');
+      });
+
       it('create configmap; get -o yaml|json|name|wide; label, annotate, patch three ways; delete', async () => {
         expect(await ok(['-n', ns, 'create', 'configmap', 'web', '--from-literal=a=1', '--from-literal=b=2'])).toBe('configmap/web created\n');
         expect(await ok(['-n', ns, 'get', 'cm', 'web', '-o', 'yaml'])).toMatch(/^data:\n {2}a: "1"\n {2}b: "2"\nkind: ConfigMap\n/m);
