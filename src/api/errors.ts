@@ -73,7 +73,8 @@ export class ApiError extends Error {
       status: 'Failure',
       message: this.message,
       reason: this.reason,
-      ...(this.details ? { details: this.details } : {}),
+      // A NotFound always carries details, empty for an unknown path, as the API server's does (kubectl debug reads them).
+      ...(this.details ? { details: this.details } : this.reason === 'NotFound' ? { details: {} } : {}),
       code: this.code,
     };
   }

@@ -33,6 +33,7 @@ import type { Change } from './watch.js';
 import { REVIEW_GROUP, REVIEW_VERSIONS, reviewKinds, selfSubjectReview } from './whoami.js';
 import { METRICS_GROUP, metricsKinds, metricsRequest, type MetricsSource } from './metrics.js';
 import { CRD_GROUP, crdKind, crdRequest } from './crds.js';
+import { ACCESS_GROUP, ACCESS_VERSION, accessReview, accessReviewKinds } from './access-review.js';
 
 export const MAX_BODY_BYTES = 3 * 1024 * 1024;
 
@@ -249,6 +250,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     }
     if (segs[0] === 'api' && segs[1] === 'v1') return resource(req, res, url, routeOf('', 'v1', segs.slice(2)));
     if (segs[0] === 'apis' && segs[1] === REVIEW_GROUP && (segs.length === 2 || REVIEW_VERSIONS.includes(segs[2]!))) return review(req, res, segs);
+    if (segs[0] === 'apis' && segs[1] === ACCESS_GROUP && (segs.length === 2 || segs[2] === ACCESS_VERSION)) return accessReviewRequest(req, res, segs);
     if (segs[0] === 'apis' && segs[1] === CRD_GROUP) {
       const r = crdRequest(req, segs, store.resourceVersion);
       return send(res, r.code, r.body, r.table ? TABLE_CONTENT_TYPE : undefined);
@@ -288,7 +290,24 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
 
   /** The stored kinds and those discovery lists though nothing stores them: the reviews, metrics, and the (empty) CRDs. */
   function discoverable(): Kind[] {
-    return [...store.kindList(), ...reviewKinds, ...(opts.metrics ? metricsKinds : []), crdKind];
+    return [...store.kindList(), ...reviewKinds, ...accessReviewKinds, ...(opts.metrics ? metricsKinds : []), crdKind];
+  }
+
+  async function accessReviewRequest(req: IncomingMessage, res: ServerResponse, segs: string[]): Promise<void> {
+    if (segs.length === 2) return send(res, 200, { kind: 'APIGroup', apiVersion: 'v1', ...groupOf(ACCESS_GROUP, [ACCESS_VERSION]) });
+    if (segs.length === 3) return send(res, 200, resourceList(accessReviewKinds, `${ACCESS_GROUP}/${ACCESS_VERSION}`));
+    const plural = segs[3]!;
+    if (segs.length !== 4 || !accessReviewKinds.some((k) => k.plural === plural)) throw new ApiError('NotFound', 'the server could not find the requested resource');
+    if (req.method !== 'POST') throw new ApiError('MethodNotAllowed', 'the server does not allow this method on the requested resource');
+    // The answer does not depend on the question; its spec is echoed when it came as JSON (a protobuf body is read, not decoded).
+    const text = (await readBody(req)).toString('utf8');
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    return send(res, 201, accessReview(plural, body));
   }
 
   async function review(req: IncomingMessage, res: ServerResponse, segs: string[]): Promise<void> {

@@ -89,6 +89,24 @@ describe.skipIf(!isRoot)('kubectl verbs against a real skiff node', () => {
     expect(await node.kubectlOk(['api-resources', '--api-group=authentication.k8s.io'])).toMatch(/selfsubjectreviews\s+authentication\.k8s\.io\/v1\s+false\s+SelfSubjectReview/);
   });
 
+  it('answers auth can-i as for system:masters: yes, and every rule', async () => {
+    for (const v of versions) {
+      expect(await node.kubectlOk(['auth', 'can-i', 'create', 'pods'], { bin: v.bin }), v.name).toBe('yes\n');
+      expect(await node.kubectlOk(['auth', 'can-i', 'delete', 'nodes', '--all-namespaces'], { bin: v.bin }), v.name).toBe('yes\n');
+      expect(await node.kubectlOk(['auth', 'can-i', '--list'], { bin: v.bin }), v.name).toMatch(/^Resources\s+Non-Resource URLs\s+Resource Names\s+Verbs\n\*\.\*\s+\[\]\s+\[\]\s+\[\*\]\n\s+\[\*\]\s+\[\]\s+\[\*\]\n$/);
+    }
+  });
+
+  it('kubectl run --rm -i prints the command\'s output and removes its pod; kubectl debug says ephemeral containers are not served', async () => {
+    for (const v of versions) {
+      const out = await node.kubectlOk(['run', `once-${v.name.replace('.', '')}`, '--image=skiff.local/demo-web:1', '--restart=Never', '--rm', '-i', '--command', '--', 'echo', 'from-run'], { bin: v.bin, timeoutMs: 90_000 });
+      expect(out, v.name).toMatch(/^from-run\npod "once-\d+" deleted/);
+    }
+    const debug = await kubectl(['debug', 'two', '--image=skiff.local/demo-web:1', '--profile=general', '--', 'true']);
+    expect(debug.status).not.toBe(0);
+    expect(debug.stderr).toContain('ephemeral containers are disabled for this cluster');
+  });
+
   it('runs the waits, logs and execs users type', async () => {
     for (const v of versions) {
       expect(await node.kubectlOk(['wait', '--for=condition=Ready', 'pod/two', '--timeout=60s'], { bin: v.bin, timeoutMs: 70_000 }), v.name).toContain('pod/two condition met');
