@@ -31,7 +31,7 @@ import { errorMessage } from '../errors.js';
 import { StateFile } from '../kubelet-lite/state-file.js';
 import { ThrottledWarning, type Logger } from '../log.js';
 import { API_SOURCE_FILE, type StoredObject } from '../stored-object.js';
-import { planOwnership, selectorOf, type OwnershipChange } from './adoption.js';
+import { isStatefulSetMember, planOwnership, selectorOf, type OwnershipChange } from './adoption.js';
 import type { ControllerEvents } from './controller-events.js';
 import { Informer } from './informer.js';
 
@@ -282,8 +282,10 @@ export class ControllerManager {
   private async claim(): Promise<void> {
     const inf = this.informers;
     const claimants = (...lists: ApiObject[][]) => lists.flat().map((object) => ({ object, selector: selectorOf(object) }));
+    // A StatefulSet's pods are its members by name, not whatever carries its labels.
+    const sets = inf.statefulsets.list().map((object) => ({ object, selector: selectorOf(object), accepts: (p: ApiObject) => isStatefulSetMember(object, p) }));
     const plans: Array<[Res, OwnershipChange[]]> = [
-      ['pods', planOwnership(claimants(inf.replicasets.list(), inf.replicationcontrollers.list(), inf.statefulsets.list(), inf.daemonsets.list()), inf.pods.list())],
+      ['pods', planOwnership([...claimants(inf.replicasets.list(), inf.replicationcontrollers.list(), inf.daemonsets.list()), ...sets], inf.pods.list())],
       ['replicasets', planOwnership(claimants(inf.deployments.list()), inf.replicasets.list())],
       ['controllerrevisions', planOwnership(claimants(inf.statefulsets.list(), inf.daemonsets.list()), inf.controllerrevisions.list())],
     ];
