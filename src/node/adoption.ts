@@ -19,6 +19,8 @@ export interface Claimant {
   object: ApiObject;
   /** What it selects; undefined or empty selects nothing (the API refuses an empty selector for these kinds). */
   selector: LabelSelector | undefined;
+  /** Beyond the selector, what it may own (a StatefulSet only pods named as its members); undefined takes whatever the selector matches. */
+  accepts?: (dependent: ApiObject) => boolean;
 }
 
 export interface OwnershipChange {
@@ -41,6 +43,18 @@ export function selectorOf(o: ApiObject): LabelSelector | undefined {
   if (o.kind === 'ReplicationController') return { matchLabels: Object.fromEntries(Object.entries(sel).filter(([, v]) => typeof v === 'string')) as Record<string, string> };
   return sel as LabelSelector;
 }
+
+/**
+ * Whether a pod is named as one of the StatefulSet's (`<set>-<ordinal>`), as
+ * upstream's StatefulSet claims only its members: an orphan `debug` pod
+ * carrying the set's labels stays the user's, and deleting the set leaves it.
+ */
+export function isStatefulSetMember(set: ApiObject, pod: ApiObject): boolean {
+  const m = /^(.*)-([0-9]+)$/.exec(String(pod.metadata.name ?? ''));
+  return !!m && m[1] === set.metadata.name;
+}
+
+const claims = (c: Claimant, d: ApiObject, labels: Record<string, string>) => nsOf(c.object) === nsOf(d) && selectorMatches(c.selector!, labels) && (c.accepts?.(d) ?? true);
 
 function selectsAnything(s: LabelSelector | undefined): s is LabelSelector {
   return !!s && (Object.keys(s.matchLabels ?? {}).length > 0 || (s.matchExpressions ?? []).length > 0);
@@ -66,11 +80,11 @@ export function planOwnership(claimants: Claimant[], dependents: ApiObject[]): O
     if (ref) {
       const owner = byUid.get(String(ref.uid));
       if (!owner || owner.object.metadata.deletionTimestamp || !selectsAnything(owner.selector) || owner.object.kind !== ref.kind) continue;
-      if (nsOf(owner.object) === nsOf(d) && selectorMatches(owner.selector, labels)) continue;
+      if (claims(owner, d, labels)) continue;
       out.push({ object: d, ownerReferences: refs.filter((r) => r !== ref), change: 'release', controller: owner.object });
       continue;
     }
-    const owner = live.find((c) => nsOf(c.object) === nsOf(d) && selectorMatches(c.selector!, labels));
+    const owner = live.find((c) => claims(c, d, labels));
     if (!owner) continue;
     const o = owner.object;
     const mine: Obj = { apiVersion: o.apiVersion, kind: o.kind, name: o.metadata.name, uid: o.metadata.uid, controller: true, blockOwnerDeletion: true };

@@ -31,7 +31,7 @@ import { errorMessage } from '../errors.js';
 import { StateFile } from '../kubelet-lite/state-file.js';
 import { ThrottledWarning, type Logger } from '../log.js';
 import { API_SOURCE_FILE, type StoredObject } from '../stored-object.js';
-import { planOwnership, selectorOf, type OwnershipChange } from './adoption.js';
+import { isStatefulSetMember, planOwnership, selectorOf, type OwnershipChange } from './adoption.js';
 import type { ControllerEvents } from './controller-events.js';
 import { Informer } from './informer.js';
 
@@ -45,8 +45,15 @@ const LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration';
 const NOT_COPIED = new Set([LAST_APPLIED, REVISION_ANNOTATION, 'deployment.kubernetes.io/revision-history', DESIRED_REPLICAS_ANNOTATION, MAX_REPLICAS_ANNOTATION]);
 /** Passes are this far apart at most once something changed (a burst of pod status writes is one pass). */
 const DEBOUNCE_MS = 20;
-/** A write that lost a race (a Conflict) is tried again this soon. */
+/**
+ * A write that lost a race (a Conflict) is tried again this soon; while it
+ * keeps failing pass after pass (a StatefulSet's pod name held by a pod it
+ * does not own: AlreadyExists for ever), twice as late each time, up to
+ * RETRY_MAX_MS, as upstream's work queue backs off. A change still runs a
+ * pass at once.
+ */
 const RETRY_MS = 200;
+const RETRY_MAX_MS = 10_000;
 /** At most this many pods made in one pass, as the controllers make at most this many per workload. */
 export const POD_BURST = CREATE_BURST;
 
@@ -132,6 +139,12 @@ export class ControllerManager {
   private timer: NodeJS.Timeout | undefined;
   private running = false;
   private again = false;
+  /** When the pending timer fires (ms since the epoch). */
+  private timerAt = 0;
+  /** A write this pass asked to be tried again (retrySoon). */
+  private retryWanted = false;
+  /** Passes in a row that ended wanting a retry. */
+  private retries = 0;
   private stopped = false;
   private started = false;
   private statuses: WorkloadStatus[] = [];
@@ -207,26 +220,41 @@ export class ControllerManager {
       this.again = true;
       return;
     }
-    if (this.timer) return;
+    const at = Date.now() + ms;
+    if (this.timer) {
+      // A retry waiting out its backoff gives way to a change, which runs sooner.
+      if (at >= this.timerAt) return;
+      clearTimeout(this.timer);
+    }
+    this.timerAt = at;
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.running = true;
+      this.retryWanted = false;
       this.pass()
         .catch((err) => this.o.log.error('the workload controllers failed a pass; trying again', { error: errorMessage(err) }))
         .finally(() => {
           this.running = false;
+          const retry = this.retryWanted;
+          this.retryWanted = false;
+          // A pass that wrote something made progress: its retry is no failure repeating.
+          this.retries = retry && this.writes === 0 ? Math.min(this.retries + 1, 16) : 0;
           if (this.again) {
             this.again = false;
             this.schedule();
-          }
+          } else if (retry) this.schedule(this.retryDelay());
         });
     }, ms);
     this.timer.unref();
   }
 
   private retrySoon(): void {
-    this.again = true;
-    if (!this.running) this.schedule(RETRY_MS);
+    this.retryWanted = true;
+    if (!this.running) this.schedule(this.retryDelay());
+  }
+
+  private retryDelay(): number {
+    return Math.min(RETRY_MAX_MS, RETRY_MS * 2 ** this.retries);
   }
 
   // ------------------------------------------------------------ one pass
@@ -282,8 +310,10 @@ export class ControllerManager {
   private async claim(): Promise<void> {
     const inf = this.informers;
     const claimants = (...lists: ApiObject[][]) => lists.flat().map((object) => ({ object, selector: selectorOf(object) }));
+    // A StatefulSet's pods are its members by name, not whatever carries its labels.
+    const sets = inf.statefulsets.list().map((object) => ({ object, selector: selectorOf(object), accepts: (p: ApiObject) => isStatefulSetMember(object, p) }));
     const plans: Array<[Res, OwnershipChange[]]> = [
-      ['pods', planOwnership(claimants(inf.replicasets.list(), inf.replicationcontrollers.list(), inf.statefulsets.list(), inf.daemonsets.list()), inf.pods.list())],
+      ['pods', planOwnership([...claimants(inf.replicasets.list(), inf.replicationcontrollers.list(), inf.daemonsets.list()), ...sets], inf.pods.list())],
       ['replicasets', planOwnership(claimants(inf.deployments.list()), inf.replicasets.list())],
       ['controllerrevisions', planOwnership(claimants(inf.statefulsets.list(), inf.daemonsets.list()), inf.controllerrevisions.list())],
     ];

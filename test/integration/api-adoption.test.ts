@@ -100,11 +100,21 @@ describe.skipIf(!isRoot)('controllers adopt orphans and release what they no lon
     await apply(sts);
     const before = await twoReady('sts');
     await orphan('statefulset', 'sts', 'sts');
+    // A user's pod with the set's labels but not a member's name: upstream's StatefulSet leaves it alone.
+    await apply(`apiVersion: v1
+kind: Pod
+metadata: {name: sts-debug, labels: {app: sts}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers: [{name: c, image: skiff.local/demo-web:1, imagePullPolicy: Never}]
+`);
     await apply(sts);
     const set = await node.getJson<Meta>(['statefulset', 'sts']);
-    await waitFor('both pods adopted', async () => ((await pods('sts')).every((p) => owner(p)?.uid === set.metadata.uid) ? true : undefined), 30_000);
+    const members = async () => (await pods('sts')).filter((p) => p.metadata.name !== 'sts-debug');
+    await waitFor('both pods adopted', async () => ((await members()).every((p) => owner(p)?.uid === set.metadata.uid) ? true : undefined), 30_000);
     await node.kubectlOk(['rollout', 'status', 'statefulset/sts', '--timeout=60s']);
-    expect(uids(await pods('sts'))).toEqual(uids(before));
+    expect(uids(await members())).toEqual(uids(before));
+    expect(owner(await node.getJson<Meta>(['pod', 'sts-debug']))).toBeUndefined();
     const revisions = (await node.getJson<List<Meta>>(['controllerrevisions', '-l', 'app=sts'])).items;
     expect(revisions).toHaveLength(1);
     expect(owner(revisions[0]!)?.uid).toBe(set.metadata.uid);

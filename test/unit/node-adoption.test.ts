@@ -1,6 +1,6 @@
 /** The controllers' adoption and release plan (src/node/adoption.ts), as kube-controller-manager's controllers claim what they select. */
 import { describe, expect, it } from 'vitest';
-import { planOwnership, selectorOf } from '../../src/node/adoption.js';
+import { isStatefulSetMember, planOwnership, selectorOf } from '../../src/node/adoption.js';
 import type { ApiObject } from '../../src/api/types.js';
 
 const rs = (name: string, uid: string, app: string, created = '2026-12-01T00:00:00Z', extra: Partial<ApiObject['metadata']> = {}): ApiObject => ({
@@ -47,5 +47,13 @@ describe('planOwnership', () => {
   it('reads a ReplicationController\'s map selector', () => {
     const rc: ApiObject = { apiVersion: 'v1', kind: 'ReplicationController', metadata: { name: 'rc', namespace: 'default', uid: 'r1' }, spec: { selector: { app: 'web' } } };
     expect(planOwnership(claim(rc), [pod('a', { app: 'web' })])[0]!.ownerReferences[0]).toMatchObject({ apiVersion: 'v1', kind: 'ReplicationController', uid: 'r1' });
+  });
+
+  it('lets a StatefulSet claim only pods named as its members, and release one it holds that is not', () => {
+    const set: ApiObject = { apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: { name: 'web', namespace: 'default', uid: 's1' }, spec: { selector: { matchLabels: { app: 'web' } } } };
+    expect([isStatefulSetMember(set, pod('web-0', {})), isStatefulSetMember(set, pod('web-12', {})), isStatefulSetMember(set, pod('web-x', {})), isStatefulSetMember(set, pod('web', {})), isStatefulSetMember(set, pod('webby-0', {})), isStatefulSetMember(set, pod('a-web-0', {}))]).toEqual([true, true, false, false, false, false]);
+    const claimant = { object: set, selector: selectorOf(set), accepts: (p: ApiObject) => isStatefulSetMember(set, p) };
+    const out = planOwnership([claimant], [pod('web-1', { app: 'web' }), pod('debug', { app: 'web' }), pod('held', { app: 'web' }, { kind: 'StatefulSet', name: 'web', uid: 's1' })]);
+    expect(out.map((c) => `${c.change} ${c.object.metadata.name}`)).toEqual(['adopt web-1', 'release held']);
   });
 });

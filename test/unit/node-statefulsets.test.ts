@@ -39,10 +39,19 @@ const claimKind: Kind = {
   row: (o) => [o.metadata.name],
 };
 
-async function setUp(opts: { claims?: boolean } = {}) {
+async function setUp(opts: { claims?: boolean; creates?: string[] } = {}) {
   const clock = Date.parse('2026-12-02T10:00:30Z');
   const store = new Store({ kinds: [...nodeKinds('n1').filter((k) => k.plural !== 'persistentvolumeclaims'), ...(opts.claims ? [claimKind] : [])] });
-  manager = await ControllerManager.create({ client: localClient(store), nodeName: 'n1', log: silentLogger, now: () => clock });
+  const client = localClient(store);
+  if (opts.creates) {
+    const seen = opts.creates;
+    const create = client.create.bind(client);
+    client.create = (resource, namespace, body) => {
+      seen.push(`${resource} ${String((body.metadata as Obj | undefined)?.name)}`);
+      return create(resource, namespace, body);
+    };
+  }
+  manager = await ControllerManager.create({ client, nodeName: 'n1', log: silentLogger, now: () => clock });
   await manager.start();
   const k = (r: string) => store.kind(r)!;
   const settle = async () => {
@@ -233,4 +242,20 @@ describe('ControllerManager: DaemonSet history, bare ReplicaSets, ReplicationCon
     // The bare ReplicaSet's pods are not the Deployment controller's: still there.
     expect(owned(rs.metadata.uid)).toHaveLength(2);
   });
+
+  it('backs off while a member\'s name is held by a pod it does not own (AlreadyExists each pass), and makes it at once when that pod goes', async () => {
+    const creates: string[] = [];
+    const { store, k, settle, live } = await setUp({ creates });
+    store.create(k('pods'), 'default', { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'db-0', labels: { app: 'other' } }, spec: { nodeName: 'n1', ...container('busybox:1') } });
+    store.create(k('statefulsets.apps'), 'default', sts({ replicas: 1 }));
+    await new Promise((r) => setTimeout(r, 3000));
+    // 200 ms, then twice as late each time: a handful in 3 s (a retry each pass ran it over a hundred times).
+    const tries = creates.filter((c) => c === 'pods db-0').length;
+    expect(tries).toBeGreaterThanOrEqual(2);
+    expect(tries).toBeLessThanOrEqual(8);
+    store.delete(k('pods'), 'default', 'db-0', { gracePeriodSeconds: 0 });
+    await settle();
+    expect(live()).toEqual(['db-0']);
+    expect(store.get(k('pods'), 'default', 'db-0').metadata.labels).toMatchObject({ app: 'db' });
+  }, 10_000);
 });
