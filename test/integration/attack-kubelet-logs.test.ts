@@ -24,6 +24,8 @@ interface LogsRun {
   out(): string;
   /** Whether `text` ever appeared on stdout. */
   saw(text: string): boolean;
+  /** How far it got: the bytes of stdout so far, and stderr. */
+  progress(): string;
   kill(): void;
   done: Promise<{ code: number | null; out: string; err: string; timedOut: boolean }>;
 }
@@ -34,8 +36,10 @@ function startLogs(node: NodeFixture, args: string[], timeoutMs = 15_000, watch:
   let out = '';
   let err = '';
   let timedOut = false;
+  let bytes = 0;
   const seen = new Set<string>();
   child.stdout.on('data', (d: Buffer) => {
+    bytes += d.length;
     out = (out + d.toString('latin1')).slice(-200_000);
     for (const w of watch) if (out.includes(w)) seen.add(w);
   });
@@ -50,7 +54,8 @@ function startLogs(node: NodeFixture, args: string[], timeoutMs = 15_000, watch:
       resolve({ code, out, err, timedOut });
     }),
   );
-  return { out: () => out, saw: (w) => seen.has(w), kill: () => child.kill('SIGTERM'), done };
+  const progress = () => `${bytes} bytes of stdout, exit ${child.exitCode ?? child.signalCode ?? 'not yet'}, last ${JSON.stringify(out.slice(-120))}, stderr ${JSON.stringify(err.slice(-300))}`;
+  return { out: () => out, saw: (w) => seen.has(w), progress, kill: () => child.kill('SIGTERM'), done };
 }
 
 const skiffLogs = (node: NodeFixture, args: string[], timeoutMs = 15_000) => startLogs(node, args, timeoutMs).done;
@@ -316,7 +321,7 @@ describe.skipIf(!isRoot)('kubelet-lite: a container writing 100 MB to stdout', (
     const p = await node.waitPod('loud', (x) => !!containerStatus(x, 'main')?.state?.running, 'running');
     const dir = path.join(node.rootDir, 'pods', p.metadata!.uid!, 'logs', 'main');
     await waitFor('the first line', async () => ((await fs.readFile(path.join(dir, '0.log'), 'utf8').catch(() => '')).includes('ready') ? true : undefined), 30_000);
-    const follow = startLogs(node, ['loud', '-f'], 150_000, ['ready\n', 'FINAL-LINE-2\n']);
+    const follow = startLogs(node, ['loud', '-f'], 300_000, ['ready\n', 'FINAL-LINE-2\n']);
     let peak = 0;
     let files = 0;
     const sampler = setInterval(() => {
@@ -346,7 +351,11 @@ describe.skipIf(!isRoot)('kubelet-lite: a container writing 100 MB to stdout', (
     expect(deep.out.endsWith('FINAL-LINE-1\nFINAL-LINE-2\n')).toBe(true);
 
     // The follow started before the first rotation went on across every one of them.
-    await waitFor('the follow to show the marker', async () => (follow.saw('FINAL-LINE-2\n') ? true : undefined), 60_000);
+    // Alone it keeps up with the writer; beside the whole suite on 2 cores it has been over a minute behind: the point here
+    // is that it gets there across every rotation, so it is given time, and says how far it got if it does not.
+    await waitFor('the follow to show the marker', async () => (follow.saw('FINAL-LINE-2\n') ? true : undefined), 150_000).catch((err: Error) => {
+      throw new Error(`${err.message}; the follow: ${follow.progress()}`);
+    });
     expect(follow.saw('ready\n')).toBe(true);
     expect(follow.out()).toMatch(/FINAL-LINE-1\nFINAL-LINE-2\n$/);
     follow.kill();
@@ -354,5 +363,5 @@ describe.skipIf(!isRoot)('kubelet-lite: a container writing 100 MB to stdout', (
     expect(fr.timedOut).toBe(false);
     await node.remove('loud.yaml');
     await node.waitGone('loud');
-  }, 240_000);
+  }, 360_000);
 });
