@@ -11,7 +11,7 @@ import path from 'node:path';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { Backoff, CONTAINER_BACKOFF } from './backoff.js';
-import { grpcCode, type CriEndpoint } from './cri-client.js';
+import { grpcCode, isNotFound, type CriEndpoint } from './cri-client.js';
 import { containerLogIn } from './cri-config.js';
 import { ImageManager } from './images.js';
 import type { LogRef } from './log-files.js';
@@ -633,7 +633,17 @@ export class Agent {
     const instances = observed.containers.filter((c) => c.name === container);
     const c = previous ? instances.find((x, i) => i > 0 && x.state === 'exited') ?? undefined : instances[0];
     const file = c ? containerLogIn(path.join(this.opts.rootDir, 'pods', e.uid), c.logPath) : undefined;
-    return file ? { root: this.opts.rootDir, path: path.relative(this.opts.rootDir, file) } : undefined;
+    if (!c || !file) return undefined;
+    const running = async () => {
+      try {
+        const r = await this.parts.cri.runtime.containerStatus({ containerId: c.id, verbose: false });
+        return r.status?.state === 'CONTAINER_RUNNING' || r.status?.state === 'CONTAINER_CREATED';
+      } catch (err) {
+        if (isNotFound(err)) return false;
+        return true; // the runtime did not answer: keep following, and ask again later
+      }
+    };
+    return { root: this.opts.rootDir, path: path.relative(this.opts.rootDir, file), running };
   }
 
   /** What the runtime holds for a pod (sandboxes and containers, newest first), and the runtime to ask for streams. */

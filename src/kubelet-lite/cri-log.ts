@@ -197,26 +197,30 @@ export interface StreamLogOptions {
 const READ_CHUNK = 64 * 1024;
 /** The runtime's ReopenContainerLog answers within 5 s; a little more before a missing log counts as removed. */
 export const DEFAULT_GONE_GRACE_MS = 10_000;
+/** How often a follow that has caught up asks whether its container still runs (the kubelet's is 5 s). */
+const RUNNING_CHECK_MS = 1_000;
 
 /**
  * Streams a container's CRI log: the rotated files beside it (as many as
  * `tailLines` needs, or all), then the current file. With `follow`, keeps
  * going as the file grows, and into the new file when it is rotated (or
  * replaced, as the runtime's own size cap does); ends once it has been gone
- * for longer than the grace, when it is replaced by a file that is not safe
- * to read, or when the signal aborts. Every file is opened beneath the log
- * directory without following a symlink (see log-files.ts).
+ * for longer than the grace while its container is not running, when its
+ * container has exited and the file is drained (as the kubelet's follow
+ * ends), when it is replaced by a file that is not safe to read, or when the
+ * signal aborts. Every file is opened beneath the log directory without
+ * following a symlink (see log-files.ts).
  */
 export async function streamCriLog(ref: LogRef, opts: StreamLogOptions): Promise<void> {
   const { dirFd, name } = openLogDir(ref);
   try {
-    await streamIn(dirFd, name, opts);
+    await streamIn(dirFd, name, opts, ref.running);
   } finally {
     fs.closeSync(dirFd);
   }
 }
 
-async function streamIn(dirFd: number, name: string, opts: StreamLogOptions): Promise<void> {
+async function streamIn(dirFd: number, name: string, opts: StreamLogOptions, running?: () => Promise<boolean>): Promise<void> {
   const decoder = new CriLogDecoder({ timestamps: opts.timestamps, since: opts.since });
   const buf = Buffer.alloc(READ_CHUNK);
   const emit = async (bytes: Buffer) => {
@@ -285,6 +289,13 @@ async function streamIn(dirFd: number, name: string, opts: StreamLogOptions): Pr
     opts.signal.addEventListener('abort', onChange);
     const grace = opts.goneGraceMs ?? DEFAULT_GONE_GRACE_MS;
     let missingSince: number | undefined;
+    // When the container was last asked about while the follow had caught up: an exited one ends it.
+    let askedAt = Date.now();
+    const exited = async () => {
+      if (!running || Date.now() - askedAt < RUNNING_CHECK_MS) return false;
+      askedAt = Date.now();
+      return !(await running());
+    };
     try {
       while (!opts.signal.aborted) {
         await new Promise<void>((resolve) => {
@@ -296,7 +307,9 @@ async function streamIn(dirFd: number, name: string, opts: StreamLogOptions): Pr
           };
         });
         wake = undefined;
+        const from = pos;
         pos = await drain(cur.fh, pos);
+        const caughtUp = pos === from;
         let now: { dev: number; ino: number } | undefined;
         try {
           now = await probeLogFile(dirFd, name);
@@ -308,14 +321,24 @@ async function streamIn(dirFd: number, name: string, opts: StreamLogOptions): Pr
           throw err;
         }
         if (!now) {
+          // Rotation renames the log away until the runtime reopens it, which can take a while on a busy
+          // node: while the container runs, a missing file is one about to come back, as the kubelet takes it.
           missingSince ??= Date.now();
-          if (Date.now() - missingSince > grace) return;
+          if (Date.now() - missingSince > grace) {
+            if (!running || !(await running())) return;
+            missingSince = Date.now();
+          }
           continue;
         }
         missingSince = undefined;
         if (now.ino === cur.st.ino && now.dev === cur.st.dev) {
           // Truncated in place: what is there now is new output.
           if ((await cur.fh.stat()).size < pos) pos = 0;
+          else if (caughtUp && (await exited())) {
+            // Its last words may have come after the look.
+            await drain(cur.fh, pos);
+            return;
+          }
           continue;
         }
         // Rotated: the old file's last words, then on into the new one.

@@ -21,6 +21,13 @@ export interface LogRef {
   root: string;
   /** Relative to root, e.g. `pods/<uid>/logs/<container>/<N>.log`. */
   path: string;
+  /**
+   * Whether the container that writes this log may still write to it (not
+   * exited, not removed). A follow ends once it says no and the file is
+   * drained, as the kubelet's does; without it, a follow ends only when the
+   * file has been missing past the grace.
+   */
+  running?: () => Promise<boolean>;
 }
 
 const STRICT = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;

@@ -169,6 +169,15 @@ describe.skipIf(!isRoot)('pods/log, exec, attach and port-forward through skiff 
         expect(prev.stdout).toBe('crash-run\n');
       }, 150_000);
 
+      it('logs -f ends once the container has exited, its output all shown, as the kubelet’s does', async () => {
+        // The crash container lives 2 s a run (then waits out its back-off): a follow of it must end, not wait for ever.
+        const t0 = Date.now();
+        const r = await node.kubectl(['logs', '-f', 'streams', '-c', 'crash'], { bin: v.bin, timeoutMs: 30_000 });
+        expect(r.status, `${r.stderr} (after ${Date.now() - t0} ms)`).toBe(0);
+        expect(r.stdout).toBe('crash-run\n');
+        expect(Date.now() - t0).toBeLessThan(15_000);
+      }, 60_000);
+
       it('exec -i: stdin reaches the command, its output comes back, and so does its exit code', async () => {
         const r = await k(['exec', '-i', 'streams', '-c', 'main', '--', 'sh', '-c', 'cat; echo to-stderr >&2; exit 3'], 'hello through stdin\n');
         expect(r.stdout).toBe('hello through stdin\n');
