@@ -207,6 +207,8 @@ export interface NftRuleset {
   text: string;
   /** Rules and elements written. */
   rulesWritten: number;
+  /** A partial sync's steps, which the text spells out (see NftOp). */
+  ops?: NftOp[];
 }
 
 const BASE_CHAINS: Array<[string, string, string, number]> = [
@@ -274,7 +276,7 @@ function writeRules(out: string[], c: NftChain): void {
   for (const r of c.rules) out.push(`add rule ${T} ${c.name} ${r}`);
 }
 
-const setLine = (s: { name: string; timeout: number }) => `add set ${T} ${s.name} { type ipv4_addr ; flags dynamic,timeout ; timeout ${s.timeout}s ; }`;
+const setLine = (s: { name: string; timeout: number }): string => `add set ${T} ${s.name} { type ipv4_addr ; flags dynamic,timeout ; timeout ${s.timeout}s ; }`;
 
 /** One `nft -f` transaction. */
 export function assembleNft(input: NftAssembleInput): NftRuleset {
@@ -309,18 +311,64 @@ function assembleFull(input: NftAssembleInput): NftRuleset {
   return { text: out.join('\n'), rulesWritten: n };
 }
 
-function assemblePartial(input: NftAssembleInput, previous: Map<string, NftPortRules>): NftRuleset {
-  const current = new Map(input.ports.map((p) => [p.key, p]));
+/**
+ * One step of a partial sync, in the proxy's table: what a line of `nft -f`
+ * text says, kept apart so the same steps can be sent as netlink messages
+ * (nft-netlink.ts) instead of through nft.
+ */
+export type NftOp =
+  | { op: 'add-element' | 'delete-element'; map: string; elements: NftElement[] }
+  | { op: 'add-set'; name: string; timeout: number }
+  | { op: 'add-chain' | 'flush-chain' | 'delete-chain'; chain: string }
+  | { op: 'add-rule'; chain: string; rule: string }
+  | { op: 'delete-set'; name: string };
+
+/** The ops as `nft -f` text, one transaction. */
+export function opsText(ops: NftOp[]): string {
+  const out: string[] = [];
+  for (const o of ops) {
+    switch (o.op) {
+      case 'add-element':
+        // Batches keep lines short; one transaction all the same.
+        for (let i = 0; i < o.elements.length; i += 1000) out.push(`add element ${T} ${o.map} { ${o.elements.slice(i, i + 1000).map(elementText).join(', ')} }`);
+        break;
+      case 'delete-element':
+        for (let i = 0; i < o.elements.length; i += 1000) out.push(`delete element ${T} ${o.map} { ${o.elements.slice(i, i + 1000).map((e) => e.key).join(', ')} }`);
+        break;
+      case 'add-set':
+        out.push(setLine(o));
+        break;
+      case 'add-chain':
+      case 'flush-chain':
+      case 'delete-chain':
+        out.push(`${o.op.replace('-', ' ')} ${T} ${o.chain}`);
+        break;
+      case 'add-rule':
+        out.push(`add rule ${T} ${o.chain} ${o.rule}`);
+        break;
+      case 'delete-set':
+        out.push(`delete set ${T} ${o.name}`);
+        break;
+    }
+  }
+  if (out.length === 0) return '';
+  out.push('');
+  return out.join('\n');
+}
+
+/** What a partial sync changes, as ops; `rulesWritten` counts rules and elements as a full sync does. */
+export function partialOps(ports: NftPortRules[], previous: Map<string, NftPortRules>): { ops: NftOp[]; rulesWritten: number } {
+  const current = new Map(ports.map((p) => [p.key, p]));
   // Only the ports whose rendering is not the one applied (same object: nothing of it changed), in key order.
   const keys: string[] = [];
-  for (const p of input.ports) if (previous.get(p.key) !== p) keys.push(p.key);
+  for (const p of ports) if (previous.get(p.key) !== p) keys.push(p.key);
   for (const k of previous.keys()) if (!current.has(k)) keys.push(k);
   keys.sort();
   const dels: Record<MapName, NftElement[]> = { serviceIps: [], nodePorts: [], noEndpointServices: [], noEndpointNodePorts: [], firewallIps: [] };
   const adds: Record<MapName, NftElement[]> = { serviceIps: [], nodePorts: [], noEndpointServices: [], noEndpointNodePorts: [], firewallIps: [] };
-  const sets: string[] = [];
-  const declared: string[] = [];
-  const chains: string[] = [];
+  const sets: NftOp[] = [];
+  const declared: NftOp[] = [];
+  const rules: NftOp[] = [];
   const goneChains: string[] = [];
   const goneSets: string[] = [];
   let n = 0;
@@ -339,32 +387,37 @@ function assemblePartial(input: NftAssembleInput, previous: Map<string, NftPortR
     for (const c of cur?.chains ?? []) {
       const was = oldChains.get(c.name);
       if (was === c.rules.join('\n')) continue;
-      declareChain(declared, c, was !== undefined);
-      writeRules(chains, c);
+      // Declared (and emptied, when it exists) before any rule names it: rules jump to chains declared later.
+      declared.push({ op: 'add-chain', chain: c.name });
+      if (was !== undefined) declared.push({ op: 'flush-chain', chain: c.name });
+      for (const r of c.rules) rules.push({ op: 'add-rule', chain: c.name, rule: r });
       n += c.rules.length;
     }
     for (const c of old?.chains ?? []) if (!curChains.has(c.name)) goneChains.push(c.name);
     const curSets = new Set((cur?.sets ?? []).map((s) => s.name));
     const oldSets = new Map((old?.sets ?? []).map((s) => [s.name, s.timeout]));
     // A set's timeout cannot be changed in place: the proxier makes the table afresh when one changes (see affinityChanged).
-    for (const s of cur?.sets ?? []) if (!oldSets.has(s.name)) sets.push(setLine(s));
+    for (const s of cur?.sets ?? []) if (!oldSets.has(s.name)) sets.push({ op: 'add-set', name: s.name, timeout: s.timeout });
     for (const s of old?.sets ?? []) if (!curSets.has(s.name)) goneSets.push(s.name);
   }
-  const out: string[] = [];
+  const ops: NftOp[] = [];
   // Elements that go first (nothing may point at a chain about to be deleted), then new sets and
   // chains, then the chains and sets no longer wanted, last the elements that lead to the new chains.
-  for (const m of Object.keys(dels) as MapName[]) deleteElements(out, m, dels[m]);
-  out.push(...sets, ...declared, ...chains);
-  for (const c of goneChains) out.push(`flush chain ${T} ${c}`);
-  for (const c of goneChains) out.push(`delete chain ${T} ${c}`);
-  for (const s of goneSets) out.push(`delete set ${T} ${s}`);
+  for (const m of Object.keys(dels) as MapName[]) if (dels[m].length) ops.push({ op: 'delete-element', map: MAPS[m], elements: dels[m] });
+  ops.push(...sets, ...declared, ...rules);
+  for (const c of goneChains) ops.push({ op: 'flush-chain', chain: c });
+  for (const c of goneChains) ops.push({ op: 'delete-chain', chain: c });
+  for (const s of goneSets) ops.push({ op: 'delete-set', name: s });
   for (const m of Object.keys(adds) as MapName[]) {
-    addElements(out, m, adds[m]);
+    if (adds[m].length) ops.push({ op: 'add-element', map: MAPS[m], elements: adds[m] });
     n += adds[m].length + dels[m].length;
   }
-  if (out.length === 0) return { text: '', rulesWritten: 0 };
-  out.push('');
-  return { text: out.join('\n'), rulesWritten: n };
+  return { ops, rulesWritten: ops.length ? n : 0 };
+}
+
+function assemblePartial(input: NftAssembleInput, previous: Map<string, NftPortRules>): NftRuleset {
+  const { ops, rulesWritten } = partialOps(input.ports, previous);
+  return { text: opsText(ops), rulesWritten, ops };
 }
 
 /** True when some affinity set both had and has a different timeout: the table must be made afresh. */
