@@ -152,11 +152,12 @@ async function benchIptables(sizes: number[]): Promise<void> {
 }
 
 /** Five partial syncs of each kind: a Service added (3 endpoints), then one endpoint of an old one removed; their times and rule counts. */
-async function partialSyncs(proxier: Proxier, services: ReturnType<typeof fixtures>['services'], pods: ReturnType<typeof fixtures>['pods']): Promise<{ adds: number[]; dels: number[]; rules: number[] }> {
+async function partialSyncs(proxier: Proxier, services: ReturnType<typeof fixtures>['services'], pods: ReturnType<typeof fixtures>['pods'], first = 0): Promise<{ adds: number[]; dels: number[]; rules: number[]; via: Set<string> }> {
   const adds: number[] = [];
   const dels: number[] = [];
+  const via = new Set<string>();
   let rules = [0, 0];
-  for (let r = 0; r < 5; r++) {
+  for (let r = first; r < first + 5; r++) {
     services.set(serviceObject('bench', `added-${r}`, { selector: { app: `added-${r}` }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
     for (let j = 0; j < 3; j++) pods.set(pod(`added-${r}-${j}`, { ns: 'bench', labels: { app: `added-${r}` }, ip: `10.127.${r}.${j + 1}` }));
     const add = await proxier.syncNow();
@@ -165,9 +166,10 @@ async function partialSyncs(proxier: Proxier, services: ReturnType<typeof fixtur
     if (add.full || del.full) throw new Error('a partial sync was full');
     adds.push(add.ms);
     dels.push(del.ms);
+    for (const x of [add, del]) if (x.via) via.add(x.via);
     rules = [add.rulesWritten, del.rulesWritten];
   }
-  return { adds, dels, rules };
+  return { adds, dels, rules, via };
 }
 
 const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -180,7 +182,8 @@ async function benchNftables(sizes: number[]): Promise<void> {
     try {
       const { services, pods } = fixtures(n);
       const rec = recordingRunner(processRunner(['nsenter', `--net=${ns.path}`]));
-      const proxier = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.64.0.0/10', run: rec.run, log: silentLogger });
+      // The namespace named: partial syncs go over netlink (full ones through nft -f all the same).
+      const proxier = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.64.0.0/10', run: rec.run, netns: ns.path, log: silentLogger });
       const full = await proxier.syncNow();
       const text = rec.last();
       const floor = restoreFloor(text, 'nftables');
@@ -188,7 +191,8 @@ async function benchNftables(sizes: number[]): Promise<void> {
         `  ${String(n).padStart(6)} services: full sync ${fmt(full.ms)} (1 transaction)  floor ${fmt(floor)}  ratio ${(full.ms / floor).toFixed(2)}  (${text.split('\n').length} lines)  new connection to the last Service ${fmtUs(firstPacketMicros(ns, proxier))}\n`,
       );
       if (n === sizes[sizes.length - 1]) {
-        const { adds, dels, rules } = await partialSyncs(proxier, services, pods);
+        const { adds, dels, rules, via } = await partialSyncs(proxier, services, pods);
+        if (via.size !== 1 || !via.has('netlink')) throw new Error(`partial syncs went by ${[...via].join(' and ')}, not netlink`);
         // The floors of partial transactions on this table: nft -f of one map element, added then deleted,
         // and of one rule in a chain of its own (the kernel validates the whole table when a rule or
         // a verdict element is added; nft first reads the table's chains and sets).
@@ -212,6 +216,14 @@ async function benchNftables(sizes: number[]): Promise<void> {
         process.stdout.write(`  at ${n}: one endpoint removed: median ${fmt(med(dels))}, min ${fmt(Math.min(...dels))} (${rules[1]} rules and elements)\n`);
         process.stdout.write(`  at ${n}: full resync over the existing table ${fmt(again.ms)}\n`);
         process.stdout.write(`  RSS with ${n} services: ${rss.toFixed(0)} MiB\n`);
+        // The same partial syncs written through nft -f, by a proxier that is not told the namespace.
+        await proxier.stop();
+        const viaNft = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.64.0.0/10', run: rec.run, log: silentLogger });
+        await viaNft.syncNow();
+        const t = await partialSyncs(viaNft, services, pods, 5);
+        if (!t.via.has('nft') || t.via.size !== 1) throw new Error('the nft comparison did not go through nft');
+        process.stdout.write(`  at ${n}: through nft -f instead of netlink: one Service added: median ${fmt(med(t.adds))}; one endpoint removed: median ${fmt(med(t.dels))} (ratio netlink/nft ${(med(adds) / med(t.adds)).toFixed(2)} and ${(med(dels) / med(t.dels)).toFixed(2)})\n`);
+        await viaNft.stop();
       }
       await proxier.stop();
     } finally {

@@ -178,7 +178,7 @@ export interface RunningProxy {
   stop(): Promise<void>;
 }
 
-/** The proxier and service DNS over the given sources. */
+/** The proxier and service DNS over the given sources; `run` runs commands in this process's own network namespace. */
 export async function startProxy(opts: ProxyOptions, services: ServiceSource, pods: PodSource, registry: Registry, log: Logger, run = processRunner(), slices?: ProxierOptions['slices']): Promise<RunningProxy> {
   // Health-check node ports on every address of the node, as kube-proxy with no --nodeport-addresses.
   const healthChecks = new ServiceHealthServer({ address: '0.0.0.0', log });
@@ -193,6 +193,7 @@ export async function startProxy(opts: ProxyOptions, services: ServiceSource, po
     minSyncMs: opts.minSyncMs,
     syncPeriodMs: opts.syncPeriodMs,
     run,
+    netns: null,
     log,
     metrics: registerProxyMetrics(registry),
   });

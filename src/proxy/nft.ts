@@ -1,10 +1,60 @@
-/** The nft commands the nftables proxier runs, through the same command runner as iptables.ts. */
+/**
+ * How the nftables proxier writes its table: `nft -f` through the same
+ * command runner as iptables.ts, and a partial sync's steps over netlink
+ * when it knows the namespace the runner's commands reach.
+ */
 import { SkiffError } from '../errors.js';
+import { NfnetlinkError, NfnetlinkSocket } from '../sys/nfnetlink.js';
 import type { CommandRunner } from './iptables.js';
-import { NFT_FAMILY, NFT_TABLE } from './nft-rules.js';
+import { encodeOps, NotEncodable } from './nft-netlink.js';
+import { NFT_FAMILY, NFT_TABLE, type NftOp } from './nft-rules.js';
 
 export class Nft {
-  constructor(private readonly run: CommandRunner) {}
+  private socket: NfnetlinkSocket | undefined;
+
+  /**
+   * `netns`: the network namespace the runner's commands reach, for netlink
+   * writes (a path; null for this process's own). Undefined: not known, so
+   * everything goes through nft.
+   */
+  constructor(
+    private readonly run: CommandRunner,
+    private readonly netns?: string | null,
+  ) {}
+
+  /**
+   * A partial sync: its steps sent as one netlink batch (an all-or-nothing
+   * transaction, as `nft -f` is), or `text` through nft when they hold a
+   * rule this side cannot encode or netlink cannot be used. Says which.
+   */
+  async applyOps(ops: NftOp[], text: string): Promise<'netlink' | 'nft'> {
+    if (this.netns !== undefined) {
+      let messages;
+      try {
+        messages = encodeOps(ops);
+      } catch (err) {
+        if (!(err instanceof NotEncodable)) throw err;
+      }
+      if (messages) {
+        try {
+          this.socket ??= NfnetlinkSocket.open(this.netns ?? undefined);
+          this.socket.transact(messages);
+          return 'netlink';
+        } catch (err) {
+          if (err instanceof NfnetlinkError) throw new SkiffError('Internal', err.message, { cause: err });
+          // The socket itself failed (or the batch is too big for it): nft can still do it.
+          this.close();
+        }
+      }
+    }
+    await this.apply(text);
+    return 'nft';
+  }
+
+  close(): void {
+    this.socket?.close();
+    this.socket = undefined;
+  }
 
   /** One `nft -f -`: the kernel applies all of it or none. */
   async apply(text: string): Promise<void> {

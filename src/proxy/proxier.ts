@@ -71,6 +71,13 @@ export interface ProxierOptions {
   portsPerRestore?: number;
   splitAbove?: number;
   run: CommandRunner;
+  /**
+   * The network namespace `run`'s commands reach: a path (as nsenter's
+   * --net=), or null for this process's own. nftables mode then writes
+   * partial syncs over netlink there (nft spends ~100 ms reading a large
+   * table before each command); undefined keeps every write in nft.
+   */
+  netns?: string | null;
   log: Logger;
   metrics?: ProxyMetrics;
   now?: () => number;
@@ -86,6 +93,8 @@ export interface SyncResult {
   bytes: number;
   /** iptables-restore runs: one, except for full syncs of many service ports. */
   restores?: number;
+  /** nftables mode: how the sync was written (partial syncs go over netlink when the namespace is known). */
+  via?: 'nft' | 'netlink';
 }
 
 /** What DNS needs: Services as last resolved, and the pods (and the slices, when endpoints come from them). */
@@ -152,7 +161,7 @@ export class Proxier implements ServiceView {
     if (slices) this.slicesOf = (namespace, name) => slices.slicesOf(namespace, name);
     if (!parseCidr(opts.podCidr)) throw new Error(`pod CIDR "${opts.podCidr}" is not an IPv4 CIDR`);
     this.ipt = new Iptables(opts.run);
-    this.nft = new Nft(opts.run);
+    this.nft = new Nft(opts.run, opts.netns);
     this.mode = opts.mode ?? 'iptables';
     this.minSyncMs = opts.minSyncMs ?? 1000;
     this.syncPeriodMs = opts.syncPeriodMs ?? 30_000;
@@ -197,6 +206,7 @@ export class Proxier implements ServiceView {
     for (const u of this.unsubscribeTracking) u();
     this.unsubscribe = [];
     await this.serial.catch(() => {});
+    this.nft.close();
   }
 
   services(): ServiceInfo[] {
@@ -462,7 +472,10 @@ export class Proxier implements ServiceView {
     } else {
       ruleset = assembleNft({ ports, previous });
     }
-    if (ruleset.text) await this.nft.apply(ruleset.text);
+    let via: SyncResult['via'] = 'nft';
+    if (ruleset.ops) {
+      if (ruleset.text) via = await this.nft.applyOps(ruleset.ops, ruleset.text);
+    } else if (ruleset.text) await this.nft.apply(ruleset.text);
     const before = this.applied;
     this.applied = next;
     this.firstSync = false;
@@ -472,9 +485,9 @@ export class Proxier implements ServiceView {
       this.lastFullMs = performance.now() - t0;
     }
     this.opts.metrics?.observeSync((performance.now() - t0) / 1000, isFull, ruleset.rulesWritten);
-    this.opts.log.debug('proxy rules synced', { mode: 'nftables', full: isFull, services: serviceCount, changed: changed.size, removed: removed.length, rules: ruleset.rulesWritten, ms: Math.round(performance.now() - t0) });
+    this.opts.log.debug('proxy rules synced', { mode: 'nftables', full: isFull, services: serviceCount, changed: changed.size, removed: removed.length, rules: ruleset.rulesWritten, via, ms: Math.round(performance.now() - t0) });
     await this.clearStaleUdp(before, next);
-    return { full: isFull, rulesWritten: ruleset.rulesWritten, bytes: ruleset.text.length, restores: ruleset.text ? 1 : 0 };
+    return { full: isFull, rulesWritten: ruleset.rulesWritten, bytes: ruleset.text.length, restores: ruleset.text && via === 'nft' ? 1 : 0, via };
   }
 
   /** Each health-checked Service's count of this node's ready endpoints, as kube-proxy reports them. */

@@ -115,7 +115,7 @@ describe.skipIf(!isRoot).each(PROXY_MODES)('LoadBalancer Services in %s mode', (
       await new Promise((r) => setTimeout(r, 100));
     }
     pods.set(pod('p1', { ns: 'demo', ip: POD_IP, labels: { app: 'web' } }));
-    proxier = new Proxier({ mode, services, pods, podCidr: '10.244.0.0/24', run: processRunner(['nsenter', `--net=${node.path}`]), log: silentLogger, healthChecks: health });
+    proxier = new Proxier({ mode, services, pods, podCidr: '10.244.0.0/24', run: processRunner(['nsenter', `--net=${node.path}`]), netns: node.path, log: silentLogger, healthChecks: health });
   });
 
   afterAll(async () => {

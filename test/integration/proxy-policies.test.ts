@@ -126,7 +126,7 @@ describe.skipIf(!isRoot).each(PROXY_MODES)('traffic policies and terminating end
         await new Promise((r) => setTimeout(r, 100));
       }
     }
-    proxier = new Proxier({ mode, services, pods: new MemoryPodSource(), slices: { source, nodeName: NODE }, podCidr: '10.244.0.0/24', run: processRunner(['nsenter', `--net=${node.path}`]), log: silentLogger });
+    proxier = new Proxier({ mode, services, pods: new MemoryPodSource(), slices: { source, nodeName: NODE }, podCidr: '10.244.0.0/24', run: processRunner(['nsenter', `--net=${node.path}`]), netns: node.path, log: silentLogger });
     // Started, so it hears which Services' slices change (and syncs only those); syncNow() waits for the rules.
     proxier.start();
   });

@@ -153,6 +153,8 @@ describe.skipIf(!isRoot).each(PROXY_MODES)('service proxy in %s mode', (mode) =>
       portsPerRestore: 2,
       splitAbove: 2,
       run: processRunner(['nsenter', `--net=${node.path}`]),
+      // nftables mode's partial syncs go over netlink into the node's namespace.
+      netns: node.path,
       log: silentLogger,
     });
   });
