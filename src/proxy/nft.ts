@@ -38,7 +38,7 @@ export class Nft {
       if (messages) {
         try {
           this.socket ??= NfnetlinkSocket.open(this.netns ?? undefined);
-          this.socket.transact(messages);
+          await this.socket.transact(messages);
           return 'netlink';
         } catch (err) {
           if (err instanceof NfnetlinkError) throw new SkiffError('Internal', err.message, { cause: err });

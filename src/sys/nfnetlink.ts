@@ -20,6 +20,8 @@ const recvRaw = libc.func('intptr_t recv(int fd, _Out_ uint8_t *buf, size_t len,
 const setsockoptRaw = libc.func('int setsockopt(int fd, int level, int name, const int *value, uint32_t len)');
 const closeRaw = libc.func('int close(int fd)');
 
+type AsyncCall = { async: (...args: unknown[]) => void };
+
 const AF_NETLINK = 16;
 const SOCK_RAW = 3;
 const SOCK_CLOEXEC = 0o2000000;
@@ -116,9 +118,11 @@ export class NfnetlinkSocket {
   /**
    * Sends the messages as one batch, which the kernel applies whole or not
    * at all before send(2) returns, and reads its answer to each. Throws
-   * NfnetlinkError naming the first message it refused.
+   * NfnetlinkError naming the first message it refused. The send runs on
+   * libuv's thread pool: beside a large table the kernel's validation of it
+   * takes tens of milliseconds, which the event loop must not wait out.
    */
-  transact(messages: NftMessage[]): void {
+  async transact(messages: NftMessage[]): Promise<void> {
     if (this.fd < 0) throw new Error('the netlink socket is closed');
     if (messages.length === 0) return;
     const first = this.seq + 1;
@@ -128,8 +132,13 @@ export class NfnetlinkSocket {
     const batch = Buffer.concat(parts);
     if (batch.length > MAX_BATCH_BYTES) throw new Error(`an nf_tables batch of ${batch.length} bytes is over the ${MAX_BATCH_BYTES} a socket takes`);
     this.drainStale();
-    const sent = Number(sendRaw(this.fd, batch, batch.length, 0));
-    if (sent !== batch.length) throw new Error(`netlink send: ${sent < 0 ? lastErrnoName() : `${sent} of ${batch.length} bytes`}`);
+    const fd = this.fd;
+    const sent = await new Promise<number>((resolve, reject) =>
+      (sendRaw as unknown as AsyncCall).async(fd, batch, batch.length, 0, (err: unknown, n: number) => (err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve(Number(n)))),
+    );
+    if (this.fd !== fd) throw new Error('the netlink socket was closed during a send');
+    // errno belongs to the pool thread: a failed send says only that it failed.
+    if (sent !== batch.length) throw new Error(`netlink send: ${sent < 0 ? 'failed' : `${sent} of ${batch.length} bytes`}`);
     // Every message asked for an answer; they are all queued by the time send returns.
     let answered = 0;
     let refused: NfnetlinkError | undefined;
