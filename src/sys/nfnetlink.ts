@@ -80,7 +80,8 @@ const errnoText = (e: number) => ERRNO_TEXT[e] ?? `errno ${e}`;
 
 export class NfnetlinkSocket {
   private seq = Math.floor(Date.now() / 1000) & 0x7fffffff;
-  private readonly reply = Buffer.alloc(64 * 1024);
+  /** An error's answer carries the refused message back: room for the largest this side sends (500 elements). */
+  private readonly reply = Buffer.alloc(256 * 1024);
 
   private constructor(private fd: number) {}
 
