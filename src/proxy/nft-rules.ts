@@ -257,13 +257,11 @@ function header(out: string[]): number {
 
 const elementText = (e: NftElement) => (e.comment ? `${e.key} comment ${q(e.comment)} : ${e.verdict}` : `${e.key} : ${e.verdict}`);
 
-function addElements(out: string[], map: MapName, elements: NftElement[]): void {
+/** `add element` (or `delete element`, keys only) lines for one map, by the map's name in the table. */
+function elementLines(out: string[], verb: 'add' | 'delete', map: string, elements: NftElement[]): void {
   // Batches keep lines short; one transaction all the same.
-  for (let i = 0; i < elements.length; i += 1000) out.push(`add element ${T} ${MAPS[map]} { ${elements.slice(i, i + 1000).map(elementText).join(', ')} }`);
-}
-
-function deleteElements(out: string[], map: MapName, elements: NftElement[]): void {
-  for (let i = 0; i < elements.length; i += 1000) out.push(`delete element ${T} ${MAPS[map]} { ${elements.slice(i, i + 1000).map((e) => e.key).join(', ')} }`);
+  const text = verb === 'add' ? elementText : (e: NftElement) => e.key;
+  for (let i = 0; i < elements.length; i += 1000) out.push(`${verb} element ${T} ${map} { ${elements.slice(i, i + 1000).map(text).join(', ')} }`);
 }
 
 /** A chain is declared (and emptied, when it may exist) before any rule names it: rules jump to chains declared later in the text. */
@@ -304,7 +302,7 @@ function assembleFull(input: NftAssembleInput): NftRuleset {
   for (const c of input.staleChains ?? []) out.push(`delete chain ${T} ${c}`);
   for (const s of input.staleSets ?? []) out.push(`delete set ${T} ${s}`);
   for (const m of Object.keys(all) as MapName[]) {
-    addElements(out, m, all[m]);
+    elementLines(out, 'add', MAPS[m], all[m]);
     n += all[m].length;
   }
   out.push('');
@@ -329,11 +327,8 @@ export function opsText(ops: NftOp[]): string {
   for (const o of ops) {
     switch (o.op) {
       case 'add-element':
-        // Batches keep lines short; one transaction all the same.
-        for (let i = 0; i < o.elements.length; i += 1000) out.push(`add element ${T} ${o.map} { ${o.elements.slice(i, i + 1000).map(elementText).join(', ')} }`);
-        break;
       case 'delete-element':
-        for (let i = 0; i < o.elements.length; i += 1000) out.push(`delete element ${T} ${o.map} { ${o.elements.slice(i, i + 1000).map((e) => e.key).join(', ')} }`);
+        elementLines(out, o.op === 'add-element' ? 'add' : 'delete', o.map, o.elements);
         break;
       case 'add-set':
         out.push(setLine(o));
