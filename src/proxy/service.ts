@@ -40,6 +40,8 @@ export interface ServicePortInfo {
 export interface ServiceInfo {
   namespace: string;
   name: string;
+  /** namespace/name. */
+  key: string;
   uid: string;
   type: ServiceType;
   /** An ExternalName Service's name, without a trailing dot: DNS answers a CNAME to it; it has no ports or address. */
@@ -180,7 +182,7 @@ function parseService(obj: StoredObject): Parsed | string {
   }
   let selector: Record<string, string> | undefined;
   if (spec.selector && Object.keys(spec.selector).length > 0 && type !== 'ExternalName') selector = { ...spec.selector };
-  const info: ServiceInfo = { namespace: obj.namespace, name: obj.name, uid: obj.uid, type, selector, headless, publishNotReady: spec.publishNotReadyAddresses === true, ports };
+  const info: ServiceInfo = { namespace: obj.namespace, name: obj.name, key, uid: obj.uid, type, selector, headless, publishNotReady: spec.publishNotReadyAddresses === true, ports };
   if (externalName) info.externalName = externalName;
   const healthCheck = type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local';
   if (healthCheck && spec.healthCheckNodePort) info.healthCheckNodePort = spec.healthCheckNodePort;
@@ -206,11 +208,25 @@ export class Allocator {
   private readonly ipOwners = new Map<string, string>(); // ip -> service key
   private readonly nodePorts = new Map<string, number>(); // port key/protocol -> nodePort
   private readonly nodePortOwners = new Map<string, string>(); // nodePort/protocol -> port key
-  private parsed = new Map<string, Parsed | string>();
+  /** Each Service as last resolved, by namespace/name, and by its object. */
+  private entries = new Map<string, Entry>();
+  private readonly byObject = new Map<StoredObject, Entry>();
+  /** Counts resolve() calls: an entry seen in this one carries its number. */
+  private gen = 0;
+  private last: ResolveResult | undefined;
+  /** Allocation problems in the last answer: the next resolve() is then a whole pass. */
+  private allocProblems = 0;
+  /** Health-check node ports the Services hold or ask for, by namespace/name. */
+  private readonly hcPorts = new Map<string, number>();
+  /** Each Service's allocation problem (undefined: allocated) during one resolve(). */
+  private readonly allocated = new Map<Parsed, string | undefined>();
   private reserved = new Set<number>();
+  /** At most this many changed or removed Services are resolved on their own (see resolve()). */
+  private readonly incrementalMax: number;
   readonly cidr: Cidr;
 
-  constructor(serviceCidr: string) {
+  constructor(serviceCidr: string, opts: { incrementalMax?: number } = {}) {
+    this.incrementalMax = opts.incrementalMax ?? 256;
     const c = parseCidr(serviceCidr);
     if (!c || c.bits > 30) throw new Error(`service CIDR "${serviceCidr}" is not an IPv4 CIDR with room for Services (at most /30)`);
     this.cidr = c;
@@ -220,65 +236,197 @@ export class Allocator {
    * Parses and allocates every Service; returns those that can be programmed
    * and a problem for each that cannot. Services already holding addresses
    * are processed first, so a newcomer never takes an address away.
+   *
+   * When only a few Services changed since the last call and every Service
+   * then was allocated, only those are parsed, released and allocated again
+   * (the others hold what they hold, so the answer is the one a whole pass
+   * gives); the answer's arrays are then the last answer's when nothing
+   * changed. After any allocation problem the next call is a whole pass, as
+   * a Service gone may have freed what another one waits for.
    */
-  resolve(objects: StoredObject[]): { services: ServiceInfo[]; problems: ServiceProblem[] } {
-    const problems: ServiceProblem[] = [];
-    const parsed: Parsed[] = [];
-    const cache = new Map<string, Parsed | string>();
+  resolve(objects: StoredObject[]): ResolveResult {
+    // Unchanged Services are told by identity (sources hand out the same object until it changes) or, for
+    // a copy, by uid and revision; names are only built for the others.
+    const gen = ++this.gen;
+    const changed: StoredObject[] = [];
+    let duplicate = false;
     for (const obj of objects) {
       if (obj.kind !== 'Service') continue;
+      let e = this.byObject.get(obj);
+      if (!e || !sameContent(e, obj)) {
+        const was = this.entries.get(`${obj.namespace}/${obj.name}`);
+        if (!was || !sameContent(was, obj) || was.gen === gen) {
+          changed.push(obj);
+          continue;
+        }
+        this.byObject.delete(was.obj);
+        this.byObject.set(obj, was);
+        was.obj = obj;
+        e = was;
+      }
+      // The same Service twice in one list: left to the whole pass.
+      if (e.gen === gen) duplicate = true;
+      e.gen = gen;
+    }
+    const changedKeys = new Set(changed.map((o) => `${o.namespace}/${o.name}`));
+    if (changedKeys.size !== changed.length) duplicate = true;
+    const removed: string[] = [];
+    for (const [key, e] of this.entries) {
+      if (e.gen === gen) duplicate ||= changedKeys.has(key);
+      else if (!changedKeys.has(key)) removed.push(key);
+    }
+    const last = this.last;
+    if (last && this.allocProblems === 0 && !duplicate && changed.length + removed.length <= this.incrementalMax) {
+      if (changed.length === 0 && removed.length === 0) return { ...last, changed: [] };
+      return (this.last = this.resolveSome(last, changed, removed));
+    }
+    return (this.last = this.resolveAll(objects));
+  }
+
+  private resolveAll(objects: StoredObject[]): ResolveResult {
+    const problems: ServiceProblem[] = [];
+    const parsed: Parsed[] = [];
+    const entries = new Map<string, Entry>();
+    this.byObject.clear();
+    for (const obj of objects) {
+      if (obj.kind !== 'Service') continue;
+      const key = `${obj.namespace}/${obj.name}`;
       // An object's uid (or, for the API's objects, its revision) changes with its content: unchanged Services are not parsed again.
-      const ck = `${obj.namespace}/${obj.name}\0${obj.uid}\0${obj.revision ?? ''}`;
-      const r = this.parsed.get(ck) ?? parseService(obj);
-      cache.set(ck, r);
-      if (typeof r === 'string') problems.push({ service: `${obj.namespace}/${obj.name}`, reason: r });
+      const was = this.entries.get(key);
+      const r = was && sameContent(was, obj) ? was.parsed : parseService(obj);
+      const e: Entry = { obj, uid: obj.uid, revision: obj.revision, parsed: r, gen: this.gen };
+      entries.set(key, e);
+      this.byObject.set(obj, e);
+      if (typeof r === 'string') problems.push({ service: key, reason: r });
       else parsed.push(r);
     }
-    this.parsed = cache;
-    const live = new Set(parsed.map((p) => `${p.info.namespace}/${p.info.name}`));
-    this.release(live, parsed);
-    // Holders first, then those asking for a specific address, then by name.
+    this.entries = entries;
+    this.release(parsed);
+    this.hcPorts.clear();
+    this.allocateInOrder(parsed);
+    const services: ServiceInfo[] = [];
+    let allocProblems = 0;
+    for (const p of parsed) {
+      const problem = this.allocated.get(p);
+      if (problem) {
+        problems.push({ service: keyOf(p), reason: problem });
+        allocProblems++;
+      } else services.push(p.info);
+      if (p.healthCheck && p.info.healthCheckNodePort) this.hcPorts.set(keyOf(p), p.info.healthCheckNodePort);
+    }
+    this.allocated.clear();
+    this.allocProblems = allocProblems;
+    services.sort(byName);
+    problems.sort((a, b) => byteCompare(a.service, b.service));
+    return { services, problems };
+  }
+
+  /** resolve() for a few changed or removed Services, from the last answer. */
+  private resolveSome(last: ResolveResult, changed: StoredObject[], removed: string[]): ResolveResult {
+    const gone = new Set<ServiceInfo>();
+    const keys = new Set<string>(removed);
+    const want = new Map<string, Parsed | string>();
+    const objectOf = new Map<string, StoredObject>();
+    for (const obj of changed) {
+      const key = `${obj.namespace}/${obj.name}`;
+      keys.add(key);
+      want.set(key, parseService(obj));
+      objectOf.set(key, obj);
+    }
+    for (const key of keys) {
+      const old = this.entries.get(key);
+      const was = old?.parsed;
+      if (was !== undefined && typeof was !== 'string') gone.add(was.info);
+      this.releaseOne(key, was, want.get(key));
+      this.hcPorts.delete(key);
+      if (old) this.byObject.delete(old.obj);
+      const r = want.get(key);
+      const obj = objectOf.get(key);
+      if (r === undefined || !obj) this.entries.delete(key);
+      else {
+        const e: Entry = { obj, uid: obj.uid, revision: obj.revision, parsed: r, gen: this.gen };
+        this.entries.set(key, e);
+        this.byObject.set(obj, e);
+      }
+    }
+    const parsed = [...want.values()].filter((r): r is Parsed => typeof r !== 'string');
+    for (const [key, r] of want) if (typeof r !== 'string' && r.healthCheck && r.info.healthCheckNodePort) this.hcPorts.set(key, r.info.healthCheckNodePort);
+    this.allocateInOrder(parsed);
+    // The last answer's list is sorted: the few gone are found and the few new placed by bisection.
+    const services = last.services.slice();
+    for (const info of gone) {
+      const i = bisect(services, info);
+      if (services[i] === info) services.splice(i, 1);
+    }
+    const problems = last.problems.filter((p) => !keys.has(p.service));
+    for (const [key, r] of want) if (typeof r === 'string') problems.push({ service: key, reason: r });
+    for (const p of parsed) {
+      const problem = this.allocated.get(p);
+      if (problem) {
+        problems.push({ service: keyOf(p), reason: problem });
+        this.allocProblems++;
+      } else services.splice(bisect(services, p.info), 0, p.info);
+      if (p.healthCheck && p.info.healthCheckNodePort) this.hcPorts.set(keyOf(p), p.info.healthCheckNodePort);
+    }
+    this.allocated.clear();
+    problems.sort((a, b) => byteCompare(a.service, b.service));
+    return { services, problems, changed: [...keys] };
+  }
+
+  /** Allocates each (holders first, then those asking for a specific address, then by name), noting each one's problem in `allocated`. */
+  private allocateInOrder(parsed: Parsed[]): void {
     const order = parsed.map((p) => {
       const key = keyOf(p);
       return { p, key: `${this.ips.has(key) ? 0 : 1}${p.wantIP ? 0 : 1}${key}` };
     });
     order.sort((a, b) => byteCompare(a.key, b.key));
-    parsed.length = 0;
-    for (const o of order) parsed.push(o.p);
     // Health-check ports the API gave are spoken for before any node port is picked.
-    this.reserved = new Set(parsed.filter((p) => p.healthCheck && p.info.healthCheckNodePort).map((p) => p.info.healthCheckNodePort!));
-    const services: ServiceInfo[] = [];
-    for (const p of parsed) {
-      const problem = this.allocate(p);
-      if (problem) problems.push({ service: keyOf(p), reason: problem });
-      else services.push(p.info);
-    }
-    services.sort((a, b) => byteCompare(a.namespace, b.namespace) || byteCompare(a.name, b.name));
-    problems.sort((a, b) => byteCompare(a.service, b.service));
-    return { services, problems };
+    this.reserved = new Set(this.hcPorts.values());
+    for (const p of parsed) if (p.healthCheck && p.info.healthCheckNodePort) this.reserved.add(p.info.healthCheckNodePort);
+    for (const o of order) this.allocated.set(o.p, this.allocate(o.p));
   }
 
   /** Forgets addresses of Services gone, or whose spec now asks for a different one. */
-  private release(live: Set<string>, parsed: Parsed[]): void {
+  private release(parsed: Parsed[]): void {
     const want = new Map(parsed.map((p) => [keyOf(p), p]));
     for (const [key, ip] of this.ips) {
       const p = want.get(key);
-      if (!live.has(key) || !p || p.info.headless || (p.wantIP && p.wantIP !== ip)) {
+      if (!p || p.info.headless || (p.wantIP && p.wantIP !== ip)) {
         this.ips.delete(key);
         this.ipOwners.delete(ip);
       }
     }
     const wantPorts = new Map<string, number | undefined>();
-    for (const p of parsed) {
-      for (const sp of p.info.ports) if (p.nodePorts) wantPorts.set(`${sp.key}/${sp.protocol}`, sp.nodePort);
-      if (p.healthCheck) wantPorts.set(hcKey(keyOf(p)), p.info.healthCheckNodePort);
-    }
+    for (const p of parsed) wantedPorts(p, wantPorts);
     for (const [pk, np] of this.nodePorts) {
-      if (!wantPorts.has(pk) || (wantPorts.get(pk) !== undefined && wantPorts.get(pk) !== np)) {
-        this.nodePorts.delete(pk);
-        this.nodePortOwners.delete(`${np}/${pk.split('/').pop()}`);
-      }
+      if (!wantPorts.has(pk) || (wantPorts.get(pk) !== undefined && wantPorts.get(pk) !== np)) this.releasePort(pk, np);
     }
+  }
+
+  /** release() for one Service: what it was (if it parsed), what it is now (undefined: gone). */
+  private releaseOne(key: string, was: Parsed | string | undefined, now: Parsed | string | undefined): void {
+    const p = typeof now === 'string' ? undefined : now;
+    const ip = this.ips.get(key);
+    if (ip !== undefined && (!p || p.info.headless || (p.wantIP && p.wantIP !== ip))) {
+      this.ips.delete(key);
+      this.ipOwners.delete(ip);
+    }
+    if (was === undefined || typeof was === 'string') return;
+    // A Service's node ports are keyed by its own port keys: what it held is among what it wanted.
+    const held = new Map<string, number | undefined>();
+    wantedPorts(was, held);
+    const wantPorts = new Map<string, number | undefined>();
+    if (p) wantedPorts(p, wantPorts);
+    for (const pk of held.keys()) {
+      const np = this.nodePorts.get(pk);
+      if (np === undefined) continue;
+      if (!wantPorts.has(pk) || (wantPorts.get(pk) !== undefined && wantPorts.get(pk) !== np)) this.releasePort(pk, np);
+    }
+  }
+
+  private releasePort(pk: string, np: number): void {
+    this.nodePorts.delete(pk);
+    this.nodePortOwners.delete(`${np}/${pk.split('/').pop()}`);
   }
 
   private allocate(p: Parsed): string | undefined {
@@ -397,4 +545,52 @@ export class Allocator {
 /** Plain code-unit order: localeCompare costs tens of milliseconds over 10,000 names. */
 export const byteCompare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
-const keyOf = (p: Parsed) => `${p.info.namespace}/${p.info.name}`;
+const keyOf = (p: Parsed) => p.info.key;
+const byName = (a: ServiceInfo, b: ServiceInfo) => byteCompare(a.namespace, b.namespace) || byteCompare(a.name, b.name);
+
+/** The first index in `sorted` (by namespace and name) whose Service does not sort before `s`. */
+function bisect(sorted: ServiceInfo[], s: ServiceInfo): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (byName(sorted[mid]!, s) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** What resolve() answers. */
+export interface ResolveResult {
+  /** Sorted by namespace, then name. */
+  services: ServiceInfo[];
+  problems: ServiceProblem[];
+  /** The Services (namespace/name) added, changed or removed since the last call; undefined: any may have been. */
+  changed?: string[];
+}
+
+/** A Service in a list sorted by namespace and name (resolve()'s), by namespace/name. */
+export function findService(sorted: ServiceInfo[], key: string): ServiceInfo | undefined {
+  const slash = key.indexOf('/');
+  const namespace = key.slice(0, slash);
+  const name = key.slice(slash + 1);
+  const s = sorted[bisect(sorted, { namespace, name } as ServiceInfo)];
+  return s && s.namespace === namespace && s.name === name ? s : undefined;
+}
+
+interface Entry {
+  obj: StoredObject;
+  uid: string;
+  revision: string | undefined;
+  parsed: Parsed | string;
+  gen: number;
+}
+
+/** An object's uid (or, for the API's objects, its revision) changes with its content. */
+const sameContent = (e: Entry, obj: StoredObject) => e.uid === obj.uid && e.revision === obj.revision;
+
+/** The node ports a Service wants (each port's, when it has them, and its health check's), by allocator key: the spec's, or undefined for any. */
+function wantedPorts(p: Parsed, out: Map<string, number | undefined>): void {
+  if (p.nodePorts) for (const sp of p.info.ports) out.set(`${sp.key}/${sp.protocol}`, sp.nodePort);
+  if (p.healthCheck) out.set(hcKey(keyOf(p)), p.info.healthCheckNodePort);
+}

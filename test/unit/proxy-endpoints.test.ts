@@ -1,7 +1,8 @@
-import type { Pod } from 'kubernetes-types/core/v1.js';
-import { describe, expect, it } from 'vitest';
+import type { Pod, Service } from 'kubernetes-types/core/v1.js';
+import { describe, expect, it, vi } from 'vitest';
 import { computeEndpoints } from '../../src/proxy/endpoints.js';
 import { Allocator } from '../../src/proxy/service.js';
+import type { StoredObject } from '../../src/stored-object.js';
 import { pod, serviceObject } from '../helpers/proxy-fixtures.js';
 
 function endpointsOf(spec: Parameters<typeof serviceObject>[2], pods: Pod[], ns = 'default') {
@@ -126,6 +127,56 @@ describe('cluster IP and node port allocation', () => {
     alloc.resolve([a, c]);
     const d = serviceObject('default', 'd', { clusterIP: '10.96.5.5', type: 'NodePort', ports: [{ port: 80, nodePort: 30500 }] });
     expect(alloc.resolve([a, c, d]).problems).toEqual([]);
+  });
+
+  it('answers a few changed Services on their own as a whole pass over all of them would (random edits, conflicts and a full CIDR)', () => {
+    // The same edits to two allocators, one resolving changes on their own, one always a whole pass.
+    // mulberry32: a small PRNG whose low bits are as good as its high ones.
+    let seed = 7;
+    const rand = (n: number) => {
+      seed = (seed + 0x6d2b79f5) | 0;
+      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+      return Math.floor((((t ^ (t >>> 14)) >>> 0) / 2 ** 32) * n);
+    };
+    const specOf = (): Service['spec'] => {
+      const type = (['ClusterIP', 'ClusterIP', 'NodePort', 'LoadBalancer', 'ExternalName'] as const)[rand(5)];
+      if (type === 'ExternalName') return { type, externalName: 'example.test' };
+      const spec: Service['spec'] = { type, ports: [{ name: 'a', port: 80 }] };
+      if (rand(3) === 0) spec.ports!.push({ name: 'b', port: 81, protocol: 'UDP' });
+      // A few addresses and node ports asked for by several Services, so some collide.
+      if (rand(4) === 0) spec.clusterIP = rand(5) === 0 ? 'None' : `10.96.0.${2 + rand(4)}`;
+      if (type !== 'ClusterIP' && rand(3) === 0) spec.ports![0]!.nodePort = 30000 + rand(4);
+      if (type === 'LoadBalancer' && rand(2) === 0) {
+        spec.externalTrafficPolicy = 'Local';
+        if (rand(2) === 0) spec.healthCheckNodePort = 30000 + rand(6);
+      }
+      if (rand(8) === 0) spec.ports![0]!.name = 'Bad_Name';
+      return spec;
+    };
+    const some = new Allocator('10.96.0.0/27');
+    const whole = new Allocator('10.96.0.0/27', { incrementalMax: 0 });
+    const live = new Map<string, StoredObject>();
+    let prev = new Map<string, StoredObject>();
+    const seen = new Set<string>();
+    const shortcut = vi.spyOn(some as unknown as { resolveSome: () => unknown }, 'resolveSome');
+    for (let step = 0; step < 400; step++) {
+      for (let k = 1 + rand(3); k > 0; k--) {
+        const name = `s${rand(20)}`;
+        if (live.has(name) && rand(3) === 0) live.delete(name);
+        else live.set(name, serviceObject('default', name, specOf()));
+      }
+      const objects = [...live.values()];
+      const a = some.resolve(objects);
+      const b = whole.resolve(objects);
+      expect(JSON.stringify([a.services, a.problems]), `step ${step}`).toBe(JSON.stringify([b.services, b.problems]));
+      // What it says changed is what did.
+      if (a.changed) expect(new Set(a.changed)).toEqual(new Set([...live.keys(), ...seen].filter((n) => prev.get(n)?.uid !== live.get(n)?.uid).map((n) => `default/${n}`)));
+      prev = new Map(live);
+      for (const n of live.keys()) seen.add(n);
+    }
+    // Most steps start from an answer without allocation problems, so the shortcut was taken.
+    expect(shortcut.mock.calls.length).toBeGreaterThan(100);
   });
 
   it('reports bad Services against themselves (of two new ones asking for one node port, the first by name gets it)', () => {
