@@ -11,7 +11,10 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { silentLogger } from '../src/log.js';
 import { processRunner, type CommandRunner } from '../src/proxy/iptables.js';
 import { Proxier, PROXY_MODES, type ProxyMode } from '../src/proxy/proxier.js';
+import { encodeOps } from '../src/proxy/nft-netlink.js';
+import type { NftOp } from '../src/proxy/nft-rules.js';
 import { assemble } from '../src/proxy/rules.js';
+import { NfnetlinkSocket } from '../src/sys/nfnetlink.js';
 import { MemoryPodSource, MemoryServiceSource } from '../src/proxy/sources.js';
 import { TestNetns } from '../test/helpers/netns.js';
 import { pod, serviceObject } from '../test/helpers/proxy-fixtures.js';
@@ -151,13 +154,13 @@ async function benchIptables(sizes: number[]): Promise<void> {
   }
 }
 
-/** Five partial syncs of each kind: a Service added (3 endpoints), then one endpoint of an old one removed; their times and rule counts. */
+/** Eleven partial syncs of each kind: a Service added (3 endpoints), then one endpoint of an old one removed; their times and rule counts. */
 async function partialSyncs(proxier: Proxier, services: ReturnType<typeof fixtures>['services'], pods: ReturnType<typeof fixtures>['pods'], first = 0): Promise<{ adds: number[]; dels: number[]; rules: number[]; via: Set<string> }> {
   const adds: number[] = [];
   const dels: number[] = [];
   const via = new Set<string>();
   let rules = [0, 0];
-  for (let r = first; r < first + 5; r++) {
+  for (let r = first; r < first + 11; r++) {
     services.set(serviceObject('bench', `added-${r}`, { selector: { app: `added-${r}` }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
     for (let j = 0; j < 3; j++) pods.set(pod(`added-${r}-${j}`, { ns: 'bench', labels: { app: `added-${r}` }, ip: `10.127.${r}.${j + 1}` }));
     const add = await proxier.syncNow();
@@ -188,30 +191,39 @@ async function benchNftables(sizes: number[]): Promise<void> {
       const text = rec.last();
       const floor = restoreFloor(text, 'nftables');
       process.stdout.write(
-        `  ${String(n).padStart(6)} services: full sync ${fmt(full.ms)} (1 transaction)  floor ${fmt(floor)}  ratio ${(full.ms / floor).toFixed(2)}  (${text.split('\n').length} lines)  new connection to the last Service ${fmtUs(firstPacketMicros(ns, proxier))}\n`,
+        `  ${String(n).padStart(6)} services: full sync ${fmt(full.ms)} (1 transaction, ${full.tables} table${full.tables === 1 ? '' : 's'})  floor ${fmt(floor)}  ratio ${(full.ms / floor).toFixed(2)}  (${text.split('\n').length} lines)  new connection to the last Service ${fmtUs(firstPacketMicros(ns, proxier))}\n`,
       );
       if (n === sizes[sizes.length - 1]) {
         const { adds, dels, rules, via } = await partialSyncs(proxier, services, pods);
         if (via.size !== 1 || !via.has('netlink')) throw new Error(`partial syncs went by ${[...via].join(' and ')}, not netlink`);
-        // The floors of partial transactions on this table: nft -f of one map element, added then deleted,
-        // and of one rule in a chain of its own (the kernel validates the whole table when a rule or
-        // a verdict element is added; nft first reads the table's chains and sets).
-        const one = (text: string) => {
+        // The floors of partial transactions on these tables, as netlink batches of their own: one map
+        // element with a plain verdict, added then deleted; one with a goto, and one rule in a chain of
+        // its own (the kernel checks a whole table for loops when a jump, goto or rule is added to it).
+        const socket = NfnetlinkSocket.open(ns.path);
+        const one = async (ops: NftOp[]) => {
           const t0 = performance.now();
-          const r = spawnSync('nsenter', [`--net=${ns.path}`, 'nft', '-f', '-'], { input: text });
-          if (r.status !== 0) throw new Error(`nft -f ${JSON.stringify(text)} failed: ${r.stderr}`);
+          await socket.transact(encodeOps(ops));
           return performance.now() - t0;
         };
+        const element = (verdict: string) => ({ op: 'add-element' as const, map: 'service-ips', elements: [{ key: '10.255.255.254 . tcp . 1', verdict }] });
+        const unelement = { op: 'delete-element' as const, map: 'service-ips', elements: [{ key: '10.255.255.254 . tcp . 1', verdict: 'drop' }] };
         const floors: number[] = [];
+        const gotoFloors: number[] = [];
         const ruleFloors: number[] = [];
         for (let r = 0; r < 5; r++) {
-          floors.push(one('add element ip kube-proxy service-ips { 10.255.255.254 . tcp . 1 : drop }\n'), one('delete element ip kube-proxy service-ips { 10.255.255.254 . tcp . 1 }\n'));
-          ruleFloors.push(one('add chain ip kube-proxy bench/floor\nadd rule ip kube-proxy bench/floor ip saddr 10.255.255.254 drop\n'));
-          one('flush chain ip kube-proxy bench/floor\ndelete chain ip kube-proxy bench/floor\n');
+          floors.push(await one([element('drop')]));
+          await one([unelement]);
+          gotoFloors.push(await one([element('goto reject-chain')]));
+          await one([unelement]);
+          ruleFloors.push(await one([{ op: 'add-chain', chain: 'bench/floor' }, { op: 'add-rule', chain: 'bench/floor', rule: 'ip saddr 10.255.255.254 drop' }]));
+          await one([{ op: 'flush-chain', chain: 'bench/floor' }, { op: 'delete-chain', chain: 'bench/floor' }]);
         }
+        socket.close();
         const again = await proxier.syncNow(true);
         const rss = process.memoryUsage().rss / 2 ** 20;
-        process.stdout.write(`  at ${n}: floor: nft -f of one map element: median ${fmt(med(floors))}, min ${fmt(Math.min(...floors))}; of one rule: median ${fmt(med(ruleFloors))}, min ${fmt(Math.min(...ruleFloors))}\n`);
+        process.stdout.write(
+          `  at ${n}: floor (netlink, into table kube-proxy, one of ${full.tables}): one map element: median ${fmt(med(floors))}; with a goto: median ${fmt(med(gotoFloors))}; one rule: median ${fmt(med(ruleFloors))}\n`,
+        );
         process.stdout.write(`  at ${n}: one Service added: median ${fmt(med(adds))}, min ${fmt(Math.min(...adds))} (${rules[0]} rules and elements)\n`);
         process.stdout.write(`  at ${n}: one endpoint removed: median ${fmt(med(dels))}, min ${fmt(Math.min(...dels))} (${rules[1]} rules and elements)\n`);
         process.stdout.write(`  at ${n}: full resync over the existing table ${fmt(again.ms)}\n`);
@@ -220,7 +232,7 @@ async function benchNftables(sizes: number[]): Promise<void> {
         await proxier.stop();
         const viaNft = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.64.0.0/10', run: rec.run, log: silentLogger });
         await viaNft.syncNow();
-        const t = await partialSyncs(viaNft, services, pods, 5);
+        const t = await partialSyncs(viaNft, services, pods, 11);
         if (!t.via.has('nft') || t.via.size !== 1) throw new Error('the nft comparison did not go through nft');
         process.stdout.write(`  at ${n}: through nft -f instead of netlink: one Service added: median ${fmt(med(t.adds))}; one endpoint removed: median ${fmt(med(t.dels))} (ratio netlink/nft ${(med(adds) / med(t.adds)).toFixed(2)} and ${(med(dels) / med(t.dels)).toFixed(2)})\n`);
         await viaNft.stop();

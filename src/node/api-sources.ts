@@ -11,7 +11,7 @@ import { SERVICE_NAME_LABEL } from '../api/kinds/endpoints.js';
 import type { ApiObject } from '../api/types.js';
 import type { Logger } from '../log.js';
 import type { SliceLike } from '../proxy/endpoints.js';
-import type { EndpointSliceSource, PodSource, ServiceSource } from '../proxy/sources.js';
+import type { EndpointSliceSource, PodChange, PodSource, ServiceSource } from '../proxy/sources.js';
 import { API_SOURCE_FILE, type StoredObject } from '../stored-object.js';
 import { EndpointSliceController } from './endpoint-slices.js';
 import { KubernetesService } from './kubernetes-service.js';
@@ -55,12 +55,13 @@ function asStored(o: ApiObject): StoredObject {
 /** Starts the three caches; resolves once each has its first list. */
 export async function startApiProxySources(opts: { client: ApiClient; log: Logger }): Promise<ApiProxySources> {
   const serviceChanged = new Listeners();
-  const podChanged = new Listeners();
+  const podChanged = new Listeners<PodChange[] | undefined>();
   const sliceChanged = new Listeners<string[] | undefined>();
   // Converted once per object version: the proxier and DNS tell unchanged objects by identity.
   const stored = new WeakMap<ApiObject, StoredObject>();
   const services = new Informer(opts.client, 'services', () => serviceChanged.emit(), opts.log);
-  const pods = new Informer(opts.client, 'pods', () => podChanged.emit(), opts.log);
+  // An empty change is the informer's relist: any pod may have changed.
+  const pods = new Informer(opts.client, 'pods', (c) => podChanged.emit(c.before || c.after ? [c as PodChange] : undefined), opts.log);
   /** namespace/service → slice namespace/name → slice. */
   const byService = new Map<string, Map<string, SliceLike>>();
   const serviceOf = (o: ApiObject | undefined) => {

@@ -59,27 +59,40 @@ export function resolveTargetPort(sp: Pick<ServicePortInfo, 'targetPort' | 'prot
   return undefined;
 }
 
-/** Pods by namespace and label, so selecting is not Services × pods (10,000 × 30,000 at scale). */
+/** Pods by namespace and label, so selecting is not Services × pods (10,000 × 30,000 at scale); kept up to date pod by pod. */
 export class PodIndex {
-  private readonly byLabel = new Map<string, Pod[]>();
-  constructor(pods: Pod[]) {
-    for (const pod of pods) {
-      const ns = pod.metadata?.namespace ?? 'default';
-      for (const [k, v] of Object.entries(pod.metadata?.labels ?? {})) {
-        const key = `${ns}\0${k}\0${v}`;
-        let list = this.byLabel.get(key);
-        if (!list) this.byLabel.set(key, (list = []));
-        list.push(pod);
-      }
+  private readonly byLabel = new Map<string, Set<Pod>>();
+  constructor(pods: Iterable<Pod> = []) {
+    for (const pod of pods) this.add(pod);
+  }
+
+  add(pod: Pod): void {
+    const ns = pod.metadata?.namespace ?? 'default';
+    for (const [k, v] of Object.entries(pod.metadata?.labels ?? {})) {
+      const key = `${ns}\0${k}\0${v}`;
+      let set = this.byLabel.get(key);
+      if (!set) this.byLabel.set(key, (set = new Set()));
+      set.add(pod);
+    }
+  }
+
+  /** Forgets a pod object added before (the same object: sources replace a pod's object when it changes). */
+  remove(pod: Pod): void {
+    const ns = pod.metadata?.namespace ?? 'default';
+    for (const [k, v] of Object.entries(pod.metadata?.labels ?? {})) {
+      const key = `${ns}\0${k}\0${v}`;
+      const set = this.byLabel.get(key);
+      if (set?.delete(pod) && set.size === 0) this.byLabel.delete(key);
     }
   }
 
   /** Pods in `namespace` carrying at least the rarest label of the selector: a superset of the matches. */
-  candidates(namespace: string, selector: Record<string, string>): Pod[] {
-    let best: Pod[] | undefined;
+  candidates(namespace: string, selector: Record<string, string>): Iterable<Pod> {
+    let best: Set<Pod> | undefined;
     for (const [k, v] of Object.entries(selector)) {
-      const list = this.byLabel.get(`${namespace}\0${k}\0${v}`) ?? [];
-      if (!best || list.length < best.length) best = list;
+      const set = this.byLabel.get(`${namespace}\0${k}\0${v}`);
+      if (!set) return [];
+      if (!best || set.size < best.size) best = set;
     }
     return best ?? [];
   }

@@ -129,8 +129,8 @@ function parseVerdict(words: string[]): { code: number; chain?: string } {
   throw new NotEncodable(`a verdict: ${words.join(' ')}`);
 }
 
-/** A rule of the proxy's shapes: its expressions and its comment. */
-export function compileRule(rule: string, setIds: Map<string, number>): { exprs: Expr[]; comment?: string } {
+/** A rule of the proxy's shapes, in `table`: its expressions and its comment (`setIds`: the batch's new sets, by table and name). */
+export function compileRule(rule: string, setIds: Map<string, number>, table = NFT_TABLE): { exprs: Expr[]; comment?: string } {
   let text = rule;
   let comment: string | undefined;
   const m = /^(.*?)\s+comment "([^"]*)"$/.exec(text);
@@ -143,7 +143,7 @@ export function compileRule(rule: string, setIds: Map<string, number>): { exprs:
   const exprs: Expr[] = [];
   const setRef = (name: string) => (a: Attrs) => {
     a.str(1, name);
-    const id = setIds.get(name);
+    const id = setIds.get(`${table}\0${name}`);
     if (id !== undefined) a.u32(2, id);
   };
   let i = 0;
@@ -161,7 +161,7 @@ export function compileRule(rule: string, setIds: Map<string, number>): { exprs:
           'lookup',
           (a) => {
             a.str(1, name).u32(2, REG_1);
-            const id = setIds.get(name);
+            const id = setIds.get(`${table}\0${name}`);
             if (id !== undefined) a.u32(4, id);
           },
         ]);
@@ -238,18 +238,19 @@ function elementAttrs(e: NftElement, withData: boolean): (a: Attrs) => void {
 /** What one message carries at most: elements go in pieces of this many. */
 const ELEMENTS_PER_MESSAGE = 500;
 
-/** The ops as one batch of messages for table `ip kube-proxy`. */
+/** The ops as one batch of messages, each for its table (`ip kube-proxy` when the op names none). */
 export function encodeOps(ops: NftOp[]): NftMessage[] {
   const out: NftMessage[] = [];
+  /** Sets made in this batch, by table and name: a rule names one by its id. */
   const setIds = new Map<string, number>();
   let nextId = 1;
-  const T = NFT_TABLE;
   const msg = (type: number, flags: number, what: string, fill: (a: Attrs) => void) => {
     const a = new Attrs();
     fill(a);
     out.push({ type, flags, family: NFPROTO_IPV4, body: a.bytes(), what });
   };
   for (const o of ops) {
+    const T = o.table ?? NFT_TABLE;
     switch (o.op) {
       case 'add-chain':
         msg(NEWCHAIN, NLM_F_CREATE, `add chain ${o.chain}`, (a) => a.str(CHAIN_TABLE, T).str(CHAIN_NAME, o.chain));
@@ -262,7 +263,7 @@ export function encodeOps(ops: NftOp[]): NftMessage[] {
         break;
       case 'add-set': {
         const id = nextId++;
-        setIds.set(o.name, id);
+        setIds.set(`${T}\0${o.name}`, id);
         msg(NEWSET, NLM_F_CREATE, `add set ${o.name}`, (a) =>
           a
             .str(SET_TABLE, T)
@@ -279,7 +280,7 @@ export function encodeOps(ops: NftOp[]): NftMessage[] {
         msg(DELSET, 0, `delete set ${o.name}`, (a) => a.str(SET_TABLE, T).str(SET_NAME, o.name));
         break;
       case 'add-rule': {
-        const { exprs, comment } = compileRule(o.rule, setIds);
+        const { exprs, comment } = compileRule(o.rule, setIds, T);
         msg(NEWRULE, NLM_F_CREATE | NLM_F_APPEND, `add rule ${o.chain} ${o.rule}`, (a) => {
           a.str(RULE_TABLE, T).str(RULE_CHAIN, o.chain);
           a.nest(RULE_EXPRESSIONS, (l) => {

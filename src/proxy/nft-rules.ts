@@ -14,7 +14,45 @@ import type { ServicePortInfo } from './service.js';
 
 export const NFT_FAMILY = 'ip';
 export const NFT_TABLE = 'kube-proxy';
-const T = `${NFT_FAMILY} ${NFT_TABLE}`;
+
+/**
+ * Past this many service ports per table, the Services' own chains are
+ * spread over more tables (see tableCount). The kernel checks a table for
+ * loops whenever a transaction adds a jump or goto into it, walking every
+ * chain reachable from its base chains once per hook: 58 ms for one
+ * element at 10,000 Services in one table on this machine's 6.18, 2 ms
+ * when the same Services are spread over 16 tables.
+ */
+export const PORTS_PER_TABLE = 1000;
+/** At most this many tables: `kube-proxy`, then `kube-proxy-1` … `kube-proxy-63`. */
+export const MAX_TABLES = 64;
+const SHARD_RE = /^kube-proxy-([1-9]\d?)$/;
+
+/** How many tables hold this many service ports: 1 up to perTable, then a power of two so no table holds more (at most MAX_TABLES). */
+export function tableCount(ports: number, perTable = PORTS_PER_TABLE): number {
+  let n = 1;
+  while (ports > n * perTable && n < MAX_TABLES) n *= 2;
+  return n;
+}
+
+/** The i-th table's name: the first is kube-proxy's own. */
+export const tableName = (i: number) => (i === 0 ? NFT_TABLE : `${NFT_TABLE}-${i}`);
+
+/** True for the name of a table this proxy makes besides `kube-proxy` (a Service table). */
+export const isServiceTable = (name: string) => SHARD_RE.test(name) && Number(SHARD_RE.exec(name)![1]) < MAX_TABLES;
+
+/** The table a service port's dispatch lives in (FNV-1a of its key: the same port, the same table, for a given count). */
+export function portTable(key: string, tables: number): string {
+  if (tables <= 1) return NFT_TABLE;
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
+  return tableName((h >>> 0) % tables);
+}
+
+/** The table one of a port's chains is written in: a firewall chain sits with the filter chains that reach it, in `kube-proxy`. */
+export const chainTable = (key: string, c: NftChain, tables: number) => (c.filter ? NFT_TABLE : portTable(key, tables));
+
+const at = (table: string) => `${NFT_FAMILY} ${table}`;
 
 // Top-level chains and maps (kube-proxy's names).
 const SERVICES = 'services';
@@ -31,6 +69,9 @@ export const MAPS = {
   firewallIps: 'firewall-ips',
 } as const;
 type MapName = keyof typeof MAPS;
+/** The maps every table has; the others (the filter chains' maps) are only in `kube-proxy`. */
+const DISPATCH_MAPS: readonly MapName[] = ['serviceIps', 'nodePorts'];
+const mapTable = (m: MapName, key: string, tables: number) => (DISPATCH_MAPS.includes(m) ? portTable(key, tables) : NFT_TABLE);
 const ADDR_KEY = 'ipv4_addr . inet_proto . inet_service : verdict';
 const PORT_KEY = 'inet_proto . inet_service : verdict';
 const MAP_TYPES: Record<MapName, string> = { serviceIps: ADDR_KEY, nodePorts: PORT_KEY, noEndpointServices: ADDR_KEY, noEndpointNodePorts: PORT_KEY, firewallIps: ADDR_KEY };
@@ -48,6 +89,8 @@ export interface NftElement {
 export interface NftChain {
   name: string;
   rules: string[];
+  /** Reached from the filter chains (a firewall chain): kept in `kube-proxy` whatever table the port's other chains are in. */
+  filter?: true;
 }
 
 /** Everything one service port contributes to the table. */
@@ -178,7 +221,7 @@ export function renderNftPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: 
     }
     rules.push(`meta l4proto ${p} dnat to ${e.ip}:${e.port}`);
   }
-  out.chains = [...chains].map(([name, rules]) => ({ name, rules }));
+  out.chains = [...chains].map(([name, rules]) => (name === fwChain ? { name, rules, filter: true } : { name, rules }));
   return out;
 }
 
@@ -199,8 +242,12 @@ export interface NftAssembleInput {
    * and deletes `staleChains` / `staleSets`.
    */
   fresh?: boolean;
-  staleChains?: string[];
-  staleSets?: string[];
+  staleChains?: Array<{ table: string; name: string }>;
+  staleSets?: Array<{ table: string; name: string }>;
+  /** Tables the ports are spread over (see tableCount); default 1. */
+  tables?: number;
+  /** A fresh sync: other tables of this proxy to delete (an earlier count's, or left by an earlier run). */
+  dropTables?: string[];
 }
 
 export interface NftRuleset {
@@ -222,35 +269,58 @@ const BASE_CHAINS: Array<[string, string, string, number]> = [
   ['nat-postrouting', 'nat', 'postrouting', 100],
 ];
 
+/** The fixed rules of `kube-proxy`, by chain. */
+const HEADER_RULES: Array<[string, string]> = [
+  // reject is only valid in the input, forward and output hooks.
+  ['filter-input', `ct state new jump ${ENDPOINTS_CHECK}`],
+  ['filter-forward', `ct state new jump ${ENDPOINTS_CHECK}`],
+  ['filter-output', `ct state new jump ${ENDPOINTS_CHECK}`],
+  ['filter-prerouting', `ct state new jump ${FIREWALL_CHECK}`],
+  ['filter-output', `ct state new jump ${FIREWALL_CHECK}`],
+  ['nat-output', `jump ${SERVICES}`],
+  ['nat-prerouting', `jump ${SERVICES}`],
+  ['nat-postrouting', `jump ${MASQUERADING}`],
+  [MARK_MASQ, `mark set mark or ${MASQ_MARK}`],
+  [MASQUERADING, `mark and ${MASQ_MARK} == 0 return`],
+  [MASQUERADING, `mark set mark xor ${MASQ_MARK}`],
+  [MASQUERADING, 'masquerade fully-random'],
+  [REJECT_CHAIN, 'reject'],
+  [ENDPOINTS_CHECK, `ip daddr . meta l4proto . th dport vmap @${MAPS.noEndpointServices}`],
+  [ENDPOINTS_CHECK, `${NODE_LOCAL} meta l4proto . th dport vmap @${MAPS.noEndpointNodePorts}`],
+  [FIREWALL_CHECK, `ip daddr . meta l4proto . th dport vmap @${MAPS.firewallIps}`],
+  [SERVICES, `ip daddr . meta l4proto . th dport vmap @${MAPS.serviceIps}`],
+  [SERVICES, `${NODE_LOCAL} meta l4proto . th dport vmap @${MAPS.nodePorts}`],
+];
+
 /** The table's fixed part: base chains, dispatch chains and maps, each (re)made and flushed. */
 function header(out: string[]): number {
+  const T = at(NFT_TABLE);
   out.push(`add table ${T} { comment "rules for kube-proxy" ; }`);
   for (const [name, type, hook, prio] of BASE_CHAINS) {
     out.push(`add chain ${T} ${name} { type ${type} hook ${hook} priority ${prio} ; }`, `flush chain ${T} ${name}`);
   }
   for (const c of [ENDPOINTS_CHECK, FIREWALL_CHECK, SERVICES, MASQUERADING, MARK_MASQ, REJECT_CHAIN]) out.push(`add chain ${T} ${c}`, `flush chain ${T} ${c}`);
   for (const m of Object.keys(MAPS) as MapName[]) out.push(`add map ${T} ${MAPS[m]} { type ${MAP_TYPES[m]} ; }`, `flush map ${T} ${MAPS[m]}`);
-  const rules: Array<[string, string]> = [
-    // reject is only valid in the input, forward and output hooks.
-    ['filter-input', `ct state new jump ${ENDPOINTS_CHECK}`],
-    ['filter-forward', `ct state new jump ${ENDPOINTS_CHECK}`],
-    ['filter-output', `ct state new jump ${ENDPOINTS_CHECK}`],
-    ['filter-prerouting', `ct state new jump ${FIREWALL_CHECK}`],
-    ['filter-output', `ct state new jump ${FIREWALL_CHECK}`],
-    ['nat-output', `jump ${SERVICES}`],
-    ['nat-prerouting', `jump ${SERVICES}`],
-    ['nat-postrouting', `jump ${MASQUERADING}`],
-    [MARK_MASQ, `mark set mark or ${MASQ_MARK}`],
-    [MASQUERADING, `mark and ${MASQ_MARK} == 0 return`],
-    [MASQUERADING, `mark set mark xor ${MASQ_MARK}`],
-    [MASQUERADING, 'masquerade fully-random'],
-    [REJECT_CHAIN, 'reject'],
-    [ENDPOINTS_CHECK, `ip daddr . meta l4proto . th dport vmap @${MAPS.noEndpointServices}`],
-    [ENDPOINTS_CHECK, `${NODE_LOCAL} meta l4proto . th dport vmap @${MAPS.noEndpointNodePorts}`],
-    [FIREWALL_CHECK, `ip daddr . meta l4proto . th dport vmap @${MAPS.firewallIps}`],
-    [SERVICES, `ip daddr . meta l4proto . th dport vmap @${MAPS.serviceIps}`],
-    [SERVICES, `${NODE_LOCAL} meta l4proto . th dport vmap @${MAPS.nodePorts}`],
-  ];
+  for (const [c, r] of HEADER_RULES) out.push(`add rule ${T} ${c} ${r}`);
+  return HEADER_RULES.length;
+}
+
+/** The chains of a further table's fixed part: the nat base chains that lead to the Services, and the dispatch. */
+const SHARD_CHAINS = new Set(['nat-prerouting', 'nat-output', SERVICES, MARK_MASQ]);
+
+/**
+ * A further table's fixed part: the nat base chains and the dispatch (its
+ * own service-ips and service-nodeports maps) for its own Services;
+ * masquerading, the filter chains and their maps stay in `kube-proxy`
+ * (the packet mark that asks for masquerading crosses tables).
+ */
+function shardHeader(out: string[], table: string): number {
+  const T = at(table);
+  out.push(`add table ${T} { comment "rules for kube-proxy: Services spread over tables" ; }`);
+  for (const [name, type, hook, prio] of BASE_CHAINS) if (SHARD_CHAINS.has(name)) out.push(`add chain ${T} ${name} { type ${type} hook ${hook} priority ${prio} ; }`, `flush chain ${T} ${name}`);
+  for (const c of [SERVICES, MARK_MASQ]) out.push(`add chain ${T} ${c}`, `flush chain ${T} ${c}`);
+  for (const m of DISPATCH_MAPS) out.push(`add map ${T} ${MAPS[m]} { type ${MAP_TYPES[m]} ; }`, `flush map ${T} ${MAPS[m]}`);
+  const rules = HEADER_RULES.filter(([c]) => SHARD_CHAINS.has(c));
   for (const [c, r] of rules) out.push(`add rule ${T} ${c} ${r}`);
   return rules.length;
 }
@@ -258,23 +328,42 @@ function header(out: string[]): number {
 const elementText = (e: NftElement) => (e.comment ? `${e.key} comment ${q(e.comment)} : ${e.verdict}` : `${e.key} : ${e.verdict}`);
 
 /** `add element` (or `delete element`, keys only) lines for one map, by the map's name in the table. */
-function elementLines(out: string[], verb: 'add' | 'delete', map: string, elements: NftElement[]): void {
+function elementLines(out: string[], verb: 'add' | 'delete', table: string, map: string, elements: NftElement[]): void {
   // Batches keep lines short; one transaction all the same.
   const text = verb === 'add' ? elementText : (e: NftElement) => e.key;
-  for (let i = 0; i < elements.length; i += 1000) out.push(`${verb} element ${T} ${map} { ${elements.slice(i, i + 1000).map(text).join(', ')} }`);
+  for (let i = 0; i < elements.length; i += 1000) out.push(`${verb} element ${at(table)} ${map} { ${elements.slice(i, i + 1000).map(text).join(', ')} }`);
 }
 
 /** A chain is declared (and emptied, when it may exist) before any rule names it: rules jump to chains declared later in the text. */
-function declareChain(out: string[], c: NftChain, flush: boolean): void {
-  out.push(`add chain ${T} ${c.name}`);
-  if (flush) out.push(`flush chain ${T} ${c.name}`);
+function declareChain(out: string[], table: string, c: NftChain, flush: boolean): void {
+  out.push(`add chain ${at(table)} ${c.name}`);
+  if (flush) out.push(`flush chain ${at(table)} ${c.name}`);
 }
 
-function writeRules(out: string[], c: NftChain): void {
-  for (const r of c.rules) out.push(`add rule ${T} ${c.name} ${r}`);
+function writeRules(out: string[], table: string, c: NftChain): void {
+  for (const r of c.rules) out.push(`add rule ${at(table)} ${c.name} ${r}`);
 }
 
-const setLine = (s: { name: string; timeout: number }): string => `add set ${T} ${s.name} { type ipv4_addr ; flags dynamic,timeout ; timeout ${s.timeout}s ; }`;
+const setLine = (table: string, s: { name: string; timeout: number }): string => `add set ${at(table)} ${s.name} { type ipv4_addr ; flags dynamic,timeout ; timeout ${s.timeout}s ; }`;
+
+/** Elements by table (in table order) and map (in MAPS order). */
+class ElementsByTable {
+  private readonly byTable = new Map<string, Record<MapName, NftElement[]>>();
+  constructor(tables: number) {
+    for (let i = 0; i < tables; i++) this.byTable.set(tableName(i), emptyMaps());
+  }
+  add(table: string, m: MapName, e: NftElement): void {
+    let maps = this.byTable.get(table);
+    if (!maps) this.byTable.set(table, (maps = emptyMaps()));
+    maps[m].push(e);
+  }
+  /** Each non-empty list, maps in MAPS order and, for each map, the tables in order. */
+  *lists(): Generator<[string, MapName, NftElement[]]> {
+    for (const m of Object.keys(MAPS) as MapName[]) for (const [table, maps] of this.byTable) if (maps[m].length) yield [table, m, maps[m]];
+  }
+}
+
+const emptyMaps = (): Record<MapName, NftElement[]> => ({ serviceIps: [], nodePorts: [], noEndpointServices: [], noEndpointNodePorts: [], firewallIps: [] });
 
 /** One `nft -f` transaction. */
 export function assembleNft(input: NftAssembleInput): NftRuleset {
@@ -283,66 +372,74 @@ export function assembleNft(input: NftAssembleInput): NftRuleset {
 
 function assembleFull(input: NftAssembleInput): NftRuleset {
   const out: string[] = [];
-  if (input.fresh) out.push(`add table ${T}`, `delete table ${T}`);
-  let n = header(out);
-  const all: Record<MapName, NftElement[]> = { serviceIps: [], nodePorts: [], noEndpointServices: [], noEndpointNodePorts: [], firewallIps: [] };
-  for (const pr of input.ports) {
-    for (const s of pr.sets) out.push(setLine(s));
-    for (const m of Object.keys(all) as MapName[]) for (const e of pr.elements[m]) all[m].push(e);
+  const tables = input.tables ?? 1;
+  const shards = Array.from({ length: tables - 1 }, (_, i) => tableName(i + 1));
+  if (input.fresh) {
+    for (const t of new Set([NFT_TABLE, ...(input.dropTables ?? []), ...shards])) out.push(`add table ${at(t)}`, `delete table ${at(t)}`);
   }
-  for (const pr of input.ports) for (const c of pr.chains) declareChain(out, c, !input.fresh);
+  let n = header(out);
+  for (const t of shards) n += shardHeader(out, t);
+  const all = new ElementsByTable(tables);
+  for (const pr of input.ports) {
+    const table = portTable(pr.key, tables);
+    for (const s of pr.sets) out.push(setLine(table, s));
+    for (const m of Object.keys(MAPS) as MapName[]) for (const e of pr.elements[m]) all.add(mapTable(m, pr.key, tables), m, e);
+  }
+  for (const pr of input.ports) for (const c of pr.chains) declareChain(out, chainTable(pr.key, c, tables), c, !input.fresh);
   for (const pr of input.ports) {
     for (const c of pr.chains) {
-      writeRules(out, c);
+      writeRules(out, chainTable(pr.key, c, tables), c);
       n += c.rules.length;
     }
   }
   // Maps were flushed above, so every stale chain is unreferenced by now.
-  for (const c of input.staleChains ?? []) out.push(`flush chain ${T} ${c}`);
-  for (const c of input.staleChains ?? []) out.push(`delete chain ${T} ${c}`);
-  for (const s of input.staleSets ?? []) out.push(`delete set ${T} ${s}`);
-  for (const m of Object.keys(all) as MapName[]) {
-    elementLines(out, 'add', MAPS[m], all[m]);
-    n += all[m].length;
+  for (const c of input.staleChains ?? []) out.push(`flush chain ${at(c.table)} ${c.name}`);
+  for (const c of input.staleChains ?? []) out.push(`delete chain ${at(c.table)} ${c.name}`);
+  for (const s of input.staleSets ?? []) out.push(`delete set ${at(s.table)} ${s.name}`);
+  for (const [table, m, elements] of all.lists()) {
+    elementLines(out, 'add', table, MAPS[m], elements);
+    n += elements.length;
   }
   out.push('');
   return { text: out.join('\n'), rulesWritten: n };
 }
 
 /**
- * One step of a partial sync, in the proxy's table: what a line of `nft -f`
- * text says, kept apart so the same steps can be sent as netlink messages
- * (nft-netlink.ts) instead of through nft.
+ * One step of a partial sync, in one of the proxy's tables (`kube-proxy`
+ * when not said): what a line of `nft -f` text says, kept apart so the same
+ * steps can be sent as netlink messages (nft-netlink.ts) instead of through nft.
  */
-export type NftOp =
+export type NftOp = { table?: string } & (
   | { op: 'add-element' | 'delete-element'; map: string; elements: NftElement[] }
   | { op: 'add-set'; name: string; timeout: number }
   | { op: 'add-chain' | 'flush-chain' | 'delete-chain'; chain: string }
   | { op: 'add-rule'; chain: string; rule: string }
-  | { op: 'delete-set'; name: string };
+  | { op: 'delete-set'; name: string }
+);
 
 /** The ops as `nft -f` text, one transaction. */
 export function opsText(ops: NftOp[]): string {
   const out: string[] = [];
   for (const o of ops) {
+    const table = o.table ?? NFT_TABLE;
     switch (o.op) {
       case 'add-element':
       case 'delete-element':
-        elementLines(out, o.op === 'add-element' ? 'add' : 'delete', o.map, o.elements);
+        elementLines(out, o.op === 'add-element' ? 'add' : 'delete', table, o.map, o.elements);
         break;
       case 'add-set':
-        out.push(setLine(o));
+        out.push(setLine(table, o));
         break;
       case 'add-chain':
       case 'flush-chain':
       case 'delete-chain':
-        out.push(`${o.op.replace('-', ' ')} ${T} ${o.chain}`);
+        out.push(`${o.op.replace('-', ' ')} ${at(table)} ${o.chain}`);
         break;
       case 'add-rule':
-        out.push(`add rule ${T} ${o.chain} ${o.rule}`);
+        out.push(`add rule ${at(table)} ${o.chain} ${o.rule}`);
         break;
       case 'delete-set':
-        out.push(`delete set ${T} ${o.name}`);
+        out.push(`delete set ${at(table)} ${o.name}`);
         break;
     }
   }
@@ -352,66 +449,85 @@ export function opsText(ops: NftOp[]): string {
 }
 
 /** What a partial sync changes, as ops; `rulesWritten` counts rules and elements as a full sync does. */
-export function partialOps(ports: NftPortRules[], previous: Map<string, NftPortRules>): { ops: NftOp[]; rulesWritten: number } {
+export function partialOps(ports: NftPortRules[], previous: Map<string, NftPortRules>, tables = 1): { ops: NftOp[]; rulesWritten: number } {
   const current = new Map(ports.map((p) => [p.key, p]));
-  // Only the ports whose rendering is not the one applied (same object: nothing of it changed), in key order.
+  // Only the ports whose rendering is not the one applied (same object: nothing of it changed).
   const keys: string[] = [];
   for (const p of ports) if (previous.get(p.key) !== p) keys.push(p.key);
   for (const k of previous.keys()) if (!current.has(k)) keys.push(k);
-  keys.sort();
-  const dels: Record<MapName, NftElement[]> = { serviceIps: [], nodePorts: [], noEndpointServices: [], noEndpointNodePorts: [], firewallIps: [] };
-  const adds: Record<MapName, NftElement[]> = { serviceIps: [], nodePorts: [], noEndpointServices: [], noEndpointNodePorts: [], firewallIps: [] };
+  return changedOps(keys, (k) => previous.get(k), (k) => current.get(k), tables);
+}
+
+/**
+ * partialOps() for the ports named only (the others are left as they are):
+ * each one's rendering applied before and now (undefined: absent), the
+ * count of tables the same before and now.
+ */
+export function changedOps(changedKeys: Iterable<string>, before: (key: string) => NftPortRules | undefined, now: (key: string) => NftPortRules | undefined, tables = 1): { ops: NftOp[]; rulesWritten: number } {
+  // In key order, so the same change always makes the same steps.
+  const keys = [...new Set(changedKeys)].sort();
+  const dels = new ElementsByTable(tables);
+  const adds = new ElementsByTable(tables);
   const sets: NftOp[] = [];
   const declared: NftOp[] = [];
   const rules: NftOp[] = [];
-  const goneChains: string[] = [];
-  const goneSets: string[] = [];
+  const goneChains: Array<{ table: string; chain: string }> = [];
+  const goneSets: Array<{ table: string; name: string }> = [];
   let n = 0;
   for (const key of keys) {
-    const old = previous.get(key);
-    const cur = current.get(key);
+    const old = before(key);
+    const cur = now(key);
     if (old === cur) continue; // the same rendering: nothing of it changed
-    for (const m of Object.keys(dels) as MapName[]) {
-      const before = new Map((old?.elements[m] ?? []).map((e) => [e.key, elementText(e)]));
+    const table = portTable(key, tables);
+    for (const m of Object.keys(MAPS) as MapName[]) {
+      const mt = mapTable(m, key, tables);
+      const was = new Map((old?.elements[m] ?? []).map((e) => [e.key, elementText(e)]));
       const after = new Map((cur?.elements[m] ?? []).map((e) => [e.key, e]));
-      for (const e of old?.elements[m] ?? []) if (after.get(e.key) === undefined || elementText(after.get(e.key)!) !== before.get(e.key)) dels[m].push(e);
-      for (const e of cur?.elements[m] ?? []) if (before.get(e.key) !== elementText(e)) adds[m].push(e);
+      for (const e of old?.elements[m] ?? []) if (after.get(e.key) === undefined || elementText(after.get(e.key)!) !== was.get(e.key)) dels.add(mt, m, e);
+      for (const e of cur?.elements[m] ?? []) if (was.get(e.key) !== elementText(e)) adds.add(mt, m, e);
     }
     const oldChains = new Map((old?.chains ?? []).map((c) => [c.name, c.rules.join('\n')]));
     const curChains = new Set((cur?.chains ?? []).map((c) => c.name));
     for (const c of cur?.chains ?? []) {
       const was = oldChains.get(c.name);
       if (was === c.rules.join('\n')) continue;
+      const ct = chainTable(key, c, tables);
       // Declared (and emptied, when it exists) before any rule names it: rules jump to chains declared later.
-      declared.push({ op: 'add-chain', chain: c.name });
-      if (was !== undefined) declared.push({ op: 'flush-chain', chain: c.name });
-      for (const r of c.rules) rules.push({ op: 'add-rule', chain: c.name, rule: r });
+      declared.push({ op: 'add-chain', chain: c.name, ...tableOf(ct) });
+      if (was !== undefined) declared.push({ op: 'flush-chain', chain: c.name, ...tableOf(ct) });
+      for (const r of c.rules) rules.push({ op: 'add-rule', chain: c.name, rule: r, ...tableOf(ct) });
       n += c.rules.length;
     }
-    for (const c of old?.chains ?? []) if (!curChains.has(c.name)) goneChains.push(c.name);
+    for (const c of old?.chains ?? []) if (!curChains.has(c.name)) goneChains.push({ table: chainTable(key, c, tables), chain: c.name });
     const curSets = new Set((cur?.sets ?? []).map((s) => s.name));
     const oldSets = new Map((old?.sets ?? []).map((s) => [s.name, s.timeout]));
     // A set's timeout cannot be changed in place: the proxier makes the table afresh when one changes (see affinityChanged).
-    for (const s of cur?.sets ?? []) if (!oldSets.has(s.name)) sets.push({ op: 'add-set', name: s.name, timeout: s.timeout });
-    for (const s of old?.sets ?? []) if (!curSets.has(s.name)) goneSets.push(s.name);
+    for (const s of cur?.sets ?? []) if (!oldSets.has(s.name)) sets.push({ op: 'add-set', name: s.name, timeout: s.timeout, ...tableOf(table) });
+    for (const s of old?.sets ?? []) if (!curSets.has(s.name)) goneSets.push({ table, name: s.name });
   }
   const ops: NftOp[] = [];
   // Elements that go first (nothing may point at a chain about to be deleted), then new sets and
   // chains, then the chains and sets no longer wanted, last the elements that lead to the new chains.
-  for (const m of Object.keys(dels) as MapName[]) if (dels[m].length) ops.push({ op: 'delete-element', map: MAPS[m], elements: dels[m] });
+  for (const [table, m, elements] of dels.lists()) {
+    ops.push({ op: 'delete-element', map: MAPS[m], elements, ...tableOf(table) });
+    n += elements.length;
+  }
   ops.push(...sets, ...declared, ...rules);
-  for (const c of goneChains) ops.push({ op: 'flush-chain', chain: c });
-  for (const c of goneChains) ops.push({ op: 'delete-chain', chain: c });
-  for (const s of goneSets) ops.push({ op: 'delete-set', name: s });
-  for (const m of Object.keys(adds) as MapName[]) {
-    if (adds[m].length) ops.push({ op: 'add-element', map: MAPS[m], elements: adds[m] });
-    n += adds[m].length + dels[m].length;
+  for (const c of goneChains) ops.push({ op: 'flush-chain', chain: c.chain, ...tableOf(c.table) });
+  for (const c of goneChains) ops.push({ op: 'delete-chain', chain: c.chain, ...tableOf(c.table) });
+  for (const s of goneSets) ops.push({ op: 'delete-set', name: s.name, ...tableOf(s.table) });
+  for (const [table, m, elements] of adds.lists()) {
+    ops.push({ op: 'add-element', map: MAPS[m], elements, ...tableOf(table) });
+    n += elements.length;
   }
   return { ops, rulesWritten: ops.length ? n : 0 };
 }
 
+/** An op's table, said only when it is not `kube-proxy` (the ops of one table read as they always did). */
+const tableOf = (table: string): { table?: string } => (table === NFT_TABLE ? {} : { table });
+
 function assemblePartial(input: NftAssembleInput, previous: Map<string, NftPortRules>): NftRuleset {
-  const { ops, rulesWritten } = partialOps(input.ports, previous);
+  const { ops, rulesWritten } = partialOps(input.ports, previous, input.tables);
   return { text: opsText(ops), rulesWritten, ops };
 }
 
@@ -421,4 +537,11 @@ export function affinityChanged(previous: Map<string, NftPortRules>, ports: NftP
   for (const pr of previous.values()) for (const s of pr.sets) before.set(s.name, s.timeout);
   for (const pr of ports) for (const s of pr.sets) if (before.has(s.name) && before.get(s.name) !== s.timeout) return true;
   return false;
+}
+
+/** affinityChanged() for one port's renderings (an affinity set is named after its port and endpoint: no other port has it). */
+export function portAffinityChanged(before: NftPortRules | undefined, now: NftPortRules | undefined): boolean {
+  if (!before?.sets.length || !now?.sets.length) return false;
+  const was = new Map(before.sets.map((s) => [s.name, s.timeout]));
+  return now.sets.some((s) => was.has(s.name) && was.get(s.name) !== s.timeout);
 }

@@ -7,7 +7,7 @@ import { SkiffError } from '../errors.js';
 import { NfnetlinkError, NfnetlinkSocket } from '../sys/nfnetlink.js';
 import type { CommandRunner } from './iptables.js';
 import { encodeOps, NotEncodable } from './nft-netlink.js';
-import { NFT_FAMILY, NFT_TABLE, type NftOp } from './nft-rules.js';
+import { isServiceTable, NFT_FAMILY, NFT_TABLE, type NftOp } from './nft-rules.js';
 
 export class Nft {
   private socket: NfnetlinkSocket | undefined;
@@ -62,16 +62,36 @@ export class Nft {
     if (r.code !== 0) throw new SkiffError('Internal', `nft -f failed (exit ${r.code}): ${firstLines(r.stderr)}${contextOf(r.stderr, text)}`);
   }
 
-  /** Deletes the proxy's table; a missing table (or a missing nft, when nothing can have made one) is fine. */
-  async deleteTable(): Promise<void> {
+  /** The proxy's tables besides `kube-proxy` (Services spread over tables) that exist now. */
+  async serviceTables(): Promise<string[]> {
     let r;
     try {
-      r = await this.run(['nft', 'delete', 'table', NFT_FAMILY, NFT_TABLE]);
+      r = await this.run(['nft', 'list', 'tables', NFT_FAMILY]);
+    } catch (err) {
+      if (err instanceof SkiffError && /cannot run nft/.test(err.message)) return [];
+      throw err;
+    }
+    if (r.code !== 0) throw new SkiffError('Internal', `nft list tables failed (exit ${r.code}): ${firstLines(r.stderr)}`);
+    const out: string[] = [];
+    for (const line of r.stdout.split('\n')) {
+      const m = /^table \S+ (\S+)$/.exec(line.trim());
+      if (m && isServiceTable(m[1]!)) out.push(m[1]!);
+    }
+    return out;
+  }
+
+  /** Deletes the proxy's tables, all in one transaction; none there (or a missing nft, when nothing can have made one) is fine. */
+  async deleteTable(): Promise<void> {
+    const tables = [NFT_TABLE, ...(await this.serviceTables())];
+    let r;
+    try {
+      // Made first, so deleting one that is not there is no error.
+      r = await this.run(['nft', '-f', '-'], tables.map((t) => `add table ${NFT_FAMILY} ${t}\ndelete table ${NFT_FAMILY} ${t}\n`).join(''));
     } catch (err) {
       if (err instanceof SkiffError && /cannot run nft/.test(err.message)) return;
       throw err;
     }
-    if (r.code !== 0 && !/No such file or directory/.test(r.stderr)) throw new SkiffError('Internal', `nft delete table ${NFT_FAMILY} ${NFT_TABLE} failed (exit ${r.code}): ${firstLines(r.stderr)}`);
+    if (r.code !== 0) throw new SkiffError('Internal', `deleting the tables ${tables.join(', ')} failed (exit ${r.code}): ${firstLines(r.stderr)}`);
   }
 }
 

@@ -13,10 +13,10 @@ import type { Logger } from '../log.js';
 import { computeEndpoints, endpointsFromSlices, PodIndex, selectorMatches, type Endpoint, type SliceLike } from './endpoints.js';
 import { Iptables, jumpInsertLine, type CommandRunner } from './iptables.js';
 import { Nft } from './nft.js';
-import { affinityChanged, assembleNft, renderNftPort, type NftPortRules } from './nft-rules.js';
+import { affinityChanged, assembleNft, chainTable, changedOps, opsText, portAffinityChanged, portTable, renderNftPort, tableCount, tableName, type NftPortRules } from './nft-rules.js';
 import { assemble, assembleFullSplit, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
-import { Allocator, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
-import type { EndpointSliceSource, PodSource, ServiceSource } from './sources.js';
+import { Allocator, findService, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
+import type { EndpointSliceSource, PodChange, PodSource, ServiceSource } from './sources.js';
 import type { HealthCheckTarget, ServiceHealthServer } from './health-check.js';
 
 export interface ProxyMetrics {
@@ -50,6 +50,9 @@ export function registerProxyMetrics(registry: Registry): ProxyMetrics {
   };
 }
 
+/** Pod changes held between syncs, beyond which the next sync reads every pod instead. */
+const MAX_POD_CHANGES = 5000;
+
 export type ProxyMode = 'iptables' | 'nftables';
 export const PROXY_MODES: readonly ProxyMode[] = ['iptables', 'nftables'];
 
@@ -78,6 +81,8 @@ export interface ProxierOptions {
    * table before each command); undefined keeps every write in nft.
    */
   netns?: string | null;
+  /** nftables mode: service ports per table before the Services' chains are spread over more tables (default PORTS_PER_TABLE; see tableCount). */
+  portsPerTable?: number;
   log: Logger;
   metrics?: ProxyMetrics;
   now?: () => number;
@@ -95,6 +100,8 @@ export interface SyncResult {
   restores?: number;
   /** nftables mode: how the sync was written (partial syncs go over netlink when the namespace is known). */
   via?: 'nft' | 'netlink';
+  /** nftables mode: the tables the Services are spread over. */
+  tables?: number;
 }
 
 /** What DNS needs: Services as last resolved, and the pods (and the slices, when endpoints come from them). */
@@ -128,6 +135,8 @@ export class Proxier implements ServiceView {
   private readonly now: () => number;
   /** What the last successful sync programmed, per service port key. */
   private applied = new Map<string, Applied>();
+  /** nftables mode: the tables the applied Services are spread over (see tableCount). */
+  private nftTables = 1;
   /** Service chains present in the kernel as far as we know. */
   private chainsInKernel = new Set<string>();
   private needFull = true;
@@ -148,8 +157,12 @@ export class Proxier implements ServiceView {
   private readonly unsubscribeTracking: Array<() => void>;
   private servicesDirty = true;
   private problemsNow: ServiceProblem[] = [];
-  /** The pod objects the last sync saw: pod sources replace a pod's object when it changes. */
-  private podsSeen = new Set<Pod>();
+  /** Pod changes since the last sync, as the pod source told them; undefined: it did not say (any pod may have changed). */
+  private podChanges: PodChange[] | undefined;
+  /** The pods by label, kept up to date from podChanges between syncs that read every pod. */
+  private podIndex: PodIndex | undefined;
+  /** The Services with selectors by a label they select on (undefined: to be made from the next sync's list). */
+  private bySelector: SelectorIndex | undefined;
   /** Services whose EndpointSlices changed since the last sync; undefined: any may have. */
   private slicesTouched: Set<string> | undefined = new Set();
   /** Resolvers of waitForSync() calls. */
@@ -169,7 +182,15 @@ export class Proxier implements ServiceView {
     this.splitAbove = opts.splitAbove ?? Math.max(2000, this.portsPerRestore);
     this.now = opts.now ?? (() => performance.now());
     // Change tracking (kube-proxy's change trackers): what changed decides how much of a sync is recomputed.
-    this.unsubscribeTracking = [opts.services.onChange(() => (this.servicesDirty = true))];
+    this.unsubscribeTracking = [
+      opts.services.onChange(() => (this.servicesDirty = true)),
+      opts.pods.onChange((changes) => {
+        if (opts.slices) return; // endpoints come from the slices
+        // More changes than a sync would rather scan for: read every pod instead.
+        if (!changes || !this.podChanges || this.podChanges.length + changes.length > MAX_POD_CHANGES) this.podChanges = undefined;
+        else for (const c of changes) this.podChanges.push(c);
+      }),
+    ];
   }
 
   /** Starts watching the sources and syncing (the first sync runs at once). */
@@ -303,11 +324,24 @@ export class Proxier implements ServiceView {
   private async syncOnce(full: boolean): Promise<Omit<SyncResult, 'ms'>> {
     const t0 = performance.now();
     let services = this.lastServices;
+    const previousServices = services;
+    /** Services changed since the last sync (namespace/name); undefined: any may have. */
+    let servicesChanged: string[] | undefined = [];
     if (full || this.servicesDirty || this.firstSync) {
       this.servicesDirty = false;
       const r = this.allocator.resolve(this.opts.services.list());
       services = r.services;
+      servicesChanged = r.changed;
       this.problemsNow = r.problems;
+      if (!servicesChanged) this.bySelector = undefined;
+      else if (this.bySelector) {
+        for (const key of servicesChanged) {
+          const was = findService(previousServices, key);
+          if (was) this.bySelector.remove(was);
+          const now = findService(services, key);
+          if (now) this.bySelector.add(now);
+        }
+      }
     }
     this.reportProblems(this.problemsNow);
     const pods = this.opts.pods.list();
@@ -318,54 +352,43 @@ export class Proxier implements ServiceView {
       touched = full || this.firstSync ? undefined : this.slicesTouched;
       this.slicesTouched = new Set();
     } else touched = this.touchedByPods(pods, services, full || this.firstSync);
+    const index = this.podIndex;
     this.lastServices = services;
     this.lastPods = pods;
 
+    const nftMode = this.mode === 'nftables';
+    if (nftMode && !full && !this.firstSync && touched && servicesChanged) {
+      // Only the Services that changed, or whose pods did, are looked at: the rest stay as applied.
+      const next = new Map(this.applied);
+      const changed = new Set<string>();
+      const removed: string[] = [];
+      for (const key of new Set([...servicesChanged, ...touched])) {
+        const svc = findService(services, key);
+        const keep = new Set<string>();
+        if (svc) {
+          this.recompute(svc, touched, next, changed, index);
+          for (const sp of svc.ports) keep.add(sp.key);
+        }
+        for (const sp of findService(previousServices, key)?.ports ?? []) if (!keep.has(sp.key) && next.delete(sp.key)) removed.push(sp.key);
+      }
+      const all = () => services.flatMap((s) => s.ports.map((sp) => next.get(sp.key)!.nft!));
+      return this.syncNftables(false, t0, services.length, next, all, changed, removed);
+    }
+
     const next = new Map<string, Applied>();
     const changed = new Set<string>();
+    for (const svc of services) this.recompute(svc, touched, next, changed, index);
     const ports: PortRules[] = [];
     const nftPorts: NftPortRules[] = [];
-    const nftMode = this.mode === 'nftables';
-    let index: PodIndex | undefined;
-    let recomputed = 0;
     for (const svc of services) {
-      const first = this.applied.get(svc.ports[0]?.key ?? '');
-      if (touched && first && first.service === svc && !touched.has(`${svc.namespace}/${svc.name}`)) {
-        // Neither the Service nor any pod it could select changed: keep what was applied.
-        for (const sp of svc.ports) {
-          const a = this.applied.get(sp.key)!;
-          next.set(sp.key, a);
-          if (nftMode) nftPorts.push(a.nft!);
-          else ports.push(a.rules!);
-        }
-        continue;
-      }
-      let endpoints: Map<string, Endpoint[]>;
-      if (fromSlices) endpoints = endpointsFromSlices(svc, fromSlices.source.slicesOf(svc.namespace, svc.name), fromSlices.nodeName);
-      else {
-        // A few Services scan the pod list; more than that pay for an index once.
-        if (!index && (!touched || ++recomputed > 16)) index = new PodIndex(pods);
-        endpoints = computeEndpoints([svc], index ?? pods);
-      }
       for (const sp of svc.ports) {
-        const eps = endpoints.get(sp.key) ?? [];
-        const fingerprint = JSON.stringify([sp, eps.map((e) => [e.ip, e.port, e.local, e.terminating === true])]);
-        const old = this.applied.get(sp.key);
-        const same = old !== undefined && old.fingerprint === fingerprint;
-        if (!same) changed.add(sp.key);
-        if (nftMode) {
-          const nft = same && old.nft ? old.nft : renderNftPort(sp, eps, { podCidr: this.opts.podCidr });
-          next.set(sp.key, { service: svc, fingerprint, nft, port: sp, endpoints: eps });
-          nftPorts.push(nft);
-        } else {
-          const rules = same && old.rules ? old.rules : renderPort(sp, eps, { podCidr: this.opts.podCidr });
-          next.set(sp.key, { service: svc, fingerprint, rules, port: sp, endpoints: eps });
-          ports.push(rules);
-        }
+        const a = next.get(sp.key)!;
+        if (nftMode) nftPorts.push(a.nft!);
+        else ports.push(a.rules!);
       }
     }
 
-    if (nftMode) return this.syncNftables(full, t0, services.length, next, nftPorts, changed);
+    if (nftMode) return this.syncNftables(full, t0, services.length, next, () => nftPorts, changed, this.removedKeys(next, changed));
 
     // Chains left by an earlier run are known only from the kernel; the jumps from the built-in chains are
     // checked on full syncs (someone may have flushed them) and added in the same restore.
@@ -375,7 +398,7 @@ export class Proxier implements ServiceView {
     ]);
     for (const c of kernelChains) if (SERVICE_CHAIN_RE.test(c)) this.chainsInKernel.add(c);
     const isFull = full || this.firstSync;
-    const removedKeys = [...this.applied.keys()].filter((k) => !next.has(k));
+    const removedKeys = this.removedKeys(next, changed);
     // Stale chains: in a full sync, every service chain we know of that is not wanted; in a
     // partial one, the chains of changed or removed ports that their new rules no longer have
     // (a chain name hashes its port's name, so no other port can want it).
@@ -444,15 +467,57 @@ export class Proxier implements ServiceView {
    * first; a later full sync rewrites the table in place (affinity entries
    * survive); a partial one edits only the changed ports' elements and chains.
    */
-  private async syncNftables(full: boolean, t0: number, serviceCount: number, next: Map<string, Applied>, ports: NftPortRules[], changed: Set<string>): Promise<Omit<SyncResult, 'ms'>> {
-    const previous = new Map([...this.applied].filter(([, a]) => a.nft).map(([k, a]) => [k, a.nft!]));
-    const fresh = this.firstSync || affinityChanged(previous, ports);
+  /**
+   * Puts one Service's ports into `next`: what was applied when neither it
+   * nor its pods changed (`touched` undefined: they all may have), else its
+   * endpoints and rules again, noting in `changed` the ports that differ.
+   */
+  private recompute(svc: ServiceInfo, touched: Set<string> | undefined, next: Map<string, Applied>, changed: Set<string>, index: PodIndex | undefined): void {
+    const first = this.applied.get(svc.ports[0]?.key ?? '');
+    if (touched && first && first.service === svc && !touched.has(svc.key)) {
+      for (const sp of svc.ports) next.set(sp.key, this.applied.get(sp.key)!);
+      return;
+    }
+    const fromSlices = this.opts.slices;
+    const endpoints = fromSlices ? endpointsFromSlices(svc, fromSlices.source.slicesOf(svc.namespace, svc.name), fromSlices.nodeName) : computeEndpoints([svc], index!);
+    const nftMode = this.mode === 'nftables';
+    for (const sp of svc.ports) {
+      const eps = endpoints.get(sp.key) ?? [];
+      const fingerprint = JSON.stringify([sp, eps.map((e) => [e.ip, e.port, e.local, e.terminating === true])]);
+      const old = this.applied.get(sp.key);
+      const same = old !== undefined && old.fingerprint === fingerprint;
+      if (!same) changed.add(sp.key);
+      if (nftMode) {
+        const nft = same && old.nft ? old.nft : renderNftPort(sp, eps, { podCidr: this.opts.podCidr });
+        next.set(sp.key, { service: svc, fingerprint, nft, port: sp, endpoints: eps });
+      } else {
+        const rules = same && old.rules ? old.rules : renderPort(sp, eps, { podCidr: this.opts.podCidr });
+        next.set(sp.key, { service: svc, fingerprint, rules, port: sp, endpoints: eps });
+      }
+    }
+  }
+
+  private async syncNftables(full: boolean, t0: number, serviceCount: number, next: Map<string, Applied>, allPorts: () => NftPortRules[], changed: Set<string>, removed: string[]): Promise<Omit<SyncResult, 'ms'>> {
+    if (!full && !this.firstSync && changed.size === 0 && removed.length === 0) return { full, rulesWritten: 0, bytes: 0 };
+    // A partial sync looks at the changed and removed ports only; a full one at all of them.
+    const touched = full || this.firstSync ? undefined : [...changed, ...removed];
+    const before = (k: string) => this.applied.get(k)?.nft;
+    const now = (k: string) => next.get(k)?.nft;
+    // More service ports than its tables should hold (or far fewer): the table is made afresh, spread anew.
+    const tables = tableCount(next.size, this.opts.portsPerTable);
+    let fresh = this.firstSync || tables !== this.nftTables;
+    let previous: Map<string, NftPortRules> | undefined;
+    if (touched) fresh ||= touched.some((k) => portAffinityChanged(before(k), now(k)));
+    else {
+      previous = new Map([...this.applied].filter(([, a]) => a.nft).map(([k, a]) => [k, a.nft!]));
+      fresh ||= affinityChanged(previous, allPorts());
+    }
     const isFull = full || fresh;
-    const removed = [...this.applied.keys()].filter((k) => !next.has(k));
-    if (!isFull && changed.size === 0 && removed.length === 0) return { full, rulesWritten: 0, bytes: 0 };
     if (this.firstSync) await cleanupRules(this.opts.run); // the other mode's rules go when this one starts
     let ruleset;
     if (isFull) {
+      const ports = allPorts();
+      previous ??= new Map([...this.applied].filter(([, a]) => a.nft).map(([k, a]) => [k, a.nft!]));
       // Chains and sets of the last sync that this one no longer has.
       const wantChains = new Set<string>();
       const wantSets = new Set<string>();
@@ -460,24 +525,29 @@ export class Proxier implements ServiceView {
         for (const c of pr.chains) wantChains.add(c.name);
         for (const s of pr.sets) wantSets.add(s.name);
       }
-      const staleChains = new Set<string>();
-      const staleSets = new Set<string>();
+      const staleChains = new Map<string, string>();
+      const staleSets = new Map<string, string>();
       if (!fresh) {
         for (const pr of previous.values()) {
-          for (const c of pr.chains) if (!wantChains.has(c.name)) staleChains.add(c.name);
-          for (const s of pr.sets) if (!wantSets.has(s.name)) staleSets.add(s.name);
+          for (const c of pr.chains) if (!wantChains.has(c.name)) staleChains.set(c.name, chainTable(pr.key, c, tables));
+          for (const s of pr.sets) if (!wantSets.has(s.name)) staleSets.set(s.name, portTable(pr.key, tables));
         }
       }
-      ruleset = assembleNft({ ports, fresh, staleChains: [...staleChains].sort(), staleSets: [...staleSets].sort() });
+      const named = (m: Map<string, string>) => [...m].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([name, table]) => ({ table, name }));
+      // Made afresh: the tables of an earlier count go too, and, on the first sync, any an earlier run left.
+      const dropTables = fresh ? [...new Set([...Array.from({ length: this.nftTables }, (_, i) => tableName(i)), ...(this.firstSync ? await this.nft.serviceTables() : [])])] : undefined;
+      ruleset = assembleNft({ ports, fresh, staleChains: named(staleChains), staleSets: named(staleSets), tables, dropTables });
     } else {
-      ruleset = assembleNft({ ports, previous });
+      const { ops, rulesWritten } = changedOps(touched!, before, now, tables);
+      ruleset = { ops, rulesWritten, text: opsText(ops) };
     }
     let via: SyncResult['via'] = 'nft';
     if (ruleset.ops) {
       if (ruleset.text) via = await this.nft.applyOps(ruleset.ops, ruleset.text);
     } else if (ruleset.text) await this.nft.apply(ruleset.text);
-    const before = this.applied;
+    const previousApplied = this.applied;
     this.applied = next;
+    this.nftTables = tables;
     this.firstSync = false;
     this.needFull = false;
     if (isFull) {
@@ -485,9 +555,17 @@ export class Proxier implements ServiceView {
       this.lastFullMs = performance.now() - t0;
     }
     this.opts.metrics?.observeSync((performance.now() - t0) / 1000, isFull, ruleset.rulesWritten);
-    this.opts.log.debug('proxy rules synced', { mode: 'nftables', full: isFull, services: serviceCount, changed: changed.size, removed: removed.length, rules: ruleset.rulesWritten, via, ms: Math.round(performance.now() - t0) });
-    await this.clearStaleUdp(before, next);
-    return { full: isFull, rulesWritten: ruleset.rulesWritten, bytes: ruleset.text.length, restores: ruleset.text && via === 'nft' ? 1 : 0, via };
+    this.opts.log.debug('proxy rules synced', { mode: 'nftables', full: isFull, tables, services: serviceCount, changed: changed.size, removed: removed.length, rules: ruleset.rulesWritten, via, ms: Math.round(performance.now() - t0) });
+    await this.clearStaleUdp(previousApplied, next, isFull ? undefined : touched);
+    return { full: isFull, rulesWritten: ruleset.rulesWritten, bytes: ruleset.text.length, restores: ruleset.text && via === 'nft' ? 1 : 0, via, tables };
+  }
+
+  /** Port keys applied last time that `next` no longer has (counted first: usually there are none). */
+  private removedKeys(next: Map<string, Applied>, changed: Set<string>): string[] {
+    let added = 0;
+    for (const k of changed) if (!this.applied.has(k)) added++;
+    if (this.applied.size + added === next.size) return [];
+    return [...this.applied.keys()].filter((k) => !next.has(k));
   }
 
   /** Each health-checked Service's count of this node's ready endpoints, as kube-proxy reports them. */
@@ -509,9 +587,11 @@ export class Proxier implements ServiceView {
    * the endpoint it first picked, even after that endpoint is gone, or to
    * nowhere if the first ones arrived while there was none. Drop those entries.
    */
-  private async clearStaleUdp(previous: Map<string, Applied>, next: Map<string, Applied>): Promise<void> {
+  private async clearStaleUdp(previous: Map<string, Applied>, next: Map<string, Applied>, keys?: string[]): Promise<void> {
     const jobs: Array<{ clusterIP?: string; nodePort?: number; endpointIP?: string }> = [];
-    for (const [key, old] of previous) {
+    // Only ports that changed can have stale entries: a partial sync names them.
+    const pairs: Iterable<[string, Applied]> = keys ? keys.flatMap((k): Array<[string, Applied]> => (previous.has(k) ? [[k, previous.get(k)!]] : [])) : previous;
+    for (const [key, old] of pairs) {
       if (old.port.protocol !== 'UDP' || !old.port.clusterIP) continue;
       const now = next.get(key);
       const nowIPs = new Set((now?.endpoints ?? []).map((e) => `${e.ip}:${e.port}`));
@@ -521,7 +601,8 @@ export class Proxier implements ServiceView {
         if (old.port.nodePort) jobs.push({ nodePort: old.port.nodePort, endpointIP: ep.ip });
       }
     }
-    for (const [key, now] of next) {
+    const nextPairs: Iterable<[string, Applied]> = keys ? keys.flatMap((k): Array<[string, Applied]> => (next.has(k) ? [[k, next.get(k)!]] : [])) : next;
+    for (const [key, now] of nextPairs) {
       if (now.port.protocol !== 'UDP' || !now.port.clusterIP || now.endpoints.length === 0) continue;
       const old = previous.get(key);
       if (!old || old.endpoints.length === 0) {
@@ -540,29 +621,32 @@ export class Proxier implements ServiceView {
 
   /**
    * Services that pods added, removed or changed since the last sync may
-   * select (by their labels before or after), as namespace/name. Pod sources
-   * replace a pod's object when it changes, so identity tells.
+   * select (by their labels before or after), as namespace/name; undefined:
+   * any (a full sync, or a pod source that did not say what changed). Keeps
+   * the pod index in step: updated by the changes, or made again from `pods`.
    */
   private touchedByPods(pods: Pod[], services: ServiceInfo[], all: boolean): Set<string> | undefined {
-    const now = new Set(pods);
-    const changedPods: Pod[] = [];
-    if (!all) {
-      for (const p of pods) if (!this.podsSeen.has(p)) changedPods.push(p);
-      for (const p of this.podsSeen) if (!now.has(p)) changedPods.push(p);
+    const changes = this.podChanges;
+    this.podChanges = [];
+    if (all || !changes || !this.podIndex) {
+      this.podIndex = new PodIndex(pods);
+      return undefined;
     }
-    this.podsSeen = now;
-    if (all) return undefined;
     const touched = new Set<string>();
-    if (changedPods.length === 0) return touched;
-    for (const svc of services) {
-      if (!svc.selector) continue;
-      for (const p of changedPods) {
-        if ((p.metadata?.namespace ?? 'default') === svc.namespace && selectorMatches(svc.selector, p.metadata?.labels)) {
-          touched.add(`${svc.namespace}/${svc.name}`);
-          break;
-        }
+    if (changes.length === 0) return touched;
+    const changedPods: Pod[] = [];
+    for (const c of changes) {
+      if (c.before) {
+        this.podIndex.remove(c.before);
+        changedPods.push(c.before);
+      }
+      if (c.after) {
+        this.podIndex.add(c.after);
+        changedPods.push(c.after);
       }
     }
+    this.bySelector ??= new SelectorIndex(services);
+    for (const p of changedPods) for (const svc of this.bySelector.selecting(p)) touched.add(svc.key);
     return touched;
   }
 
@@ -583,6 +667,61 @@ export class Proxier implements ServiceView {
     this.chainsInKernel.clear();
     this.firstSync = true;
     this.needFull = true;
+  }
+}
+
+/**
+ * Services by one label of their selectors (the first): a pod can only be
+ * selected by those filed under one of its own labels. Keyed by the strings
+ * the objects already hold, so making one for 10,000 Services builds no names.
+ */
+class SelectorIndex {
+  private readonly byNamespace = new Map<string, Map<string, Map<string, ServiceInfo[]>>>();
+
+  constructor(services: ServiceInfo[]) {
+    for (const svc of services) this.add(svc);
+  }
+
+  add(svc: ServiceInfo): void {
+    const at = this.listOf(svc, true);
+    at?.push(svc);
+  }
+
+  remove(svc: ServiceInfo): void {
+    const at = this.listOf(svc, false);
+    const i = at?.indexOf(svc) ?? -1;
+    if (i >= 0) at!.splice(i, 1);
+  }
+
+  private listOf(svc: ServiceInfo, create: boolean): ServiceInfo[] | undefined {
+    const sel = svc.selector;
+    if (!sel) return undefined;
+    let k: string | undefined;
+    for (const key in sel) {
+      k = key;
+      break;
+    }
+    if (k === undefined) return undefined;
+    let byKey = this.byNamespace.get(svc.namespace);
+    if (!byKey && create) this.byNamespace.set(svc.namespace, (byKey = new Map()));
+    let byValue = byKey?.get(k);
+    if (!byValue && create) byKey!.set(k, (byValue = new Map()));
+    const v = sel[k]!;
+    let list = byValue?.get(v);
+    if (!list && create) byValue!.set(v, (list = []));
+    return list;
+  }
+
+  /** The Services whose selectors match the pod's labels. */
+  selecting(pod: Pod): ServiceInfo[] {
+    const labels = pod.metadata?.labels;
+    const byKey = this.byNamespace.get(pod.metadata?.namespace ?? 'default');
+    if (!labels || !byKey) return [];
+    const out: ServiceInfo[] = [];
+    for (const k in labels) {
+      for (const svc of byKey.get(k)?.get(labels[k]!) ?? []) if (selectorMatches(svc.selector!, labels)) out.push(svc);
+    }
+    return out;
   }
 }
 

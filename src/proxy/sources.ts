@@ -19,10 +19,17 @@ export interface ServiceSource {
   onChange(listener: () => void): () => void;
 }
 
+/** One pod's change: the object before (absent: added) and after (absent: deleted). */
+export interface PodChange {
+  before?: Pod;
+  after?: Pod;
+}
+
 /** The pods of this node with their status, and a signal when any changes. */
 export interface PodSource {
   list(): Pod[];
-  onChange(listener: () => void): () => void;
+  /** Called after changes: with them when the source knows them (the array is the listener's to read, not keep), else without (any pod may have changed). */
+  onChange(listener: (changes?: PodChange[]) => void): () => void;
   /** False until the first complete list arrived (kube-proxy waits for its informers likewise); absent = always true. */
   hasSynced?(): boolean;
 }
@@ -45,29 +52,41 @@ export interface EndpointSliceSource {
 /** A pod map that applies watch events and tells listeners; the base of both pod sources. */
 class PodCache implements PodSource {
   protected readonly pods = new Map<string, Pod>();
-  private readonly listeners = new Set<() => void>();
+  private readonly listeners = new Set<(changes?: PodChange[]) => void>();
+  /** What apply() changed since the last notify(); undefined after a wholesale replace. */
+  private changes: PodChange[] | undefined = [];
 
   list(): Pod[] {
     return [...this.pods.values()];
   }
 
-  onChange(listener: () => void): () => void {
+  onChange(listener: (changes?: PodChange[]) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
 
   protected apply(type: PodWatchType, pod: Pod): void {
-    if (type === 'DELETED') this.pods.delete(podKey(pod));
-    else this.pods.set(podKey(pod), pod);
+    const key = podKey(pod);
+    const before = this.pods.get(key);
+    if (type === 'DELETED') {
+      this.pods.delete(key);
+      if (before) this.changes?.push({ before });
+    } else {
+      this.pods.set(key, pod);
+      this.changes?.push(before ? { before, after: pod } : { after: pod });
+    }
   }
 
-  protected replaceAll(pods: Pod[]): void {
+  protected replaceAll(pods: Iterable<Pod>): void {
     this.pods.clear();
     for (const p of pods) this.pods.set(podKey(p), p);
+    this.changes = undefined;
   }
 
   protected notify(): void {
-    for (const l of this.listeners) l();
+    const changes = this.changes;
+    this.changes = [];
+    for (const l of this.listeners) l(changes);
   }
 }
 
@@ -150,8 +169,7 @@ export class HttpPodSource extends PodCache {
     let settle: NodeJS.Timeout | undefined;
     const commit = () => {
       if (!fresh) return;
-      this.pods.clear();
-      for (const [k, p] of fresh) this.pods.set(k, p);
+      this.replaceAll(fresh.values());
       fresh = undefined;
       this.synced = true;
       this.notify();

@@ -24,21 +24,40 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
     for (const ns of live) await ns.destroy();
   });
 
-  /** The table as text, each element, rule and declaration a line, sorted; affinity entries (clients seen) left out. */
+  const nft = (ns: TestNetns, ...args: string[]) => {
+    const r = spawnSync('nsenter', [`--net=${ns.path}`, 'nft', ...args], { encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`nft ${args.join(' ')}: ${r.stderr}`);
+    return r.stdout;
+  };
+  /** The proxy's tables as text, each element, rule and declaration a line with its table's name, sorted; affinity entries (clients seen) left out. */
   const table = (ns: TestNetns) => {
-    const r = spawnSync('nsenter', [`--net=${ns.path}`, 'nft', 'list', 'table', 'ip', 'kube-proxy'], { encoding: 'utf8' });
-    if (r.status !== 0) throw new Error(`nft list: ${r.stderr}`);
-    return r.stdout
-      .replace(/elements = \{[^}]*expires[^}]*\}/g, '')
-      .split(/[\n,{}]/)
-      .map((l) => l.trim())
-      .filter(Boolean)
+    const names = nft(ns, 'list', 'tables', 'ip')
+      .split('\n')
+      .map((l) => /^table ip (kube-proxy(-\d+)?)$/.exec(l)?.[1])
+      .filter((t): t is string => t !== undefined);
+    return names
+      .flatMap((t) =>
+        nft(ns, 'list', 'table', 'ip', t)
+          .replace(/elements = \{[^}]*expires[^}]*\}/g, '')
+          .split(/[\n,{}]/)
+          .map((l) => l.trim())
+          .filter(Boolean)
+          .map((l) => `${t}: ${l}`),
+      )
       .sort()
       .join('\n');
   };
 
-  for (const writer of ['nft', 'netlink'] as const) {
-  it(`leave the table a fresh full sync writes, after any sequence of changes (written by ${writer})`, async () => {
+  const setups = [
+    { writer: 'nft', label: 'nft' },
+    { writer: 'netlink', label: 'netlink' },
+    // Each Service port its own share of tables: the count changes as Services come and go.
+    { writer: 'netlink', label: 'netlink, Services spread over tables', portsPerTable: 1 },
+  ] as const;
+  for (const setup of setups) {
+  const { writer } = setup;
+  const portsPerTable = 'portsPerTable' in setup ? setup.portsPerTable : undefined;
+  it(`leave the table a fresh full sync writes, after any sequence of changes (written by ${setup.label})`, async () => {
     const ns = new TestNetns().create();
     live.push(ns);
     const rand = prng(20261202);
@@ -47,13 +66,14 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
     const pods = new MemoryPodSource();
     // With the namespace known, partial syncs go over netlink; the comparison is against nft's own full sync all the same.
     const netns = writer === 'netlink' ? ns.path : undefined;
-    const proxier = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${ns.path}`]), netns, log: silentLogger });
+    const proxier = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${ns.path}`]), netns, portsPerTable, log: silentLogger });
     const apps = ['a', 'b', 'c', 'd'];
     const names = Array.from({ length: 10 }, (_, i) => `p${i}`);
     let partial = 0;
     let written = 0; // partial syncs that changed something
     let compared = 0;
     let rich = 0; // comparisons with endpoint and local chains and affinity sets in the table
+    const tableCounts = new Set<number>();
     for (let step = 0; step < 120; step++) {
       const r = rand();
       if (r < 0.25) {
@@ -80,6 +100,7 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
         pods.delete(pod(pick(names), { ns: 'ns1' }));
       }
       const res = await proxier.syncNow();
+      if (res.tables) tableCounts.add(res.tables);
       if (!res.full) partial++;
       if (!res.full && res.rulesWritten > 0) {
         written++;
@@ -88,7 +109,7 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
       if (step % 10 === 9) {
         const fresh = new TestNetns().create();
         live.push(fresh);
-        const other = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${fresh.path}`]), log: silentLogger });
+        const other = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${fresh.path}`]), portsPerTable, log: silentLogger });
         await other.syncNow();
         const now = table(ns);
         expect(now, `step ${step}`).toBe(table(fresh));
@@ -102,6 +123,8 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
     expect(written).toBeGreaterThan(50);
     expect(compared).toBe(12);
     expect(rich).toBeGreaterThan(2);
+    // Spread: the count went up and down, each change a fresh table, and partial syncs ran at more than one table.
+    if (portsPerTable) expect([...tableCounts].sort()).toEqual([1, 2, 4]);
     await proxier.stop();
   }, 120_000);
   }

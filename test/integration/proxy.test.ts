@@ -10,6 +10,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log.js';
 import { processRunner } from '../../src/proxy/iptables.js';
+import { portTable, tableName } from '../../src/proxy/nft-rules.js';
 import { Proxier, PROXY_MODES } from '../../src/proxy/proxier.js';
 import { MemoryPodSource, MemoryServiceSource } from '../../src/proxy/sources.js';
 import { TestNetns } from '../helpers/netns.js';
@@ -64,7 +65,10 @@ function sh(argv: string[]): string {
 
 const POD_IPS = { p1: '10.244.0.11', p2: '10.244.0.12', client: '10.244.0.13' } as const;
 
-describe.skipIf(!isRoot).each(PROXY_MODES)('service proxy in %s mode', (mode) => {
+// nftables mode once more with each service port's dispatch in a table of its own choosing (as at scale; see tableCount).
+const SETUPS = [...PROXY_MODES.map((mode) => ({ mode, label: `${mode} mode`, portsPerTable: undefined as number | undefined })), { mode: 'nftables' as const, label: 'nftables mode, Services spread over tables', portsPerTable: 1 }];
+
+describe.skipIf(!isRoot).each(SETUPS)('service proxy in $label', ({ mode, portsPerTable }) => {
   const node = new TestNetns();
   const pods: Record<keyof typeof POD_IPS, TestNetns> = { p1: new TestNetns(), p2: new TestNetns(), client: new TestNetns() };
   const servers: ChildProcess[] = [];
@@ -83,7 +87,14 @@ describe.skipIf(!isRoot).each(PROXY_MODES)('service proxy in %s mode', (mode) =>
       .map((l) => l.replace(/\[\d+:\d+\]$/, ''))
       .join('\n') + nftTables();
   const nftTables = () => sh(['nsenter', `--net=${node.path}`, 'nft', 'list', 'tables']).split('\n').filter((l) => l && !/ (filter|nat)$/.test(l)).join('\n');
-  const nftList = () => sh(['nsenter', `--net=${node.path}`, 'nft', 'list', 'table', 'ip', 'kube-proxy']);
+  /** The proxy's nftables tables: kube-proxy's, then any it spread Services over. */
+  const nftList = () =>
+    sh(['nsenter', `--net=${node.path}`, 'nft', 'list', 'tables', 'ip'])
+      .split('\n')
+      .map((l) => /^table ip (kube-proxy(-\d+)?)$/.exec(l)?.[1])
+      .filter((t): t is string => t !== undefined)
+      .map((t) => sh(['nsenter', `--net=${node.path}`, 'nft', 'list', 'table', 'ip', t]))
+      .join('');
 
   /** Runs `count` connections (or datagrams) from a pod namespace; returns what each got back. */
   async function client(from: TestNetns, proto: 'tcp' | 'udp', host: string, port: number, count: number, sport?: number): Promise<string[]> {
@@ -155,6 +166,7 @@ describe.skipIf(!isRoot).each(PROXY_MODES)('service proxy in %s mode', (mode) =>
       run: processRunner(['nsenter', `--net=${node.path}`]),
       // nftables mode's partial syncs go over netlink into the node's namespace.
       netns: node.path,
+      portsPerTable,
       log: silentLogger,
     });
   });
@@ -229,6 +241,25 @@ describe.skipIf(!isRoot).each(PROXY_MODES)('service proxy in %s mode', (mode) =>
     const got = await client(pods.p1, 'tcp', '10.96.0.13', 80, 3);
     // Masqueraded to the gateway, or the reply would go straight back to itself and be dropped.
     expect(got).toEqual(Array(3).fill('p1 10.244.0.1'));
+  });
+
+  it.runIf(portsPerTable !== undefined)('Services spread over tables answer from the table their port key picks', async () => {
+    const r = await proxier.syncNow(true);
+    expect(r.tables).toBe(4);
+    const listing = (t: string) => sh(['nsenter', `--net=${node.path}`, 'nft', 'list', 'table', 'ip', t]);
+    const placed = new Set<string>();
+    for (const [key, ip] of [['demo/web:http', '10.96.0.10'], ['demo/sticky', '10.96.0.11'], ['demo/self', '10.96.0.13']] as const) {
+      const table = portTable(key, 4);
+      placed.add(table);
+      expect(listing(table), key).toContain(`${ip} . tcp . 80 : goto service-`);
+      for (const other of [0, 1, 2, 3].map(tableName).filter((t) => t !== table)) expect(listing(other), `${key} in ${other}`).not.toContain(`${ip} . tcp . 80 : goto`);
+    }
+    expect(placed.size).toBeGreaterThan(1);
+    // The no-endpoint Service's REJECT stays with the filter chains in kube-proxy's own table.
+    expect(listing('kube-proxy')).toContain('10.96.0.12 . tcp . 80 comment "demo/empty" : goto reject-chain');
+    expect(new Set(names(await client(pods.client, 'tcp', '10.96.0.10', 80, 20)))).toEqual(new Set(['p1', 'p2']));
+    expect(new Set(names(await client(pods.client, 'tcp', '10.96.0.11', 80, 5))).size).toBe(1);
+    expect(await client(pods.p1, 'tcp', '10.96.0.13', 80, 2)).toEqual(Array(2).fill('p1 10.244.0.1'));
   });
 
   it('UDP follows its backend after a change (stale conntrack entries are deleted)', async () => {
