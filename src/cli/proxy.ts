@@ -18,8 +18,9 @@ import { parseDuration, type FlagSpec, type Values } from './flags.js';
 import { untilSignal } from './signals.js';
 
 export const PROXY_HELP = `Flags for "skiff proxy" (Services to iptables or nftables rules in kube-proxy's layouts, and service DNS):
-  --proxy-mode MODE        iptables (the default) or nftables (table "ip kube-proxy", one
-                           nft transaction per sync); starting in one mode removes the other's rules
+  --proxy-mode MODE        iptables (the default) or nftables (table "ip kube-proxy", and
+                           kube-proxy-1... past 1,000 service ports; one transaction per
+                           sync); starting in one mode removes the other's rules
   --manifests DIR          Service manifests, watched (default /etc/skiff/manifests)
   --kubelet URL            kubelet-lite's status API; its pod watch gives the endpoints
                            (default http://127.0.0.1:10255)
