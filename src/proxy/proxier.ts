@@ -462,12 +462,6 @@ export class Proxier implements ServiceView {
   }
 
   /**
-   * nftables mode: one `nft -f` transaction. The first sync (and any after a
-   * failure) makes the table afresh, deleting the iptables mode's rules
-   * first; a later full sync rewrites the table in place (affinity entries
-   * survive); a partial one edits only the changed ports' elements and chains.
-   */
-  /**
    * Puts one Service's ports into `next`: what was applied when neither it
    * nor its pods changed (`touched` undefined: they all may have), else its
    * endpoints and rules again, noting in `changed` the ports that differ.
@@ -497,6 +491,13 @@ export class Proxier implements ServiceView {
     }
   }
 
+  /**
+   * nftables mode: one transaction. The first sync (and any after a
+   * failure, or when the count of tables changes) makes the tables afresh,
+   * deleting the iptables mode's rules first; a later full sync rewrites
+   * them in place (affinity entries survive); a partial one edits only the
+   * changed ports' elements and chains, over netlink when it can.
+   */
   private async syncNftables(full: boolean, t0: number, serviceCount: number, next: Map<string, Applied>, allPorts: () => NftPortRules[], changed: Set<string>, removed: string[]): Promise<Omit<SyncResult, 'ms'>> {
     if (!full && !this.firstSync && changed.size === 0 && removed.length === 0) return { full, rulesWritten: 0, bytes: 0 };
     // A partial sync looks at the changed and removed ports only; a full one at all of them.
