@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import type { Endpoint } from '../../src/proxy/endpoints.js';
 import type { CommandRunner } from '../../src/proxy/iptables.js';
-import { assembleNft, nftEndpointBase, nftServiceBase, renderNftPort } from '../../src/proxy/nft-rules.js';
+import { assembleNft, changedOps, nftEndpointBase, nftServiceBase, opsText, portTable, renderNftPort, tableCount } from '../../src/proxy/nft-rules.js';
 import { Proxier } from '../../src/proxy/proxier.js';
 import type { ServicePortInfo } from '../../src/proxy/service.js';
 import { MemoryPodSource, MemoryServiceSource } from '../../src/proxy/sources.js';
@@ -92,6 +92,44 @@ describe('partial nftables transactions', () => {
   it('nothing changed: no text', () => {
     const a = renderNftPort(port(), eps('10.88.0.2'), opts);
     expect(assembleNft({ ports: [a], previous: new Map([[a.key, a]]) }).text).toBe('');
+  });
+});
+
+describe('Services spread over tables', () => {
+  // Two port keys that land in different tables of two.
+  const keys = ['a', 'b', 'c', 'd', 'e', 'f'].map((n) => `ns1/${n}:http`);
+  const inMain = keys.find((k) => portTable(k, 2) === 'kube-proxy')!;
+  const inOther = keys.find((k) => portTable(k, 2) === 'kube-proxy-1')!;
+  const named = (key: string, over: Partial<ServicePortInfo> = {}) => port({ key, name: key.slice(4, 5), ...over });
+
+  it('the count: one table up to the limit, then a power of two so none holds more, at most 64', () => {
+    expect([0, 1000, 1001, 2000, 2001, 10_000, 10_000_000].map((n) => tableCount(n))).toEqual([1, 1, 2, 2, 4, 16, 64]);
+    expect(tableCount(3, 1)).toBe(4);
+  });
+
+  it('a further table has the nat dispatch for its ports; firewall and no-endpoint parts stay in kube-proxy (golden)', () => {
+    const lb = renderNftPort(named(inOther, { clusterIP: '10.96.0.11', nodePort: 30081, affinitySeconds: 60, loadBalancerIPs: ['192.168.50.2'], sourceRanges: ['192.168.50.0/24'] }), eps('10.88.0.3'), opts);
+    const web = renderNftPort(named(inMain), eps('10.88.0.2'), opts);
+    // Without endpoints: only no-endpoint elements, which are kube-proxy's whatever the port's table.
+    const empty = renderNftPort(named('ns1/z:http', { clusterIP: '10.96.0.12', port: 81 }), [], opts);
+    const text = assembleNft({ ports: [web, lb, empty], fresh: true, tables: 2 }).text;
+    golden('nft-two-tables', text);
+    expect(text).toContain('add chain ip kube-proxy-1 nat-prerouting { type nat hook prerouting priority -100 ; }');
+    expect(text).not.toContain('add chain ip kube-proxy-1 filter-');
+    expect(text).toMatch(/add element ip kube-proxy-1 service-ips \{ 10\.96\.0\.11 \. tcp \. 80 : goto service-/);
+    expect(text).toMatch(/add element ip kube-proxy firewall-ips \{ 192\.168\.50\.2 \. tcp \. 80 comment "[^"]+" : goto firewall-/);
+    expect(text).toMatch(/add chain ip kube-proxy firewall-/);
+    expect(text).toMatch(/add set ip kube-proxy-1 affinity-/);
+    expect(text).toMatch(/add element ip kube-proxy no-endpoint-services \{ 10\.96\.0\.12 /);
+  });
+
+  it('a partial sync writes each step into its port\'s table', () => {
+    const before = renderNftPort(named(inOther), eps('10.88.0.2', '10.88.0.3'), opts);
+    const after = renderNftPort(named(inOther), eps('10.88.0.2'), opts);
+    const { ops } = changedOps([inOther], () => before, () => after, 2);
+    expect(ops.length).toBeGreaterThan(0);
+    expect(ops.every((o) => o.table === 'kube-proxy-1')).toBe(true);
+    expect(opsText(ops)).not.toContain('ip kube-proxy ');
   });
 });
 
