@@ -6,7 +6,7 @@
  * NotEncodable and the sync goes through nft instead.
  */
 import { Attrs, NLM_F_APPEND, NLM_F_CREATE, type NftMessage } from '../sys/nfnetlink.js';
-import { NFT_TABLE, type NftElement, type NftOp } from './nft-rules.js';
+import { NFT_COMMENT_MAX, NFT_TABLE, type NftElement, type NftOp } from './nft-rules.js';
 
 export class NotEncodable extends Error {}
 
@@ -212,7 +212,8 @@ export function compileRule(rule: string, setIds: Map<string, number>, table = N
 /** nft's user data for a comment (one TLV: type 0, the text with its NUL). */
 function commentData(comment: string): Buffer {
   const text = Buffer.concat([Buffer.from(comment, 'utf8'), Buffer.alloc(1)]);
-  if (text.length > 255) throw new NotEncodable('a comment over 254 bytes');
+  // The kernel would take up to 254 bytes, nft no more than 128: what nft refuses is not written here either.
+  if (text.length > NFT_COMMENT_MAX + 1) throw new NotEncodable(`a comment over ${NFT_COMMENT_MAX} bytes`);
   return Buffer.concat([Buffer.from([0, text.length]), text]);
 }
 

@@ -115,6 +115,23 @@ export const isServiceChain = (name: string) => name.includes('/');
 
 const q = (s: string) => `"${s.replace(/["\\]/g, '')}"`;
 
+/** nft refuses a comment of more than 128 bytes ("comment too long"), and with it the whole transaction. */
+export const NFT_COMMENT_MAX = 128;
+
+/**
+ * A comment nft takes: cut to NFT_COMMENT_MAX bytes. A port's key
+ * (`ns/name:port`) can be 191 characters long, and one Service's comment
+ * must not make every sync fail.
+ */
+export function nftComment(s: string): string {
+  const b = Buffer.from(s, 'utf8');
+  if (b.length <= NFT_COMMENT_MAX) return s;
+  // Cut on a character boundary: no UTF-8 sequence split in two.
+  let end = NFT_COMMENT_MAX;
+  while (end > 0 && (b[end]! & 0xc0) === 0x80) end--;
+  return b.subarray(0, end).toString('utf8');
+}
+
 export interface NftRenderOptions {
   /** Pod traffic (kube-proxy's local detector): masquerade decisions and the external chain's short-circuit. */
   podCidr: string;
@@ -145,7 +162,7 @@ export function renderNftPort(sp: ServicePortInfo, endpoints: Endpoint[], opts: 
   const noEndpoints = `goto ${REJECT_CHAIN}`;
   const internalVerdict = hasEndpoints ? 'drop' : noEndpoints;
   const externalVerdict = hasEndpoints ? 'drop' : noEndpoints;
-  const comment = sp.key;
+  const comment = nftComment(sp.key);
   const el = out.elements;
   const addrKey = (ip: string, port: number) => `${ip} . ${p} . ${port}`;
 

@@ -32,4 +32,10 @@ describe('nftables ops as netlink messages', () => {
     expect(compileRule('ip saddr 10.88.0.0/20 drop', new Map()).exprs.map(([n]) => n)).toEqual(['payload', 'bitwise', 'cmp', 'immediate']);
     expect(compileRule('ip saddr 10.88.0.0/16 drop', new Map()).exprs.map(([n]) => n)).toEqual(['payload', 'cmp', 'immediate']);
   });
+
+  it('refuses a comment nft would refuse (over 128 bytes), so the step goes through nft and fails there alike', () => {
+    const el = (comment: string) => [{ op: 'add-element' as const, map: 'no-endpoint-services', elements: [{ key: '10.96.0.1 . tcp . 80', verdict: 'goto reject-chain', comment }] }];
+    expect(() => encodeOps(el('x'.repeat(128)))).not.toThrow();
+    expect(() => encodeOps(el('x'.repeat(129)))).toThrow(NotEncodable);
+  });
 });

@@ -89,6 +89,16 @@ describe('partial nftables transactions', () => {
     expect(lines.findIndex((l) => l.startsWith('delete element'))).toBeLessThan(lines.findIndex((l) => l.startsWith('delete chain')));
     expect(lines.findIndex((l) => l.startsWith('add element'))).toBeGreaterThan(lines.findIndex((l) => l.startsWith('add rule')));
   });
+  it("a port's comment is cut to the 128 bytes nft takes (ns/name:port may be 191 characters)", () => {
+    const ns = `n${'a'.repeat(62)}`;
+    const name = `s${'b'.repeat(62)}`;
+    const sp = port({ key: `${ns}/${name}:http`, namespace: ns, name });
+    const r = renderNftPort(sp, [], opts);
+    expect(r.elements.noEndpointServices[0]!.comment).toBe(sp.key.slice(0, 128));
+    const short = renderNftPort(port(), [], opts);
+    expect(short.elements.noEndpointServices[0]!.comment).toBe('ns1/web:http');
+  });
+
   it('nothing changed: no text', () => {
     const a = renderNftPort(port(), eps('10.88.0.2'), opts);
     expect(assembleNft({ ports: [a], previous: new Map([[a.key, a]]) }).text).toBe('');
