@@ -236,8 +236,14 @@ function elementAttrs(e: NftElement, withData: boolean): (a: Attrs) => void {
   };
 }
 
-/** What one message carries at most: elements go in pieces of this many. */
+/**
+ * What one message carries at most: elements go in pieces of this many, and
+ * of no more than this many bytes: the element list is one attribute, whose
+ * length field is 16 bits (500 elements with long chain names and comments
+ * are well over 64 KiB).
+ */
 const ELEMENTS_PER_MESSAGE = 500;
+const ELEMENT_BYTES_PER_MESSAGE = 60 * 1024;
 
 /** The ops as one batch of messages, each for its table (`ip kube-proxy` when the op names none). */
 export function encodeOps(ops: NftOp[]): NftMessage[] {
@@ -294,14 +300,17 @@ export function encodeOps(ops: NftOp[]): NftMessage[] {
       case 'add-element':
       case 'delete-element': {
         const add = o.op === 'add-element';
-        for (let i = 0; i < o.elements.length; i += ELEMENTS_PER_MESSAGE) {
-          const part = o.elements.slice(i, i + ELEMENTS_PER_MESSAGE);
-          msg(add ? NEWSETELEM : DELSETELEM, add ? NLM_F_CREATE : 0, `${add ? 'add' : 'delete'} element ${o.map} { ${part[0]!.key}${part.length > 1 ? `, … ${part.length - 1} more` : ''} }`, (a) => {
-            a.str(ELEMS_TABLE, T).str(ELEMS_SET, o.map);
-            a.nest(ELEMS_ELEMENTS, (l) => {
-              for (const e of part) l.nest(LIST_ELEM, elementAttrs(e, add));
-            });
+        const encoded = o.elements.map((e) => new Attrs().nest(LIST_ELEM, elementAttrs(e, add)).bytes());
+        for (let i = 0; i < encoded.length; ) {
+          let end = i;
+          let bytes = 0;
+          while (end < encoded.length && end - i < ELEMENTS_PER_MESSAGE && (end === i || bytes + encoded[end]!.length <= ELEMENT_BYTES_PER_MESSAGE)) bytes += encoded[end++]!.length;
+          const count = end - i;
+          const list = Buffer.concat(encoded.slice(i, end));
+          msg(add ? NEWSETELEM : DELSETELEM, add ? NLM_F_CREATE : 0, `${add ? 'add' : 'delete'} element ${o.map} { ${o.elements[i]!.key}${count > 1 ? `, … ${count - 1} more` : ''} }`, (a) => {
+            a.str(ELEMS_TABLE, T).str(ELEMS_SET, o.map).nestBytes(ELEMS_ELEMENTS, list);
           });
+          i = end;
         }
         break;
       }

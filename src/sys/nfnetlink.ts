@@ -211,6 +211,8 @@ export class Attrs {
 
   raw(type: number, value: Buffer): this {
     const len = 4 + value.length;
+    // nla_len is 16 bits: a longer attribute cannot be said (the caller must split what it holds).
+    if (len > 0xffff) throw new RangeError(`a netlink attribute of ${len} bytes (type ${type & ~NLA_F_NESTED}) is over the 65,535 its length field holds`);
     const h = Buffer.alloc(4);
     h.writeUInt16LE(len, 0);
     h.writeUInt16LE(type, 2);
@@ -241,6 +243,11 @@ export class Attrs {
     const inner = new Attrs();
     fill(inner);
     return this.raw(type | NLA_F_NESTED, inner.bytes());
+  }
+
+  /** A nested attribute whose contents are attributes already encoded (Attrs.bytes()). */
+  nestBytes(type: number, inner: Buffer): this {
+    return this.raw(type | NLA_F_NESTED, inner);
   }
 
   bytes(): Buffer {

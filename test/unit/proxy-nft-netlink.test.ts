@@ -33,6 +33,28 @@ describe('nftables ops as netlink messages', () => {
     expect(compileRule('ip saddr 10.88.0.0/16 drop', new Map()).exprs.map(([n]) => n)).toEqual(['payload', 'cmp', 'immediate']);
   });
 
+  it("splits elements by size too: a message's element list is one attribute, its length 16 bits", () => {
+    // Kubernetes-valid names at their longest: namespace 63, name 63, port name 63; chain names of ~200 characters.
+    const base = `${'n'.repeat(63)}/${'s'.repeat(63)}/tcp/${'p'.repeat(63)}`;
+    const comment = `${'n'.repeat(63)}/${'s'.repeat(63)}:p`.slice(0, 128);
+    const elements = Array.from({ length: 500 }, (_, i) => ({ key: `10.96.${i >> 8}.${i & 255} . tcp . 80`, verdict: `goto service-ABCDEFGH-${base}`, comment }));
+    const msgs = encodeOps([{ op: 'add-element', map: 'service-ips', elements }]);
+    expect(msgs.length).toBeGreaterThan(1);
+    let written = 0;
+    for (const m of msgs) {
+      // table, set, then the element list: each attribute's length field must hold its size.
+      let off = 0;
+      while (off < m.body.length) {
+        const len = m.body.readUInt16LE(off);
+        expect(len).toBeGreaterThanOrEqual(4);
+        off += (len + 3) & ~3;
+      }
+      expect(off).toBe(m.body.length);
+      written += Number(/… (\d+) more/.exec(m.what)?.[1] ?? 0) + 1;
+    }
+    expect(written).toBe(500);
+  });
+
   it('refuses a comment nft would refuse (over 128 bytes), so the step goes through nft and fails there alike', () => {
     const el = (comment: string) => [{ op: 'add-element' as const, map: 'no-endpoint-services', elements: [{ key: '10.96.0.1 . tcp . 80', verdict: 'goto reject-chain', comment }] }];
     expect(() => encodeOps(el('x'.repeat(128)))).not.toThrow();
