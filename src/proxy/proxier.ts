@@ -141,6 +141,8 @@ export class Proxier implements ServiceView {
   private chainsInKernel = new Set<string>();
   private needFull = true;
   private firstSync = true;
+  /** nftables mode: a sync failed, so the table's content is not known: the next is made afresh. */
+  private nftUnknown = false;
   private lastServices: ServiceInfo[] = [];
   private lastPods: Pod[] = [];
   private lastProblems = new Map<string, string>();
@@ -314,6 +316,7 @@ export class Proxier implements ServiceView {
       return { ...r, ms: performance.now() - t0 };
     } catch (err) {
       this.needFull = true;
+      this.nftUnknown = true;
       this.opts.metrics?.restoreFailed();
       throw err;
     } finally {
@@ -506,7 +509,10 @@ export class Proxier implements ServiceView {
     const now = (k: string) => next.get(k)?.nft;
     // More service ports than its tables should hold (or far fewer): the table is made afresh, spread anew.
     const tables = tableCount(next.size, this.opts.portsPerTable);
-    let fresh = this.firstSync || tables !== this.nftTables;
+    // After a failure the tables are not known to be what the last success left (someone may have deleted
+    // a chain or a table, which made it fail): a full sync that only edited them could fail the same
+    // way every time (deleting a stale chain that is not there).
+    let fresh = this.firstSync || this.nftUnknown || tables !== this.nftTables;
     let previous: Map<string, NftPortRules> | undefined;
     if (touched) fresh ||= touched.some((k) => portAffinityChanged(before(k), now(k)));
     else {
@@ -535,8 +541,8 @@ export class Proxier implements ServiceView {
         }
       }
       const named = (m: Map<string, string>) => [...m].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([name, table]) => ({ table, name }));
-      // Made afresh: the tables of an earlier count go too, and, on the first sync, any an earlier run left.
-      const dropTables = fresh ? [...new Set([...Array.from({ length: this.nftTables }, (_, i) => tableName(i)), ...(this.firstSync ? await this.nft.serviceTables() : [])])] : undefined;
+      // Made afresh: the tables of an earlier count go too, and, on the first sync or after a failure, any found.
+      const dropTables = fresh ? [...new Set([...Array.from({ length: this.nftTables }, (_, i) => tableName(i)), ...(this.firstSync || this.nftUnknown ? await this.nft.serviceTables() : [])])] : undefined;
       ruleset = assembleNft({ ports, fresh, staleChains: named(staleChains), staleSets: named(staleSets), tables, dropTables });
     } else {
       const { ops, rulesWritten } = changedOps(touched!, before, now, tables);
@@ -551,6 +557,7 @@ export class Proxier implements ServiceView {
     this.nftTables = tables;
     this.firstSync = false;
     this.needFull = false;
+    this.nftUnknown = false;
     if (isFull) {
       this.lastFullEnd = this.now();
       this.lastFullMs = performance.now() - t0;

@@ -128,4 +128,33 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
     await proxier.stop();
   }, 120_000);
   }
+
+  it('recover when someone else deleted a chain the proxier wrote: the sync after the failure makes the table afresh', async () => {
+    const ns = new TestNetns().create();
+    live.push(ns);
+    const services = new MemoryServiceSource();
+    const pods = new MemoryPodSource();
+    const proxier = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${ns.path}`]), netns: ns.path, log: silentLogger });
+    services.set(serviceObject('ns1', 'web', { clusterIP: '10.96.0.10', selector: { app: 'web' }, ports: [{ name: 'http', port: 80, targetPort: 9000 }] }));
+    const pods2 = [2, 3].map((i) => pod(`w${i}`, { ns: 'ns1', labels: { app: 'web' }, ip: `10.88.0.${i}`, ports: [{ name: 'web', containerPort: 9000 }] }));
+    for (const p of pods2) pods.set(p);
+    await proxier.syncNow();
+    // Someone empties the service chain and deletes one endpoint chain; then that endpoint goes.
+    const nft = (...args: string[]) => spawnSync('nsenter', [`--net=${ns.path}`, 'nft', ...args], { encoding: 'utf8' });
+    const chains = nft('list', 'chains', 'ip').stdout;
+    const svcChain = /chain (service-\S+ns1\/web\S*)/.exec(chains)![1]!;
+    const epChain = /chain (endpoint-\S+__10\.88\.0\.3\S*)/.exec(chains)![1]!;
+    expect(nft('flush', 'chain', 'ip', 'kube-proxy', svcChain).status).toBe(0);
+    expect(nft('delete', 'chain', 'ip', 'kube-proxy', epChain).status).toBe(0);
+    pods.delete(pods2[1]!);
+    await expect(proxier.syncNow()).rejects.toThrow(/No such file|ENOENT/); // the partial sync flushes the chain that is gone
+    const retry = await proxier.syncNow();
+    expect(retry.full).toBe(true);
+    const fresh = new TestNetns().create();
+    live.push(fresh);
+    const other = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${fresh.path}`]), log: silentLogger });
+    await other.syncNow();
+    expect(table(ns)).toBe(table(fresh));
+    await proxier.stop();
+  }, 60_000);
 });

@@ -185,4 +185,36 @@ describe('the proxier in nftables mode', () => {
     expect(rec.nft()[2]).not.toContain('delete table');
     await proxier.stop();
   });
+
+  it('after a failed sync the table is made afresh: a chain someone deleted cannot fail every sync after', async () => {
+    const services = new MemoryServiceSource();
+    const pods = new MemoryPodSource();
+    const rec = recorder();
+    let failNext = false;
+    const run: CommandRunner = async (argv, input) => {
+      if (failNext && argv[0] === 'nft' && argv[1] === '-f') {
+        failNext = false;
+        return { code: 1, stdout: '', stderr: 'Error: Could not process rule: No such file or directory' };
+      }
+      return rec.run(argv, input);
+    };
+    const proxier = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run, log: silentLogger });
+    services.set(serviceObject('ns1', 'web', { clusterIP: '10.96.0.10', selector: { app: 'web' }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
+    const w1 = pod('w1', { ns: 'ns1', labels: { app: 'web' }, ip: '10.88.0.2' });
+    pods.set(w1);
+    await proxier.syncNow();
+    pods.delete(w1);
+    failNext = true;
+    await expect(proxier.syncNow()).rejects.toThrow(/nft -f failed/);
+    const retry = await proxier.syncNow();
+    expect(retry.full).toBe(true);
+    const text = rec.nft().at(-1)!;
+    // Made afresh, not edited: no `delete chain` of the endpoint chain that may no longer be there.
+    expect(text).toMatch(/^add table ip kube-proxy\ndelete table ip kube-proxy\n/);
+    expect(text).not.toContain('delete chain');
+    // A later full sync edits the table again.
+    await proxier.syncNow(true);
+    expect(rec.nft().at(-1)).not.toContain('delete table');
+    await proxier.stop();
+  });
 });
