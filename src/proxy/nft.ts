@@ -4,7 +4,7 @@
  * when it knows the namespace the runner's commands reach.
  */
 import { SkiffError } from '../errors.js';
-import { NfnetlinkError, NfnetlinkSocket } from '../sys/nfnetlink.js';
+import { NfnetlinkError, NfnetlinkSocket, NfnetlinkUnanswered } from '../sys/nfnetlink.js';
 import type { CommandRunner } from './iptables.js';
 import { encodeOps, NotEncodable } from './nft-netlink.js';
 import { isServiceTable, NFT_FAMILY, NFT_TABLE, type NftOp } from './nft-rules.js';
@@ -42,7 +42,12 @@ export class Nft {
           return 'netlink';
         } catch (err) {
           if (err instanceof NfnetlinkError) throw new SkiffError('Internal', err.message, { cause: err });
-          // The socket itself failed (or the batch is too big for it): nft can still do it.
+          if (err instanceof NfnetlinkUnanswered) {
+            // Perhaps applied: the same steps again through nft would write rules twice or fail on what is gone.
+            this.close();
+            throw new SkiffError('Internal', err.message, { cause: err });
+          }
+          // The socket itself failed before sending (or the batch is too big for it): nft can still do it.
           this.close();
         }
       }
