@@ -37,6 +37,8 @@ export class Nft {
       }
       if (messages) {
         try {
+          // A namespace deleted, or made again at the same path, is not the one the socket writes to.
+          if (this.socket && this.netns && !this.socket.isIn(this.netns)) this.close();
           this.socket ??= NfnetlinkSocket.open(this.netns ?? undefined);
           await this.socket.transact(messages);
           return 'netlink';

@@ -101,16 +101,37 @@ export class NfnetlinkSocket {
   /** The receive buffer asked for (the kernel grants twice as much). */
   private rcvbuf = MAX_BATCH_BYTES;
 
-  private constructor(private fd: number) {}
+  private constructor(
+    private fd: number,
+    /** The namespace file's identity (device and inode), when opened by path. */
+    private readonly nsId?: string,
+  ) {}
+
+  /**
+   * Whether `netnsPath` still names the namespace this socket was made in. A
+   * socket keeps its namespace alive after `ip netns del`, and a namespace
+   * made again at the same path is another one: writes there would be lost.
+   */
+  isIn(netnsPath: string): boolean {
+    try {
+      const st = fs.statSync(netnsPath);
+      return this.nsId === `${st.dev}:${st.ino}`;
+    } catch {
+      return false;
+    }
+  }
 
   /** A socket in the namespace at `netnsPath` (a /run/netns or /proc/PID/ns/net path), or in this thread's own. */
   static open(netnsPath?: string): NfnetlinkSocket {
     let fd: number;
+    let nsId: string | undefined;
     if (netnsPath === undefined) fd = socketRaw(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER) as number;
     else {
       const home = fs.openSync('/proc/thread-self/ns/net', 'r');
       const there = fs.openSync(netnsPath, 'r');
       try {
+        const st = fs.fstatSync(there);
+        nsId = `${st.dev}:${st.ino}`;
         setns(there, CLONE_NEWNET);
         try {
           fd = socketRaw(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER) as number;
@@ -131,7 +152,7 @@ export class NfnetlinkSocket {
         throw new Error(`netlink setsockopt: ${e}`);
       }
     }
-    return new NfnetlinkSocket(fd);
+    return new NfnetlinkSocket(fd, nsId);
   }
 
   /**

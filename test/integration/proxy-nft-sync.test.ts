@@ -147,6 +147,31 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
     expect(listing.match(/\bdrop\b/g)?.length).toBe(12_000);
   });
 
+  it('write into the namespace at the path now, not one deleted from under the socket and made again there', async () => {
+    const ns = new TestNetns().create();
+    live.push(ns);
+    const services = new MemoryServiceSource();
+    const pods = new MemoryPodSource();
+    const proxier = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${ns.path}`]), netns: ns.path, log: silentLogger });
+    services.set(serviceObject('ns1', 'web', { clusterIP: '10.96.0.10', selector: { app: 'web' }, ports: [{ name: 'http', port: 80, targetPort: 9000 }] }));
+    pods.set(pod('w2', { ns: 'ns1', labels: { app: 'web' }, ip: '10.88.0.2', ports: [{ name: 'web', containerPort: 9000 }] }));
+    await proxier.syncNow();
+    pods.set(pod('w3', { ns: 'ns1', labels: { app: 'web' }, ip: '10.88.0.3', ports: [{ name: 'web', containerPort: 9000 }] }));
+    expect((await proxier.syncNow()).via).toBe('netlink'); // the socket is open
+    // The namespace goes and another is made under the same name (a pod sandbox made again, a test's netns).
+    expect(spawnSync('ip', ['netns', 'del', ns.name]).status).toBe(0);
+    expect(spawnSync('ip', ['netns', 'add', ns.name]).status).toBe(0);
+    pods.set(pod('w4', { ns: 'ns1', labels: { app: 'web' }, ip: '10.88.0.4', ports: [{ name: 'web', containerPort: 9000 }] }));
+    // The new namespace has no table: the partial sync fails there (it was written to the old one, unseen) and the next is full.
+    for (let i = 0; i < 2; i++) await proxier.syncNow().catch(() => undefined);
+    const fresh = new TestNetns().create();
+    live.push(fresh);
+    const other = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${fresh.path}`]), log: silentLogger });
+    await other.syncNow();
+    expect(table(ns)).toBe(table(fresh));
+    await proxier.stop();
+  }, 60_000);
+
   it('recover when someone else deleted a chain the proxier wrote: the sync after the failure makes the table afresh', async () => {
     const ns = new TestNetns().create();
     live.push(ns);
