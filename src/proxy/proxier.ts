@@ -12,6 +12,7 @@ import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { computeEndpoints, endpointsFromSlices, PodIndex, selectorMatches, type Endpoint, type SliceLike } from './endpoints.js';
 import { Iptables, jumpInsertLine, type CommandRunner } from './iptables.js';
+import { AddressClaims } from './claims.js';
 import { Nft } from './nft.js';
 import { affinityChanged, assembleNft, chainTable, changedOps, opsText, portAffinityChanged, portTable, renderNftPort, tableCount, tableName, type NftPortRules } from './nft-rules.js';
 import { assemble, assembleFullSplit, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
@@ -163,6 +164,10 @@ export class Proxier implements ServiceView {
   private podChanges: PodChange[] | undefined;
   /** The pods by label, kept up to date from podChanges between syncs that read every pod. */
   private podIndex: PodIndex | undefined;
+  /** nftables mode: which port answers an address several claim (see claims.ts). */
+  private readonly claims = new AddressClaims();
+  /** nftables mode: the ports written without some of their addresses, and which. */
+  private addressConflicts = new Map<string, string>();
   /** The Services with selectors by a label they select on (undefined: to be made from the next sync's list). */
   private bySelector: SelectorIndex | undefined;
   /** Services whose EndpointSlices changed since the last sync; undefined: any may have. */
@@ -253,8 +258,9 @@ export class Proxier implements ServiceView {
     return new Map([...this.applied].filter(([, a]) => a.nft).map(([k, a]) => [k, a.nft!]));
   }
 
+  /** Services not programmed, and (nftables mode) ports programmed without an address another claim keeps. */
   problems(): ServiceProblem[] {
-    return [...this.lastProblems].map(([service, reason]) => ({ service, reason }));
+    return [...[...this.lastProblems].map(([service, reason]) => ({ service, reason })), ...[...this.addressConflicts].map(([service, reason]) => ({ service, reason }))];
   }
 
   /** Resolves after the next sync that starts from now on completes (successfully or not). */
@@ -365,14 +371,28 @@ export class Proxier implements ServiceView {
       const next = new Map(this.applied);
       const changed = new Set<string>();
       const removed: string[] = [];
-      for (const key of new Set([...servicesChanged, ...touched])) {
+      // A changed Service's addresses may pass to or from another Service's ports: those are looked at too.
+      const addrs = new Set<string>();
+      for (const key of servicesChanged) {
+        const now = findService(services, key);
+        const keep = new Set(now?.ports.map((sp) => sp.key));
+        for (const sp of findService(previousServices, key)?.ports ?? []) if (!keep.has(sp.key)) this.claims.set(sp.key, undefined, addrs);
+        for (const sp of now?.ports ?? []) this.claims.set(sp.key, sp, addrs);
+      }
+      const force = new Set(touched);
+      for (const port of this.claims.claimants(addrs)) force.add(serviceOfPort(port));
+      for (const key of new Set([...servicesChanged, ...force])) {
         const svc = findService(services, key);
         const keep = new Set<string>();
         if (svc) {
-          this.recompute(svc, touched, next, changed, index);
+          this.recompute(svc, force, next, changed, index);
           for (const sp of svc.ports) keep.add(sp.key);
         }
-        for (const sp of findService(previousServices, key)?.ports ?? []) if (!keep.has(sp.key) && next.delete(sp.key)) removed.push(sp.key);
+        for (const sp of findService(previousServices, key)?.ports ?? []) {
+          if (keep.has(sp.key)) continue;
+          if (next.delete(sp.key)) removed.push(sp.key);
+          this.noteConflict(sp.key, undefined);
+        }
       }
       const all = () => services.flatMap((s) => s.ports.map((sp) => next.get(sp.key)!.nft!));
       return this.syncNftables(false, t0, services.length, next, all, changed, removed);
@@ -380,7 +400,15 @@ export class Proxier implements ServiceView {
 
     const next = new Map<string, Applied>();
     const changed = new Set<string>();
-    for (const svc of services) this.recompute(svc, touched, next, changed, index);
+    if (nftMode) {
+      this.claims.clear();
+      for (const svc of services) for (const sp of svc.ports) this.claims.set(sp.key, sp);
+      const live = new Set(services.flatMap((s) => s.ports.map((sp) => sp.key)));
+      for (const k of this.addressConflicts.keys()) if (!live.has(k)) this.noteConflict(k, undefined);
+    }
+    // nftables mode: with the claims made again any port's addresses may have moved, so every Service is looked at
+    // (this path runs there only for full syncs and after a whole pass of the allocator).
+    for (const svc of services) this.recompute(svc, nftMode ? undefined : touched, next, changed, index);
     const ports: PortRules[] = [];
     const nftPorts: NftPortRules[] = [];
     for (const svc of services) {
@@ -478,8 +506,14 @@ export class Proxier implements ServiceView {
     const fromSlices = this.opts.slices;
     const endpoints = fromSlices ? endpointsFromSlices(svc, fromSlices.source.slicesOf(svc.namespace, svc.name), fromSlices.nodeName) : computeEndpoints([svc], index!);
     const nftMode = this.mode === 'nftables';
-    for (const sp of svc.ports) {
-      const eps = endpoints.get(sp.key) ?? [];
+    for (const port of svc.ports) {
+      const eps = endpoints.get(port.key) ?? [];
+      let sp = port;
+      if (nftMode) {
+        const eff = this.claims.effective(port);
+        sp = eff.sp;
+        this.noteConflict(port.key, eff.conflict);
+      }
       const fingerprint = JSON.stringify([sp, eps.map((e) => [e.ip, e.port, e.local, e.terminating === true])]);
       const old = this.applied.get(sp.key);
       const same = old !== undefined && old.fingerprint === fingerprint;
@@ -658,6 +692,15 @@ export class Proxier implements ServiceView {
     return touched;
   }
 
+  /** A port written without some of its addresses (conflict), or again with all (undefined): said once in the log. */
+  private noteConflict(port: string, conflict: string | undefined): void {
+    if (this.addressConflicts.get(port) === conflict) return;
+    if (conflict) {
+      this.addressConflicts.set(port, conflict);
+      this.opts.log.warn('service address not programmed', { port, reason: conflict });
+    } else this.addressConflicts.delete(port);
+  }
+
   private reportProblems(problems: ServiceProblem[]): void {
     const now = new Map(problems.map((p) => [p.service, p.reason]));
     for (const [svc, reason] of now) {
@@ -732,6 +775,9 @@ class SelectorIndex {
     return out;
   }
 }
+
+/** A port key's Service (`ns/name:port` or `ns/name`: neither part holds a colon). */
+const serviceOfPort = (port: string) => port.split(':')[0]!;
 
 /** `skiff proxy --cleanup`: both modes' rules. */
 export async function cleanupAll(run: CommandRunner): Promise<void> {
