@@ -31,6 +31,15 @@ export function wantedIngress(svc: ApiObject, nodeIP: string): Obj[] | undefined
   return [];
 }
 
+const isLB = (s: ApiObject | undefined) => isObj(s?.spec) && s.spec.type === 'LoadBalancer';
+
+/** A LoadBalancer's service ports as protocol/port. */
+function lbPorts(svc: ApiObject): Set<string> {
+  const spec = isObj(svc.spec) ? svc.spec : {};
+  const ports = Array.isArray(spec.ports) ? spec.ports : [];
+  return new Set(ports.filter(isObj).map((p) => `${typeof p.protocol === 'string' ? p.protocol : 'TCP'}/${String(p.port)}`));
+}
+
 export class ServiceLB {
   private readonly informer: Informer;
   private pending = new Set<string>();
@@ -41,6 +50,8 @@ export class ServiceLB {
     this.informer = new Informer(o.client, 'services', (c) => {
       if (!c.before && !c.after) for (const s of this.informer.list()) this.pending.add(keyOf(s));
       else if (c.after) this.pending.add(keyOf(c.after));
+      // A LoadBalancer's ports changed or gone: one waiting for them may have them now.
+      if (isLB(c.before) || isLB(c.after)) for (const s of this.informer.list()) if (isLB(s)) this.pending.add(keyOf(s));
       void this.run();
     }, o.log);
   }
@@ -73,17 +84,54 @@ export class ServiceLB {
     }
   }
 
+  /** Services pending for a port another has (namespace/name → the other), said once. */
+  private readonly blocked = new Map<string, string>();
+
+  /** Whether the Service's status holds the address we give. */
+  private hasOurs(svc: ApiObject): boolean {
+    const status = isObj(svc.status) ? svc.status : {};
+    const lb = isObj(status.loadBalancer) ? status.loadBalancer : {};
+    const have = Array.isArray(lb.ingress) ? lb.ingress : [];
+    return JSON.stringify(have) === JSON.stringify(wantedIngress({ ...svc, spec: { type: 'LoadBalancer' } }, this.o.nodeIP));
+  }
+
+  /**
+   * Another of our LoadBalancers that keeps a port this one wants: one that
+   * holds the address when this one does not, else the older (then the
+   * first by namespace/name).
+   */
+  private portHolder(svc: ApiObject): string | undefined {
+    const mine = lbPorts(svc);
+    const rank = (s: ApiObject) => [this.hasOurs(s) ? 0 : 1, String(s.metadata.creationTimestamp ?? ''), keyOf(s)] as const;
+    const me = rank(svc);
+    for (const other of this.informer.list()) {
+      if (keyOf(other) === keyOf(svc) || !wantedIngress(other, this.o.nodeIP)?.length) continue;
+      if (![...lbPorts(other)].some((p) => mine.has(p))) continue;
+      const them = rank(other);
+      if (them[0] < me[0] || (them[0] === me[0] && (them[1] < me[1] || (them[1] === me[1] && them[2] < me[2])))) return keyOf(other);
+    }
+    return undefined;
+  }
+
   private async syncOne(key: string): Promise<void> {
     const [ns, name] = key.split('/') as [string, string];
     const svc = this.informer.get(ns, name);
     if (!svc) return;
-    const want = wantedIngress(svc, this.o.nodeIP);
+    let want = wantedIngress(svc, this.o.nodeIP);
     if (!want) return;
     const status = isObj(svc.status) ? svc.status : {};
     const lb = isObj(status.loadBalancer) ? status.loadBalancer : {};
     const have = Array.isArray(lb.ingress) ? lb.ingress : [];
+    // One node address answers one Service per port, as k3s's ServiceLB (whose pods hold the ports): a later
+    // Service wanting a port another already has stays pending until that one lets it go.
+    const blocker = want.length ? this.portHolder(svc) : undefined;
+    if (blocker) {
+      if (this.blocked.get(key) !== blocker) this.o.log.info('LoadBalancer Service pending: its port is taken on the node address', { service: key, by: blocker });
+      this.blocked.set(key, blocker);
+      want = [];
+    } else this.blocked.delete(key);
     // Another Service's address is taken back only when it is the one we give (someone else's stays).
-    if (want.length === 0 && JSON.stringify(have) !== JSON.stringify(wantedIngress({ ...svc, spec: { type: 'LoadBalancer' } }, this.o.nodeIP))) return;
+    if (want.length === 0 && !this.hasOurs(svc)) return;
     if (JSON.stringify(have) === JSON.stringify(want)) return;
     try {
       const wrote = await this.o.client.update('services', ns, name, { ...svc, status: { ...status, loadBalancer: want.length ? { ingress: want } : {} } }, { status: true });

@@ -127,6 +127,24 @@ describe.skipIf(!isRoot)('LoadBalancer Services on a real skiff node, with real 
     }, 30_000);
   }, 60_000);
 
+  it('answers one Service per port on the node address: a second on a taken port stays pending until the first lets it go', async () => {
+    const lb = (name: string) => `apiVersion: v1\nkind: Service\nmetadata: {name: ${name}}\nspec: {type: LoadBalancer, selector: {app: echo}, ports: [{port: 8083, targetPort: http}]}\n`;
+    await node.kubectlOk(['apply', '-f', '-'], { input: lb('first') });
+    await waitFor('first to get the node address', async () => (await node.getJson<Service>(['svc', 'first'])).status?.loadBalancer?.ingress?.length, 30_000);
+    await node.kubectlOk(['apply', '-f', '-'], { input: lb('second') });
+    // A LoadBalancer on another port is given the address all the same.
+    await node.kubectlOk(['apply', '-f', '-'], { input: lb('third').replace('8083', '8084') });
+    await waitFor('third to get the node address', async () => (await node.getJson<Service>(['svc', 'third'])).status?.loadBalancer?.ingress?.length, 30_000);
+    const row = await node.kubectlOk(['get', 'svc', 'second', '--no-headers']);
+    expect(row.trim().split(/\s+/)[3]).toBe('<pending>');
+    await node.kubectlOk(['delete', 'svc', 'first']);
+    const s = await waitFor('second to get the node address', async () => {
+      const got = await node.getJson<Service>(['svc', 'second']);
+      return got.status?.loadBalancer?.ingress?.length ? got : undefined;
+    }, 30_000);
+    expect(s.status?.loadBalancer?.ingress).toEqual([{ ip: NODE_IP, ipMode: 'VIP' }]);
+  }, 90_000);
+
   it('refuses Services as the API server does, with its messages', async () => {
     const bad = (name: string, spec: string) => `apiVersion: v1\nkind: Service\nmetadata: {name: ${name}}\nspec: ${spec}\n`;
     const r1 = await node.kubectl(['apply', '-f', '-'], { input: bad('front_end', '{selector: {app: x}, ports: [{port: 80}]}') });
