@@ -580,11 +580,13 @@ export class Proxier implements ServiceView {
       ruleset = assembleNft({ ports, fresh, staleChains: named(staleChains), staleSets: named(staleSets), tables, dropTables });
     } else {
       const { ops, rulesWritten } = changedOps(touched!, before, now, tables);
-      ruleset = { ops, rulesWritten, text: opsText(ops) };
+      // The text is made only if nft is to write it.
+      ruleset = { ops, rulesWritten, text: '' };
     }
     let via: SyncResult['via'] = 'nft';
     if (ruleset.ops) {
-      if (ruleset.text) via = await this.nft.applyOps(ruleset.ops, ruleset.text);
+      const ops = ruleset.ops;
+      if (ops.length) via = await this.nft.applyOps(ops, () => (ruleset.text = opsText(ops)));
     } else if (ruleset.text) await this.nft.apply(ruleset.text);
     const previousApplied = this.applied;
     this.applied = next;
