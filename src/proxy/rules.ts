@@ -3,7 +3,7 @@
  * layout so that anyone who has debugged kube-proxy can read them. Pure: the
  * proxier decides what changed and applies the text once.
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { Endpoint } from './endpoints.js';
 import type { ServicePortInfo } from './service.js';
 
@@ -50,7 +50,8 @@ export const JUMPS: Jump[] = [
 /** 16 characters of base32(sha256(s)), as kube-proxy names its chains (iptables allows 28). */
 export function chainHash(s: string): string {
   // 16 base32 characters are exactly the first 10 bytes of the digest.
-  return base32(createHash('sha256').update(s).digest().subarray(0, 10));
+  // The one-shot hash: half the cost of a Hash object, 40,000 names at a time at scale.
+  return base32(hash('sha256', s, 'buffer').subarray(0, 10));
 }
 
 const B32 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
