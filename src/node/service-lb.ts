@@ -95,20 +95,44 @@ export class ServiceLB {
     return JSON.stringify(have) === JSON.stringify(wantedIngress({ ...svc, spec: { type: 'LoadBalancer' } }, this.o.nodeIP));
   }
 
+  /** The ports each Service was last given the address with (protocol/port): a port added since is not yet its own. */
+  private readonly held = new Map<string, Set<string>>();
+
   /**
-   * Another of our LoadBalancers that keeps a port this one wants: one that
-   * holds the address when this one does not, else the older (then the
-   * first by namespace/name).
+   * Whether the Service keeps what it has: it holds the address, and held
+   * every port it has now when it was given it (first seen holding, as after
+   * a restart: the ports it has).
+   */
+  private keeps(s: ApiObject): boolean {
+    if (!this.hasOurs(s)) return false;
+    const k = keyOf(s);
+    let h = this.held.get(k);
+    if (!h) this.held.set(k, (h = lbPorts(s)));
+    for (const p of lbPorts(s)) if (!h.has(p)) return false;
+    return true;
+  }
+
+  /**
+   * Another of our LoadBalancers given a port this one wants. Services are
+   * given the address in turn: those that keep theirs (see keeps) first,
+   * then the older, then by namespace/name; each one whose ports none before
+   * it was given. So a Service pending for one port blocks no one on its
+   * others, and a holder that adds a port another holds goes pending rather
+   * than take it.
    */
   private portHolder(svc: ApiObject): string | undefined {
-    const mine = lbPorts(svc);
-    const rank = (s: ApiObject) => [this.hasOurs(s) ? 0 : 1, String(s.metadata.creationTimestamp ?? ''), keyOf(s)] as const;
-    const me = rank(svc);
-    for (const other of this.informer.list()) {
-      if (keyOf(other) === keyOf(svc) || !wantedIngress(other, this.o.nodeIP)?.length) continue;
-      if (![...lbPorts(other)].some((p) => mine.has(p))) continue;
-      const them = rank(other);
-      if (them[0] < me[0] || (them[0] === me[0] && (them[1] < me[1] || (them[1] === me[1] && them[2] < me[2])))) return keyOf(other);
+    const rank = (s: ApiObject) => [this.keeps(s) ? 0 : 1, String(s.metadata.creationTimestamp ?? ''), keyOf(s)] as const;
+    const all = this.informer
+      .list()
+      .filter((s) => keyOf(s) === keyOf(svc) || wantedIngress(s, this.o.nodeIP)?.length)
+      .map((s) => ({ key: keyOf(s), rank: rank(s), ports: lbPorts(s) }));
+    all.sort((a, b) => (a.rank[0] - b.rank[0]) || (a.rank[1] < b.rank[1] ? -1 : a.rank[1] > b.rank[1] ? 1 : a.rank[2] < b.rank[2] ? -1 : a.rank[2] > b.rank[2] ? 1 : 0));
+    const given = new Map<string, string>(); // protocol/port → the Service given it
+    for (const c of all) {
+      let by: string | undefined;
+      for (const p of c.ports) by ??= given.get(p);
+      if (c.key === keyOf(svc)) return by;
+      if (!by) for (const p of c.ports) given.set(p, c.key);
     }
     return undefined;
   }
@@ -116,7 +140,10 @@ export class ServiceLB {
   private async syncOne(key: string): Promise<void> {
     const [ns, name] = key.split('/') as [string, string];
     const svc = this.informer.get(ns, name);
-    if (!svc) return;
+    if (!svc) {
+      this.held.delete(key);
+      return;
+    }
     let want = wantedIngress(svc, this.o.nodeIP);
     if (!want) return;
     const status = isObj(svc.status) ? svc.status : {};
@@ -128,8 +155,13 @@ export class ServiceLB {
     if (blocker) {
       if (this.blocked.get(key) !== blocker) this.o.log.info('LoadBalancer Service pending: its port is taken on the node address', { service: key, by: blocker });
       this.blocked.set(key, blocker);
+      this.held.delete(key);
       want = [];
-    } else this.blocked.delete(key);
+    } else {
+      this.blocked.delete(key);
+      if (want.length) this.held.set(key, lbPorts(svc));
+      else this.held.delete(key);
+    }
     // Another Service's address is taken back only when it is the one we give (someone else's stays).
     if (want.length === 0 && !this.hasOurs(svc)) return;
     if (JSON.stringify(have) === JSON.stringify(want)) return;
