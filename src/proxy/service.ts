@@ -288,9 +288,11 @@ export class Allocator {
     const parsed: Parsed[] = [];
     const entries = new Map<string, Entry>();
     this.byObject.clear();
-    for (const obj of objects) {
-      if (obj.kind !== 'Service') continue;
-      const key = `${obj.namespace}/${obj.name}`;
+    // One Service per namespace/name, the last given: two would both be allocated (under one key, so the
+    // address held was one's and the ports the other's) and both written, and the next answers built on it.
+    const byKey = new Map<string, StoredObject>();
+    for (const obj of objects) if (obj.kind === 'Service') byKey.set(`${obj.namespace}/${obj.name}`, obj);
+    for (const [key, obj] of byKey) {
       // An object's uid (or, for the API's objects, its revision) changes with its content: unchanged Services are not parsed again.
       const was = this.entries.get(key);
       const r = was && sameContent(was, obj) ? was.parsed : parseService(obj);
