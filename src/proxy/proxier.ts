@@ -14,7 +14,7 @@ import { computeEndpoints, endpointsFromSlices, PodIndex, selectorMatches, type 
 import { Iptables, jumpInsertLine, type CommandRunner } from './iptables.js';
 import { AddressClaims } from './claims.js';
 import { Nft } from './nft.js';
-import { affinityChanged, assembleNft, chainTable, changedOps, opsText, portAffinityChanged, portTable, renderNftPort, tableCount, tableName, type NftPortRules } from './nft-rules.js';
+import { affinityChanged, assembleNft, chainTable, changedOps, opsText, portAffinityChanged, portTable, renderNftPort, tableCount, tableName, type NftOp, type NftPortRules } from './nft-rules.js';
 import { assemble, assembleFullSplit, declarationOrder, FILTER_CHAINS, NAT_CHAINS, renderPort, SERVICE_CHAIN_RE, type PortRules } from './rules.js';
 import { Allocator, findService, parseCidr, type ServiceInfo, type ServiceProblem } from './service.js';
 import type { EndpointSliceSource, PodChange, PodSource, ServiceSource } from './sources.js';
@@ -579,7 +579,10 @@ export class Proxier implements ServiceView {
       const dropTables = fresh ? [...new Set([...Array.from({ length: this.nftTables }, (_, i) => tableName(i)), ...(this.firstSync || this.nftUnknown ? await this.nft.serviceTables() : [])])] : undefined;
       ruleset = assembleNft({ ports, fresh, staleChains: named(staleChains), staleSets: named(staleSets), tables, dropTables });
     } else {
-      const { ops, rulesWritten } = changedOps(touched!, before, now, tables);
+      const { ops: changes, rulesWritten } = changedOps(touched!, before, now, tables);
+      // Each table named first (adding a chain it has changes nothing, and fails if the table is gone): a table
+      // someone deleted fails this sync, and the next makes them all afresh, even when no change was for it.
+      const ops: NftOp[] = changes.length ? [...Array.from({ length: tables }, (_, i) => ({ op: 'add-chain' as const, chain: 'services', ...(i ? { table: tableName(i) } : {}) })), ...changes] : [];
       // The text is made only if nft is to write it.
       ruleset = { ops, rulesWritten, text: '' };
     }

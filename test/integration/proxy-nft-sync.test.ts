@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log.js';
 import { processRunner } from '../../src/proxy/iptables.js';
 import { Nft } from '../../src/proxy/nft.js';
-import { opsText, type NftOp } from '../../src/proxy/nft-rules.js';
+import { opsText, portTable, type NftOp } from '../../src/proxy/nft-rules.js';
 import { Proxier } from '../../src/proxy/proxier.js';
 import { MemoryPodSource, MemoryServiceSource } from '../../src/proxy/sources.js';
 import { TestNetns } from '../helpers/netns.js';
@@ -180,6 +180,33 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
     live.push(fresh);
     const other = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${fresh.path}`]), log: silentLogger });
     await other.syncNow();
+    expect(table(ns)).toBe(table(fresh));
+    await proxier.stop();
+  }, 60_000);
+
+  it('notice a further table someone deleted on the next partial sync, even one that changes only another table', async () => {
+    const ns = new TestNetns().create();
+    live.push(ns);
+    const services = new MemoryServiceSource();
+    const pods = new MemoryPodSource();
+    const opts = { mode: 'nftables' as const, services, pods, podCidr: '10.88.0.0/16', portsPerTable: 1, log: silentLogger };
+    const proxier = new Proxier({ ...opts, run: processRunner(['nsenter', `--net=${ns.path}`]), netns: ns.path });
+    // Four one-port Services (four tables); the one changed later is in kube-proxy, another table is deleted.
+    const names = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'];
+    const mainName = names.find((n) => portTable(`ns1/${n}`, 4) === 'kube-proxy')!;
+    const otherName = names.find((n) => portTable(`ns1/${n}`, 4) !== 'kube-proxy')!;
+    const chosen = [mainName, otherName, ...names.filter((n) => n !== mainName && n !== otherName).slice(0, 2)];
+    chosen.forEach((n, i) => services.set(serviceObject('ns1', n, { clusterIP: `10.96.0.${10 + i}`, selector: { app: n }, ports: [{ port: 80, targetPort: 9000 }] })));
+    pods.set(pod('w1', { ns: 'ns1', labels: { app: otherName }, ip: '10.88.0.2' }));
+    expect((await proxier.syncNow()).tables).toBe(4);
+    const nft = (...args: string[]) => spawnSync('nsenter', [`--net=${ns.path}`, 'nft', ...args], { encoding: 'utf8' });
+    expect(nft('delete', 'table', 'ip', portTable(`ns1/${otherName}`, 4)).status).toBe(0);
+    pods.set(pod('w2', { ns: 'ns1', labels: { app: mainName }, ip: '10.88.0.3' }));
+    await expect(proxier.syncNow()).rejects.toThrow(/No such file|ENOENT/);
+    expect((await proxier.syncNow()).full).toBe(true);
+    const fresh = new TestNetns().create();
+    live.push(fresh);
+    await new Proxier({ ...opts, run: processRunner(['nsenter', `--net=${fresh.path}`]) }).syncNow();
     expect(table(ns)).toBe(table(fresh));
     await proxier.stop();
   }, 60_000);
