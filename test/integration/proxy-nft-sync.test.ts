@@ -50,6 +50,14 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
       .join('\n');
   };
 
+  /** The tables in `ns` are those a fresh proxier's full sync writes into a new namespace. */
+  const expectAsFresh = async (ns: TestNetns, services: MemoryServiceSource, pods: MemoryPodSource, portsPerTable?: number) => {
+    const fresh = new TestNetns().create();
+    live.push(fresh);
+    await new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${fresh.path}`]), portsPerTable, log: silentLogger }).syncNow();
+    expect(table(ns)).toBe(table(fresh));
+  };
+
   const setups = [
     { writer: 'nft', label: 'nft' },
     { writer: 'netlink', label: 'netlink' },
@@ -176,11 +184,7 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
     pods.set(pod('w4', { ns: 'ns1', labels: { app: 'web' }, ip: '10.88.0.4', ports: [{ name: 'web', containerPort: 9000 }] }));
     // The new namespace has no table: the partial sync fails there (it was written to the old one, unseen) and the next is full.
     for (let i = 0; i < 2; i++) await proxier.syncNow().catch(() => undefined);
-    const fresh = new TestNetns().create();
-    live.push(fresh);
-    const other = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${fresh.path}`]), log: silentLogger });
-    await other.syncNow();
-    expect(table(ns)).toBe(table(fresh));
+    await expectAsFresh(ns, services, pods);
     await proxier.stop();
   }, 60_000);
 
@@ -204,10 +208,7 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
     pods.set(pod('w2', { ns: 'ns1', labels: { app: mainName }, ip: '10.88.0.3' }));
     await expect(proxier.syncNow()).rejects.toThrow(/No such file|ENOENT/);
     expect((await proxier.syncNow()).full).toBe(true);
-    const fresh = new TestNetns().create();
-    live.push(fresh);
-    await new Proxier({ ...opts, run: processRunner(['nsenter', `--net=${fresh.path}`]) }).syncNow();
-    expect(table(ns)).toBe(table(fresh));
+    await expectAsFresh(ns, services, pods, 1);
     await proxier.stop();
   }, 60_000);
 
@@ -232,11 +233,7 @@ describe.skipIf(!isRoot)('nftables partial syncs', () => {
     await expect(proxier.syncNow()).rejects.toThrow(/No such file|ENOENT/); // the partial sync flushes the chain that is gone
     const retry = await proxier.syncNow();
     expect(retry.full).toBe(true);
-    const fresh = new TestNetns().create();
-    live.push(fresh);
-    const other = new Proxier({ mode: 'nftables', services, pods, podCidr: '10.88.0.0/16', run: processRunner(['nsenter', `--net=${fresh.path}`]), log: silentLogger });
-    await other.syncNow();
-    expect(table(ns)).toBe(table(fresh));
+    await expectAsFresh(ns, services, pods);
     await proxier.stop();
   }, 60_000);
 });
